@@ -1,0 +1,3 @@
+from guardrepro.cli import main
+
+main()

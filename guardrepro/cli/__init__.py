@@ -1,0 +1,98 @@
+"""The ``guardrepro`` console script: a click group that loads each verb lazily.
+
+Each verb lives in its own module under ``guardrepro.cli`` and exposes a
+click command; ``COMMANDS`` maps the verb to ``"module:attribute"`` so a
+missing optional dependency only matters when that verb runs. Errors from
+``guardrepro.errors`` become a one-line message and the error's exit code
+(2 for unusable input, 3 for a failed parity gate) here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Any
+
+import click
+
+from guardrepro import __version__
+from guardrepro.errors import GuardreproError
+
+COMMANDS: dict[str, str] = {
+    "fetch": "guardrepro.cli.fetch_cmd:fetch",
+    "verify": "guardrepro.cli.verify_cmd:verify",
+    "quantize": "guardrepro.cli.quantize_cmd:quantize",
+    "cohort": "guardrepro.cli.cohort_cmd:cohort",
+    "parse": "guardrepro.cli.parse_cmd:parse",
+    "reparse": "guardrepro.cli.parse_cmd:reparse",
+    "run": "guardrepro.cli.run_cmd:run",
+    "compare": "guardrepro.cli.compare_cmd:compare",
+    "merge": "guardrepro.cli.shard_cmd:merge",
+    "check-invariance": "guardrepro.cli.invariance_cmd:check_invariance",
+    "doctor": "guardrepro.cli.doctor_cmd:doctor",
+    "gate": "guardrepro.cli.checks_cmd:gate",
+    "stats": "guardrepro.cli.checks_cmd:stats",
+    "audit": "guardrepro.cli.checks_cmd:audit",
+    "report": "guardrepro.cli.report_cmd:report",
+    "demo": "guardrepro.cli.demo_cmd:demo",
+}
+
+
+class LazyGroup(click.Group):
+    """Resolve verbs on demand; list only those whose module exists."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = []
+        for name, target in COMMANDS.items():
+            module = target.split(":", 1)[0]
+            if importlib.util.find_spec(module) is not None:
+                names.append(name)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":", 1)
+        if importlib.util.find_spec(module_name) is None:
+            return None
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="guardrepro")
+def cli() -> None:
+    """Reproduce safety guard outputs, gate parity with published predictions,
+    and measure how decisions move under counterfactual edits."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console entry point: map guardrepro errors to messages and exit codes."""
+    try:
+        return cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
+    except GuardreproError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

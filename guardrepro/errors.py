@@ -1,0 +1,85 @@
+"""Every error guardrepro raises on purpose.
+
+One base class, a small hierarchy, and each class also inherits the built-in
+exception it resembles so callers that catch ``ValueError`` or
+``FileNotFoundError`` keep working. The CLI maps these to exit codes at the
+boundary only (see ``guardrepro.cli``); library code never calls ``sys.exit``.
+"""
+
+from __future__ import annotations
+
+
+class GuardreproError(Exception):
+    """Base class of every deliberate guardrepro error."""
+
+    exit_code = 2
+
+
+class InputError(GuardreproError, ValueError):
+    """Unusable input: a malformed file, row or field, or a bad argument.
+
+    Messages name the file, the row index and the field where they apply.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        row: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.row = row
+        self.field = field
+        where = []
+        if file is not None:
+            where.append(str(file))
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = ": ".join([", ".join(where)]) + ": " if where else ""
+        super().__init__(prefix + message)
+
+
+class LockError(InputError):
+    """A lock file is malformed or inconsistent."""
+
+
+class IntegrityError(GuardreproError, ValueError):
+    """Bytes on disk or on the wire do not match their pin (hash or size)."""
+
+
+class UnsafePathError(GuardreproError, PermissionError):
+    """A symlink, or a path that would escape the cache or artifact directory."""
+
+
+class FetchError(GuardreproError, OSError):
+    """A download failed for a reason other than integrity (HTTP, network)."""
+
+
+class MissingArtifactError(GuardreproError, FileNotFoundError):
+    """A pinned artifact is not in the cache; run ``guardrepro fetch`` first."""
+
+
+class PromptError(GuardreproError, ValueError):
+    """The guard prompt cannot be extracted, verified, rendered or tokenized."""
+
+
+class ProvenanceError(GuardreproError, ValueError):
+    """Records with different provenance would be mixed (resume, merge)."""
+
+
+class DependencyMissingError(GuardreproError, ImportError):
+    """An optional backend dependency is not installed; names the extra."""
+
+
+class InferenceError(GuardreproError, RuntimeError):
+    """A backend failed to generate for a request."""
+
+
+class GateFailed(GuardreproError):
+    """The parity gate ran on usable input and its thresholds were not met."""
+
+    exit_code = 3

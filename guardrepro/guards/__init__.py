@@ -1,0 +1,1 @@
+"""Guard adapters: template + parser + decoding defaults for one guard model."""

@@ -1,0 +1,1 @@
+"""Inference backends behind one ``Runner`` protocol (see ``base``)."""
