@@ -108,7 +108,9 @@ class CohortRow:
                 field=f"sample.{diff[0]}",
             )
         if not isinstance(sample["sample_id"], str) or not sample["sample_id"]:
-            raise InputError("expected a non-empty string", file=file, row=row, field="sample.sample_id")
+            raise InputError(
+                "expected a non-empty string", file=file, row=row, field="sample.sample_id"
+            )
         label = _gold(data["original_label"], file=file, row=row, field_name="original_label")
         return cls(
             cohort=data["cohort"],
@@ -250,7 +252,9 @@ class Attempt:
     seed: int | None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None) -> Attempt:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
+    ) -> Attempt:
         _check_keys(data, cls, file=file, row=row)
         return cls(**dict(data))
 

@@ -1,0 +1,261 @@
+"""The guardrepro cache: where pinned artifacts live, and how paths stay inside it.
+
+Input: an optional home directory (argument, else ``$GUARDREPRO_HOME``, else the
+platform user cache dir + ``guardrepro``) and relative POSIX paths from lock files.
+Output: paths under that home, content-addressed blobs, verification stamps.
+
+Layout under the home::
+
+    blobs/sha256/<hex>                 read-only file whose sha256 is <hex>
+    artifacts/<lock>/<id>/<path>       materialized lock: hardlinks (or copies) of blobs
+    downloads/<lock>/                  partial downloads (<name>.part), resumable
+    staging/<lock>/                    hub downloads before they enter the blob store
+    state/verified/<dev>-<ino>.json    "this inode hashed to <sha256> at this size+mtime"
+    state/locks/<lock>.lock            inter-process lock held while fetching
+
+Invariants: nothing below the home is a symlink (every join checks each existing
+component); relative paths are canonical (no absolute path, no ``..``, ``.`` or empty
+component, no backslash, no NUL); a blob is only ever created by an atomic rename of
+a file whose bytes were hashed to its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import platformdirs
+
+from guardrepro.errors import UnsafePathError
+
+CHUNK = 1 << 20
+HOME_ENV = "GUARDREPRO_HOME"
+
+
+def guardrepro_home(home: str | os.PathLike[str] | None = None) -> Path:
+    """The cache root: ``home`` if given, else ``$GUARDREPRO_HOME``, else the user cache dir.
+
+    The root itself is resolved (a symlinked ``~/.cache`` is fine); everything below it
+    is checked for symlinks by :func:`safe_join`.
+    """
+    if home is None:
+        env = os.environ.get(HOME_ENV)
+        home = env if env else platformdirs.user_cache_path("guardrepro", appauthor=False)
+    return Path(home).expanduser().resolve()
+
+
+def check_relpath(rel: str) -> tuple[str, ...]:
+    """Split a canonical relative POSIX path into parts, or raise UnsafePathError."""
+    if not isinstance(rel, str) or not rel:
+        raise UnsafePathError(f"empty or non-string path {rel!r}")
+    if "\x00" in rel or "\\" in rel:
+        raise UnsafePathError(f"path {rel!r} contains a NUL or backslash")
+    if rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        raise UnsafePathError(f"path {rel!r} is absolute")
+    parts = tuple(rel.split("/"))
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise UnsafePathError(f"path {rel!r} has a {part or 'empty'!r} component")
+    return parts
+
+
+def safe_join(base: str | os.PathLike[str], rel: str) -> Path:
+    """``base / rel`` after refusing escapes and any existing symlink on the way.
+
+    ``base`` itself may not be a symlink either; components of ``rel`` that do not
+    exist yet are fine (the caller may be about to create them).
+    """
+    base_path = Path(base)
+    if base_path.is_symlink():
+        raise UnsafePathError(f"{base_path} is a symlink")
+    current = base_path
+    for part in check_relpath(rel):
+        current = current / part
+        if current.is_symlink():
+            raise UnsafePathError(f"{current} is a symlink (refused inside {base_path})")
+    return current
+
+
+def ensure_dir(base: Path, rel: str) -> Path:
+    """Create ``base/rel`` (and parents below base), refusing symlinks; return it."""
+    path = safe_join(base, rel)
+    path.mkdir(parents=True, exist_ok=True)
+    # re-check after creation: a racing process could have planted a link
+    safe_join(base, rel)
+    return path
+
+
+def open_regular(path: Path) -> int:
+    """Open ``path`` read-only without following a final symlink; must be a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if path.is_symlink():
+            raise UnsafePathError(f"{path} is a symlink") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError(f"{path} is not a regular file")
+    return fd
+
+
+def sha256_file(path: Path) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a regular file; refuses symlinks."""
+    fd = open_regular(path)
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it survives a crash (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file next to ``path``, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def walk_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """Yield (relative POSIX path, path) of every regular file below ``root``, sorted.
+
+    Raises UnsafePathError on a symlink or anything that is neither a file nor a
+    directory; the order is the sort order of the relative path strings.
+    """
+    if root.is_symlink():
+        raise UnsafePathError(f"{root} is a symlink")
+    found: list[tuple[str, Path]] = []
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        with os.scandir(current) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                if entry.is_symlink():
+                    raise UnsafePathError(f"{path} is a symlink (refused inside {root})")
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(path)
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((path.relative_to(root).as_posix(), path))
+                else:
+                    raise UnsafePathError(f"{path} is not a regular file or directory")
+    found.sort(key=lambda item: item[0])
+    yield from found
+
+
+# --- content-addressed blobs ----------------------------------------------------------
+
+
+def blob_path(home: Path, sha256: str) -> Path:
+    """Where the blob with this sha256 lives (it may not exist)."""
+    return safe_join(home, f"blobs/sha256/{sha256}")
+
+
+def add_blob(home: Path, source: Path, sha256: str, *, move: bool) -> Path:
+    """Put ``source`` (already hashed to ``sha256`` by the caller) into the blob store.
+
+    ``move`` renames the file (same filesystem, e.g. a finished download); otherwise
+    the bytes are copied to a temp file in the blob dir and renamed. The blob is made
+    read-only. An existing blob is kept (content addressing makes them equal).
+    """
+    target = blob_path(home, sha256)
+    ensure_dir(home, "blobs/sha256")
+    if move:
+        os.chmod(source, 0o444)
+        os.replace(source, target)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{sha256}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, os.fdopen(open_regular(source), "rb") as src:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    fsync_dir(target.parent)
+    return target
+
+
+def link_or_copy(source: Path, target: Path) -> str:
+    """Hardlink ``source`` at ``target`` (new name), else copy; return "hardlink" or "copy"."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+        return "hardlink"
+    except OSError:
+        fd = open_regular(source)
+        with os.fdopen(fd, "rb") as src, open(target, "xb") as out:
+            while chunk := src.read(CHUNK):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(target, 0o444)
+        return "copy"
+
+
+# --- verification stamps --------------------------------------------------------------
+
+
+def _stamp_file(home: Path, st: os.stat_result) -> Path:
+    return safe_join(home, f"state/verified/{st.st_dev}-{st.st_ino}.json")
+
+
+def write_stamp(home: Path, path: Path, sha256: str) -> None:
+    """Record that ``path`` (its inode) hashed to ``sha256`` at its current size/mtime."""
+    st = os.stat(path, follow_symlinks=False)
+    ensure_dir(home, "state/verified")
+    body = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    atomic_write_bytes(_stamp_file(home, st), json.dumps(body).encode())
+
+
+def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool:
+    """True when a stamp says this inode, unchanged since, hashed to ``sha256``.
+
+    A stamp is a cache of an earlier full hash; ``guardrepro verify`` ignores stamps
+    and re-hashes everything.
+    """
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        raw = json.loads(_stamp_file(home, st).read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        raw.get("sha256") == sha256
+        and raw.get("size") == st.st_size
+        and raw.get("mtime_ns") == st.st_mtime_ns
+        and (size is None or st.st_size == size)
+    )

@@ -1,0 +1,282 @@
+"""Audits of the benchmark itself (no model): interaction weighting and the
+tool-name lookup shortcut.
+
+Input: TS-Bench rows (``guardrepro.tsbench.BenchRow``, upstream order) and,
+for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
+
+Output: JSON-ready dicts (every figure with numerator and denominator) and
+plain-text tables.
+
+Interaction audit (``interaction_audit``): the strict confusion and metrics
+(fail-closed: a None prediction is decision 1 and invalid) three ways:
+
+- ``row``: every row weighs 1;
+- ``equal_interaction``: each row weighs 1 / (rows of its interaction), so
+  each interaction weighs 1 in total;
+- ``interaction_majority``: one unit per interaction; its gold label is the
+  majority of its rows' strict gold labels and its decision the majority of
+  its rows' strict (fail-closed) decisions, ties unsafe in both.
+
+The interaction is ``BenchRow.interaction_id`` = ``"<domain>/<id-interaction>"``
+(upstream numbers interactions per file).
+
+Tool-name lookup (``tool_lookup_audit``), UPSTREAM.md "Statistics as
+published": the key of a row is its candidate tool
+(``guardrepro.edits.parse_candidate_tool(current_action)``) stripped and
+casefolded. Rows whose tool cannot be parsed get the key None, which is a key
+like any other (one "unparsed" class with its own learned majority); how many
+such rows there are is reported. Fitting on training rows: per key the
+majority strict gold label (ties unsafe); prediction for a test row: its
+key's label, or for a key never seen in training the training set's global
+majority strict label (ties unsafe). Evaluation:
+
+- grouped K-fold by interaction (``group_kfold``, default 5 folds);
+- leave-one-domain-out (train on every other domain, test on one).
+
+Out-of-fold predictions are pooled over all rows and scored once (the
+headline F1); per-fold figures are reported beside. ``group_kfold`` is
+deterministic: interactions sorted by row count descending, then id
+ascending, each assigned to the fold with the fewest rows so far (lowest fold
+index on ties) -- scikit-learn's GroupKFold greedy balancing with an explicit
+tie-break, so on ties its folds may differ from scikit-learn's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from guardrepro.checks.metrics import (
+    Ratio,
+    confusion,
+    gold_strict,
+    interaction_weights,
+    strict_decision,
+)
+from guardrepro.edits import parse_candidate_tool
+from guardrepro.errors import InputError
+from guardrepro.released import ReleasedSet
+from guardrepro.schema import Record
+from guardrepro.tsbench import BenchRow
+
+
+def _majority(labels: Sequence[int]) -> int:
+    """Majority of 0/1 labels, ties (and an empty list) unsafe (1)."""
+    ones = sum(labels)
+    return 1 if 2 * ones >= len(labels) else 0
+
+
+def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -> dict[str, Any]:
+    """Row, equal-interaction and interaction-majority strict metrics."""
+    if len(rows) != len(preds):
+        raise InputError(f"{len(rows)} rows but {len(preds)} predictions", field="preds")
+    if not rows:
+        raise InputError("no rows")
+    gold = [r.score for r in rows]
+    keys = [r.interaction_id for r in rows]
+    row_c = confusion(gold, preds)
+    eq_c = confusion(gold, preds, interaction_weights(keys))
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    g_major = [float(_majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
+    p_major = [float(_majority([strict_decision(preds[i]) for i in idx]))
+               for idx in groups.values()]
+    maj_c = confusion(g_major, p_major)
+    out: dict[str, Any] = {
+        "rows": len(rows),
+        "interactions": len(groups),
+        "row": row_c.to_dict(),
+        "equal_interaction": eq_c.to_dict(),
+        "interaction_majority": maj_c.to_dict(),
+        "definitions": {
+            "interaction": "domain/id-interaction",
+            "equal_interaction": "row weight 1/(rows in its interaction)",
+            "interaction_majority": "majority strict gold vs majority strict decision per "
+                                    "interaction, ties unsafe; decisions fail closed",
+        },
+    }
+    complete = sum(1 for idx in groups.values() if all(preds[i] is not None for i in idx))
+    out["interaction_majority"]["coverage"] = Ratio(complete, len(groups)).to_dict()
+    out["interaction_majority"]["coverage_unit"] = "interactions whose rows all have a prediction"
+    return out
+
+
+def preds_from_records(rows: Sequence[BenchRow], records: Sequence[Record]) -> list[float | None]:
+    """One prediction per benchmark row from a run's ``original`` records,
+    matched by base_sample_id; a row without a record is None (missing, fails
+    closed). Records of edited variants are not benchmark rows and are not
+    used; an original record matching no benchmark row is an error."""
+    index = {r.base_sample_id: i for i, r in enumerate(rows)}
+    preds: list[float | None] = [None] * len(rows)
+    for rec in records:
+        if rec.variant != "original":
+            continue
+        i = index.get(rec.base_sample_id)
+        if i is None:
+            raise InputError(f"record {rec.row_id!r} matches no benchmark row",
+                             field="base_sample_id")
+        if float(rec.gold_label) != rows[i].score:
+            raise InputError(f"record {rec.row_id!r} has gold {rec.gold_label}, the benchmark "
+                             f"row has {rows[i].score}", field="gold_label")
+        preds[i] = rec.score
+    return preds
+
+
+def released_preds(rows: Sequence[BenchRow], released: ReleasedSet) -> list[float | None]:
+    """Released predictions aligned to ``rows`` by sample id (every row must
+    have one)."""
+    out: list[float | None] = []
+    for r in rows:
+        rel = released.by_sample_id.get(r.base_sample_id)
+        if rel is None:
+            raise InputError(f"no released prediction for row {r.base_sample_id}",
+                             file=r.file, row=r.index)
+        out.append(rel.pred)
+    return out
+
+
+def tool_key(current_action: Any) -> str | None:
+    """The lookup key: the parsed candidate tool, stripped and casefolded; None
+    when unparsable."""
+    name = parse_candidate_tool(current_action)
+    return None if name is None else name.strip().casefold()
+
+
+def fit_lookup(keys: Sequence[str | None], labels: Sequence[int]) -> tuple[dict[str | None, int],
+                                                                          int]:
+    """(key -> majority strict label, global majority), ties unsafe."""
+    if not labels:
+        raise InputError("cannot fit the lookup on zero training rows")
+    per: dict[str | None, list[int]] = {}
+    for k, y in zip(keys, labels, strict=True):
+        per.setdefault(k, []).append(y)
+    return {k: _majority(v) for k, v in per.items()}, _majority(list(labels))
+
+
+def predict_lookup(table: dict[str | None, int], fallback: int,
+                   keys: Sequence[str | None]) -> list[int]:
+    return [table.get(k, fallback) for k in keys]
+
+
+def group_kfold(groups: Sequence[Hashable], n_splits: int = 5) -> list[int]:
+    """Fold index of every row; all rows of a group share a fold (see the
+    module docstring for the exact, deterministic assignment)."""
+    sizes: dict[Hashable, int] = {}
+    for g in groups:
+        sizes[g] = sizes.get(g, 0) + 1
+    if n_splits < 2:
+        raise InputError("n_splits must be >= 2", field="n_splits")
+    if n_splits > len(sizes):
+        raise InputError(f"n_splits={n_splits} exceeds the {len(sizes)} groups", field="n_splits")
+    order = sorted(sizes, key=lambda g: (-sizes[g], str(g)))
+    load = [0] * n_splits
+    fold_of: dict[Hashable, int] = {}
+    for g in order:
+        f = min(range(n_splits), key=lambda i: (load[i], i))
+        fold_of[g] = f
+        load[f] += sizes[g]
+    return [fold_of[g] for g in groups]
+
+
+def _score(gold: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
+    c = confusion([float(g) for g in gold], [float(p) for p in pred])
+    return {
+        "rows": c.rows,
+        "f1": c.f1().to_dict(),
+        "accuracy": c.accuracy().to_dict(),
+        "confusion": c.to_dict()["confusion"],
+    }
+
+
+def _evaluate_split(keys: Sequence[str | None], labels: Sequence[int],
+                    split: Sequence[Hashable]) -> dict[str, Any]:
+    """Hold out each split value in turn; pooled and per-split scores."""
+    pooled = [0] * len(keys)
+    per: dict[str, Any] = {}
+    for value in sorted(set(split), key=str):
+        train = [i for i, s in enumerate(split) if s != value]
+        test = [i for i, s in enumerate(split) if s == value]
+        table, fallback = fit_lookup([keys[i] for i in train], [labels[i] for i in train])
+        pred = predict_lookup(table, fallback, [keys[i] for i in test])
+        for i, p in zip(test, pred, strict=True):
+            pooled[i] = p
+        block = _score([labels[i] for i in test], pred)
+        block["train_rows"] = len(train)
+        block["unseen_key_rows"] = sum(1 for i in test if keys[i] not in table)
+        block["global_majority"] = fallback
+        per[str(value)] = block
+    f1s = [b["f1"]["value"] for b in per.values() if b["f1"]["value"] is not None]
+    return {
+        "pooled": _score(labels, pooled),
+        "per_split": per,
+        "mean_f1_over_splits": sum(f1s) / len(f1s) if f1s else None,
+        "splits_with_defined_f1": len(f1s),
+    }
+
+
+def tool_lookup_audit(rows: Sequence[BenchRow], n_splits: int = 5) -> dict[str, Any]:
+    """The tool-name lookup diagnostic: grouped K-fold and leave-one-domain-out."""
+    if not rows:
+        raise InputError("no rows")
+    keys = [tool_key(r.raw["current_action"]) for r in rows]
+    labels = [gold_strict(r.score) for r in rows]
+    folds = group_kfold([r.interaction_id for r in rows], n_splits)
+    domains = [r.domain for r in rows]
+    table, fallback = fit_lookup(keys, labels)
+    cv = _evaluate_split(keys, labels, folds)
+    cv["folds"] = n_splits
+    lodo = _evaluate_split(keys, labels, domains) if len(set(domains)) > 1 else None
+    return {
+        "rows": len(rows),
+        "interactions": len({r.interaction_id for r in rows}),
+        "distinct_keys": len(set(keys)),
+        "unparsed_rows": sum(1 for k in keys if k is None),
+        "in_sample": _score(labels, predict_lookup(table, fallback, keys)),
+        "grouped_cv": cv,
+        "leave_one_domain_out": lodo,
+        "definitions": {
+            "key": "parse_candidate_tool(current_action).strip().casefold(); "
+                   "unparsable -> None, its own key",
+            "fit": "per key majority strict gold label, ties unsafe",
+            "unseen": "training global majority strict label, ties unsafe",
+            "group_kfold": "interactions by size desc then id, each to the lightest fold",
+            "score": "strict F1 of out-of-fold predictions pooled over all rows",
+        },
+    }
+
+
+def _f(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    v = r["value"]
+    return f"{r['numerator']:.6g}/{r['denominator']:.6g}" + ("" if v is None else f" = {v:.4f}")
+
+
+def format_interaction(audit: dict[str, Any]) -> str:
+    lines = [f"rows {audit['rows']}, interactions {audit['interactions']}, "
+             f"coverage {_f(audit['row']['coverage'])}",
+             f"{'view':<22} {'F1':<28} {'accuracy':<28}"]
+    for view in ("row", "equal_interaction", "interaction_majority"):
+        m = audit[view]["metrics"]
+        lines.append(f"{view:<22} {_f(m['f1']):<28} {_f(m['accuracy']):<28}")
+    return "\n".join(lines)
+
+
+def format_tool_lookup(audit: dict[str, Any]) -> str:
+    lines = [f"rows {audit['rows']}, interactions {audit['interactions']}, distinct tool keys "
+             f"{audit['distinct_keys']}, unparsed {audit['unparsed_rows']}",
+             f"{'evaluation':<26} {'F1 (pooled)':<28} {'accuracy':<28}",
+             f"{'in-sample':<26} {_f(audit['in_sample']['f1']):<28} "
+             f"{_f(audit['in_sample']['accuracy']):<28}"]
+    cv = audit["grouped_cv"]
+    lines.append(f"{'grouped CV (' + str(cv['folds']) + ' folds)':<26} "
+                 f"{_f(cv['pooled']['f1']):<28} {_f(cv['pooled']['accuracy']):<28}")
+    lodo = audit["leave_one_domain_out"]
+    if lodo is not None:
+        lines.append(f"{'leave-one-domain-out':<26} {_f(lodo['pooled']['f1']):<28} "
+                     f"{_f(lodo['pooled']['accuracy']):<28}")
+        for dom, block in lodo["per_split"].items():
+            lines.append(f"  held out {dom:<15} {_f(block['f1']):<28} "
+                         f"unseen keys {block['unseen_key_rows']}/{block['rows']}")
+    return "\n".join(lines)

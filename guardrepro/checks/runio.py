@@ -1,0 +1,225 @@
+"""Reading a run directory for the checks, and writing their JSON atomically.
+
+Input: ``runs/<id>/records.jsonl`` (one ``guardrepro.schema.Record`` per
+line), ``manifest.json``, and optionally the cohort file the run was made
+from.
+
+Output: ``RowResult`` values, one per *expected* row. The expected rows come
+from the cohort when one is known (``--cohort``, or a cohort path named in the
+manifest that exists on disk); otherwise from the grid of every
+base_sample_id seen in the records times every variant seen in the records
+(the published cohort gives every base all its variants, so the grid is the
+cohort minus bases with no record at all). ``expected_source`` says which.
+
+Invariants: a row_id appears at most once in the records; a record whose
+row_id is not an expected row is an error; an expected row with no record is
+``status="missing"`` (score None, so it fails closed downstream). Nothing is
+silently dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError, IntegrityError
+from guardrepro.records import MANIFEST_FILE, RECORDS_FILE, RunManifest, read_manifest, read_records
+from guardrepro.schema import Record, read_cohort
+
+MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One expected row and what the run produced for it."""
+
+    row_id: str
+    base_sample_id: str
+    variant: str
+    domain: str
+    gold_label: float
+    status: str  # ok / parse_error / inference_error / missing
+    score: float | None
+    decision_margin: float | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def present(self) -> bool:
+        return self.status != MISSING
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    """Write pretty JSON to a temp file in the same directory, fsync, replace."""
+    path = Path(path)
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return write_text_atomic(path, text)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_records(path: str | Path) -> list[Record]:
+    """Records of a run directory (or a records.jsonl path), read strictly by
+    ``guardrepro.records.read_records`` (duplicate row ids, torn lines: errors)."""
+    path = Path(path)
+    file = path / RECORDS_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise InputError("records file not found", file=str(file))
+    return read_records(file)
+
+
+def load_manifest(run_dir: str | Path) -> RunManifest:
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise InputError("manifest.json not found in run directory",
+                         file=str(Path(run_dir) / MANIFEST_FILE))
+    return manifest
+
+
+def manifest_cohort_path(run_dir: str | Path, manifest: RunManifest) -> Path | None:
+    """The cohort file the manifest names, looked up as given (absolute or
+    relative to the working directory), then relative to the run directory and
+    each of its parents; None when it is not on disk. A file found there whose
+    sha256 differs from the manifest's is an ``IntegrityError``."""
+    raw = manifest.cohort.get("path")
+    if not isinstance(raw, str) or not raw:
+        return None
+    p = Path(raw)
+    candidates = [p] if p.is_absolute() else [
+        p, *(base / p for base in (Path(run_dir).resolve(), *Path(run_dir).resolve().parents))
+    ]
+    for cand in candidates:
+        if cand.is_file():
+            digest = hashlib.sha256(cand.read_bytes()).hexdigest()
+            if digest != manifest.cohort.get("sha256"):
+                raise IntegrityError(
+                    f"cohort file {cand} has sha256 {digest[:12]}..., the run's manifest "
+                    f"pins {str(manifest.cohort.get('sha256'))[:12]}...; pass --cohort "
+                    "with the run's cohort"
+                )
+            return cand
+    return None
+
+
+@dataclass(frozen=True)
+class RunRows:
+    rows: list[RowResult]
+    expected_source: str  # "cohort:<path>" or "grid"
+    records: int
+
+
+def _from_record(rec: Record) -> RowResult:
+    return RowResult(
+        row_id=rec.row_id,
+        base_sample_id=rec.base_sample_id,
+        variant=rec.variant,
+        domain=rec.domain,
+        gold_label=float(rec.gold_label),
+        status=rec.status,
+        score=rec.score,
+        decision_margin=rec.decision_margin,
+    )
+
+
+def rows_from_records(
+    records: Iterable[Record], cohort_path: str | Path | None = None
+) -> RunRows:
+    """Expected rows joined with records (see the module docstring)."""
+    recs = list(records)
+    by_id = {r.row_id: r for r in recs}
+    if cohort_path is not None:
+        cohort = read_cohort(cohort_path)
+        expected = {c.row_id: c for c in cohort}
+        extra = sorted(set(by_id) - set(expected))
+        if extra:
+            raise InputError(
+                f"{len(extra)} record(s) are not rows of the cohort, e.g. {extra[0]!r}",
+                file=str(cohort_path),
+                field="row_id",
+            )
+        out = []
+        for c in cohort:
+            rec = by_id.get(c.row_id)
+            if rec is not None:
+                _check_consistent(rec, c.base_sample_id, c.variant, c.domain, c.original_label)
+                out.append(_from_record(rec))
+            else:
+                out.append(
+                    RowResult(c.row_id, c.base_sample_id, c.variant, c.domain,
+                              c.original_label, MISSING, None)
+                )
+        return RunRows(out, f"cohort:{cohort_path}", len(recs))
+    if not recs:
+        raise InputError("run has no records and no cohort to say which rows were expected")
+    variants = sorted({r.variant for r in recs})
+    bases: dict[str, Record] = {}
+    for r in recs:
+        bases.setdefault(r.base_sample_id, r)
+    seen = {(r.base_sample_id, r.variant): r for r in recs}
+    out = []
+    for base, first in bases.items():
+        for v in variants:
+            rec = seen.get((base, v))
+            if rec is not None:
+                _check_consistent(rec, base, v, first.domain, first.gold_label)
+                out.append(_from_record(rec))
+            else:
+                out.append(
+                    RowResult(f"{base}:{v}:missing", base, v, first.domain,
+                              float(first.gold_label), MISSING, None)
+                )
+    return RunRows(out, "grid", len(recs))
+
+
+def _check_consistent(rec: Record, base: str, variant: str, domain: str, gold: float) -> None:
+    for name, got, want in (
+        ("base_sample_id", rec.base_sample_id, base),
+        ("variant", rec.variant, variant),
+        ("domain", rec.domain, domain),
+        ("gold_label", float(rec.gold_label), float(gold)),
+    ):
+        if got != want:
+            raise InputError(
+                f"record {rec.row_id!r} has {name} {got!r}, expected {want!r}", field=name
+            )
+
+
+def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
+    """Rows of a run directory; the cohort comes from ``cohort_path`` or the
+    manifest when it names one that exists, else the grid of the records."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("run directory not found", file=str(run_dir))
+    records = load_records(run_dir)
+    if cohort_path is None:
+        manifest = load_manifest(run_dir)
+        cohort_path = manifest_cohort_path(run_dir, manifest)
+        if cohort_path is None:
+            rows = rows_from_records(records, None)
+            return RunRows(
+                rows.rows,
+                f"grid (cohort {manifest.cohort.get('path')!r} not found on disk)",
+                rows.records,
+            )
+    return rows_from_records(records, cohort_path)

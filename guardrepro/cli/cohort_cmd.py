@@ -1,0 +1,66 @@
+"""``guardrepro cohort``: build frozen counterfactual cohorts.
+
+``guardrepro cohort build SPEC --data-dir DIR --out FILE [--unpinned]``
+reads the TS-Bench files below DIR (default: the spec's data lock, fetched
+and verified), writes FILE and FILE.manifest.json atomically, prints the
+manifest as JSON on stdout and warnings on stderr. Exit 2 on unusable input
+or data that does not match the lock.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from guardrepro.errors import IntegrityError
+
+
+@click.group()
+def cohort() -> None:
+    """Build frozen counterfactual cohorts from benchmark rows."""
+
+
+@cohort.command()
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory holding TS-Bench/<benchmark>-traj/<domain>.json "
+    "(default: the spec's data lock, already fetched).",
+)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="Cohort JSONL to write; the manifest goes to OUT.manifest.json.",
+)
+@click.option(
+    "--unpinned", is_flag=True,
+    help="Accept input files that do not match the data lock (manifest says pinned: false).",
+)
+@click.option(
+    "--require-match", is_flag=True,
+    help="Fail (exit 2) when the output sha256 differs from the spec's expected one.",
+)
+def build(
+    spec: Path, data_dir: Path | None, out: Path, unpinned: bool, require_match: bool
+) -> None:
+    """Build the cohort described by SPEC (a cohorts/*.toml file)."""
+    from guardrepro.cohort import build_cohort_file
+
+    manifest = build_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=True)
+    for warning in manifest["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+    if manifest["sha256_matches"] is False:
+        click.echo(
+            f"warning: output sha256 {manifest['sha256']} differs from the spec's expected "
+            f"{manifest['expected_sha256']}",
+            err=True,
+        )
+    click.echo(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False))
+    if require_match and manifest["sha256_matches"] is not True:
+        raise IntegrityError(
+            f"{out}: sha256 {manifest['sha256']} does not match the spec's expected "
+            f"{manifest['expected_sha256']}"
+        )

@@ -1,0 +1,44 @@
+"""``guardrepro fetch LOCK``: download a lock's pinned files into the cache and verify them.
+
+Input: a lock file (TOML, see ``guardrepro.locks``) and an optional cache root.
+Output (stdout): one line per file (action, path, size, sha256; first-download pins
+flagged), then the verified directory. Errors (exit 2) name the file, URL, expected
+and observed sha256/size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from guardrepro.fetch import fetch_lock
+
+HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
+
+
+@click.command("fetch")
+@click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
+@click.option("--no-progress", is_flag=True, help="Do not draw progress bars on stderr.")
+def fetch(lock: Path, home: Path | None, no_progress: bool) -> None:
+    """Download the files pinned by LOCK into the content-addressed cache.
+
+    GitHub files come from the LFS media URL or the raw URL at the pinned commit,
+    Hugging Face files through huggingface_hub at the pinned revision (HF_ENDPOINT is
+    honoured), package files are copied, local directories are verified in place.
+    Partial downloads resume; every file is checked against its size and sha256
+    before it enters the cache. Pins marked pinned_by = "first-download" are
+    recorded into LOCK after the first verified download and enforced afterwards.
+
+    Prints one line per file and, last, the directory holding the lock's files.
+    """
+    report = fetch_lock(lock, home, progress=not no_progress)
+    for item in report.files:
+        flag = "  [pinned now: first download]" if item.pinned_now else ""
+        click.echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")
+    if report.lock_updated:
+        count = len(report.pinned_now)
+        click.echo(f"recorded {count} first-download pin(s) in {report.lock_path}")
+    click.echo(f"{len(report.files)} file(s) verified for lock {report.lock!r}")
+    click.echo(f"directory: {report.directory}")

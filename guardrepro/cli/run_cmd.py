@@ -1,0 +1,81 @@
+"""``guardrepro run``: run (or resume) a cohort with a run profile.
+
+Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
+(the run directory), optional ``--shard k/n`` and ``--limit N``. Output: the
+run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
+summary whose last line is the run directory (for scripts). Progress goes to
+stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("run")
+@click.option(
+    "--profile",
+    "profile_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Run profile TOML (backend, guard, checkpoint, backend options, decoding).",
+)
+@click.option(
+    "--cohort",
+    "cohort_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Cohort JSONL file (one row per line, see `guardrepro cohort`).",
+)
+@click.option(
+    "--out",
+    "run_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory; rerunning into the same directory resumes it.",
+)
+@click.option(
+    "--shard",
+    default=None,
+    metavar="K/N",
+    help="Run only shard K of N (1-based; rows assigned by the hash of their derived id).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Only the first N selected rows in this invocation (a later run resumes the rest).",
+)
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+def run(
+    profile_path: Path,
+    cohort_path: Path,
+    run_dir: Path,
+    shard: str | None,
+    limit: int | None,
+    progress: bool,
+) -> None:
+    """Generate one record per cohort row into RUN_DIR/records.jsonl.
+
+    Rows already recorded with identical provenance are skipped; a run
+    directory made with different provenance, cohort or shard is refused.
+    """
+    from guardrepro.pipeline import run_cohort
+
+    summary = run_cohort(
+        profile_path, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
+    )
+    counts = summary.counts
+    shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""
+    click.echo(
+        f"run {summary.run_id}: {summary.rows_selected} rows selected{shard_note}; "
+        f"{summary.already_done} already done, {summary.generated} generated, "
+        f"{summary.remaining} remaining ({summary.elapsed_s:.1f} s)"
+    )
+    click.echo(
+        "status: "
+        + ", ".join(f"{status} {counts.get(status, 0)}" for status in counts)
+    )
+    click.echo(str(summary.run_dir))

@@ -1,0 +1,424 @@
+"""Build a frozen counterfactual cohort from TS-Bench files (UPSTREAM.md,
+"The frozen 64-step counterfactual cohort").
+
+Input: a :class:`~guardrepro.cohort_spec.CohortSpec` and a data directory
+holding ``TS-Bench/<benchmark>-traj/<domain>.json`` for each spec domain.
+Output: cohort JSONL bytes (readable by ``guardrepro.schema.read_cohort``)
+and a manifest dict; ``write_cohort`` writes both atomically
+(``<out>`` and ``<out>.manifest.json``).
+
+Algorithm, in order:
+
+1. Integrity: each input file's sha256 and size must equal its entry in the
+   spec's data lock (``IntegrityError`` naming file, expected, observed), unless
+   the build is unpinned (the manifest then says ``"pinned": false``).
+2. Eligibility: the history (a string as is; a list or object as
+   ``json.dumps(sort_keys=True, ensure_ascii=False)``; null as "") contains
+   every spec marker, case-sensitive. Base sample ids must be unique among
+   eligible rows (``InputError`` naming both rows); identical rows that are
+   not eligible cannot reach the cohort and are only counted
+   (``duplicate_rows_outside_eligible`` in the manifest).
+3. Cells: for each domain in spec order and each strict label (score != 0 ->
+   1) in spec order, sort the eligible rows by the hex sha256 of
+   ``"<salt>:<base_sample_id>"`` ascending and draw the first ``per_cell``.
+   A cell with fewer eligible rows gives what it has (a warning, never
+   padding).
+4. Each drawn base gets its variants (``guardrepro.edits``) or is excluded,
+   with the first failing reason: ``marker_pair_missing``,
+   ``candidate_tool_unparsable``, ``tool_absent_from_current_action``,
+   ``tool_absent_from_env_info`` (tool checks only when ``tool_alias`` or
+   ``combined`` is enabled), ``edit_changes_nothing`` (any enabled edit but
+   ``repeat`` whose seven fields equal the original's). Excluded bases are
+   counted and never replaced.
+5. Rows: per base, ``original`` then the enabled edits in spec order. Derived
+   id = sha256 of ``"\\x1f".join([protocol, benchmark, base_id, variant,
+   serialization])``, first 20 hex. ``original_label`` is the row's gold score
+   as written in the source file; ``axis`` is ``cohort_spec.AXES[variant]``.
+   One line per row: ``schema.canonical_json`` (sorted keys, ``(",", ":")``,
+   non-ASCII kept) plus ``"\\n"``, UTF-8.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from guardrepro.cache import atomic_write_bytes
+from guardrepro.cohort_spec import AXES, CohortSpec, load_spec
+from guardrepro.edits import (
+    count_substring,
+    count_tool,
+    parse_candidate_tool,
+    placebo_history,
+    replace_markers,
+    replace_tool,
+    tool_alias,
+)
+from guardrepro.errors import InputError, IntegrityError
+from guardrepro.schema import BENCH_FIELDS, CohortRow, canonical_json, sha256_text
+from guardrepro.tsbench import BenchRow, check_unique_ids, load_bench_file
+
+ALIAS_FIELDS = ("instruction", "history", "current_action", "env_info")
+TOOL_EDITS = ("tool_alias", "combined")
+
+
+def field_text(value: Any) -> str:
+    """A field as text: None -> "", str as is, else sorted-key JSON (non-ASCII kept)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def strict_label(score: float) -> int:
+    return 0 if score == 0 else 1
+
+
+def salted_key(salt: str, sample_id: str) -> str:
+    return hashlib.sha256(f"{salt}:{sample_id}".encode()).hexdigest()
+
+
+def derived_id(spec: CohortSpec, base_id: str, variant: str) -> str:
+    parts = [spec.protocol, spec.benchmark, base_id, variant, spec.serialization]
+    return sha256_text("\x1f".join(parts))[:20]
+
+
+def is_eligible(spec: CohortSpec, raw: Mapping[str, Any]) -> bool:
+    text = field_text(raw["history"])
+    return all(marker in text for marker in spec.markers)
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A drawn base whose variants cannot be built (counted, not replaced)."""
+
+    base_sample_id: str
+    domain: str
+    label: int
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    domain: str
+    label: int
+    eligible: int
+    drawn: tuple[str, ...]
+    excluded: tuple[str, ...]
+
+    @property
+    def included(self) -> tuple[str, ...]:
+        return tuple(base for base in self.drawn if base not in self.excluded)
+
+
+@dataclass
+class CohortBuild:
+    """The result of :func:`build_cohort`; ``data`` is the exact file content."""
+
+    spec: CohortSpec
+    rows: list[dict[str, Any]]
+    data: bytes
+    manifest: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, Any]] | Exclusion:
+    """The seven-field row of every variant of one base (``original`` first),
+    or the reason the base is excluded."""
+    raw = row.raw
+    base = row.base_sample_id
+
+    def exclude(reason: str, detail: str) -> Exclusion:
+        return Exclusion(base, row.domain, strict_label(row.score), reason, detail)
+
+    for marker in spec.markers:
+        if count_substring(raw["history"], marker) == 0:
+            return exclude("marker_pair_missing", f"history lacks {marker!r}")
+    original = {name: raw[name] for name in BENCH_FIELDS}
+    aliased: dict[str, Any] = {}
+    if any(edit in TOOL_EDITS for edit in spec.edits):
+        tool = parse_candidate_tool(raw["current_action"])
+        if tool is None:
+            return exclude(
+                "candidate_tool_unparsable",
+                "current_action has no 'Action:' line before its first 'Action Input:' line",
+            )
+        for name in ("current_action", "env_info"):
+            if count_tool(raw[name], tool) == 0:
+                return exclude(f"tool_absent_from_{name}", f"tool {tool!r} not found in {name}")
+        alias = tool_alias(spec.salt, base, tool)
+        aliased = dict(original)
+        for name in ALIAS_FIELDS:
+            aliased[name] = replace_tool(raw[name], tool, alias)
+    variants: dict[str, dict[str, Any]] = {"original": original}
+    pairs = spec.marker_pairs
+    for edit in spec.edits:
+        if edit == "marker_paraphrase":
+            new = {**original, "history": replace_markers(raw["history"], pairs)}
+        elif edit == "tool_alias":
+            new = dict(aliased)
+        elif edit == "combined":
+            new = {**aliased, "history": replace_markers(aliased["history"], pairs)}
+        elif edit == "placebo":
+            new = {**original, "history": placebo_history(raw["history"])}
+        else:  # repeat: the original again, under its own derived id
+            new = dict(original)
+        if edit != "repeat" and new == original:
+            return exclude("edit_changes_nothing", f"{edit} leaves the row unchanged")
+        variants[edit] = new
+    return variants
+
+
+def cohort_row(
+    spec: CohortSpec, row: BenchRow, variant: str, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One output line's object."""
+    return {
+        "cohort": spec.name,
+        "base_sample_id": row.base_sample_id,
+        "variant": variant,
+        "domain": row.domain,
+        "original_label": row.raw["score"],
+        "serialization": spec.serialization,
+        "axis": AXES[variant],
+        "sample": {"sample_id": derived_id(spec, row.base_sample_id, variant), **fields},
+    }
+
+
+def serialize_rows(rows: list[dict[str, Any]]) -> bytes:
+    return "".join(canonical_json(row) + "\n" for row in rows).encode("utf-8")
+
+
+def _read_sources(
+    spec: CohortSpec, data_dir: Path, pinned: bool
+) -> tuple[list[dict[str, Any]], list[BenchRow]]:
+    lock = None
+    if pinned:
+        from guardrepro.locks import load_lock
+
+        lock = load_lock(spec.data_lock)
+    sources: list[dict[str, Any]] = []
+    rows: list[BenchRow] = []
+    for domain in spec.domains:
+        rel = spec.relpath(domain)
+        path = data_dir / rel
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError("benchmark file not found", file=str(path)) from None
+        except OSError as exc:
+            raise InputError(f"cannot read benchmark file: {exc}", file=str(path)) from None
+        sha, size = hashlib.sha256(data).hexdigest(), len(data)
+        expected = None
+        if lock is not None:
+            hint = "(pass --unpinned to build from unpinned data)"
+            try:
+                entry = lock.file(rel)
+            except KeyError:
+                raise IntegrityError(
+                    f"{path}: not pinned: data lock {spec.data_lock} has no entry {rel!r} {hint}"
+                ) from None
+            if entry.sha256 is None:
+                raise IntegrityError(
+                    f"{path}: not pinned: data lock {spec.data_lock} has no sha256 for "
+                    f"{rel!r} yet {hint}"
+                )
+            if entry.sha256 != sha or entry.size != size:
+                raise IntegrityError(
+                    f"{path}: does not match data lock {spec.data_lock}: expected sha256 "
+                    f"{entry.sha256} ({entry.size} bytes), observed {sha} ({size} bytes) {hint}"
+                )
+            expected = entry.sha256
+        domain_rows = load_bench_file(path, domain)
+        rows.extend(domain_rows)
+        sources.append(
+            {"path": rel, "sha256": sha, "bytes": size, "rows": len(domain_rows),
+             "lock_sha256": expected}
+        )
+    return sources, rows
+
+
+def _cells(spec: CohortSpec, rows: list[BenchRow]) -> list[tuple[str, int, list[BenchRow]]]:
+    """Every (domain, label) cell in spec order with its eligible rows, salted order."""
+    groups: dict[tuple[str, int], list[BenchRow]] = {}
+    eligible_rows = [row for row in rows if is_eligible(spec, row.raw)]
+    check_unique_ids(eligible_rows)
+    for row in eligible_rows:
+        groups.setdefault((row.domain, strict_label(row.score)), []).append(row)
+    out = []
+    for domain in spec.domains:
+        for label in spec.labels:
+            eligible = sorted(
+                groups.get((domain, label), []),
+                key=lambda row: salted_key(spec.salt, row.base_sample_id),
+            )
+            out.append((domain, label, eligible))
+    return out
+
+
+def build_cohort(
+    spec: CohortSpec, data_dir: str | Path, *, pinned: bool = True, progress: bool = False
+) -> CohortBuild:
+    """Select, edit and serialise a cohort (nothing is written)."""
+    sources, bench_rows = _read_sources(spec, Path(data_dir), pinned)
+    out_rows: list[dict[str, Any]] = []
+    cells: list[Cell] = []
+    exclusions: list[Exclusion] = []
+    warnings: list[str] = []
+    cell_list = _cells(spec, bench_rows)
+    # Identical content outside the eligible rows cannot reach the cohort; count it.
+    duplicates = len(bench_rows) - len({row.base_sample_id for row in bench_rows})
+    total = sum(min(len(eligible), spec.per_cell) for _, _, eligible in cell_list)
+    bar = tqdm(total=total, desc=f"cohort {spec.name}", unit="base", disable=not progress)
+    for domain, label, eligible in cell_list:
+        drawn = eligible[: spec.per_cell]
+        excluded: list[str] = []
+        for row in drawn:
+            variants = build_variants(spec, row)
+            bar.update(1)
+            if isinstance(variants, Exclusion):
+                exclusions.append(variants)
+                excluded.append(row.base_sample_id)
+                continue
+            for variant, fields in variants.items():
+                out_rows.append(cohort_row(spec, row, variant, fields))
+        cell = Cell(domain, label, len(eligible), tuple(r.base_sample_id for r in drawn),
+                    tuple(excluded))
+        cells.append(cell)
+        if len(drawn) < spec.per_cell:
+            warnings.append(
+                f"cell {domain}/{label}: only {len(eligible)} eligible row(s) for "
+                f"per_cell {spec.per_cell}; took them all, no padding"
+            )
+        if excluded:
+            warnings.append(
+                f"cell {domain}/{label}: {len(excluded)} base(s) excluded, not replaced"
+            )
+    bar.close()
+    _check_rows(out_rows)
+    data = serialize_rows(out_rows)
+    manifest = _manifest(spec, sources, cells, exclusions, data, len(out_rows), pinned, warnings)
+    manifest["duplicate_rows_outside_eligible"] = duplicates
+    return CohortBuild(spec, out_rows, data, manifest, warnings)
+
+
+def _check_rows(rows: list[dict[str, Any]]) -> None:
+    """Every row must load as a CohortRow and derived ids must be unique."""
+    seen: set[str] = set()
+    for index, data in enumerate(rows):
+        row = CohortRow.from_dict(data, row=index)
+        if row.row_id in seen:
+            raise InputError(f"duplicate derived id {row.row_id}", row=index,
+                             field="sample.sample_id")
+        seen.add(row.row_id)
+
+
+def _manifest(
+    spec: CohortSpec,
+    sources: list[dict[str, Any]],
+    cells: list[Cell],
+    exclusions: list[Exclusion],
+    data: bytes,
+    rows: int,
+    pinned: bool,
+    warnings: list[str],
+) -> dict[str, Any]:
+    from guardrepro import __version__
+
+    sha = hashlib.sha256(data).hexdigest()
+    eligible = {
+        domain: [c.eligible for c in cells if c.domain == domain] for domain in spec.domains
+    }
+    expected_eligible = (
+        None if spec.expected_eligible is None
+        else {domain: list(counts) for domain, counts in spec.expected_eligible.items()}
+    )
+
+    def matches(expected: Any, observed: Any) -> bool | None:
+        return None if expected is None else expected == observed
+
+    spec_sha = None
+    if spec.path is not None and spec.path.is_file():
+        spec_sha = hashlib.sha256(spec.path.read_bytes()).hexdigest()
+    return {
+        "cohort": spec.name,
+        "guardrepro_version": __version__,
+        "spec": None if spec.path is None else str(spec.path),
+        "spec_sha256": spec_sha,
+        "benchmark": spec.benchmark,
+        "protocol": spec.protocol,
+        "serialization": spec.serialization,
+        "salt": spec.salt,
+        "per_cell": spec.per_cell,
+        "labels": list(spec.labels),
+        "variants": list(spec.variants),
+        "data_lock": str(spec.data_lock),
+        "pinned": pinned,
+        "sources": sources,
+        "cells": [
+            {"domain": c.domain, "label": c.label, "eligible": c.eligible,
+             "drawn": len(c.drawn), "excluded": len(c.excluded), "selected": len(c.included),
+             "shortfall": max(0, spec.per_cell - len(c.drawn)), "bases": list(c.included)}
+            for c in cells
+        ],
+        "eligible": eligible,
+        "expected_eligible": expected_eligible,
+        "eligible_matches": matches(expected_eligible, eligible),
+        "exclusions": [asdict(e) for e in exclusions],
+        "bases": sum(len(c.included) for c in cells),
+        "rows": rows,
+        "bytes": len(data),
+        "sha256": sha,
+        "expected_sha256": spec.expected_sha256,
+        "sha256_matches": matches(spec.expected_sha256, sha),
+        "expected_rows": spec.expected_rows,
+        "rows_match": matches(spec.expected_rows, rows),
+        "expected_bytes": spec.expected_bytes,
+        "bytes_match": matches(spec.expected_bytes, len(data)),
+        "warnings": list(warnings),
+    }
+
+
+def manifest_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".manifest.json")
+
+
+def write_cohort(build: CohortBuild, out: str | Path) -> dict[str, Any]:
+    """Write the cohort file and its manifest atomically; returns the manifest
+    (with ``output`` set)."""
+    out = Path(out)
+    manifest = {**build.manifest, "output": str(out)}
+    atomic_write_bytes(out, build.data)
+    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_bytes(manifest_path(out), text.encode("utf-8"))
+    return manifest
+
+
+def build_cohort_file(
+    spec_path: str | Path,
+    data_dir: str | Path | None,
+    out: str | Path,
+    *,
+    unpinned: bool = False,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Load a spec, build its cohort and write it; returns the manifest.
+
+    ``data_dir=None`` uses the spec's data lock through ``guardrepro.fetch.materialize``
+    (a verified local copy; fetch it first)."""
+    spec = load_spec(spec_path)
+    if data_dir is None:
+        from guardrepro.fetch import materialize
+
+        data_dir = materialize(spec.data_lock)
+    build = build_cohort(spec, data_dir, pinned=not unpinned, progress=progress)
+    return write_cohort(build, out)

@@ -1,0 +1,303 @@
+"""Row-by-row comparison of two runs (e.g. BF16 vs Q8, or transformers vs MLX).
+
+Input: two runs, each a run directory holding ``records.jsonl`` or a records
+JSONL file itself (one ``Record.to_dict()`` per line). Output: a
+``Comparison`` with one ``RowComparison`` per row id present in both runs and
+a summary whose every rate carries its denominator.
+
+Invariants:
+- Rows are matched by ``row_id`` only; a duplicate row id inside one run is
+  an error, rows present in one run only are listed, never dropped.
+- Token identity compares ``output_token_ids`` exactly; ``first_divergence``
+  is the first index where they differ (the shorter length when one is a
+  prefix of the other), ``None`` when identical.
+- Exact-score agreement is defined on jointly valid rows only (both status
+  ``ok``); strict agreement is defined on every row in both and uses the
+  fail-closed strict decision (an invalid record counts as decision 1).
+- Margins are the records' ``decision_margin`` (top1 - top2 logit at the
+  decision position); margin quantiles are reported separately for rows whose
+  strict decision agrees and rows where it does not, so one can see whether
+  the movers were near-ties.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError
+from guardrepro.schema import Record, iter_jsonl
+
+QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def records_path(run: str | Path) -> Path:
+    """The records file of a run given as a run directory or a JSONL file."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / "records.jsonl"
+    if not path.is_file():
+        raise InputError("no records file (expected a run directory or records.jsonl)",
+                         file=str(path))
+    return path
+
+
+def load_records(run: str | Path) -> dict[str, Record]:
+    """Read a run's records keyed by row id; duplicate row ids are an error."""
+    path = records_path(run)
+    records: list[Record]
+    try:
+        from guardrepro.records import read_records  # runner helper's reader
+    except ImportError:
+        records = [
+            Record.from_dict(data, file=str(path), row=index) for index, data in iter_jsonl(path)
+        ]
+    else:
+        records = list(read_records(path))
+    out: dict[str, Record] = {}
+    for index, record in enumerate(records):
+        if record.row_id in out:
+            raise InputError(f"duplicate row_id {record.row_id!r}", file=str(path), row=index,
+                             field="row_id")
+        out[record.row_id] = record
+    return out
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """First index where two token sequences differ; None if identical."""
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    row_id: str
+    variant: str
+    domain: str
+    gold_label: float
+    same_input: bool
+    tokens_identical: bool
+    first_divergence: int | None
+    tokens_a: int
+    tokens_b: int
+    status_a: str
+    status_b: str
+    score_a: float | None
+    score_b: float | None
+    exact_agree: bool | None  # None unless both rows are valid
+    strict_a: int
+    strict_b: int
+    strict_agree: bool
+    margin_a: float | None
+    margin_b: float | None
+
+
+def compare_row(a: Record, b: Record) -> RowComparison:
+    both_valid = a.valid and b.valid
+    return RowComparison(
+        row_id=a.row_id,
+        variant=a.variant,
+        domain=a.domain,
+        gold_label=a.gold_label,
+        same_input=a.input_sha256 == b.input_sha256,
+        tokens_identical=list(a.output_token_ids) == list(b.output_token_ids),
+        first_divergence=first_divergence(a.output_token_ids, b.output_token_ids),
+        tokens_a=len(a.output_token_ids),
+        tokens_b=len(b.output_token_ids),
+        status_a=a.status,
+        status_b=b.status,
+        score_a=a.score,
+        score_b=b.score,
+        exact_agree=(a.score == b.score) if both_valid else None,
+        strict_a=a.strict_decision,
+        strict_b=b.strict_decision,
+        strict_agree=a.strict_decision == b.strict_decision,
+        margin_a=a.decision_margin,
+        margin_b=b.decision_margin,
+    )
+
+
+def quantiles(values: Iterable[float | None]) -> dict[str, Any]:
+    """Count of present values, count of missing ones, linear-interpolated quantiles."""
+    items = list(values)
+    present = sorted(v for v in items if v is not None)
+    missing = len(items) - len(present)
+    out: dict[str, Any] = {"n": len(present), "missing": missing}
+    for q in QUANTILES:
+        key = f"q{int(q * 100):02d}"
+        if not present:
+            out[key] = None
+            continue
+        pos = q * (len(present) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(present) - 1)
+        out[key] = present[lo] + (present[hi] - present[lo]) * (pos - lo)
+    return out
+
+
+def _rate(count: int, denominator: int) -> dict[str, Any]:
+    return {"count": count, "denominator": denominator,
+            "rate": (count / denominator) if denominator else None}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run_a: str
+    run_b: str
+    rows: list[RowComparison]
+    only_a: list[str]
+    only_b: list[str]
+    rows_a: int
+    rows_b: int
+
+    def summary(self) -> dict[str, Any]:
+        both = self.rows
+        n = len(both)
+        joint = [r for r in both if r.exact_agree is not None]
+        agree = [r for r in both if r.strict_agree]
+        disagree = [r for r in both if not r.strict_agree]
+        score_moved = [r for r in joint if not r.exact_agree]
+        return {
+            "rows_a": self.rows_a,
+            "rows_b": self.rows_b,
+            "rows_in_both": n,
+            "only_in_a": len(self.only_a),
+            "only_in_b": len(self.only_b),
+            "input_mismatch": _rate(sum(not r.same_input for r in both), n),
+            "valid_a": _rate(sum(r.status_a == "ok" for r in both), n),
+            "valid_b": _rate(sum(r.status_b == "ok" for r in both), n),
+            "identical_tokens": _rate(sum(r.tokens_identical for r in both), n),
+            "exact_score_agreement": _rate(sum(bool(r.exact_agree) for r in joint), len(joint)),
+            "strict_agreement": _rate(len(agree), n),
+            "strict_disagreements": [r.row_id for r in disagree],
+            "score_disagreements": [r.row_id for r in score_moved],
+            "token_divergences": [r.row_id for r in both if not r.tokens_identical],
+            "margins": {
+                "strict_agree": {"a": quantiles([r.margin_a for r in agree]),
+                                 "b": quantiles([r.margin_b for r in agree])},
+                "strict_disagree": {"a": quantiles([r.margin_a for r in disagree]),
+                                    "b": quantiles([r.margin_b for r in disagree])},
+                "score_disagree": {"a": quantiles([r.margin_a for r in score_moved]),
+                                   "b": quantiles([r.margin_b for r in score_moved])},
+            },
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "summary": self.summary(),
+            "only_a": list(self.only_a),
+            "only_b": list(self.only_b),
+            "rows": [asdict(r) for r in self.rows],
+        }
+
+
+def compare_records(
+    a: Mapping[str, Record], b: Mapping[str, Record], *, run_a: str = "A", run_b: str = "B"
+) -> Comparison:
+    """Compare two keyed record sets; rows in both are listed in A's order."""
+    rows = [compare_row(rec, b[row_id]) for row_id, rec in a.items() if row_id in b]
+    return Comparison(
+        run_a=run_a,
+        run_b=run_b,
+        rows=rows,
+        only_a=[row_id for row_id in a if row_id not in b],
+        only_b=[row_id for row_id in b if row_id not in a],
+        rows_a=len(a),
+        rows_b=len(b),
+    )
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
+    """Load both runs and compare them row by row."""
+    return compare_records(load_records(run_a), load_records(run_b),
+                           run_a=str(run_a), run_b=str(run_b))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _fmt_rate(item: Mapping[str, Any]) -> str:
+    rate = item["rate"]
+    pct = "n/a" if rate is None else f"{100 * rate:.1f}%"
+    return f"{item['count']}/{item['denominator']} ({pct})"
+
+
+def format_table(comparison: Comparison) -> str:
+    """A readable summary plus one line per row whose outputs differ."""
+    s = comparison.summary()
+    lines = [
+        f"A: {comparison.run_a} ({s['rows_a']} rows)",
+        f"B: {comparison.run_b} ({s['rows_b']} rows)",
+        f"rows in both {s['rows_in_both']}, only in A {s['only_in_a']}, "
+        f"only in B {s['only_in_b']}",
+        f"valid A            {_fmt_rate(s['valid_a'])}",
+        f"valid B            {_fmt_rate(s['valid_b'])}",
+        f"identical tokens   {_fmt_rate(s['identical_tokens'])}",
+        f"exact score agree  {_fmt_rate(s['exact_score_agreement'])}  (jointly valid rows)",
+        f"strict agree       {_fmt_rate(s['strict_agreement'])}  (fail-closed)",
+    ]
+    if s["input_mismatch"]["count"]:
+        lines.append(f"WARNING: input_sha256 differs on {_fmt_rate(s['input_mismatch'])} rows")
+    for group in ("strict_agree", "strict_disagree", "score_disagree"):
+        for side in ("a", "b"):
+            q = s["margins"][group][side]
+            if q["n"]:
+                lines.append(
+                    f"margin {side.upper()} [{group}] n={q['n']} min {_fmt(q['q00'])} "
+                    f"q25 {_fmt(q['q25'])} median {_fmt(q['q50'])} q75 {_fmt(q['q75'])} "
+                    f"max {_fmt(q['q100'])}"
+                )
+    moved = [r for r in comparison.rows if not (r.tokens_identical and r.strict_agree)]
+    if moved:
+        header = ("row_id", "variant", "score A", "score B", "strict", "diverge@", "margin A",
+                  "margin B")
+        table = [header]
+        for r in moved:
+            table.append((
+                r.row_id, r.variant, _fmt(r.score_a if r.status_a == "ok" else r.status_a),
+                _fmt(r.score_b if r.status_b == "ok" else r.status_b),
+                f"{r.strict_a}/{r.strict_b}" + ("" if r.strict_agree else " !"),
+                _fmt(r.first_divergence), _fmt(r.margin_a), _fmt(r.margin_b),
+            ))
+        widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+        lines.append("")
+        for row in table:
+            lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+    for label, ids in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
+        if ids:
+            lines.append(f"{label}: {', '.join(ids)}")
+    return "\n".join(lines)
+
+
+def write_json(comparison: Comparison, out: str | Path) -> Path:
+    """Write the comparison as JSON atomically."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(comparison.to_dict(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

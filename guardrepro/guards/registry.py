@@ -1,0 +1,47 @@
+"""Guard names -> adapters.
+
+Input: a guard name and its verified template. Output: a ``GuardAdapter``.
+Known names: ``ts-guard`` (TS-Guard, UPSTREAM.md) and ``toy-guard`` (the
+shipped toy guard: same output format and parser, its own template, a
+256-token generation budget). An unknown name is an ``InputError`` that
+suggests the closest known name. ``get_parser`` gives a guard's parser alone,
+for verbs that never render a prompt (``parse``, ``reparse``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from guardrepro.errors import InputError
+from guardrepro.guards.base import GuardAdapter, GuardTemplate, ParseResult
+from guardrepro.guards.ts_guard import TSGuardAdapter
+from guardrepro.parse import parse_ts_guard
+
+TOY_GUARD_MAX_NEW_TOKENS = 256
+
+GUARD_NAMES = ("ts-guard", "toy-guard")
+
+
+def _unknown(name: str) -> InputError:
+    close = difflib.get_close_matches(name, GUARD_NAMES, n=1, cutoff=0.0)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return InputError(
+        f"unknown guard {name!r} (known: {', '.join(GUARD_NAMES)}){hint}", field="guard"
+    )
+
+
+def get_guard(name: str, template: GuardTemplate) -> GuardAdapter:
+    """The adapter for guard ``name`` bound to ``template``."""
+    if name == "ts-guard":
+        return TSGuardAdapter(template, name="ts-guard")
+    if name == "toy-guard":
+        return TSGuardAdapter(template, name="toy-guard", max_new_tokens=TOY_GUARD_MAX_NEW_TOKENS)
+    raise _unknown(name)
+
+
+def get_parser(name: str) -> Callable[[str], ParseResult]:
+    """The output parser of guard ``name`` (no template needed)."""
+    if name in GUARD_NAMES:
+        return parse_ts_guard
+    raise _unknown(name)

@@ -1,0 +1,537 @@
+"""Run a cohort through a guard: render, tokenize, generate, parse, record.
+
+Input: a run profile (``runners/*.toml``), a cohort JSONL file and a run
+directory. Output: ``manifest.json`` and one ``schema.Record`` per selected
+cohort row appended to ``records.jsonl`` (see ``guardrepro.records``), and a
+``RunSummary`` with the counts.
+
+Invariants:
+
+- Every row's prompt is rendered by the guard adapter, chat-templated and
+  tokenized once by ``prompts.PromptTokenizer``; the runner receives token
+  ids only. ``input_sha256`` is the sha256 of the rendered text (before the
+  chat template). A row whose prompt plus ``max_new_tokens`` exceeds the
+  model's context is refused up front, before anything is generated.
+- The provenance (guard, backend, ``runner.describe()``, artifact tree hash,
+  model revision or ``"unpinned"``, template and chat-template hashes, parser
+  version, decoding, package versions) is computed before generating. A run
+  directory is resumed only when its manifest has the same provenance hash,
+  cohort hash and shard; otherwise ``ProvenanceError`` lists every difference.
+  Rows already recorded are skipped; each other record is appended as soon
+  as its chunk (``batch_size`` requests per ``runner.generate`` call) returns.
+- Greedy: one attempt. Sampled (the authors' mode): up to ``max_attempts``
+  attempts per row until one parses, attempt ``a`` (0-based) seeded with
+  ``DecodingParams.seed_for(row_id, a)``. The record's output, status and
+  decision margin come from the last attempt; its timings are summed over
+  attempts and its peak memory is their maximum.
+- An ``InferenceError`` becomes an ``inference_error`` record for the rows
+  concerned (a failing chunk is retried one request at a time to isolate
+  them); it never loses other rows. Any other exception stops the run; the
+  records already appended stay valid and a rerun resumes.
+- The decision margin is ``step_margins[i]`` for the generated token ``i``
+  whose decoded span contains the first character of the harmfulness rating
+  value (``guard.decision_char_offset``); None when no rating was generated.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+import guardrepro
+from guardrepro.errors import InferenceError, InputError, PromptError, ProvenanceError
+from guardrepro.guards.base import GuardAdapter, GuardTemplate
+from guardrepro.records import (
+    RecordWriter,
+    RunManifest,
+    check_resumable,
+    git_commit,
+    read_manifest,
+    utc_now,
+    write_manifest,
+)
+from guardrepro.runners.base import Generation, GenerationRequest, Runner
+from guardrepro.runners.profile import RunProfile
+from guardrepro.schema import (
+    RECORD_STATUSES,
+    Attempt,
+    CohortRow,
+    DecodingParams,
+    Provenance,
+    Record,
+    read_cohort,
+    sha256_text,
+)
+from guardrepro.shard import format_shard, parse_shard, select_shard
+
+UNPINNED = "unpinned"
+# Packages every backend's outputs depend on (prompt rendering and tokenization);
+# backend-specific versions are in runner.describe().
+PROMPT_PACKAGES = ("tokenizers", "transformers", "jinja2")
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """A cohort row with its rendered prompt, hash and prompt token ids."""
+
+    row: CohortRow
+    text: str
+    input_sha256: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedProfile:
+    """What a profile points at, loaded and verified."""
+
+    profile: RunProfile
+    checkpoint_dir: Path
+    model_revision: str
+    template: GuardTemplate
+    guard: GuardAdapter
+    tokenizer: Any  # guardrepro.prompts.PromptTokenizer
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: Path
+    run_id: str
+    rows_in_cohort: int
+    rows_selected: int
+    already_done: int
+    generated: int
+    remaining: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["counts"] = dict(self.counts)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# resolution
+
+
+def _model_revision(lock_path: Path) -> str:
+    from guardrepro.locks import GithubSource, HfSource, load_lock
+
+    lock = load_lock(lock_path)
+    source = lock.source
+    if isinstance(source, HfSource):
+        return f"{source.repo}@{source.revision}"
+    if isinstance(source, GithubSource):
+        return f"{source.repo}@{source.commit}"
+    return f"{source.type}:{lock.name}"
+
+
+def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
+    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
+    from guardrepro.guards.registry import get_guard
+    from guardrepro.prompts import PromptTokenizer, check_placeholders, load_template
+
+    if profile.checkpoint.lock is not None:
+        from guardrepro.fetch import materialize
+
+        checkpoint_dir = Path(materialize(profile.checkpoint.lock, home))
+        revision = _model_revision(profile.checkpoint.lock)
+    else:
+        assert profile.checkpoint.dir is not None
+        checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
+    spec = profile.guard
+    if spec.template_path is not None:
+        text = spec.template_path.read_text(encoding="utf-8")
+        check_placeholders(text, source=str(spec.template_path))
+        template = GuardTemplate(text=text, sha256=sha256_text(text))
+    else:
+        assert spec.template_lock is not None and spec.template_file is not None
+        template = load_template(spec.template_lock, spec.template_file, home)
+    try:
+        guard = get_guard(spec.name, template)
+    except InputError as exc:
+        raise InputError(str(exc), file=str(profile.path), field="guard.name") from exc
+    tokenizer = PromptTokenizer(checkpoint_dir)
+    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer)
+
+
+def prepare_rows(
+    guard: GuardAdapter,
+    tokenizer: Any,
+    rows: Sequence[CohortRow],
+    max_new_tokens: int,
+    *,
+    cohort_path: str | Path | None = None,
+) -> list[PreparedRow]:
+    """Render, hash, tokenize and length-check each row (PromptError names the row)."""
+    prepared = []
+    for index, row in enumerate(rows):
+        try:
+            text = guard.render(row.sample)
+            ids = tuple(tokenizer.encode_chat(text))
+            tokenizer.check_length(len(ids), max_new_tokens)
+        except (PromptError, KeyError, ValueError) as exc:
+            where = f"{cohort_path}: " if cohort_path is not None else ""
+            raise PromptError(f"{where}row {index} ({row.row_id}): {exc}") from exc
+        prepared.append(PreparedRow(row, text, sha256_text(text), ids))
+    return prepared
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions() -> dict[str, str]:
+    out = {"guardrepro": guardrepro.__version__, "python": platform.python_version()}
+    for name in PROMPT_PACKAGES:
+        version = _version(name)
+        if version is not None:
+            out[name] = version
+    return out
+
+
+def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str) -> Provenance:
+    profile = resolved.profile
+    return Provenance(
+        guard=resolved.guard.name,
+        backend=profile.backend,
+        backend_config=dict(runner.describe()),
+        artifact_tree_sha256=tree_sha256,
+        model_revision=resolved.model_revision,
+        template_sha256=resolved.template.sha256,
+        chat_template_sha256=resolved.tokenizer.chat_template_sha256,
+        parser_version=resolved.guard.parser_version,
+        decoding=profile.decoding.to_dict(),
+        package_versions=package_versions(),
+    )
+
+
+# ---------------------------------------------------------------------------
+# generation
+
+
+def token_index_at(
+    token_ids: Sequence[int], char_offset: int, decode: Callable[[Sequence[int]], str]
+) -> int | None:
+    """Index of the token whose decoded span contains ``char_offset`` of
+    ``decode(token_ids)``: the first ``i`` with ``len(decode(ids[:i+1])) > offset``."""
+    for i in range(len(token_ids)):
+        if len(decode(token_ids[: i + 1])) > char_offset:
+            return i
+    return None
+
+
+def decision_margin(
+    guard: GuardAdapter, generation: Generation, decode: Callable[[Sequence[int]], str]
+) -> float | None:
+    offset = guard.decision_char_offset(generation.text)
+    if offset is None:
+        return None
+    index = token_index_at(generation.token_ids, offset, decode)
+    if index is None or index >= len(generation.step_margins):
+        return None
+    return float(generation.step_margins[index])
+
+
+def _safe_generate(
+    runner: Runner, requests: list[GenerationRequest], params: DecodingParams
+) -> dict[str, Generation | str]:
+    """Generation per row id, or the InferenceError message for that row."""
+    try:
+        gens = runner.generate(requests, params)
+        if [g.row_id for g in gens] != [r.row_id for r in requests]:
+            raise InferenceError(
+                f"{runner.backend} runner returned rows {[g.row_id for g in gens]} for "
+                f"requests {[r.row_id for r in requests]}"
+            )
+        return {g.row_id: g for g in gens}
+    except InferenceError as exc:
+        if len(requests) == 1:
+            return {requests[0].row_id: f"InferenceError: {exc}"}
+    out: dict[str, Generation | str] = {}
+    for request in requests:  # isolate the failing request(s)
+        out.update(_safe_generate(runner, [request], params))
+    return out
+
+
+def _attempt(
+    guard: GuardAdapter,
+    result: Generation | str,
+    seed: int | None,
+    decode: Callable[[Sequence[int]], str],
+) -> tuple[Attempt, Mapping[str, Any] | None]:
+    """One attempt from a generation (or an inference error message), parsed."""
+    if isinstance(result, str):
+        return Attempt("", [], "error", "inference_error", None, result, None, seed), None
+    parsed = guard.parse(result.text)
+    attempt = Attempt(
+        text=result.text,
+        token_ids=list(result.token_ids),
+        finish_reason=result.finish_reason,
+        status="ok" if parsed.status == "ok" else "parse_error",
+        score=parsed.score if parsed.status == "ok" else None,
+        error_type=parsed.error_type,
+        decision_margin=decision_margin(guard, result, decode),
+        seed=seed,
+    )
+    return attempt, parsed.components
+
+
+# One row's attempts: (attempt, its generation or None, parse components or None).
+AttemptLog = list[tuple[Attempt, Generation | None, Mapping[str, Any] | None]]
+
+
+def generate_chunk(
+    runner: Runner,
+    guard: GuardAdapter,
+    chunk: Sequence[PreparedRow],
+    params: DecodingParams,
+    decode: Callable[[Sequence[int]], str],
+) -> dict[str, AttemptLog]:
+    """Every attempt for each row of ``chunk``, by row id."""
+    history: dict[str, AttemptLog] = {p.row.row_id: [] for p in chunk}
+    pending = list(chunk)
+    for attempt_index in range(params.max_attempts):
+        if not pending:
+            break
+        seeds = {p.row.row_id: params.seed_for(p.row.row_id, attempt_index) for p in pending}
+        requests = [
+            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id]) for p in pending
+        ]
+        results = _safe_generate(runner, requests, params)
+        still = []
+        for p in pending:
+            result = results[p.row.row_id]
+            attempt, components = _attempt(guard, result, seeds[p.row.row_id], decode)
+            generation = result if isinstance(result, Generation) else None
+            history[p.row.row_id].append((attempt, generation, components))
+            if attempt.status == "parse_error":
+                still.append(p)
+        pending = still
+    return history
+
+
+def make_record(
+    run_id: str,
+    prepared: PreparedRow,
+    attempts: AttemptLog,
+    provenance: Provenance,
+    provenance_sha256: str,
+) -> Record:
+    final, _, components = attempts[-1]
+    timings = {"prefill_s": 0.0, "decode_s": 0.0, "total_s": 0.0}
+    peaks = []
+    for _, gen, _ in attempts:
+        if gen is not None:
+            for key, value in gen.timings.to_dict().items():
+                timings[key] += value
+            if gen.peak_memory_bytes is not None:
+                peaks.append(gen.peak_memory_bytes)
+    row = prepared.row
+    return Record(
+        run_id=run_id,
+        row_id=row.row_id,
+        base_sample_id=row.base_sample_id,
+        cohort=row.cohort,
+        variant=row.variant,
+        domain=row.domain,
+        gold_label=row.original_label,
+        input_sha256=prepared.input_sha256,
+        prompt_tokens=len(prepared.token_ids),
+        provenance_sha256=provenance_sha256,
+        provenance=provenance.to_dict(),
+        status=final.status,
+        score=final.score,
+        error_type=final.error_type,
+        components=dict(components) if components is not None else None,
+        decision_margin=final.decision_margin,
+        output_text=final.text,
+        output_token_ids=list(final.token_ids),
+        finish_reason=final.finish_reason,
+        attempts=[asdict(a) for a, _, _ in attempts],
+        timings=timings,
+        peak_memory_bytes=max(peaks) if peaks else None,
+        created_at=utc_now(),
+    )
+
+
+# ---------------------------------------------------------------------------
+# the run
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_cohort(
+    profile_path: str | Path,
+    cohort_path: str | Path,
+    run_dir: str | Path,
+    *,
+    shard: str | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+    home: str | Path | None = None,
+) -> RunSummary:
+    """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
+
+    ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
+    selected rows for this invocation (a later run without it resumes the
+    rest). ``home`` is the guardrepro cache (default: ``$GUARDREPRO_HOME``).
+    """
+    started = time.perf_counter()
+    profile = RunProfile.load(profile_path)
+    cohort_path = Path(cohort_path).resolve()
+    run_dir = Path(run_dir).resolve()
+    if limit is not None and limit < 0:
+        raise InputError(f"limit must be >= 0, got {limit}", field="limit")
+    shard_spec = None
+    rows_all = read_cohort(cohort_path)
+    rows = rows_all
+    if shard is not None:
+        k, n = parse_shard(shard)
+        shard_spec = format_shard(k, n)
+        rows = select_shard(rows_all, k, n)
+    scope = rows if limit is None else rows[:limit]
+
+    with RecordWriter(run_dir) as writer:
+        existing_manifest = read_manifest(run_dir)
+        if existing_manifest is None and writer.records:
+            raise ProvenanceError(
+                f"{writer.path} holds records but {run_dir} has no manifest.json; "
+                "refusing to append to records of unknown provenance"
+            )
+        resolved = resolve_profile(profile, home=home)
+        decode = resolved.tokenizer.decode
+        prepared = prepare_rows(
+            resolved.guard,
+            resolved.tokenizer,
+            scope,
+            profile.decoding.max_new_tokens,
+            cohort_path=cohort_path,
+        )
+        from guardrepro.runners.registry import create_runner
+        from guardrepro.verify import tree_hash
+
+        tree = tree_hash(resolved.checkpoint_dir)
+        try:
+            runner = create_runner(
+                profile.backend,
+                resolved.checkpoint_dir,
+                profile.backend_options,
+                eos_token_ids=resolved.tokenizer.eos_token_ids,
+                pad_token_id=resolved.tokenizer.pad_token_id,
+                decode=decode,
+            )
+        except InputError as exc:
+            if exc.file is not None:
+                raise
+            message = str(exc)
+            if exc.field is not None:
+                message = message.removeprefix(f"field {exc.field!r}: ")
+            raise InputError(message, file=str(profile.path), field=exc.field) from exc
+        try:
+            provenance = build_provenance(resolved, runner, tree.sha256)
+            prov_sha = provenance.sha256
+            manifest = RunManifest(
+                run_id=existing_manifest.run_id if existing_manifest else run_dir.name,
+                created_at=utc_now(),
+                provenance=provenance.to_dict(),
+                provenance_sha256=prov_sha,
+                cohort={
+                    "path": str(cohort_path),
+                    "sha256": _file_sha256(cohort_path),
+                    "rows": len(rows_all),
+                },
+                profile={"path": str(profile.path), "sha256": profile.text_sha256},
+                shard=shard_spec,
+                rows_selected=len(rows),
+                guardrepro_version=guardrepro.__version__,
+                git_commit=git_commit(),
+            )
+            if existing_manifest is not None:
+                check_resumable(existing_manifest, manifest, run_dir)
+                manifest = existing_manifest
+            else:
+                write_manifest(run_dir, manifest)
+            _check_existing(writer, rows, prepared, prov_sha)
+            already = sum(1 for p in prepared if p.row.row_id in writer.records)
+            todo = [p for p in prepared if p.row.row_id not in writer.records]
+            chunk_size = int(profile.backend_options.get("batch_size", 1))
+            bar = tqdm(total=len(todo), desc=f"run {manifest.run_id}", unit="row",
+                       disable=not progress)
+            try:
+                for start in range(0, len(todo), chunk_size):
+                    chunk = todo[start : start + chunk_size]
+                    history = generate_chunk(
+                        runner, resolved.guard, chunk, profile.decoding, decode
+                    )
+                    for p in chunk:
+                        writer.append(
+                            make_record(
+                                manifest.run_id, p, history[p.row.row_id], provenance, prov_sha
+                            )
+                        )
+                    bar.update(len(chunk))
+            finally:
+                bar.close()
+        finally:
+            runner.close()
+        selected_ids = {r.row_id for r in rows}
+        counts = dict.fromkeys(RECORD_STATUSES, 0)
+        for record in writer.records.values():
+            if record.row_id in selected_ids:
+                counts[record.status] += 1
+        done = sum(counts.values())
+        return RunSummary(
+            run_dir=run_dir,
+            run_id=manifest.run_id,
+            rows_in_cohort=len(rows_all),
+            rows_selected=len(rows),
+            already_done=already,
+            generated=len(todo),
+            remaining=len(rows) - done,
+            counts=counts,
+            elapsed_s=time.perf_counter() - started,
+        )
+
+
+def _check_existing(
+    writer: RecordWriter,
+    rows: Sequence[CohortRow],
+    prepared: Sequence[PreparedRow],
+    provenance_sha256: str,
+) -> None:
+    """Existing records must share this run's provenance, rows and prompts."""
+    selected = {r.row_id for r in rows}
+    hashes = {p.row.row_id: p.input_sha256 for p in prepared}
+    for record in writer.records.values():
+        if record.provenance_sha256 != provenance_sha256:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} has provenance "
+                f"{record.provenance_sha256[:12]}..., this run {provenance_sha256[:12]}...; "
+                "refusing to mix provenance"
+            )
+        if record.row_id not in selected:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} is not a row of this cohort/shard"
+            )
+        expected = hashes.get(record.row_id)
+        if expected is not None and expected != record.input_sha256:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} was made from a different prompt "
+                f"(input_sha256 {record.input_sha256[:12]}... != {expected[:12]}...)"
+            )

@@ -1,0 +1,323 @@
+"""The guard prompt: template extraction, rendering, chat template, token ids.
+
+Input: the pinned upstream prompt module (a Python file, never imported or
+executed: the template is read with ``ast``), a TS-Bench row, and a
+checkpoint directory holding the tokenizer. Output: a verified
+``GuardTemplate``, the rendered prompt text and its ``input_sha256``, and the
+prompt token ids every backend feeds to the model (so no backend can render
+different prompt bytes).
+
+Invariants:
+
+- A template is used only after its sha256 (of the UTF-8 text) matched its
+  pin; a mismatch is a ``PromptError`` naming file, expected and observed.
+- The template's placeholders are exactly ``{user_request}``,
+  ``{agent_action}`` and ``{env_info}``.
+- The rendered text is the only message (role user, no system message); the
+  checkpoint's chat template is applied with the generation prompt and
+  without truncation. A prompt whose token count plus ``max_new_tokens``
+  exceeds the context is refused.
+- The tokenizer is loaded from local files only, without remote code.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError, PromptError
+from guardrepro.guards.base import GuardAdapter, GuardTemplate, render_ts_guard_prompt
+from guardrepro.schema import sha256_text
+
+PLACEHOLDERS = frozenset({"user_request", "agent_action", "env_info"})
+SAMPLE_FIELDS = ("instruction", "history", "current_action", "env_info")
+
+
+def input_sha256(text: str) -> str:
+    """sha256 (hex) of the rendered prompt text, UTF-8."""
+    return sha256_text(text)
+
+
+def check_placeholders(text: str, *, source: str) -> None:
+    """Refuse a template whose format fields are not exactly the three TS-Guard ones."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise PromptError(f"{source}: template is not a valid format string: {exc}") from exc
+    if fields != PLACEHOLDERS:
+        raise PromptError(
+            f"{source}: template placeholders are {sorted(fields)}, expected {sorted(PLACEHOLDERS)}"
+        )
+
+
+def _string_value(node: ast.expr) -> str | None:
+    """The value of a string-literal expression (implicit concatenation and
+    parentheses are folded by the parser; ``+`` of literals is folded here);
+    None for anything that would need evaluation."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _string_value(node.left), _string_value(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def _assignments(tree: ast.Module, variable: str) -> list[tuple[ast.stmt, ast.expr | None]]:
+    """Module-level statements binding ``variable``, each with the expression
+    bound to it directly (None when bound by unpacking, which is refused)."""
+    found: list[tuple[ast.stmt, ast.expr | None]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets):
+                found.append((stmt, stmt.value))
+            elif any(
+                isinstance(n, ast.Name) and n.id == variable
+                for t in stmt.targets
+                for n in ast.walk(t)
+            ):
+                found.append((stmt, None))
+        elif (
+            isinstance(stmt, ast.AnnAssign | ast.AugAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id == variable
+        ):
+            direct = isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+            found.append((stmt, stmt.value if direct else None))
+    return found
+
+
+def extract_template(py_path: str | Path, variable: str, expected_sha256: str) -> GuardTemplate:
+    """Read the string assigned to module-level ``variable`` in ``py_path``
+    with ``ast`` (the file is never imported or executed) and check its sha256.
+
+    When the name is assigned more than once at module level the last
+    assignment is the one Python would leave bound, so that one is used; it
+    must be a plain string literal (no f-string, call, name or format).
+    """
+    path = Path(py_path)
+    try:
+        source = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise PromptError(f"{path}: prompt module not found") from exc
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{path}: prompt module is not UTF-8: {exc}") from exc
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise PromptError(f"{path}: cannot parse the prompt module: {exc}") from exc
+    found = _assignments(tree, variable)
+    if not found:
+        raise PromptError(f"{path}: no module-level assignment to {variable!r}")
+    stmt, value_node = found[-1]
+    text = _string_value(value_node) if value_node is not None else None
+    if text is None:
+        what = type(value_node).__name__ if value_node is not None else type(stmt).__name__
+        raise PromptError(
+            f"{path}:{stmt.lineno}: {variable!r} is not assigned a plain string literal "
+            f"({what}); refusing to evaluate code"
+        )
+    observed = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if observed != expected_sha256.lower():
+        raise PromptError(
+            f"{path}: template {variable!r} sha256 mismatch: expected {expected_sha256}, "
+            f"observed {observed}"
+        )
+    check_placeholders(text, source=f"{path}:{variable}")
+    return GuardTemplate(text=text, sha256=observed)
+
+
+def load_template(
+    lock_path: str | Path, file_path: str, home: str | Path | None = None
+) -> GuardTemplate:
+    """The verified template pinned as ``file_path`` in the lock at ``lock_path``.
+
+    The file comes from ``guardrepro.fetch.materialize`` (the verified cache;
+    run ``guardrepro fetch`` first). A lock entry with ``extract`` and
+    ``extract_sha256`` names a string variable inside a Python module
+    (``extract_template``); otherwise the whole file is the template and its
+    pinned file sha256 is the template hash.
+    """
+    from guardrepro.fetch import materialize
+    from guardrepro.locks import load_lock
+
+    lock = load_lock(Path(lock_path))
+    try:
+        entry = lock.file(file_path)
+    except KeyError:
+        known = sorted(e.path for e in lock.files)
+        raise InputError(
+            f"{file_path!r} is not pinned in this lock (files: {known})",
+            file=str(lock_path),
+            field=file_path,
+        ) from None
+    root = Path(materialize(Path(lock_path), home))
+    target = root / file_path
+    if entry.extract:
+        if not entry.extract_sha256:
+            raise InputError(
+                "entry has 'extract' but no 'extract_sha256'", file=str(lock_path), field=file_path
+            )
+        return extract_template(target, entry.extract, entry.extract_sha256)
+    if entry.sha256 is None:
+        raise PromptError(
+            f"{lock_path}: {file_path} has no recorded sha256 yet (pending first download); "
+            "run guardrepro fetch"
+        )
+    data = target.read_bytes()
+    observed = hashlib.sha256(data).hexdigest()
+    if observed != entry.sha256:
+        raise PromptError(
+            f"{target}: template file sha256 mismatch: expected {entry.sha256}, observed {observed}"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{target}: template is not UTF-8: {exc}") from exc
+    check_placeholders(text, source=str(target))
+    return GuardTemplate(text=text, sha256=observed)
+
+
+def render_prompt(guard: GuardTemplate | GuardAdapter, sample: Mapping[str, Any]) -> str:
+    """Render one TS-Bench row (the upstream way: Python-dict agent_action)."""
+    template = guard if isinstance(guard, GuardTemplate) else guard.template
+    missing = [name for name in SAMPLE_FIELDS if name not in sample]
+    if missing:
+        raise PromptError(f"sample lacks field(s) {missing} needed by the prompt")
+    try:
+        return render_ts_guard_prompt(template.text, sample)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise PromptError(f"template cannot be rendered: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered prompt with its hash and the token ids every backend uses."""
+
+    text: str
+    input_sha256: str
+    token_ids: tuple[int, ...]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PromptError(f"{path}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PromptError(f"{path}: expected a JSON object")
+    return data
+
+
+def _id_list(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return list(values)
+
+
+class PromptTokenizer:
+    """The checkpoint's tokenizer and chat template, loaded from local files."""
+
+    def __init__(self, checkpoint_dir: str | Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.checkpoint_dir = Path(checkpoint_dir)
+        if not self.checkpoint_dir.is_dir():
+            raise PromptError(f"{self.checkpoint_dir}: checkpoint directory not found")
+        try:
+            self._tok = AutoTokenizer.from_pretrained(
+                str(self.checkpoint_dir), local_files_only=True, trust_remote_code=False
+            )
+        except (OSError, ValueError) as exc:
+            raise PromptError(f"{self.checkpoint_dir}: cannot load the tokenizer: {exc}") from exc
+        template = getattr(self._tok, "chat_template", None)
+        if not isinstance(template, str) or not template:
+            raise PromptError(f"{self.checkpoint_dir}: the tokenizer has no chat template")
+        self.chat_template = template
+        self.chat_template_sha256 = sha256_text(template)
+
+        config = _read_json(self.checkpoint_dir / "config.json") or {}
+        generation = _read_json(self.checkpoint_dir / "generation_config.json") or {}
+        eos = _id_list(generation.get("eos_token_id")) or _id_list(config.get("eos_token_id"))
+        if eos is None:
+            raise PromptError(
+                f"{self.checkpoint_dir}: no eos_token_id in generation_config.json or config.json"
+            )
+        self.eos_token_ids: list[int] = eos
+        pad = generation.get("pad_token_id", config.get("pad_token_id"))
+        if pad is None:
+            pad = self._tok.pad_token_id
+        self.pad_token_id: int | None = pad if isinstance(pad, int) else None
+        max_context = config.get("max_position_embeddings")
+        if not isinstance(max_context, int) or isinstance(max_context, bool) or max_context < 1:
+            raise PromptError(f"{self.checkpoint_dir}: config.json lacks max_position_embeddings")
+        self.max_context: int = max_context
+
+    @staticmethod
+    def _messages(text: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": text}]
+
+    def render_chat(self, text: str) -> str:
+        """The chat-templated prompt string (user turn + generation prompt)."""
+        rendered = self._tok.apply_chat_template(
+            self._messages(text), add_generation_prompt=True, tokenize=False
+        )
+        if not isinstance(rendered, str):
+            raise PromptError(f"chat template rendered {type(rendered).__name__}, not a string")
+        return rendered
+
+    def encode_chat(self, text: str) -> tuple[int, ...]:
+        """Token ids of the chat-templated prompt (no truncation)."""
+        out = self._tok.apply_chat_template(
+            self._messages(text), add_generation_prompt=True, tokenize=True, truncation=False
+        )
+        ids: Any = out
+        if not isinstance(ids, list):  # transformers 5: a BatchEncoding
+            try:
+                ids = ids["input_ids"]
+            except (KeyError, TypeError) as exc:
+                raise PromptError(
+                    f"apply_chat_template returned {type(out).__name__} without input_ids"
+                ) from exc
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        if ids and isinstance(ids[0], list):
+            if len(ids) != 1:
+                raise PromptError(f"expected one tokenized conversation, got {len(ids)}")
+            ids = ids[0]
+        return tuple(int(i) for i in ids)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of generated ids; special tokens dropped by default (as vLLM
+        does for the released outputs), no clean-up of spaces."""
+        text = self._tok.decode(
+            list(ids),
+            skip_special_tokens=skip_special_tokens,
+            clean_up_tokenization_spaces=False,
+        )
+        return str(text)
+
+    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        """Refuse a prompt that cannot fit its full generation budget."""
+        if n_prompt + max_new_tokens > self.max_context:
+            raise PromptError(
+                f"prompt of {n_prompt} tokens + {max_new_tokens} new tokens exceeds the "
+                f"context of {self.max_context}"
+            )
+
+    def prepare(self, text: str, max_new_tokens: int) -> RenderedPrompt:
+        """Hash, tokenize and length-check one rendered prompt."""
+        ids = self.encode_chat(text)
+        self.check_length(len(ids), max_new_tokens)
+        return RenderedPrompt(text=text, input_sha256=input_sha256(text), token_ids=ids)

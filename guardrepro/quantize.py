@@ -1,0 +1,473 @@
+"""Convert a verified checkpoint into an MLX artifact with mlx-lm, then pin it.
+
+Input: a recipe (``quantize/*.toml``, see ``guardrepro.quantize_recipe``), a
+source checkpoint given as a lock file (materialized and verified through
+``guardrepro.fetch``) or, only with ``unpinned=True``, a plain directory; an
+output directory that must not exist.
+
+Output: the artifact directory (written whole or not at all: converted into a
+temporary sibling, checked, then renamed) and a lock beside it
+(``<out>.lock.toml``) pinning every file by sha256 and size plus the tree
+hash, recording the recipe, the mlx / mlx-lm versions, the source and which
+weights were and were not quantized. ``guardrepro verify`` accepts it.
+
+Invariants (the silent failures of ENVIRONMENT.md are turned into errors):
+- the source config is normalised in a private staging copy (top-level
+  ``rope_theta`` from ``rope_parameters``, ``torch_dtype`` from ``dtype``);
+  the source itself is never modified (staged files are hardlinks or copies,
+  and ``config.json`` is always rewritten as a new file);
+- a recipe that does not fit the model (any quantizable weight whose input
+  dimension is not divisible by the group size) is refused before converting;
+- after conversion every weight that should be quantized has ``.scales`` and
+  ``.biases`` of the right shapes and dtype, and every other floating tensor
+  has the recipe dtype; anything else is an ``IntegrityError``;
+- a tree hash different from the recipe's published one is reported, not
+  raised (a different mlx-lm version legitimately changes bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import (
+    DependencyMissingError,
+    InputError,
+    IntegrityError,
+    UnsafePathError,
+)
+from guardrepro.quantize_recipe import ExpectedArtifact, Recipe, load_recipe
+
+Progress = Callable[[str], None]
+
+_SAFETENSORS_FLOAT = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
+_MX_DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+def _noop(_: str) -> None:
+    return None
+
+
+def package_versions() -> dict[str, str]:
+    """mlx and mlx-lm versions (the artifact's bytes depend on both)."""
+    out: dict[str, str] = {}
+    for name in ("mlx", "mlx-lm"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise DependencyMissingError(
+                f"{name} is not installed; install the extra: pip install 'guardrepro[mlx]'"
+            ) from exc
+    return out
+
+
+# ---------------------------------------------------------------- config
+
+
+def normalize_mlx_config(config: Mapping[str, Any], *, file: str = "config.json"
+                         ) -> tuple[dict[str, Any], list[str]]:
+    """Return the config mlx-lm needs and the list of changes made.
+
+    transformers 5 nests ``rope_theta`` in ``rope_parameters`` and writes
+    ``dtype``; mlx-lm reads only a top-level ``rope_theta`` (defaulting to
+    1e6 for Qwen2: silently wrong) and ``torch_dtype``. Settings mlx-lm's
+    Qwen2 cannot honour are refused rather than ignored.
+    """
+    out = dict(config)
+    changes: list[str] = []
+    rope = out.get("rope_parameters")
+    if rope is not None and not isinstance(rope, Mapping):
+        raise InputError("expected an object", file=file, field="rope_parameters")
+    rope = dict(rope or {})
+    if "rope_theta" in rope:
+        if "rope_theta" not in out:
+            out["rope_theta"] = rope["rope_theta"]
+            changes.append(f"rope_theta={rope['rope_theta']!r} (from rope_parameters)")
+        elif float(out["rope_theta"]) != float(rope["rope_theta"]):
+            raise InputError(
+                f"top-level rope_theta {out['rope_theta']!r} disagrees with "
+                f"rope_parameters.rope_theta {rope['rope_theta']!r}", file=file,
+                field="rope_theta")
+    if "rope_theta" not in out and out.get("model_type") in ("qwen2", "llama", "mistral"):
+        raise InputError("no rope_theta (top level or in rope_parameters); mlx-lm would "
+                         "silently use its own default", file=file, field="rope_theta")
+    rope_type = rope.get("rope_type", "default")
+    if rope_type not in ("default", None) and "rope_scaling" not in out:
+        raise InputError(f"rope_parameters.rope_type {rope_type!r} has no top-level "
+                         "rope_scaling that mlx-lm would read", file=file,
+                         field="rope_parameters.rope_type")
+    dtype, torch_dtype = out.get("dtype"), out.get("torch_dtype")
+    if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
+        raise InputError(f"dtype {dtype!r} disagrees with torch_dtype {torch_dtype!r}",
+                         file=file, field="torch_dtype")
+    if torch_dtype is None and dtype is not None:
+        out["torch_dtype"] = dtype
+        changes.append(f"torch_dtype={dtype!r} (from dtype)")
+    if out.get("use_sliding_window"):
+        raise InputError("use_sliding_window is true; mlx-lm's model ignores it", file=file,
+                         field="use_sliding_window")
+    heads, hidden, head_dim = (out.get("num_attention_heads"), out.get("hidden_size"),
+                               out.get("head_dim"))
+    if head_dim is not None and heads and hidden and hidden // heads != head_dim:
+        raise InputError(f"head_dim {head_dim} != hidden_size/num_attention_heads "
+                         f"({hidden}/{heads}); mlx-lm derives it from the latter", file=file,
+                         field="head_dim")
+    return out, changes
+
+
+def safetensors_dtypes(directory: Path) -> dict[str, str]:
+    """Tensor name -> safetensors dtype code, read from the file headers only."""
+    out: dict[str, str] = {}
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise InputError("no *.safetensors weights", file=str(directory))
+    for path in files:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) != 8:
+                raise InputError("truncated safetensors header", file=str(path))
+            (length,) = struct.unpack("<Q", head)
+            try:
+                header = json.loads(fh.read(length))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise InputError(f"bad safetensors header: {exc}", file=str(path)) from exc
+        for name, info in header.items():
+            if name != "__metadata__":
+                out[name] = str(info["dtype"])
+    return out
+
+
+# ---------------------------------------------------------------- staging
+
+
+def stage_source(source: Path, staging: Path) -> list[str]:
+    """Mirror ``source`` into ``staging``: hardlinks (symlinks across filesystems),
+    a private copy of ``config.json``. Symlinks inside the source are refused."""
+    names: list[str] = []
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_symlink():
+            raise UnsafePathError(f"{path}: source checkpoint holds a symlink")
+        target = staging / rel
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel.as_posix() == "config.json":
+            shutil.copyfile(path, target)  # rewritten later: never share an inode with it
+        else:
+            try:
+                os.link(path, target)
+            except OSError:  # another filesystem: read-only use, so a link is enough
+                target.symlink_to(path.resolve())
+        names.append(rel.as_posix())
+    return names
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)  # replaces the name, so a hardlinked original is untouched
+
+
+# ---------------------------------------------------------------- plan / inspect
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """Weights mlx-lm should quantize (module path -> input dimension)."""
+
+    quantize: dict[str, int]
+    in_dims: dict[str, int]
+
+
+def plan_quantization(staging: Path, recipe: Recipe) -> QuantPlan:
+    """Build the model lazily as mlx-lm will and decide what must be quantized.
+
+    A module is quantizable when mlx-lm's quantizer would consider it (it has
+    ``to_quantized``) and the model's own predicate, if any, allows it. Any
+    quantizable weight whose input size is not divisible by the group size is
+    a refusal: mlx-lm would skip it silently while the config claims it.
+    """
+    import mlx.nn as nn
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(staging, lazy=True)
+    predicate = getattr(model, "quant_predicate", None)
+    in_dims: dict[str, int] = {}
+    plan: dict[str, int] = {}
+    bad: list[str] = []
+    for path, module in model.named_modules():
+        if not hasattr(module, "to_quantized") or not isinstance(module, nn.Module):
+            continue
+        weight = getattr(module, "weight", None)
+        if weight is None:
+            continue
+        in_dim = int(weight.shape[-1])
+        in_dims[path] = in_dim
+        if not recipe.quantize:
+            continue
+        if predicate is not None and predicate(path, module) is False:
+            continue
+        assert recipe.group_size is not None
+        if in_dim % recipe.group_size != 0:
+            bad.append(f"{path} (input {in_dim})")
+        plan[path] = in_dim
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise InputError(
+            f"recipe {recipe.name!r} does not fit this model: group size {recipe.group_size} "
+            f"does not divide the input dimension of {shown}; mlx-lm would leave them "
+            "unquantized silently", field="group_size")
+    return QuantPlan(quantize=dict(sorted(plan.items())), in_dims=in_dims)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    quantized: list[str]
+    not_quantized: list[str]
+    tensor_dtypes: dict[str, str]
+
+
+def inspect_artifact(artifact: Path, recipe: Recipe, plan: QuantPlan) -> Inspection:
+    """Check the saved weights against the plan; IntegrityError on any mismatch."""
+    import mlx.core as mx
+
+    weights: dict[str, Any] = {}
+    for path in sorted(artifact.glob("*.safetensors")):
+        weights.update(mx.load(str(path)))  # lazy: shapes and dtypes without reading data
+    problems: list[str] = []
+    want = getattr(mx, recipe.dtype)
+    quantized_paths = sorted(k[: -len(".scales")] for k in weights if k.endswith(".scales"))
+    for path in quantized_paths:
+        if path not in plan.quantize:
+            problems.append(f"{path} was quantized but the recipe does not quantize it")
+    for path, in_dim in plan.quantize.items():
+        w, s, b = (weights.get(f"{path}.{n}") for n in ("weight", "scales", "biases"))
+        if w is None or s is None or b is None:
+            problems.append(f"{path} was not quantized (missing weight/scales/biases)")
+            continue
+        assert recipe.bits is not None and recipe.group_size is not None
+        packed = in_dim * recipe.bits // 32
+        groups = in_dim // recipe.group_size
+        if w.dtype != mx.uint32 or int(w.shape[-1]) != packed:
+            problems.append(f"{path}.weight is {w.dtype} {tuple(w.shape)}, expected uint32 "
+                            f"with last dimension {packed}")
+        if tuple(s.shape) != (*w.shape[:-1], groups) or tuple(b.shape) != tuple(s.shape):
+            problems.append(f"{path}.scales/.biases shapes {tuple(s.shape)}/{tuple(b.shape)}, "
+                            f"expected last dimension {groups}")
+        if s.dtype != want or b.dtype != want:
+            problems.append(f"{path}.scales/.biases are {s.dtype}/{b.dtype}, not {recipe.dtype}")
+    quantized_set = set(plan.quantize)
+    not_quantized: list[str] = []
+    dtypes: dict[str, str] = {}
+    for name, array in sorted(weights.items()):
+        dtypes[name] = str(array.dtype).removeprefix("mlx.core.")
+        module, _, leaf = name.rpartition(".")
+        if module in quantized_set and leaf in ("weight", "scales", "biases"):
+            continue
+        not_quantized.append(name)
+        if mx.issubdtype(array.dtype, mx.floating) and array.dtype != want:
+            problems.append(f"{name} is {array.dtype}, expected {recipe.dtype}")
+    config = json.loads((artifact / "config.json").read_text(encoding="utf-8"))
+    if config.get("quantization") != recipe.quantization:
+        problems.append(f"config.json quantization is {config.get('quantization')!r}, "
+                        f"expected {recipe.quantization!r}")
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more"
+                                           if len(problems) > 8 else "")
+        raise IntegrityError(f"{artifact}: conversion does not match recipe "
+                             f"{recipe.name!r}: {shown}")
+    return Inspection(quantized=sorted(f"{p}.weight" for p in plan.quantize),
+                      not_quantized=not_quantized, tensor_dtypes=dtypes)
+
+
+# ---------------------------------------------------------------- driver
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    directory: Path
+    pinned: bool
+    lock_path: str | None
+    lock_sha256: str | None
+    repo: str | None
+    revision: str | None
+    tree_sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pinned": self.pinned,
+            "lock": self.lock_path,
+            "lock_sha256": self.lock_sha256,
+            "repo": self.repo,
+            "revision": self.revision,
+            "tree_sha256": self.tree_sha256,
+            **({} if self.pinned else {"directory": str(self.directory)}),
+        }
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    artifact: Path
+    lock_path: Path
+    tree_sha256: str
+    files: int
+    bytes: int
+    recipe: Recipe
+    source: SourceInfo
+    versions: dict[str, str]
+    config_changes: list[str]
+    quantized: list[str]
+    not_quantized: list[str]
+    expected: ExpectedArtifact | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def expected_match(self) -> bool | None:
+        return None if self.expected is None else self.expected.tree_sha256 == self.tree_sha256
+
+
+@contextlib.contextmanager
+def _tempdir(parent: Path, prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def resolve_source(model: str | Path, *, unpinned: bool = False,
+                   home: Path | None = None) -> SourceInfo:
+    """A lock file -> its verified materialized directory; a directory only if unpinned."""
+    from guardrepro import quantize_lock
+
+    return quantize_lock.resolve_source(Path(model), unpinned=unpinned, home=home,
+                                        source_cls=SourceInfo)
+
+
+def quantize(
+    recipe_path: str | Path,
+    model: str | Path,
+    out: str | Path,
+    *,
+    unpinned: bool = False,
+    home: Path | None = None,
+    progress: Progress = _noop,
+) -> QuantizeResult:
+    """Run ``recipe_path`` on ``model`` (a lock, or a directory with
+    ``unpinned=True``) and write the artifact to ``out`` plus its lock."""
+    import time
+
+    from guardrepro import quantize_lock
+
+    recipe = load_recipe(recipe_path)
+    out = Path(out).absolute()
+    if out.exists() or out.is_symlink():
+        raise InputError("output already exists; choose a new directory", file=str(out))
+    lock_out = quantize_lock.lock_path_for(out)
+    if lock_out.exists():
+        raise InputError("artifact lock already exists", file=str(lock_out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    versions = package_versions()
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+
+    progress(f"source: {model}")
+    source = resolve_source(model, unpinned=unpinned, home=home)
+    timings["verify_source_s"] = time.perf_counter() - start
+
+    with _tempdir(out.parent, f".{out.name}.staging-") as work:
+        staging, converted = work / "source", work / "artifact"
+        staging.mkdir()
+        progress("staging source (hardlinks) and normalising config.json")
+        stage_source(source.directory, staging)
+        config_path = staging / "config.json"
+        if not config_path.is_file():
+            raise InputError("source has no config.json", file=str(source.directory))
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        normalized, changes = normalize_mlx_config(config, file=str(source.directory /
+                                                                     "config.json"))
+        if changes:
+            _write_json(config_path, normalized)
+        _check_source_dtype(staging, recipe)
+        plan = plan_quantization(staging, recipe)
+        progress(f"plan: {len(plan.quantize)} weights to quantize with {recipe.name}")
+
+        t = time.perf_counter()
+        progress(f"converting with mlx-lm {versions['mlx-lm']} (mlx {versions['mlx']})")
+        _convert(staging, converted, recipe)
+        timings["convert_s"] = time.perf_counter() - t
+
+        progress("inspecting converted weights")
+        inspection = inspect_artifact(converted, recipe, plan)
+        t = time.perf_counter()
+        progress("hashing artifact")
+        from guardrepro.verify import tree_hash
+
+        tree = tree_hash(converted)
+        timings["hash_s"] = time.perf_counter() - t
+        expected = recipe.expected_for(revision=source.revision,
+                                       source_tree_sha256=source.tree_sha256)
+        os.replace(converted, out)
+    result = QuantizeResult(
+        artifact=out,
+        lock_path=lock_out,
+        tree_sha256=tree.sha256,
+        files=tree.files,
+        bytes=tree.bytes,
+        recipe=recipe,
+        source=source,
+        versions=versions,
+        config_changes=changes,
+        quantized=inspection.quantized,
+        not_quantized=inspection.not_quantized,
+        expected=expected,
+        seconds=timings,
+    )
+    quantize_lock.write_artifact_lock(result, tree)
+    timings["total_s"] = time.perf_counter() - start
+    return result
+
+
+def _check_source_dtype(staging: Path, recipe: Recipe) -> None:
+    if recipe.source_dtype is None:
+        return
+    dtypes = safetensors_dtypes(staging)
+    floats = {name: _SAFETENSORS_FLOAT.get(code) for name, code in dtypes.items()
+              if code in _SAFETENSORS_FLOAT}
+    wrong = sorted(name for name, d in floats.items() if d != recipe.source_dtype)
+    if wrong:
+        raise InputError(
+            f"recipe {recipe.name!r} needs a {recipe.source_dtype} source, but "
+            f"{len(wrong)} tensor(s) are not (e.g. {wrong[0]} is {floats[wrong[0]]})",
+            field="source_dtype")
+
+
+def _convert(staging: Path, converted: Path, recipe: Recipe) -> None:
+    """mlx-lm's own conversion, with the recipe's parameters and nothing else."""
+    from mlx_lm.convert import convert
+
+    convert(
+        str(staging),
+        mlx_path=str(converted),
+        quantize=recipe.quantize,
+        q_group_size=recipe.group_size,
+        q_bits=recipe.bits,
+        q_mode=recipe.mode,
+        dtype=recipe.dtype,
+        trust_remote_code=False,
+    )

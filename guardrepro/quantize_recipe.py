@@ -1,0 +1,236 @@
+"""Quantization recipes: the declarative TOML files under ``quantize/``.
+
+Input: a recipe TOML file. Output: a frozen ``Recipe`` (plus the sha256 of
+the file's bytes, recorded in every artifact lock built from it).
+
+Format (unknown keys are an error)::
+
+    [recipe]
+    name = "q8-g64"
+    description = "..."
+    quantize = true          # false: only cast (e.g. bf16.toml)
+    bits = 8                 # affine: 1-6 or 8   (omit when quantize = false)
+    group_size = 64          # 32, 64 or 128      (omit when quantize = false)
+    mode = "affine"          # only affine is supported
+    dtype = "bfloat16"       # non-quantized tensors and the scales/biases
+    source_dtype = "bfloat16"  # every floating source tensor must have it; "any" to skip
+
+    [[expected]]             # published artifacts this recipe should reproduce
+    model = "MurrayTom/TS-Guard"
+    revision = "<40 hex>"    # matched against the source lock's revision ...
+    source_tree_sha256 = ""  # ... or against the source's tree hash (either one)
+    tree_sha256 = "<64 hex>"
+    files = 9
+    bytes = 8103477380
+    mlx = "0.32.2"
+    mlx_lm = "0.31.3"
+    note = "..."
+
+Invariants: bits/group_size/mode are validated against what MLX's affine
+quantizer accepts before anything is converted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError
+
+AFFINE_BITS = (1, 2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (32, 64, 128)
+DTYPES = ("bfloat16", "float16", "float32")
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+_RECIPE_KEYS = {"name", "description", "quantize", "bits", "group_size", "mode", "dtype",
+                "source_dtype"}
+_EXPECTED_KEYS = {"model", "revision", "source_tree_sha256", "tree_sha256", "files", "bytes",
+                  "mlx", "mlx_lm", "note"}
+
+
+@dataclass(frozen=True)
+class ExpectedArtifact:
+    """A published artifact the recipe should reproduce from one source."""
+
+    model: str
+    revision: str | None
+    source_tree_sha256: str | None
+    tree_sha256: str
+    files: int | None
+    bytes: int | None
+    mlx: str | None
+    mlx_lm: str | None
+    note: str
+
+    def matches(self, *, revision: str | None, source_tree_sha256: str | None) -> bool:
+        if self.revision is not None and revision == self.revision:
+            return True
+        return self.source_tree_sha256 is not None and source_tree_sha256 == self.source_tree_sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    quantize: bool
+    bits: int | None
+    group_size: int | None
+    mode: str
+    dtype: str
+    source_dtype: str | None
+    expected: tuple[ExpectedArtifact, ...]
+    path: str
+    sha256: str
+
+    @property
+    def quantization(self) -> dict[str, Any] | None:
+        """What mlx-lm writes to the artifact's ``config.json["quantization"]``."""
+        if not self.quantize:
+            return None
+        return {"group_size": self.group_size, "bits": self.bits, "mode": self.mode}
+
+    def expected_for(
+        self, *, revision: str | None, source_tree_sha256: str | None
+    ) -> ExpectedArtifact | None:
+        for item in self.expected:
+            if item.matches(revision=revision, source_tree_sha256=source_tree_sha256):
+                return item
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "sha256": self.sha256,
+            "quantize": self.quantize,
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "source_dtype": self.source_dtype,
+        }
+
+
+def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, file: str,
+         where: str, required: bool = True) -> Any:
+    if key not in table:
+        if required:
+            raise InputError("missing key", file=file, field=f"{where}.{key}")
+        return None
+    value = table[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise InputError(f"expected {kind}, got a boolean", file=file, field=f"{where}.{key}")
+    if not isinstance(value, kind):
+        raise InputError(f"expected {kind}, got {type(value).__name__}", file=file,
+                         field=f"{where}.{key}")
+    return value
+
+
+def _expected(index: int, table: Any, file: str) -> ExpectedArtifact:
+    where = f"expected[{index}]"
+    if not isinstance(table, Mapping):
+        raise InputError("expected a table", file=file, field=where)
+    unknown = sorted(set(table) - _EXPECTED_KEYS)
+    if unknown:
+        raise InputError(f"unknown key(s) {unknown}", file=file, field=f"{where}.{unknown[0]}")
+    revision = _get(table, "revision", str, file=file, where=where, required=False)
+    source_tree = _get(table, "source_tree_sha256", str, file=file, where=where, required=False)
+    if revision is not None and not HEX40.match(revision):
+        raise InputError("revision must be 40 lowercase hex digits", file=file,
+                         field=f"{where}.revision")
+    if source_tree is not None and not HEX64.match(source_tree):
+        raise InputError("source_tree_sha256 must be 64 lowercase hex digits", file=file,
+                         field=f"{where}.source_tree_sha256")
+    if revision is None and source_tree is None:
+        raise InputError("needs revision or source_tree_sha256", file=file, field=where)
+    tree = _get(table, "tree_sha256", str, file=file, where=where)
+    if not HEX64.match(tree):
+        raise InputError("tree_sha256 must be 64 lowercase hex digits", file=file,
+                         field=f"{where}.tree_sha256")
+    return ExpectedArtifact(
+        model=_get(table, "model", str, file=file, where=where),
+        revision=revision,
+        source_tree_sha256=source_tree,
+        tree_sha256=tree,
+        files=_get(table, "files", int, file=file, where=where, required=False),
+        bytes=_get(table, "bytes", int, file=file, where=where, required=False),
+        mlx=_get(table, "mlx", str, file=file, where=where, required=False),
+        mlx_lm=_get(table, "mlx_lm", str, file=file, where=where, required=False),
+        note=_get(table, "note", str, file=file, where=where, required=False) or "",
+    )
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and validate a recipe file; every problem names file and field."""
+    path = Path(path)
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read recipe: {exc}", file=file) from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML: {exc}", file=file) from exc
+    unknown = sorted(set(data) - {"recipe", "expected"})
+    if unknown:
+        raise InputError(f"unknown table(s) {unknown}", file=file, field=unknown[0])
+    table = data.get("recipe")
+    if not isinstance(table, Mapping):
+        raise InputError("missing [recipe] table", file=file, field="recipe")
+    extra = sorted(set(table) - _RECIPE_KEYS)
+    if extra:
+        raise InputError(f"unknown key(s) {extra}", file=file, field=f"recipe.{extra[0]}")
+    w = "recipe"
+    name = _get(table, "name", str, file=file, where=w)
+    quantize = _get(table, "quantize", bool, file=file, where=w)
+    mode = _get(table, "mode", str, file=file, where=w, required=False) or "affine"
+    dtype = _get(table, "dtype", str, file=file, where=w)
+    source_dtype = _get(table, "source_dtype", str, file=file, where=w)
+    bits = _get(table, "bits", int, file=file, where=w, required=quantize)
+    group_size = _get(table, "group_size", int, file=file, where=w, required=quantize)
+    if mode != "affine":
+        raise InputError(f"only mode 'affine' is supported, got {mode!r}", file=file,
+                         field="recipe.mode")
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be one of {DTYPES}, got {dtype!r}", file=file,
+                         field="recipe.dtype")
+    if source_dtype != "any" and source_dtype not in DTYPES:
+        raise InputError(f"source_dtype must be 'any' or one of {DTYPES}", file=file,
+                         field="recipe.source_dtype")
+    if quantize:
+        if bits not in AFFINE_BITS:
+            raise InputError(f"affine bits must be one of {AFFINE_BITS}, got {bits}",
+                             file=file, field="recipe.bits")
+        if group_size not in GROUP_SIZES:
+            raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size}",
+                             file=file, field="recipe.group_size")
+    elif bits is not None or group_size is not None:
+        raise InputError("bits/group_size given but quantize = false", file=file,
+                         field="recipe.bits" if bits is not None else "recipe.group_size")
+    expected_raw = data.get("expected", [])
+    if not isinstance(expected_raw, list):
+        raise InputError("expected must be an array of tables ([[expected]])", file=file,
+                         field="expected")
+    return Recipe(
+        name=name,
+        description=_get(table, "description", str, file=file, where=w, required=False) or "",
+        quantize=quantize,
+        bits=bits,
+        group_size=group_size,
+        mode=mode,
+        dtype=dtype,
+        source_dtype=None if source_dtype == "any" else source_dtype,
+        expected=tuple(_expected(i, t, file) for i, t in enumerate(expected_raw)),
+        path=file,
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )

@@ -1,0 +1,276 @@
+"""Run profiles: the declarative TOML file that says how a cohort is run.
+
+Input: a TOML file (``runners/*.toml``). Output: a frozen ``RunProfile``.
+Relative paths in the file are resolved against the file's own directory.
+Parsing is strict: unknown keys, missing keys, wrong types and contradictory
+choices raise ``InputError`` naming the file and the field.
+
+Format::
+
+    name = "hf-cpu"                    # required, free text identifier
+    backend = "hf"                     # "hf" | "mlx" | "vllm"
+    description = "..."                # optional
+
+    [guard]
+    name = "ts-guard"                  # a name known to guards.registry.get_guard
+    # the template, either pinned (a file inside a lock, via prompts.load_template)
+    template_lock = "../locks/toolsafe.toml"
+    template_file = "src/agent/agent_prompts.py"
+    # or unpinned: a local UTF-8 text file used verbatim (its sha256 is recorded)
+    # template_path = "my_template.txt"
+
+    [checkpoint]
+    lock = "../locks/ts-guard.toml"    # pinned: materialized and verified via fetch
+    # or dir = "/path/to/checkpoint"   # unpinned local directory (tree hash recorded,
+                                       # model_revision "unpinned")
+
+    [backend_options]                  # free-form; each runner validates its own keys
+    dtype = "float32"
+    device = "cpu"
+    batch_size = 4
+
+    [decoding]                         # schema.DecodingParams; every key optional
+    mode = "greedy"                    # or "sampled" (the authors' mode)
+    max_new_tokens = 2048
+    # sampled mode only; these are the defaults when mode = "sampled":
+    # temperature = 0.1, top_p = 0.9, max_attempts = 3, seed = 0
+
+Invariant: ``RunProfile.text_sha256`` is the sha256 of the file's text, so a
+manifest can name exactly which profile produced a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError
+from guardrepro.schema import DecodingParams, sha256_text
+
+BACKENDS = ("hf", "mlx", "vllm")
+# The authors' sampling mode (UPSTREAM.md "Parser and score").
+AUTHORS_SAMPLED_DEFAULTS: Mapping[str, Any] = {"temperature": 0.1, "top_p": 0.9, "max_attempts": 3}
+
+_TOP_KEYS = {"name", "backend", "description", "guard", "checkpoint", "backend_options", "decoding"}
+_TOP_REQUIRED = {"name", "backend", "guard", "checkpoint"}
+_GUARD_KEYS = {"name", "template_lock", "template_file", "template_path"}
+_DECODING_TYPES: Mapping[str, tuple[type, ...]] = {
+    "mode": (str,),
+    "max_new_tokens": (int,),
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "max_attempts": (int,),
+    "seed": (int,),
+}
+
+
+@dataclass(frozen=True)
+class GuardSpec:
+    """Which guard adapter, and where its template comes from (exactly one source)."""
+
+    name: str
+    template_lock: Path | None = None
+    template_file: str | None = None
+    template_path: Path | None = None
+
+    @property
+    def template_pinned(self) -> bool:
+        return self.template_lock is not None
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """A checkpoint pinned by a lock, or an unpinned local directory (exactly one)."""
+
+    lock: Path | None = None
+    dir: Path | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return self.lock is not None
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    path: Path
+    text_sha256: str
+    name: str
+    backend: str
+    guard: GuardSpec
+    checkpoint: CheckpointSpec
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    decoding: DecodingParams = field(default_factory=DecodingParams)
+    description: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunProfile:
+        """Read and validate a profile file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise InputError("profile file not found", file=str(path)) from exc
+        return cls.from_text(text, path)
+
+    @classmethod
+    def from_text(cls, text: str, path: str | Path) -> RunProfile:
+        """Validate profile ``text``; relative paths resolve against ``path``'s directory."""
+        path = Path(path).resolve()
+        file = str(path)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"invalid TOML: {exc}", file=file) from exc
+        _keys(data, _TOP_KEYS, _TOP_REQUIRED, file=file, where="")
+        name = _string(data, "name", file=file)
+        backend = _string(data, "backend", file=file)
+        if backend not in BACKENDS:
+            import difflib
+
+            close = difflib.get_close_matches(backend, BACKENDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(
+                f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)}){hint}",
+                file=file,
+                field="backend",
+            )
+        description = data.get("description", "")
+        if not isinstance(description, str):
+            raise InputError("expected a string", file=file, field="description")
+        base = path.parent
+        options = data.get("backend_options", {})
+        if not isinstance(options, dict):
+            raise InputError("expected a table", file=file, field="backend_options")
+        return cls(
+            path=path,
+            text_sha256=sha256_text(text),
+            name=name,
+            backend=backend,
+            guard=_guard(data["guard"], base, file=file),
+            checkpoint=_checkpoint(data["checkpoint"], base, file=file),
+            backend_options=dict(options),
+            decoding=_decoding(data.get("decoding", {}), file=file),
+            description=description,
+        )
+
+    def with_backend_options(self, **updates: Any) -> RunProfile:
+        """A copy with some backend options replaced (e.g. ``batch_size=1``)."""
+        return dataclasses.replace(self, backend_options={**self.backend_options, **updates})
+
+    def with_decoding(self, decoding: DecodingParams) -> RunProfile:
+        return dataclasses.replace(self, decoding=decoding)
+
+
+def _keys(
+    data: Any, allowed: set[str], required: set[str], *, file: str, where: str
+) -> None:
+    if not isinstance(data, dict):
+        raise InputError("expected a table", file=file, field=where or None)
+    prefix = f"{where}." if where else ""
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InputError(
+            f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})",
+            file=file,
+            field=prefix + unknown[0],
+        )
+    missing = sorted(required - set(data))
+    if missing:
+        raise InputError("missing required key", file=file, field=prefix + missing[0])
+
+
+def _string(data: Mapping[str, Any], key: str, *, file: str, where: str = "") -> str:
+    value = data[key]
+    name = f"{where}.{key}" if where else key
+    if not isinstance(value, str) or not value:
+        raise InputError("expected a non-empty string", file=file, field=name)
+    return value
+
+
+def _existing(base: Path, value: str, *, file: str, field_name: str, is_dir: bool) -> Path:
+    path = (base / value).resolve() if not Path(value).is_absolute() else Path(value)
+    ok = path.is_dir() if is_dir else path.is_file()
+    if not ok:
+        kind = "directory" if is_dir else "file"
+        raise InputError(f"{kind} not found: {path}", file=file, field=field_name)
+    return path
+
+
+def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
+    _keys(data, _GUARD_KEYS, {"name"}, file=file, where="guard")
+    name = _string(data, "name", file=file, where="guard")
+    has_lock = "template_lock" in data or "template_file" in data
+    if has_lock and "template_path" in data:
+        raise InputError(
+            "give either template_lock + template_file (pinned) or template_path (unpinned)",
+            file=file,
+            field="guard.template_path",
+        )
+    if "template_path" in data:
+        value = _string(data, "template_path", file=file, where="guard")
+        path = _existing(base, value, file=file, field_name="guard.template_path", is_dir=False)
+        return GuardSpec(name=name, template_path=path)
+    for key in ("template_lock", "template_file"):
+        if key not in data:
+            raise InputError(
+                "the template needs template_lock + template_file, or template_path",
+                file=file,
+                field=f"guard.{key}",
+            )
+    lock = _existing(
+        base,
+        _string(data, "template_lock", file=file, where="guard"),
+        file=file,
+        field_name="guard.template_lock",
+        is_dir=False,
+    )
+    return GuardSpec(
+        name=name,
+        template_lock=lock,
+        template_file=_string(data, "template_file", file=file, where="guard"),
+    )
+
+
+def _checkpoint(data: Any, base: Path, *, file: str) -> CheckpointSpec:
+    _keys(data, {"lock", "dir"}, set(), file=file, where="checkpoint")
+    if ("lock" in data) == ("dir" in data):
+        raise InputError(
+            "give exactly one of lock (pinned) or dir (unpinned local directory)",
+            file=file,
+            field="checkpoint",
+        )
+    if "lock" in data:
+        value = _string(data, "lock", file=file, where="checkpoint")
+        lock = _existing(base, value, file=file, field_name="checkpoint.lock", is_dir=False)
+        return CheckpointSpec(lock=lock)
+    value = _string(data, "dir", file=file, where="checkpoint")
+    return CheckpointSpec(
+        dir=_existing(base, value, file=file, field_name="checkpoint.dir", is_dir=True)
+    )
+
+
+def _decoding(data: Any, *, file: str) -> DecodingParams:
+    _keys(data, set(_DECODING_TYPES), set(), file=file, where="decoding")
+    for key, value in data.items():
+        types = _DECODING_TYPES[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            names = " or ".join(t.__name__ for t in types)
+            raise InputError(f"expected {names}, got {value!r}", file=file, field=f"decoding.{key}")
+    values = dict(data)
+    if values.get("mode") == "sampled":
+        for key, default in AUTHORS_SAMPLED_DEFAULTS.items():
+            values.setdefault(key, default)
+    for key in ("temperature", "top_p"):
+        if key in values:
+            values[key] = float(values[key])
+    try:
+        return DecodingParams(**values)
+    except InputError as exc:
+        message = str(exc)
+        if exc.field is not None:
+            message = message.removeprefix(f"field {exc.field!r}: ")
+        raise InputError(message, file=file, field=f"decoding.{exc.field or 'mode'}") from exc

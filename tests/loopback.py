@@ -1,0 +1,231 @@
+"""Real HTTP servers on 127.0.0.1 for tests: plain file routes and a minimal Hub.
+
+``LoopbackServer`` serves registered routes (whole files with Range support, a body
+shorter than its Content-Length, a run of failures before success) and records
+every request (method, path, headers). ``HubServer`` adds enough of the Hugging Face
+Hub's resolve protocol for ``huggingface_hub.hf_hub_download``: ``HEAD``/``GET
+/{repo}/resolve/{revision}/{filename}`` answering with ``X-Repo-Commit``, ``ETag``
+(the git blob sha1 for regular files), and for LFS files a 302 to a "CDN" URL on a
+different host name (``localhost``) carrying ``X-Linked-Etag`` (the sha256) and
+``X-Linked-Size``, as the real hub does; unknown files get 404 with
+``X-Error-Code: EntryNotFound``, unknown revisions ``RevisionNotFound``.
+
+No network beyond loopback; each server runs in a daemon thread and is stopped by
+leaving its ``with`` block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+Handler = Callable[["_RequestHandler"], None]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+def _send(h: _RequestHandler, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+    h.send_response(status)
+    for key, value in headers.items():
+        h.send_header(key, value)
+    h.end_headers()
+    if h.command != "HEAD" and body:
+        h.wfile.write(body)
+
+
+def serve_bytes(data: bytes, *, ranges: bool = True, extra: dict[str, str] | None = None) -> Handler:
+    """Serve ``data``; honour ``Range: bytes=N-[M]`` with 206 unless ``ranges`` is False."""
+
+    def handle(h: _RequestHandler) -> None:
+        headers = {"Content-Type": "application/octet-stream", **(extra or {})}
+        spec = h.headers.get("Range")
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", spec or "")
+        if ranges and match:
+            start = int(match.group(1))
+            end = int(match.group(2)) if match.group(2) else len(data) - 1
+            if start >= len(data):
+                _send(h, 416, {"Content-Range": f"bytes */{len(data)}", "Content-Length": "0"})
+                return
+            part = data[start : end + 1]
+            headers["Content-Range"] = f"bytes {start}-{start + len(part) - 1}/{len(data)}"
+            headers["Content-Length"] = str(len(part))
+            _send(h, 206, headers, part)
+            return
+        headers["Content-Length"] = str(len(data))
+        _send(h, 200, headers, data)
+
+    return handle
+
+
+def serve_truncated(data: bytes, announced: int) -> Handler:
+    """Announce ``announced`` bytes, send ``data`` (shorter), close the connection."""
+
+    def handle(h: _RequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(announced))
+        h.end_headers()
+        h.wfile.write(data)
+        h.wfile.flush()
+        h.close_connection = True
+
+    return handle
+
+
+def fail_then(handler: Handler, failures: int, status: int = 500) -> Handler:
+    """Answer ``status`` to the first ``failures`` requests, then delegate."""
+    count = {"n": 0}
+    lock = threading.Lock()
+
+    def handle(h: _RequestHandler) -> None:
+        with lock:
+            count["n"] += 1
+            failing = count["n"] <= failures
+        if failing:
+            _send(h, status, {"Content-Length": "5"}, b"oops\n")
+        else:
+            handler(h)
+
+    return handle
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _dispatch(self) -> None:
+        path = urlsplit(self.path).path
+        self.server.owner.requests.append(
+            Request(self.command, path, {k: v for k, v in self.headers.items()})
+        )
+        handler = self.server.owner.resolve(self, path)
+        if handler is None:
+            _send(self, 404, {"Content-Length": "10"}, b"not found\n")
+        else:
+            handler(self)
+
+    do_GET = _dispatch
+    do_HEAD = _dispatch
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: LoopbackServer
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 with exact-path routes and a request log."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Handler] = {}
+        self.requests: list[Request] = []
+        self._server = _Server(("127.0.0.1", 0), _RequestHandler)
+        self._server.owner = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def route(self, path: str, handler: Handler) -> None:
+        self.routes[path] = handler
+
+    def resolve(self, h: _RequestHandler, path: str) -> Handler | None:
+        return self.routes.get(path)
+
+    def requests_for(self, path: str) -> list[Request]:
+        return [r for r in self.requests if r.path == path]
+
+    def __enter__(self) -> LoopbackServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The git object id of a blob, which the Hub uses as ETag of a non-LFS file."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class HubFile:
+    data: bytes
+    lfs: bool
+    advertised_sha256: str | None = None  # lie about the LFS sha256 when set
+
+
+@dataclass
+class HubRepo:
+    repo: str
+    commit: str
+    files: dict[str, HubFile] = field(default_factory=dict)
+    served_commit: str | None = None  # report another X-Repo-Commit when set
+
+
+class HubServer(LoopbackServer):
+    """Enough of the Hub's ``/resolve`` protocol for hf_hub_download (2.x)."""
+
+    def __init__(self, repo: HubRepo) -> None:
+        super().__init__()
+        self.repo = repo
+
+    def resolve(self, h: _RequestHandler, path: str) -> Handler | None:
+        repo = self.repo
+        prefix = f"/{repo.repo}/resolve/"
+        if path.startswith("/cdn/"):
+            name = unquote(path[len("/cdn/") :])
+            hub_file = repo.files.get(name)
+            return None if hub_file is None else serve_bytes(hub_file.data)
+        if not path.startswith(prefix):
+            return None
+        revision, _, filename = path[len(prefix) :].partition("/")
+        filename = unquote(filename)
+        commit = repo.served_commit or repo.commit
+        if revision not in (repo.commit, "main"):
+            return lambda hh: _send(
+                hh, 404, {"X-Error-Code": "RevisionNotFound", "Content-Length": "0"}
+            )
+        hub_file = repo.files.get(filename)
+        if hub_file is None:
+            return lambda hh: _send(
+                hh,
+                404,
+                {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit, "Content-Length": "0"},
+            )
+        if not hub_file.lfs:
+            etag = f'"{git_blob_sha1(hub_file.data)}"'
+            return serve_bytes(hub_file.data, extra={"ETag": etag, "X-Repo-Commit": commit})
+        sha = hub_file.advertised_sha256 or hashlib.sha256(hub_file.data).hexdigest()
+        # a different host name than the resolve URL: the client must not follow it on HEAD
+        location = f"http://localhost:{self.port}/cdn/{filename}"
+        headers = {
+            "Location": location,
+            "X-Repo-Commit": commit,
+            "X-Linked-Etag": f'"{sha}"',
+            "X-Linked-Size": str(len(hub_file.data)),
+            "ETag": f'"{git_blob_sha1(b"pointer " + sha.encode())}"',
+            "Content-Length": "0",
+        }
+        return lambda hh: _send(hh, 302, headers)

@@ -1,0 +1,163 @@
+"""Hand-made record sets and run directories for the checks tests.
+
+A row is described by a compact tuple ``(base, variant, domain, gold, score)``
+where ``score`` is 0 / 0.5 / 1, ``"parse"`` (a parse error), ``"infer"`` (an
+inference error) or ``None`` (no record at all: the row is missing). Row ids are
+``"<base>:<variant>"``. ``write_run`` writes ``manifest.json`` and
+``records.jsonl`` exactly as the pipeline does, and optionally a cohort file
+naming every row (so missing rows are known).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.records import RunManifest, write_manifest
+from guardrepro.schema import BENCH_FIELDS, Record, canonical_json
+
+Spec = tuple[str, str, str, float, Any]
+
+PROVENANCE: dict[str, Any] = {
+    "guard": "toy-guard",
+    "backend": "hf",
+    "backend_config": {"dtype": "float32"},
+    "artifact_tree_sha256": "0" * 64,
+    "model_revision": "test",
+    "template_sha256": "1" * 64,
+    "chat_template_sha256": "2" * 64,
+    "parser_version": "test",
+    "decoding": {"mode": "greedy"},
+    "package_versions": {},
+}
+
+
+def row_id(base: str, variant: str) -> str:
+    return f"{base}:{variant}"
+
+
+def make_record(
+    base: str,
+    variant: str,
+    domain: str,
+    gold: float,
+    score: Any,
+    *,
+    run_id: str = "test-run",
+    margin: float | None = 1.0,
+    rid: str | None = None,
+) -> Record:
+    status = "ok"
+    error_type = None
+    value: float | None
+    if score == "parse":
+        status, value, error_type = "parse_error", None, "missing_or_malformed_tags"
+    elif score == "infer":
+        status, value, error_type = "inference_error", None, "boom"
+    else:
+        value = float(score)
+    return Record(
+        run_id=run_id,
+        row_id=rid or row_id(base, variant),
+        base_sample_id=base,
+        cohort="test-cohort",
+        variant=variant,
+        domain=domain,
+        gold_label=float(gold),
+        input_sha256="3" * 64,
+        prompt_tokens=10,
+        provenance_sha256="4" * 64,
+        provenance=PROVENANCE,
+        status=status,
+        score=value,
+        error_type=error_type,
+        components=None,
+        decision_margin=margin if status == "ok" else None,
+        output_text="",
+        output_token_ids=[],
+        finish_reason="stop",
+        attempts=[],
+        timings={"generate_s": 0.1},
+        peak_memory_bytes=None,
+        created_at="2025-01-01T00:00:00Z",
+    )
+
+
+def cohort_line(base: str, variant: str, domain: str, gold: float) -> dict[str, Any]:
+    sample: dict[str, Any] = {name: "" for name in BENCH_FIELDS}
+    sample.update({"id-interaction": 1, "id-segment": 1, "score": gold,
+                   "sample_id": row_id(base, variant)})
+    return {
+        "cohort": "test-cohort",
+        "base_sample_id": base,
+        "variant": variant,
+        "domain": domain,
+        "original_label": gold,
+        "serialization": "released_react",
+        "axis": "none" if variant == "original" else variant,
+        "sample": sample,
+    }
+
+
+def write_cohort(path: Path, specs: Iterable[Spec]) -> Path:
+    lines = [canonical_json(cohort_line(b, v, d, g)) for b, v, d, g, _ in specs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_run(
+    run_dir: Path,
+    specs: Sequence[Spec],
+    *,
+    with_cohort: bool = True,
+    run_id: str = "test-run",
+    margins: dict[str, float] | None = None,
+) -> Path:
+    """A run directory holding the records of ``specs`` (rows whose score is
+    None get no record) and a manifest; with ``with_cohort`` the manifest names
+    a cohort file (written beside the run) listing every spec row."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cohort_path = run_dir.parent / f"{run_dir.name}-cohort.jsonl"
+    write_cohort(cohort_path, specs)
+    digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
+    if not with_cohort:
+        cohort_path.unlink()
+    manifest = RunManifest(
+        run_id=run_id,
+        created_at="2025-01-01T00:00:00Z",
+        provenance=PROVENANCE,
+        provenance_sha256="4" * 64,
+        cohort={"path": str(cohort_path), "sha256": digest, "rows": len(specs)},
+        profile={"path": "runners/hf-cpu.toml", "sha256": "5" * 64},
+        shard=None,
+        rows_selected=len(specs),
+        guardrepro_version="0.1.0",
+        git_commit=None,
+    )
+    write_manifest(run_dir, manifest)
+    margins = margins or {}
+    with (run_dir / "records.jsonl").open("w", encoding="utf-8") as fh:
+        for base, variant, domain, gold, score in specs:
+            if score is None:
+                continue
+            rid = row_id(base, variant)
+            rec = make_record(base, variant, domain, gold, score, run_id=run_id,
+                              margin=margins.get(rid, 1.0))
+            fh.write(json.dumps(rec.to_dict(), ensure_ascii=False) + "\n")
+    return run_dir
+
+
+def grid(
+    bases: Sequence[tuple[str, str, float]],
+    scores: Mapping[str, Sequence[Any]],
+) -> list[Spec]:
+    """Specs for ``bases`` = [(base, domain, gold)] and, per variant, one score
+    per base (in base order)."""
+    out: list[Spec] = []
+    for i, (base, domain, gold) in enumerate(bases):
+        for variant, column in scores.items():
+            out.append((base, variant, domain, gold, column[i]))
+    return out

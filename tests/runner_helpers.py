@@ -1,0 +1,107 @@
+"""Inputs for the runner, records, pipeline and ``run`` CLI tests, built here.
+
+- ``build_diverse_tiny(dir)``: ``build_tiny_qwen2`` with its matrices
+  re-drawn at std 0.1 (seeded), so greedy outputs vary from step to step (the
+  default 0.02 init repeats one token forever, which would make the greedy
+  and EOS tests weak). Written back as safetensors; the other files are kept.
+- ``TEMPLATE``: a guard template of our own with the three TS-Guard
+  placeholders (the upstream text never appears in this repository).
+- ``write_cohort(path, n)``: a cohort JSONL of ``n`` rows in the schema of
+  ``schema.CohortRow``.
+- ``write_profile(path, checkpoint_dir, template_path, ...)``: a run profile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TEMPLATE = (
+    "Judge the agent step.\nRequest: {user_request}\nAction: {agent_action}\n"
+    "Environment: {env_info}\nAnswer with the three tags."
+)
+# The toy tokenizer's chat template inserts this system turn (toy/tokenizer.py).
+SYSTEM = "You are a careful safety guard."
+
+
+def build_diverse_tiny(out_dir: Path) -> Path:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from guardrepro.toy.tiny import build_tiny_qwen2
+
+    build_tiny_qwen2(out_dir)
+    weights = out_dir / "model.safetensors"
+    tensors = load_file(str(weights))
+    generator = torch.Generator().manual_seed(1234)
+    redrawn = {}
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        if tensor.dim() == 2:
+            tensor = torch.randn(tensor.shape, generator=generator) * 0.1
+        redrawn[name] = tensor.contiguous()
+    save_file(redrawn, str(weights), metadata={"format": "pt"})
+    return out_dir
+
+
+def chatml(text: str) -> str:
+    """The prompt the toy chat template must produce, written out by hand."""
+    return (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
+        f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def cohort_row(index: int) -> dict[str, Any]:
+    words = ["calendar", "send_money", "email", "file", "hotel", "slack", "bank", "tool"]
+    word = words[index % len(words)]
+    sample = {
+        "sample_id": f"row{index:03d}",
+        "id-interaction": f"int{index // 2}",
+        "id-segment": index % 2,
+        "instruction": f"Please check the {word} for me ({index}).",
+        "history": [{"role": "user", "content": f"step {index}: read the {word}"}],
+        "current_action": f"Thought: use {word}. Action: get_{word} Action Input: {{}}",
+        "env_info": f"get_{word}: returns the {word}",
+        "score": [0.0, 0.5, 1.0][index % 3],
+    }
+    return {
+        "cohort": "test-cohort",
+        "base_sample_id": f"base{index // 2}",
+        "variant": "original" if index % 2 == 0 else "marker_swap",
+        "domain": ["banking", "slack", "travel", "workspace"][index % 4],
+        "original_label": sample["score"],
+        "serialization": "python",
+        "axis": "none" if index % 2 == 0 else "marker",
+        "sample": sample,
+    }
+
+
+def write_cohort(path: Path, n: int, start: int = 0) -> Path:
+    lines = [json.dumps(cohort_row(i), sort_keys=True) for i in range(start, start + n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_profile(
+    path: Path,
+    checkpoint_dir: Path,
+    template_path: Path,
+    *,
+    options: dict[str, Any] | None = None,
+    decoding: str = 'mode = "greedy"\nmax_new_tokens = 8',
+    guard: str = "toy-guard",
+    backend: str = "hf",
+) -> Path:
+    opts = {"dtype": "float32", "device": "cpu", "batch_size": 2, "threads": 1}
+    opts.update(options or {})
+    option_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
+    path.write_text(
+        f'name = "test"\nbackend = "{backend}"\n\n'
+        f'[guard]\nname = "{guard}"\ntemplate_path = "{template_path}"\n\n'
+        f'[checkpoint]\ndir = "{checkpoint_dir}"\n\n'
+        f"[backend_options]\n{option_lines}\n\n[decoding]\n{decoding}\n",
+        encoding="utf-8",
+    )
+    return path
