@@ -22,7 +22,6 @@ at a time (inter-process file lock).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import datetime as dt
 import hashlib
@@ -47,7 +46,7 @@ from guardrepro.cache import (
     stamp_matches,
     write_stamp,
 )
-from guardrepro.errors import IntegrityError, MissingArtifactError
+from guardrepro.errors import IntegrityError, MissingArtifactError, PromptError, UnsafePathError
 from guardrepro.locks import (
     GithubSource,
     HfSource,
@@ -126,37 +125,16 @@ def _blob_ok(home: Path, entry: LockedFile) -> bool:
 def _check_extract(path: Path, entry: LockedFile) -> None:
     """Before pinning a file by first download, check its pinned extracted string.
 
-    Reads the module with ``ast`` only (never imports it): exactly one top-level
-    assignment of ``entry.extract`` to a string literal whose UTF-8 sha256 is pinned.
+    Delegates to ``guardrepro.prompts.extract_template`` (``ast`` only, never
+    imports the module) so fetch and prompt loading agree on what is extracted.
     """
-    assert entry.extract is not None
-    where = f"{entry.path}: {entry.extract}"
+    from guardrepro.prompts import extract_template
+
+    assert entry.extract is not None and entry.extract_sha256 is not None
     try:
-        tree = ast.parse(path.read_bytes(), filename=entry.path)
-    except (SyntaxError, ValueError) as exc:
-        raise IntegrityError(f"{where}: file does not parse as Python: {exc}") from None
-    values = []
-    for node in tree.body:
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else ([node.target] if isinstance(node, ast.AnnAssign) else [])
-        )
-        if any(isinstance(t, ast.Name) and t.id == entry.extract for t in targets):
-            values.append(getattr(node, "value", None))
-    if (
-        len(values) != 1
-        or not isinstance(values[0], ast.Constant)
-        or not isinstance(values[0].value, str)
-    ):
-        raise IntegrityError(
-            f"{where}: expected one top-level string assignment, found {len(values)}"
-        )
-    observed = hashlib.sha256(values[0].value.encode("utf-8")).hexdigest()
-    if observed != entry.extract_sha256:
-        raise IntegrityError(
-            f"{where}: extracted string sha256 {observed}, expected {entry.extract_sha256}"
-        )
+        extract_template(path, entry.extract, entry.extract_sha256)
+    except PromptError as exc:
+        raise IntegrityError(f"{entry.path}: {entry.extract}: {exc}") from None
 
 
 def _obtain_github(home: Path, lock: Lock, entry: LockedFile, progress: bool) -> tuple[str, int]:
@@ -202,18 +180,29 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
 
 def _obtain_hub(
     home: Path, lock: Lock, entries: list[LockedFile], progress: bool
-) -> dict[str, tuple[str, int]]:
+) -> dict[str, tuple[str, int, str]]:
+    """Resolve every entry on the hub first, then download; returns path -> (sha, size, action).
+
+    An LFS file whose hub sha256 is already a verified blob is not downloaded again
+    (e.g. after an earlier fetch failed on a later file, before pins were recorded).
+    """
     source = lock.source
     assert isinstance(source, HfSource)
     resolved = [fetch_hub.resolve(source, entry) for entry in entries]  # all before any GET
     staging = ensure_dir(home, f"staging/{lock.name}/{source.revision}")
-    got: dict[str, tuple[str, int]] = {}
+    got: dict[str, tuple[str, int, str]] = {}
     for entry, hub_file in zip(entries, resolved, strict=True):
+        known = LockedFile(entry.path, hub_file.lfs_sha256, hub_file.size)
+        if known.sha256 is not None and known.size is not None and _blob_ok(home, known):
+            if entry.extract is not None and entry.pending:
+                _check_extract(blob_path(home, known.sha256), entry)
+            got[entry.path] = (known.sha256, known.size, "cached")
+            continue
         done = fetch_hub.download(source, entry, hub_file, staging, progress=progress)
         if entry.extract is not None and entry.pending:
             _check_extract(done.local, entry)
         add_blob(home, done.local, done.sha256, move=True)
-        got[entry.path] = (done.sha256, done.size)
+        got[entry.path] = (done.sha256, done.size, "downloaded")
     shutil.rmtree(staging, ignore_errors=True)
     return got
 
@@ -230,6 +219,8 @@ def _build_directory(home: Path, lock: Lock) -> Path:
         for entry in lock.files:
             assert entry.sha256 is not None
             blob = blob_path(home, entry.sha256)
+            if blob.is_symlink():
+                raise UnsafePathError(f"{blob} is a symlink (refused in the cache)")
             if not blob.exists():
                 raise MissingArtifactError(
                     f"lock {lock.name!r}: {entry.path} (sha256 {entry.sha256}) is not in the"
@@ -283,12 +274,13 @@ def materialize(
     return _checked_directory(guardrepro_home(home), lock)
 
 
-def _fetch_local(home: Path, lock: Lock) -> tuple[list[FetchedFile], list[LockedFile]]:
+def _fetch_local(home: Path, lock: Lock) -> list[FetchedFile]:
+    """Verify a local directory in place; observed hashes of pending entries included."""
     report = check_lock(lock, home, full=False)
     bad = [f for f in report.problems if f.status != "unpinned" or f.observed_sha256 is None]
     if bad or (report.tree is not None and not report.tree.ok):
         report.raise_for_status()
-    files, entries = [], []
+    files = []
     by_path = {f.path: f for f in report.files}
     for entry in lock.files:
         status = by_path[entry.path]
@@ -298,8 +290,7 @@ def _fetch_local(home: Path, lock: Lock) -> tuple[list[FetchedFile], list[Locked
             assert status.location is not None
             _check_extract(status.location, entry)
         files.append(FetchedFile(entry.path, sha, size, "in-place", entry.pending))
-        entries.append(entry)
-    return files, entries
+    return files
 
 
 def fetch_lock(
@@ -319,7 +310,7 @@ def fetch_lock(
     ensure_dir(home_dir, "blobs/sha256")
     with _state_lock(home_dir, lock):
         if isinstance(lock.source, LocalSource):
-            files, _ = _fetch_local(home_dir, lock)
+            files = _fetch_local(home_dir, lock)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
         today = dt.datetime.now(dt.UTC).date()
@@ -351,8 +342,8 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
         else:
             todo.append(entry)
     if isinstance(lock.source, HfSource) and todo:
-        for path, (sha, size) in _obtain_hub(home, lock, todo, progress).items():
-            results[path] = FetchedFile(path, sha, size, "downloaded", lock.file(path).pending)
+        for path, (sha, size, action) in _obtain_hub(home, lock, todo, progress).items():
+            results[path] = FetchedFile(path, sha, size, action, lock.file(path).pending)
     else:
         for entry in todo:
             if isinstance(lock.source, GithubSource):

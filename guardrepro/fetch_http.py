@@ -206,9 +206,10 @@ def download(
         observed, size = sha256_file(part)
         if expected_sha256 is not None and observed != expected_sha256:
             part.unlink()
+            expected = "unknown" if expected_size is None else str(expected_size)
             raise IntegrityError(
-                f"{what}: sha256 mismatch: expected {expected_sha256}, observed {observed}"
-                f" ({size} bytes); the download was discarded"
+                f"{what}: sha256 mismatch: expected {expected_sha256} ({expected} bytes),"
+                f" observed {observed} ({size} bytes); the download was discarded"
             )
         os.replace(part, dest)
         fsync_dir(dest.parent)

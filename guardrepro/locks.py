@@ -197,6 +197,12 @@ class _Fields:
             raise self.fail(name, f"must be {what}, got {value!r}")
         return value
 
+    def only(self, *names: str) -> None:
+        """Refuse unknown keys before reading any field (the clearest error first)."""
+        unknown = sorted(set(self.table) - set(names))
+        if unknown:
+            raise self.fail(unknown[0], f"unknown key(s) {unknown}; allowed: {sorted(names)}")
+
     def done(self) -> None:
         if self.table:
             unknown = sorted(self.table)
@@ -211,6 +217,14 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def _parse_source(raw: Any, file: str) -> Source:
     fields = _Fields(raw, file, None, "source.")
     kind = fields.get("type", str, required=True)
+    allowed = {
+        "github": GithubSource,
+        "hf": HfSource,
+        "package": PackageSource,
+        "local": LocalSource,
+    }.get(kind)
+    if allowed is not None:
+        fields.only(*(f.name for f in dataclasses.fields(allowed) if f.name != "type"))
     source: Source
     if kind == "github":
         source = GithubSource(
@@ -258,6 +272,7 @@ def _checked_path(rel: str, fields: _Fields, name: str) -> None:
 
 def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
     fields = _Fields(raw, file, row, "file.")
+    fields.only(*(f.name for f in dataclasses.fields(LockedFile)))
     path = fields.get("path", str, required=True)
     _checked_path(path, fields, "path")
     sha = fields.pattern("sha256", HEX64, "64 lowercase hex", required=False)
@@ -296,6 +311,7 @@ def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
 def parse_lock(data: Any, file: str, header: str = "", path: Path | None = None) -> Lock:
     """Build a Lock from parsed TOML; ``file`` names the source in error messages."""
     top = _Fields(data, file, None, "")
+    top.only("name", "kind", "description", "source", "file")
     name = top.pattern("name", NAME, "lowercase [a-z0-9._-], starting alphanumeric", required=True)
     kind = top.get("kind", str, required=True)
     if kind not in KINDS:
@@ -371,7 +387,10 @@ def dump_lock(lock: Lock) -> str:
     for entry in lock.files:
         chunks.append("[[file]]\n" + tomli_w.dumps(_drop_none(dataclasses.asdict(entry))))
     text = "\n".join(chunks)
-    return (lock.header + "\n" if lock.header else "") + text
+    header = _header(lock.header)
+    if header != lock.header.rstrip() + "\n" and lock.header.strip():
+        raise LockError(f"lock {lock.name!r}: header lines must all be '#' comments")
+    return (header + "\n" if header else "") + text
 
 
 def save_lock(lock: Lock, path: str | os.PathLike[str] | None = None) -> Path:
@@ -380,8 +399,8 @@ def save_lock(lock: Lock, path: str | os.PathLike[str] | None = None) -> Path:
     if target is None:
         raise LockError(f"lock {lock.name!r} has no path to save to")
     text = dump_lock(lock)
-    again = parse_lock(tomllib.loads(text), str(target), lock.header, lock.path)
-    if again != lock:
+    again = parse_lock(tomllib.loads(text), str(target), _header(text), lock.path)
+    if again != dataclasses.replace(lock, header=_header(lock.header)):
         raise LockError("internal error: lock does not round-trip", file=str(target))
     atomic_write_bytes(target, text.encode("utf-8"))
     return target

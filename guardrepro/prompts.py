@@ -97,9 +97,10 @@ def extract_template(py_path: str | Path, variable: str, expected_sha256: str) -
     """Read the string assigned to module-level ``variable`` in ``py_path``
     with ``ast`` (the file is never imported or executed) and check its sha256.
 
-    When the name is assigned more than once at module level the last
-    assignment is the one Python would leave bound, so that one is used; it
-    must be a plain string literal (no f-string, call, name or format).
+    The name must be bound exactly once at module level (as ``guardrepro.fetch``
+    requires when it pins the file), to a plain string literal: implicit
+    concatenation, parentheses and ``+`` of literals are accepted; f-strings,
+    calls, names, bytes and unpacking are refused.
     """
     path = Path(py_path)
     try:
@@ -115,7 +116,13 @@ def extract_template(py_path: str | Path, variable: str, expected_sha256: str) -
     found = _assignments(tree, variable)
     if not found:
         raise PromptError(f"{path}: no module-level assignment to {variable!r}")
-    stmt, value_node = found[-1]
+    if len(found) > 1:
+        lines = ", ".join(str(stmt.lineno) for stmt, _ in found)
+        raise PromptError(
+            f"{path}: {variable!r} is assigned {len(found)} times at module level "
+            f"(lines {lines}); refusing an ambiguous template"
+        )
+    stmt, value_node = found[0]
     text = _string_value(value_node) if value_node is not None else None
     if text is None:
         what = type(value_node).__name__ if value_node is not None else type(stmt).__name__

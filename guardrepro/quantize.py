@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -247,8 +248,9 @@ def inspect_artifact(artifact: Path, recipe: Recipe, plan: QuantPlan) -> Inspect
     import mlx.core as mx
 
     weights: dict[str, Any] = {}
-    for path in sorted(artifact.glob("*.safetensors")):
-        weights.update(mx.load(str(path)))  # lazy: shapes and dtypes without reading data
+    for shard in sorted(artifact.glob("*.safetensors")):
+        loaded: Any = mx.load(str(shard))  # lazy: shapes and dtypes without reading data
+        weights.update(loaded)
     problems: list[str] = []
     want = getattr(mx, recipe.dtype)
     quantized_paths = sorted(k[: -len(".scales")] for k in weights if k.endswith(".scales"))
@@ -461,13 +463,15 @@ def _convert(staging: Path, converted: Path, recipe: Recipe) -> None:
     """mlx-lm's own conversion, with the recipe's parameters and nothing else."""
     from mlx_lm.convert import convert
 
-    convert(
-        str(staging),
-        mlx_path=str(converted),
-        quantize=recipe.quantize,
-        q_group_size=recipe.group_size,
-        q_bits=recipe.bits,
-        q_mode=recipe.mode,
-        dtype=recipe.dtype,
-        trust_remote_code=False,
-    )
+    # mlx-lm prints its own [INFO] lines; keep stdout for guardrepro's report.
+    with contextlib.redirect_stdout(sys.stderr):
+        convert(
+            str(staging),
+            mlx_path=str(converted),
+            quantize=recipe.quantize,
+            q_group_size=recipe.group_size,
+            q_bits=recipe.bits,
+            q_mode=recipe.mode,
+            dtype=recipe.dtype,
+            trust_remote_code=False,
+        )

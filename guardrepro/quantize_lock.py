@@ -122,7 +122,7 @@ def provenance(result: QuantizeResult) -> dict[str, Any]:
 
 def write_artifact_lock(result: QuantizeResult, tree: Any) -> Path:
     """Write ``<out>.quantize.json`` and ``<out>.lock.toml``; return the lock path."""
-    from guardrepro.locks import Lock, LocalSource, LockedFile, save_lock
+    from guardrepro.locks import LocalSource, Lock, LockedFile, save_lock
 
     out = result.artifact
     prov_path = provenance_path_for(out)

@@ -28,7 +28,6 @@ from guardrepro.artifacts import artifact_dir, fetch_hint
 from guardrepro.cache import (
     CHUNK,
     atomic_write_bytes,
-    blob_path,
     ensure_dir,
     guardrepro_home,
     open_regular,
@@ -188,6 +187,8 @@ class VerifyReport:
             and (self.tree is None or self.tree.ok or self.tree.observed is None)
         ):
             raise MissingArtifactError(text + f"\nrun `guardrepro fetch {self.lock_path}`")
+        if any(f.status == UNSAFE for f in bad):
+            raise UnsafePathError(text)
         raise IntegrityError(text)
 
 
@@ -266,13 +267,13 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
         if not full and state_file.exists():
             saved = json.loads(state_file.read_text())
             if saved.get("stats") == stats and saved.get("tree") is not None:
-                cached = TreeStatus(**{**status.__dict__, "observed": TreeHash(**saved["tree"])})
+                cached = dataclasses.replace(status, observed=TreeHash(**saved["tree"]))
                 if cached.ok:
                     return cached
         observed = tree_hash(directory)
     except (UnsafePathError, FileNotFoundError) as exc:
-        return TreeStatus(**{**status.__dict__, "detail": str(exc)})
-    result = TreeStatus(**{**status.__dict__, "observed": observed})
+        return dataclasses.replace(status, detail=str(exc))
+    result = dataclasses.replace(status, observed=observed)
     if result.ok and stats == _tree_stats(directory):
         ensure_dir(home, "state/trees")
         body = {"stats": stats, "tree": observed.__dict__}
@@ -299,24 +300,47 @@ def check_lock(lock: Lock, home: Path, *, full: bool) -> VerifyReport:
             if entry.pending:
                 statuses.append(FileStatus(entry.path, UNPINNED, detail=fetch_hint(lock)))
             else:
-                statuses.append(
-                    check_file(home, blob_path(home, entry.sha256 or ""), entry, full=full)
-                )
+                statuses.append(_check_blob(home, entry, full=full))
     else:
         directory = artifact_dir(home, lock)
         for entry in lock.files:
             status = _check_at(home, directory, entry, full=full)
-            blob = blob_path(home, entry.sha256 or "")
-            if status.ok and not _same_inode(blob, status.location):
-                blob_status = check_file(home, blob, entry, full=full)
-                if blob_status.status != MISSING:
-                    status = blob_status
-            elif status.status == MISSING and blob.exists():
+            if status.ok:
+                blob = _check_blob(home, entry, full=False)
+                if blob.status == UNSAFE:
+                    status = blob
+                elif blob.status != MISSING and not _same_inode(blob.location, status.location):
+                    # a copy, not a hardlink (or a missing blob): check the blob on its own
+                    if full:
+                        blob = _check_blob(home, entry, full=True)
+                    if not blob.ok:
+                        status = blob
+            elif status.status == MISSING and _check_blob(home, entry, full=False).ok:
                 status = _with(status, MISSING, detail=f"blob present; {fetch_hint(lock)}")
             statuses.append(status)
         if directory.is_dir():
             statuses.extend(_extras(directory, lock))
     return VerifyReport(lock.name, lock.path, directory, tuple(statuses), tree)
+
+
+def _check_blob(home: Path, entry: LockedFile, *, full: bool) -> FileStatus:
+    """Status of the blob an entry pins (a symlinked blob or blob dir is "unsafe")."""
+    assert entry.sha256 is not None
+    try:
+        blobs = safe_join(home, "blobs/sha256")
+    except UnsafePathError as exc:
+        return FileStatus(
+            entry.path,
+            UNSAFE,
+            entry.sha256,
+            expected_size=entry.size,
+            location=home / "blobs/sha256",
+            detail=str(exc),
+        )
+    status = check_file(home, blobs / entry.sha256, entry, full=full)
+    if status.status == UNSAFE:
+        return _with(status, UNSAFE, detail=f"cached blob {blobs / entry.sha256} is a symlink")
+    return status
 
 
 def _check_at(home: Path, directory: Path, entry: LockedFile, *, full: bool) -> FileStatus:
@@ -334,8 +358,8 @@ def _check_at(home: Path, directory: Path, entry: LockedFile, *, full: bool) -> 
     return check_file(home, path, entry, full=full)
 
 
-def _same_inode(a: Path, b: Path | None) -> bool:
-    if b is None:
+def _same_inode(a: Path | None, b: Path | None) -> bool:
+    if a is None or b is None:
         return False
     try:
         sa, sb = os.stat(a, follow_symlinks=False), os.stat(b, follow_symlinks=False)

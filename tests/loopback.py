@@ -44,7 +44,9 @@ def _send(h: _RequestHandler, status: int, headers: dict[str, str], body: bytes 
         h.wfile.write(body)
 
 
-def serve_bytes(data: bytes, *, ranges: bool = True, extra: dict[str, str] | None = None) -> Handler:
+def serve_bytes(
+    data: bytes, *, ranges: bool = True, extra: dict[str, str] | None = None
+) -> Handler:
     """Serve ``data``; honour ``Range: bytes=N-[M]`` with 206 unless ``ranges`` is False."""
 
     def handle(h: _RequestHandler) -> None:

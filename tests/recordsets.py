@@ -18,6 +18,7 @@ from typing import Any
 
 from guardrepro.records import RunManifest, write_manifest
 from guardrepro.schema import BENCH_FIELDS, Record, canonical_json
+from guardrepro.shard import shard_of
 
 Spec = tuple[str, str, str, float, Any]
 
@@ -115,10 +116,12 @@ def write_run(
     with_cohort: bool = True,
     run_id: str = "test-run",
     margins: dict[str, float] | None = None,
+    shard: str | None = None,
 ) -> Path:
     """A run directory holding the records of ``specs`` (rows whose score is
     None get no record) and a manifest; with ``with_cohort`` the manifest names
-    a cohort file (written beside the run) listing every spec row."""
+    a cohort file (written beside the run) listing every spec row. With
+    ``shard`` ("k/n") only that shard's rows get records, as in a sharded run."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cohort_path = run_dir.parent / f"{run_dir.name}-cohort.jsonl"
     write_cohort(cohort_path, specs)
@@ -132,7 +135,7 @@ def write_run(
         provenance_sha256="4" * 64,
         cohort={"path": str(cohort_path), "sha256": digest, "rows": len(specs)},
         profile={"path": "runners/hf-cpu.toml", "sha256": "5" * 64},
-        shard=None,
+        shard=shard,
         rows_selected=len(specs),
         guardrepro_version="0.1.0",
         git_commit=None,
@@ -143,6 +146,10 @@ def write_run(
         for base, variant, domain, gold, score in specs:
             if score is None:
                 continue
+            if shard is not None:
+                k, n = (int(x) for x in shard.split("/"))
+                if shard_of(row_id(base, variant), n) != k:
+                    continue
             rid = row_id(base, variant)
             rec = make_record(base, variant, domain, gold, score, run_id=run_id,
                               margin=margins.get(rid, 1.0))

@@ -60,23 +60,28 @@ def test_stratified_single_cluster_strata_have_zero_width() -> None:
 
 
 def _reference_interval(values: dict[str, tuple[float, float]], stratum: dict[str, tuple],
-                        replicates: int, seed: int) -> tuple[float, float]:
+                        replicates: int, seed: int, order: str) -> tuple[float, float]:
     """Independent re-implementation of the documented algorithm with plain
-    Python loops and a hand-written linear percentile."""
+    Python loops and a hand-written linear percentile. ``order="replicate"``
+    draws with ``rng.choice`` as a hand-written bootstrap would."""
     rng = np.random.default_rng(seed)
     strata = sorted(set(stratum.values()))
+    ids = {s: sorted(c for c in values if stratum[c] == s) for s in strata}
     draws = {}
-    for s in strata:
-        ids = sorted(c for c in values if stratum[c] == s)
-        draws[s] = (ids, rng.integers(0, len(ids), size=(replicates, len(ids))))
+    if order == "stratum":
+        for s in strata:
+            draws[s] = rng.integers(0, len(ids[s]), size=(replicates, len(ids[s])))
     stats = []
     for b in range(replicates):
         num = den = 0.0
         for s in strata:
-            ids, idx = draws[s]
-            for j in idx[b]:
-                num += values[ids[j]][0]
-                den += values[ids[j]][1]
+            if order == "stratum":
+                picked = [ids[s][j] for j in draws[s][b]]
+            else:
+                picked = list(rng.choice(ids[s], size=len(ids[s]), replace=True))
+            for c in picked:
+                num += values[c][0]
+                den += values[c][1]
         stats.append(num / den)
     stats.sort()
 
@@ -104,17 +109,24 @@ def test_matches_independent_reimplementation() -> None:
         old = values.get(c, (0.0, 0.0))
         values[c] = (old[0] + n, old[1] + d)
         stratum[c] = s
-    for seed in (DEFAULT_SEED, 7):
-        want = _reference_interval(values, stratum, 400, seed)
-        got = ratio_interval([r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows],
-                             [r[1] for r in rows], replicates=400, seed=seed)
-        assert got.low == pytest.approx(want[0])
-        assert got.high == pytest.approx(want[1])
-        # unstratified = one stratum holding every cluster
-        want_u = _reference_interval(values, dict.fromkeys(values, ()), 400, seed)
-        got_u = ratio_interval([r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows],
-                               replicates=400, seed=seed)
-        assert (got_u.low, got_u.high) == pytest.approx(want_u)
+    nums, dens, clusters = [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows]
+    seen = set()
+    for order in ("stratum", "replicate"):
+        for seed in (DEFAULT_SEED, 7):
+            want = _reference_interval(values, stratum, 400, seed, order)
+            got = ratio_interval(nums, dens, clusters, [r[1] for r in rows], replicates=400,
+                                 seed=seed, order=order)
+            assert (got.low, got.high) == pytest.approx(want)
+            assert got.draw_order == order
+            # unstratified = one stratum holding every cluster
+            want_u = _reference_interval(values, dict.fromkeys(values, ()), 400, seed, order)
+            got_u = ratio_interval(nums, dens, clusters, replicates=400, seed=seed, order=order)
+            assert (got_u.low, got_u.high) == pytest.approx(want_u)
+            seen.add((order, seed, tuple(replicate_sums(
+                cluster_table([(r[2], r[3]) for r in rows], clusters, [r[1] for r in rows]),
+                50, seed, order)[:, 0])))
+    # the two orders consume the generator differently
+    assert len({s[2] for s in seen}) == 4
 
 
 def test_zero_denominator_replicates_are_counted_not_used() -> None:

@@ -9,13 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
+from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated
 
 from guardrepro import fetch_http
 from guardrepro.errors import FetchError, IntegrityError
 from guardrepro.fetch import fetch_lock, materialize
 from guardrepro.fetch_http import RetryPolicy
 from guardrepro.locks import load_lock
-from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated
 
 REPO = "someone/toolsafe-like"
 COMMIT = "46358fa424a927a895c6c8322f99032c4eb5155e"
@@ -23,8 +23,17 @@ FAST = RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=5)
 
 DATA_A = b'[{"row": 1}, {"row": 2}]\n' * 500
 DATA_B = bytes(range(256)) * 40
-PROMPTS_PY = b'"""fixture."""\nOTHER = 1\nguard_template = (\n    "line one\\n"\n    "{x} and {y}"\n)\n'
-TEMPLATE_SHA = hashlib.sha256(b"line one\n{x} and {y}").hexdigest()
+PROMPTS_PY = (
+    b'"""fixture module shaped like the upstream prompt file."""\n'
+    b"OTHER = 1\n"
+    b"guard_template = (\n"
+    b'    "Judge: {user_request}\\n"\n'
+    b'    "Action: {agent_action} Env: {env_info}"\n'
+    b")\n"
+)
+TEMPLATE_SHA = hashlib.sha256(
+    b"Judge: {user_request}\nAction: {agent_action} Env: {env_info}"
+).hexdigest()
 
 
 def sha(data: bytes) -> str:
@@ -71,13 +80,18 @@ commit = "{COMMIT}"
 
 def entry(rel: str, data: bytes, lfs: bool = True) -> str:
     lfs_text = "true" if lfs else "false"
-    return f'\n[[file]]\npath = "{rel}"\nsha256 = "{sha(data)}"\nsize = {len(data)}\nlfs = {lfs_text}\n'
+    return (
+        f'\n[[file]]\npath = "{rel}"\nsha256 = "{sha(data)}"\nsize = {len(data)}\n'
+        f"lfs = {lfs_text}\n"
+    )
 
 
 def test_good_files_land_verified_and_hardlinked(server, env, tmp_path):
     server.route(media("data/a.json"), serve_bytes(DATA_A))
     server.route(raw("src/b.bin"), serve_bytes(DATA_B))
-    lock = write_lock(tmp_path / "t.toml", [entry("data/a.json", DATA_A), entry("src/b.bin", DATA_B, False)])
+    lock = write_lock(
+        tmp_path / "t.toml", [entry("data/a.json", DATA_A), entry("src/b.bin", DATA_B, False)]
+    )
     report = fetch_lock(lock, env, progress=False)
     assert [(f.path, f.action, f.sha256, f.size) for f in report.files] == [
         ("data/a.json", "downloaded", sha(DATA_A), len(DATA_A)),
@@ -134,7 +148,7 @@ def test_500_then_success(server, env, tmp_path):
 
 def test_404_is_a_fetch_error_without_retries(server, env, tmp_path):
     lock = write_lock(tmp_path / "t.toml", [entry("missing.json", DATA_A)])
-    with pytest.raises(FetchError, match="missing.json.*HTTP 404"):
+    with pytest.raises(FetchError, match=r"missing\.json.*HTTP 404"):
         fetch_lock(lock, env, progress=False)
     assert len(server.requests_for(media("missing.json"))) == 1
 
@@ -145,8 +159,13 @@ def test_range_resume_continues_a_part_file(server, tmp_path):
     dest.parent.mkdir()
     (tmp_path / "out" / "a.json.part").write_bytes(DATA_A[:4096])
     got = fetch_http.download(
-        server.url + "/f", dest, expected_sha256=sha(DATA_A), expected_size=len(DATA_A),
-        label="a.json", policy=FAST, progress=False,
+        server.url + "/f",
+        dest,
+        expected_sha256=sha(DATA_A),
+        expected_size=len(DATA_A),
+        label="a.json",
+        policy=FAST,
+        progress=False,
     )
     assert got == (sha(DATA_A), len(DATA_A))
     assert dest.read_bytes() == DATA_A
@@ -160,8 +179,13 @@ def test_server_ignoring_range_restarts_from_zero(server, tmp_path):
     dest = tmp_path / "a.json"
     (tmp_path / "a.json.part").write_bytes(b"X" * 100)  # garbage prefix, replaced by the 200
     fetch_http.download(
-        server.url + "/f", dest, expected_sha256=sha(DATA_A), expected_size=len(DATA_A),
-        label="a.json", policy=FAST, progress=False,
+        server.url + "/f",
+        dest,
+        expected_sha256=sha(DATA_A),
+        expected_size=len(DATA_A),
+        label="a.json",
+        policy=FAST,
+        progress=False,
     )
     assert dest.read_bytes() == DATA_A
     assert server.requests_for("/f")[0].headers.get("Range") == "bytes=100-"
@@ -173,13 +197,23 @@ def test_resumed_garbage_prefix_fails_then_clean_retry_succeeds(server, tmp_path
     (tmp_path / "a.json.part").write_bytes(b"X" * 100)  # 206 keeps the bad prefix
     with pytest.raises(IntegrityError, match=sha(DATA_A)):
         fetch_http.download(
-            server.url + "/f", dest, expected_sha256=sha(DATA_A), expected_size=len(DATA_A),
-            label="a.json", policy=FAST, progress=False,
+            server.url + "/f",
+            dest,
+            expected_sha256=sha(DATA_A),
+            expected_size=len(DATA_A),
+            label="a.json",
+            policy=FAST,
+            progress=False,
         )
     assert not dest.exists() and not (tmp_path / "a.json.part").exists()
     fetch_http.download(
-        server.url + "/f", dest, expected_sha256=sha(DATA_A), expected_size=len(DATA_A),
-        label="a.json", policy=FAST, progress=False,
+        server.url + "/f",
+        dest,
+        expected_sha256=sha(DATA_A),
+        expected_size=len(DATA_A),
+        label="a.json",
+        policy=FAST,
+        progress=False,
     )
     assert dest.read_bytes() == DATA_A
 
@@ -199,8 +233,13 @@ def test_truncation_then_resume_completes(server, tmp_path):
     server.route("/f", flaky)
     dest = tmp_path / "a.json"
     fetch_http.download(
-        server.url + "/f", dest, expected_sha256=sha(DATA_A), expected_size=len(DATA_A),
-        label="a.json", policy=FAST, progress=False,
+        server.url + "/f",
+        dest,
+        expected_sha256=sha(DATA_A),
+        expected_size=len(DATA_A),
+        label="a.json",
+        policy=FAST,
+        progress=False,
     )
     assert dest.read_bytes() == DATA_A
     assert server.requests_for("/f")[1].headers.get("Range") == "bytes=5000-"

@@ -113,7 +113,11 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
     recorded = load_lock(lock)
     for rel, data in expected.items():
         entry = recorded.file(rel)
-        assert (entry.sha256, entry.size, entry.pinned_by) == (sha(data), len(data), "first-download")
+        assert (entry.sha256, entry.size, entry.pinned_by) == (
+            sha(data),
+            len(data),
+            "first-download",
+        )
         assert entry.pinned_at is not None
     assert lock.read_text().startswith("# checkpoint lock for tests")
     # every listed file resolved (HEAD) before the first byte was downloaded
@@ -172,3 +176,24 @@ def test_hub_serving_another_commit_is_refused(hub, tmp_path):
     result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
     assert not result["ok"] and result["type"] == "IntegrityError"
     assert "f" * 40 in result["msg"] and "pinned revision" in result["msg"]
+
+
+def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path):
+    hub.repo.files["tokenizer.json"].advertised_sha256 = "cd" * 32  # last file fails
+    lock = write_lock(tmp_path / "tiny.toml", FILES)
+    failed = run_fetch(hub, lock, tmp_path / "home", tmp_path)
+    assert not failed["ok"] and "tokenizer.json" in failed["msg"]
+    assert load_lock(lock).pending  # nothing recorded from a failed fetch
+    hub.repo.files["tokenizer.json"].advertised_sha256 = None
+    hub.requests.clear()
+    result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
+    assert result["ok"], result
+    actions = {f[0]: f[3] for f in result["files"]}
+    assert actions == {
+        "config.json": "downloaded",
+        "model.safetensors": "cached",
+        "tokenizer.json": "downloaded",
+    }
+    assert not hub.requests_for("/cdn/model.safetensors")
+    assert all(f[4] for f in result["files"])  # all three pinned now
+    assert load_lock(lock).file("model.safetensors").sha256 == sha(WEIGHTS)

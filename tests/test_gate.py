@@ -186,3 +186,77 @@ def test_released_style_reference_by_base_id(tmp_path: Path, with_cohort: bool) 
     stray = [*rows, rows[0].__class__("zz:original", "zz", "original", "banking", 0.0, "ok", 0.0)]
     with pytest.raises(InputError, match="no reference prediction"):
         evaluate(load_spec(spec), stray, key_field="base_sample_id", reference=reference)
+
+
+def test_released_reference_end_to_end(tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ToolSafe-layout directory pinned by a local lock, aligned by the real
+    released-prediction loader. Rows (upstream order) and strict decisions:
+
+        row  gold  released  local   released d / local d   agree  exact (jointly valid)
+        w0   0     0         0       0 / 0                  yes    yes
+        w1   1     1         1       1 / 1                  yes    yes
+        t0   0     0.5       0       1 / 0                  no     no
+        t1   1     null      1       1 / 1 (null fails closed) yes  - (reference invalid)
+        s0   0     0         0       0 / 0                  yes    yes
+        s1   1     1         0.5     1 / 1                  yes    no
+        b0   0     0         parse   0 / 1 (fails closed)   no     - (local invalid)
+        b1   1     0.5       1       1 / 1                  yes    no
+    -> coverage 7/8, strict 6/8, safe 2/4, unsafe 4/4, exact 3/6.
+    """
+    import hashlib
+
+    from guardrepro.tsbench import AGENTDOJO_FILES, base_sample_id
+
+    root = tmp_path / "toolsafe"
+    raws: list[dict[str, Any]] = []
+    for rel, prefix in zip(AGENTDOJO_FILES, "wtsb", strict=True):
+        rows = [{"id-interaction": 1, "id-segment": k, "instruction": f"{prefix}{k}",
+                 "history": "h", "current_action": "a", "env_info": "e", "score": k}
+                for k in (0, 1)]
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(json.dumps(rows))
+        raws += rows
+    logs = root / "guardian_test_logs" / "agentdojo" / "TS-Guard"
+    logs.mkdir(parents=True)
+    released = [0, 1, 0.5, None, 0, 1, 0, 0.5]
+    (logs / "preds.json").write_text(json.dumps(released))
+    (logs / "labels.json").write_text(json.dumps([r["score"] for r in raws]))
+    (logs / "meta_data.json").write_text(json.dumps(
+        [{"meta_sample": r, "guard_res": {"reason": "x"}} for r in raws]))
+    entries = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        entries.append(f'[[file]]\npath = "{path.relative_to(root).as_posix()}"\n'
+                       f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n')
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "toolsafe.toml").write_text(
+        'name = "toolsafe-test"\nkind = "files"\n[source]\ntype = "local"\n'
+        'path = "../toolsafe"\n\n' + "\n".join(entries))
+    monkeypatch.setenv("GUARDREPRO_HOME", str(tmp_path / "home"))
+    spec = tmp_path / "checks" / "released.toml"
+    spec.parent.mkdir()
+    spec.write_text(
+        'name = "released-test"\nrows = "originals"\n[reference]\ntype = "released"\n'
+        'lock = "../locks/toolsafe.toml"\nbenchmark = "agentdojo"\n[thresholds]\n'
+        "expected_rows = 8\n" + "".join(f"{k} = {v}\n" for k, v in LOOSE.items()))
+    local_scores: list[Any] = [0, 1, 0, 1, 0, 0.5, "parse", 1]
+    bases = [(base_sample_id(r), dom, r["score"]) for r, dom in
+             zip(raws, [d for d in ("workspace", "travel", "slack", "banking") for _ in (0, 1)],
+                 strict=True)]
+    run = write_run(tmp_path / "run", grid(bases, {"original": local_scores}))
+    from guardrepro.fetch import fetch_lock
+
+    fetch_lock(locks / "toolsafe.toml", progress=False)
+    assert run_gate(["gate", str(run), "--spec", str(spec)]) == 0
+    gate = json.loads((run / "gate.json").read_text())
+    f = gate["figures"]
+    assert frac(f["coverage"]) == (7, 8)
+    assert frac(f["reference_coverage"]) == (7, 8)
+    assert frac(f["strict_agreement"]) == (6, 8)
+    assert frac(f["strict_agreement_gold_safe"]) == (2, 4)
+    assert frac(f["strict_agreement_gold_unsafe"]) == (4, 4)
+    assert frac(f["exact_agreement"]) == (3, 6)
+    assert {d["base_sample_id"] for d in gate["disagreements"]} == {bases[2][0], bases[6][0]}
+    assert gate["reference"]["type"] == "released"

@@ -99,7 +99,9 @@ def test_greedy_twice_identical(tiny: Path, tok: Tokenizer) -> None:
     assert len(set(first[0].token_ids)) > 3  # a varied sequence, not one repeated token
 
 
-def test_greedy_ignores_checkpoint_generation_config(tiny: Path, tok: Tokenizer, tmp_path: Path) -> None:
+def test_greedy_ignores_checkpoint_generation_config(
+    tiny: Path, tok: Tokenizer, tmp_path: Path
+) -> None:
     """A checkpoint asking for sampling, top-k, a repetition penalty and n-gram
     blocking still decodes as a pure argmax."""
     from transformers import AutoModelForCausalLM
@@ -124,7 +126,7 @@ def test_greedy_ignores_checkpoint_generation_config(tiny: Path, tok: Tokenizer,
     # The checkpoint's config really is hostile: transformers' own default generate differs.
     model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32)
     naive = model.generate(torch.tensor([prompt]), max_new_tokens=steps, eos_token_id=[999])
-    assert naive[0, len(prompt):].tolist() != expected
+    assert naive[0, len(prompt) :].tolist() != expected
 
     got = _runner(ckpt, tok, eos=(999,)).generate(
         [GenerationRequest("a", prompt)], DecodingParams(max_new_tokens=steps)
@@ -151,7 +153,8 @@ def test_eos_stops_and_is_kept(tiny: Path, tok: Tokenizer) -> None:
 
 
 def test_max_new_tokens_gives_length(tiny: Path, tok: Tokenizer) -> None:
-    gens = _runner(tiny, tok, eos=(9999,)).generate(_requests(tok), DecodingParams(max_new_tokens=5))
+    runner = _runner(tiny, tok, eos=(9999,))
+    gens = runner.generate(_requests(tok), DecodingParams(max_new_tokens=5))
     for g in gens:
         assert len(g.token_ids) == 5 and g.finish_reason == "length"
         assert len(g.step_margins) == 5
@@ -185,11 +188,11 @@ def test_sampled_mode_is_seeded_per_request(tiny: Path, tok: Tokenizer) -> None:
 
 
 def test_bad_options_and_checkpoints(tiny: Path, tok: Tokenizer, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="backend_options.dtpye"):
+    with pytest.raises(InputError, match=r"backend_options\.dtpye"):
         _runner(tiny, tok, dtpye="float32")
-    with pytest.raises(InputError, match="backend_options.batch_size"):
+    with pytest.raises(InputError, match=r"backend_options\.batch_size"):
         _runner(tiny, tok, batch_size=0)
-    with pytest.raises(InputError, match="backend_options.device"):
+    with pytest.raises(InputError, match=r"backend_options\.device"):
         _runner(tiny, tok, device="tpu")
     bare = tmp_path / "bare"
     shutil.copytree(tiny, bare)

@@ -89,7 +89,8 @@ OK_CASES = [
     # first match wins for the rating too (0.5, not the later 1.0)
     (
         "<malicious_user_request>yes<\\malicious_user_request><being_attacked>no<\\being_attacked>"
-        "<harmfulness_rating>0.5<\\harmfulness_rating> <harmfulness_rating>1.0<\\harmfulness_rating>",
+        "<harmfulness_rating>0.5<\\harmfulness_rating> "
+        "<harmfulness_rating>1.0<\\harmfulness_rating>",
         0.5,
     ),
     # an opening with an unusable value is skipped for the first COMPLETE match
@@ -166,7 +167,11 @@ def test_components_are_exact_and_json_serialisable() -> None:
         "malicious_user_request": "yes",
         "being_attacked": "no",
         "harmfulness_rating": 1.0,
-        "raw": {"malicious_user_request": "yes", "being_attacked": "no", "harmfulness_rating": "1.0"},
+        "raw": {
+            "malicious_user_request": "yes",
+            "being_attacked": "no",
+            "harmfulness_rating": "1.0",
+        },
     }
     bad = parse_ts_guard(out("no", "no", "0.7"))
     assert bad.components["harmfulness_rating"] is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrepro.errors import PromptError
+from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.prompts import (
     PromptTokenizer,
@@ -65,7 +65,6 @@ def test_sha256_mismatch_names_file_expected_observed() -> None:
         ),
         ("plus_concat_template", "Request: {user_request} Action: {agent_action} Env: {env_info}"),
         ("annotated_template", "R={user_request} A={agent_action} E={env_info}"),
-        ("reassigned_template", "second {user_request} {agent_action} {env_info}"),
     ],
 )
 def test_literal_forms(variable: str, expected: str) -> None:
@@ -85,6 +84,8 @@ def test_refuses_non_constant_assignments(variable: str) -> None:
 def test_refuses_missing_variable_and_bad_placeholders(tmp_path: Path) -> None:
     with pytest.raises(PromptError, match="no module-level assignment"):
         extract_template(FIXTURE, "no_such_template", "0" * 64)
+    with pytest.raises(PromptError, match="assigned 2 times"):
+        extract_template(FIXTURE, "reassigned_template", "0" * 64)
     text = "Only {user_request} and {tools}"
     with pytest.raises(PromptError, match="placeholders"):
         extract_template(FIXTURE, "wrong_placeholders_template", sha(text))
@@ -173,3 +174,43 @@ def test_prompt_tokenizer_length_and_fallbacks(tiny_checkpoint: Path, tmp_path: 
         PromptTokenizer(copy)
     with pytest.raises(PromptError, match="not found"):
         PromptTokenizer(tmp_path / "missing")
+
+
+def _write_lock(tmp_path: Path, entries: str) -> Path:
+    lock = tmp_path / "prompts.toml"
+    lock.write_text(
+        'name = "prompt-test"\nkind = "files"\n\n[source]\ntype = "local"\npath = "src"\n\n'
+        + entries
+    )
+    return lock
+
+
+def test_load_template_through_lock(tmp_path: Path) -> None:
+    from guardrepro.prompts import load_template
+
+    src = tmp_path / "src"
+    (src / "prompts").mkdir(parents=True)
+    module = src / "prompts" / "agent_prompts.py"
+    shutil.copyfile(FIXTURE, module)
+    whole = "Q={user_request} A={agent_action} E={env_info}\n"
+    (src / "toy_template.txt").write_text(whole, encoding="utf-8")
+    data = module.read_bytes()
+    entries = (
+        f'[[file]]\npath = "prompts/agent_prompts.py"\n'
+        f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n'
+        f'extract = "instruction_ashellguardian_template_v2"\nextract_sha256 = "{sha(V2_TEXT)}"\n\n'
+        f'[[file]]\npath = "toy_template.txt"\nsha256 = "{sha(whole)}"\n'
+        f"size = {len(whole.encode())}\n"
+    )
+    lock = _write_lock(tmp_path, entries)
+    home = tmp_path / "home"
+    extracted = load_template(lock, "prompts/agent_prompts.py", home=home)
+    assert extracted.text == V2_TEXT and extracted.sha256 == sha(V2_TEXT)
+    plain = load_template(lock, "toy_template.txt", home=home)
+    assert plain.text == whole and plain.sha256 == sha(whole)
+    with pytest.raises(InputError, match="not pinned"):
+        load_template(lock, "missing.py", home=home)
+
+    wrong = entries.replace(sha(V2_TEXT), "1" * 64)
+    with pytest.raises(PromptError, match="1" * 64):
+        load_template(_write_lock(tmp_path, wrong), "prompts/agent_prompts.py", home=home)

@@ -87,7 +87,13 @@ def test_agentharm_released(tmp_path: Path) -> None:
     rows = flat(files)
     texts = [answer("yes", "no", "0.5"), answer("yes", "yes", "1.0"), answer("no", "no", "0.0")]
     preds: list[float | None] = [0.5, 1.0, 0.0]
-    write_released(tmp_path, "agentharm", rows, preds, [guard_res_for(p, t) for p, t in zip(preds, texts)])
+    write_released(
+        tmp_path,
+        "agentharm",
+        rows,
+        preds,
+        [guard_res_for(p, t) for p, t in zip(preds, texts, strict=True)],
+    )
     released = load_released(tmp_path, "agentharm")
     assert [r.domain for r in released.rows] == ["harmful_steps", "harmful_steps", "benign_steps"]
 
@@ -107,7 +113,11 @@ def test_meta_sample_mismatch_names_index_and_field(tmp_path: Path) -> None:
     rewrite(path, lambda data: data[3]["meta_sample"].update({"env_info": "changed"}))
     with pytest.raises(InputError) as info:
         load_released(tmp_path, "agentdojo")
-    assert (info.value.file, info.value.row, info.value.field) == (str(path), 3, "meta_sample.env_info")
+    assert (info.value.file, info.value.row, info.value.field) == (
+        str(path),
+        3,
+        "meta_sample.env_info",
+    )
 
 
 def test_meta_sample_type_exactness(tmp_path: Path) -> None:
@@ -136,7 +146,10 @@ def test_alphabetical_order_is_refused(tmp_path: Path) -> None:
     build_dojo(tmp_path)
     # the released files in alphabetical domain order: banking first
     path = released_file(tmp_path, "meta_data.json")
-    rewrite(path, lambda data: data.__setitem__(slice(0, 8), data[6:8] + data[4:6] + data[2:4] + data[0:2]))
+    rewrite(
+        path,
+        lambda data: data.__setitem__(slice(0, 8), data[6:8] + data[4:6] + data[2:4] + data[0:2]),
+    )
     with pytest.raises(InputError, match="order differs from upstream") as info:
         load_released(tmp_path, "agentdojo")
     assert info.value.row == 0 and "equals benchmark row 6" in str(info.value)
@@ -202,7 +215,7 @@ def test_reparse_refuses_inconsistent_or_unknown_layout(tmp_path: Path) -> None:
     build_dojo(tmp_path)
     path = released_file(tmp_path, "meta_data.json")
     rewrite(path, lambda d: d[1]["guard_res"].update({"risk rating": 0.5}))
-    with pytest.raises(InputError, match="preds.json has 1.0") as info:
+    with pytest.raises(InputError, match=r"preds\.json has 1\.0") as info:
         reparse_released(load_released(tmp_path, "agentdojo"), parse_ts_guard)
     assert info.value.row == 1
 

@@ -68,6 +68,7 @@ def test_flips_both_views_and_directions(stats: dict[str, Any]) -> None:
     assert frac(a["safe_to_unsafe"]) == (2, 2)  # allowed: b1, b5 -> both blocked
     assert frac(a["unsafe_to_safe"]) == (1, 3)  # blocked: b2, b3, b4 -> b3 allowed
     assert e["valid_both_pairs"] == 3
+    assert e["unpaired_rows"] == 0
     assert frac(v["flips"]) == (2, 3)  # b1, b2, b3 valid on both sides; b1, b3 flip
     assert frac(v["safe_to_unsafe"]) == (1, 1)
     assert frac(v["unsafe_to_safe"]) == (1, 2)
@@ -166,3 +167,26 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["settings"]["bootstrap"]["seed"] == 5
     assert data["settings"]["bootstrap"]["replicates"] == 200
     assert frac(data["edits"]["marker_paraphrase"]["views"]["all_pairs"]["flips"]) == (3, 5)
+
+
+def test_unpaired_edit_rows_are_counted() -> None:
+    from guardrepro.checks.runio import RowResult
+
+    rows = [RowResult("a:o", "a", "original", "d", 0.0, "ok", 0.0),
+            RowResult("a:m", "a", "marker_paraphrase", "d", 0.0, "ok", 1.0),
+            RowResult("b:m", "b", "marker_paraphrase", "d", 1.0, "ok", 1.0)]
+    e = compute_stats(rows, replicates=50)["edits"]["marker_paraphrase"]
+    assert (e["pairs"], e["unpaired_rows"]) == (1, 1)
+    assert frac(e["views"]["all_pairs"]["flips"]) == (1, 1)
+
+
+def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:
+    from guardrepro.shard import shard_of
+
+    specs = grid(BASES, {"original": [0, 1, 0, 1, 0], "marker_paraphrase": [0, 1, 0, 1, 0]})
+    run = write_run(tmp_path / "run", specs, shard="1/2")
+    rows = load_run(run)
+    assert rows.expected_source.endswith("shard 1/2")
+    want = sorted(f"{b}:{v}" for b, v, *_ in specs if shard_of(f"{b}:{v}", 2) == 1)
+    assert sorted(r.row_id for r in rows.rows) == want
+    assert all(r.status == "ok" for r in rows.rows)  # nothing outside the shard is missing

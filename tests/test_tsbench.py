@@ -42,7 +42,9 @@ def test_agentdojo_upstream_order(tmp_path: Path) -> None:
     # nothing coerced: the raw rows are exactly what was written
     assert [row.raw for row in rows] == [r for rs in files.values() for r in rs]
     assert type(rows[1].raw["score"]) is int and rows[1].score == 1.0
-    assert rows[0].base_sample_id == base_sample_id(files["TS-Bench/agentdojo-traj/workspace.json"][0])
+    assert rows[0].base_sample_id == base_sample_id(
+        files["TS-Bench/agentdojo-traj/workspace.json"][0]
+    )
 
 
 def test_agentharm_upstream_order(tmp_path: Path) -> None:
@@ -87,7 +89,9 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("row", "field"), MALFORMED)
-def test_malformed_rows_name_file_row_field(tmp_path: Path, row: dict[str, Any], field: str) -> None:
+def test_malformed_rows_name_file_row_field(
+    tmp_path: Path, row: dict[str, Any], field: str
+) -> None:
     path = _write_one(tmp_path, [make_row(0, 0, 1, "ok"), row])
     with pytest.raises(InputError) as info:
         load_bench_file(path, "banking")
@@ -126,7 +130,7 @@ def test_malformed_files(tmp_path: Path, content: str, needle: str) -> None:
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="workspace.json"):
+    with pytest.raises(InputError, match=r"workspace\.json"):
         load_agentdojo(tmp_path)
 
 

@@ -17,11 +17,17 @@ The algorithm, exactly (reproducing an interval depends on every step):
    the unstratified view is one stratum holding every cluster. Within a
    stratum, clusters are ordered by sorting their ids ascending.
 3. ``rng = numpy.random.default_rng(seed)`` is created afresh for every
-   interval (each statistic is bootstrapped from the same seed). For each
-   stratum in order, one call ``rng.integers(0, n_s, size=(replicates, n_s))``
-   draws, for every replicate at once, ``n_s`` cluster positions with
-   replacement (``n_s`` = clusters in the stratum). Replicate ``b`` sums the
-   cluster vectors at row ``b`` of every stratum's draw.
+   interval (each statistic is bootstrapped from the same seed). Draw order
+   ``"stratum"`` (the default, vectorised): for each stratum in order, one
+   call ``rng.integers(0, n_s, size=(replicates, n_s))`` draws, for every
+   replicate at once, ``n_s`` cluster positions with replacement (``n_s`` =
+   clusters in the stratum); replicate ``b`` sums the cluster vectors at row
+   ``b`` of every stratum's draw. Draw order ``"replicate"`` (a plain loop, as
+   hand-written bootstraps usually are; ``rng.choice(ids, n_s)`` makes the same
+   draws): for each replicate, for each stratum in order, one call
+   ``rng.integers(0, n_s, size=n_s)``. The two orders consume the generator
+   differently, so their intervals differ at the edges while having the same
+   distribution; the published implementation's order is not published.
 4. The replicate statistic is the ratio of the summed numerators to the summed
    denominators (a ratio of sums, not a mean of per-cluster ratios); for a
    difference, ``sum(a)/sum(b) - sum(c)/sum(d)``. A replicate whose
@@ -46,6 +52,8 @@ from guardrepro.errors import InputError
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
 DEFAULT_PERCENTILES = (2.5, 97.5)
+DRAW_ORDERS = ("stratum", "replicate")
+DEFAULT_DRAW_ORDER = "stratum"
 
 StratumKey = tuple[str, ...]
 
@@ -61,6 +69,7 @@ class Interval:
     strata: int
     clusters: int
     undefined_replicates: int
+    draw_order: str = DEFAULT_DRAW_ORDER
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +82,7 @@ class Interval:
             "strata": self.strata,
             "clusters": self.clusters,
             "undefined_replicates": self.undefined_replicates,
+            "draw_order": self.draw_order,
             "method": "percentile cluster bootstrap, ratio of sums",
         }
 
@@ -122,13 +132,23 @@ def cluster_table(
     )
 
 
-def replicate_sums(table: ClusterTable, replicates: int, seed: int) -> np.ndarray:
+def replicate_sums(table: ClusterTable, replicates: int, seed: int,
+                   order: str = DEFAULT_DRAW_ORDER) -> np.ndarray:
     """(replicates, k) array: each replicate's summed cluster vectors (step 3)."""
     if replicates < 1:
         raise InputError("replicates must be >= 1", field="replicates")
+    if order not in DRAW_ORDERS:
+        raise InputError(f"draw order must be one of {DRAW_ORDERS}, got {order!r}",
+                         field="draw_order")
     rng = np.random.default_rng(seed)
     width = table.sums[0].shape[1]
     totals = np.zeros((replicates, width), dtype=np.float64)
+    if order == "replicate":
+        sizes = [block.shape[0] for block in table.sums]
+        for b in range(replicates):
+            for n, block in zip(sizes, table.sums, strict=True):
+                totals[b] += block[rng.integers(0, n, size=n)].sum(axis=0)
+        return totals
     for block in table.sums:
         n = block.shape[0]
         idx = rng.integers(0, n, size=(replicates, n))
@@ -146,6 +166,7 @@ def _interval(
     seed: int,
     percentiles: tuple[float, float],
     stratified: bool,
+    order: str,
 ) -> Interval:
     good = stat[defined]
     low = high = None
@@ -162,6 +183,7 @@ def _interval(
         strata=len(table.strata),
         clusters=sum(len(g) for g in table.cluster_ids),
         undefined_replicates=int(replicates - good.size),
+        draw_order=order,
     )
 
 
@@ -174,16 +196,17 @@ def ratio_interval(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
     percentiles: tuple[float, float] = DEFAULT_PERCENTILES,
+    order: str = DEFAULT_DRAW_ORDER,
 ) -> Interval:
     """Percentile interval of sum(numerators)/sum(denominators) over resampled
     clusters; ``strata`` None = unstratified view."""
     rows = [(float(n), float(d)) for n, d in zip(numerators, denominators, strict=True)]
     table = cluster_table(rows, clusters, strata)
-    totals = replicate_sums(table, replicates, seed)
+    totals = replicate_sums(table, replicates, seed, order)
     defined = totals[:, 1] != 0
     stat = np.divide(totals[:, 0], totals[:, 1], out=np.zeros(replicates), where=defined)
     return _interval(stat, defined, table, replicates=replicates, seed=seed,
-                     percentiles=percentiles, stratified=strata is not None)
+                     percentiles=percentiles, stratified=strata is not None, order=order)
 
 
 def difference_interval(
@@ -197,6 +220,7 @@ def difference_interval(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
     percentiles: tuple[float, float] = DEFAULT_PERCENTILES,
+    order: str = DEFAULT_DRAW_ORDER,
 ) -> Interval:
     """Interval of sum(num_a)/sum(den_a) - sum(num_b)/sum(den_b), both ratios
     taken over the same resampled clusters (a paired difference)."""
@@ -205,12 +229,12 @@ def difference_interval(
         for a, b, c, d in zip(num_a, den_a, num_b, den_b, strict=True)
     ]
     table = cluster_table(rows, clusters, strata)
-    totals = replicate_sums(table, replicates, seed)
+    totals = replicate_sums(table, replicates, seed, order)
     defined = (totals[:, 1] != 0) & (totals[:, 3] != 0)
     ra = np.divide(totals[:, 0], totals[:, 1], out=np.zeros(replicates), where=defined)
     rb = np.divide(totals[:, 2], totals[:, 3], out=np.zeros(replicates), where=defined)
     return _interval(ra - rb, defined, table, replicates=replicates, seed=seed,
-                     percentiles=percentiles, stratified=strata is not None)
+                     percentiles=percentiles, stratified=strata is not None, order=order)
 
 
 def both_views(
@@ -221,14 +245,12 @@ def both_views(
     *,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
+    order: str = DEFAULT_DRAW_ORDER,
 ) -> dict[str, Any]:
     """{"stratified": ..., "unstratified": ...} interval dicts for one ratio."""
     return {
-        "stratified": ratio_interval(
-            numerators, denominators, clusters, strata, replicates=replicates, seed=seed
-        ).to_dict(),
-        "unstratified": ratio_interval(
-            numerators, denominators, clusters, None, replicates=replicates, seed=seed
-        ).to_dict(),
+        name: ratio_interval(numerators, denominators, clusters, st, replicates=replicates,
+                             seed=seed, order=order).to_dict()
+        for name, st in (("stratified", strata), ("unstratified", None))
     }
 

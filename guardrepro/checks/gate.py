@@ -20,6 +20,7 @@ Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
     [bootstrap]                     # optional; used by --conservative
     replicates = 10000
     seed = 260828
+    draw_order = "stratum"          # or "replicate" (see guardrepro.checks.bootstrap)
 
 Paths in the spec are relative to the spec file.
 
@@ -59,7 +60,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
+from guardrepro.checks.bootstrap import (
+    DEFAULT_DRAW_ORDER,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    DRAW_ORDERS,
+    ratio_interval,
+)
 from guardrepro.checks.metrics import Ratio, gold_strict, strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
@@ -94,6 +101,7 @@ class GateSpec:
     thresholds: Mapping[str, float]
     replicates: int = DEFAULT_REPLICATES
     seed: int = DEFAULT_SEED
+    draw_order: str = DEFAULT_DRAW_ORDER
 
     def resolve(self, relative: str) -> Path:
         return (self.path.parent / relative).resolve()
@@ -106,7 +114,8 @@ class GateSpec:
             "rows": self.rows,
             "reference": dict(self.reference),
             "thresholds": dict(self.thresholds),
-            "bootstrap": {"replicates": self.replicates, "seed": self.seed},
+            "bootstrap": {"replicates": self.replicates, "seed": self.seed,
+                          "draw_order": self.draw_order},
         }
 
 
@@ -172,13 +181,20 @@ def load_spec(path: str | Path) -> GateSpec:
     boot = data.get("bootstrap", {})
     if not isinstance(boot, dict):
         raise InputError("expected a table", file=file, field="bootstrap")
-    _only(boot, {"replicates", "seed"}, file, "bootstrap.")
+    _only(boot, {"replicates", "seed", "draw_order"}, file, "bootstrap.")
     replicates = int(_need(boot, "replicates", int, file, "bootstrap.")) if "replicates" in boot \
         else DEFAULT_REPLICATES
     seed = int(_need(boot, "seed", int, file, "bootstrap.")) if "seed" in boot else DEFAULT_SEED
+    order = _need(boot, "draw_order", str, file, "bootstrap.") if "draw_order" in boot \
+        else DEFAULT_DRAW_ORDER
+    if order not in DRAW_ORDERS:
+        raise InputError(f"must be one of {DRAW_ORDERS}", file=file, field="bootstrap.draw_order")
+    if replicates < 1:
+        raise InputError("must be >= 1", file=file, field="bootstrap.replicates")
     return GateSpec(
         name=name, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), rows=rows,
         reference=dict(ref), thresholds=thresholds, replicates=replicates, seed=seed,
+        draw_order=order,
     )
 
 
@@ -282,6 +298,9 @@ def evaluate(
         if loc is not None and ref.gold_label is not None and ref.gold_label != loc.gold_label:
             raise InputError(f"{key_field} {k!r}: local gold {loc.gold_label} differs from the "
                              f"reference's {ref.gold_label}", field="gold_label")
+        if loc is not None and ref.domain is not None and ref.domain != loc.domain:
+            raise InputError(f"{key_field} {k!r}: local domain {loc.domain!r} differs from the "
+                             f"reference's {ref.domain!r}", field="domain")
         present = status != MISSING
         strict_agree = present and strict_decision(l_score) == strict_decision(ref.score)
         table.append({
@@ -391,7 +410,8 @@ def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> dict[str
     strata = [(str(t["domain"]), "?" if t["gold_label"] is None else str(gold_strict(
         t["gold_label"]))) for t in sub]
     return ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
-                          replicates=spec.replicates, seed=spec.seed).to_dict()
+                          replicates=spec.replicates, seed=spec.seed,
+                          order=spec.draw_order).to_dict()
 
 
 def _frac(f: Mapping[str, Any]) -> str:
@@ -422,4 +442,8 @@ def format_table(gate: Mapping[str, Any]) -> str:
         lines.append(f"{c['name']:<32} {_frac(f):<12} {tested:<10} {c['threshold']!s:<10} "
                      f"{'pass' if c['passed'] else 'FAIL'}")
     lines.append(f"{'exact_agreement (reported)':<32} {_frac(gate['figures']['exact_agreement'])}")
+    if gate.get("conservative"):
+        b = gate["spec"]["bootstrap"]
+        lines.append(f"ratio checks test the stratified bootstrap lower bound ({b['replicates']} "
+                     f"replicates, seed {b['seed']}, draw order {b['draw_order']})")
     return "\n".join(lines)

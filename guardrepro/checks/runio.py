@@ -11,6 +11,9 @@ base_sample_id seen in the records times every variant seen in the records
 (the published cohort gives every base all its variants, so the grid is the
 cohort minus bases with no record at all). ``expected_source`` says which.
 
+A sharded run (``manifest.shard`` = "k/n") expects only its shard's cohort
+rows (``guardrepro.shard.select_shard``).
+
 Invariants: a row_id appears at most once in the records; a record whose
 row_id is not an expected row is an error; an expected row with no record is
 ``status="missing"`` (score None, so it fails closed downstream). Nothing is
@@ -31,6 +34,7 @@ from typing import Any
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.records import MANIFEST_FILE, RECORDS_FILE, RunManifest, read_manifest, read_records
 from guardrepro.schema import Record, read_cohort
+from guardrepro.shard import parse_shard, select_shard
 
 MISSING = "missing"
 
@@ -143,13 +147,19 @@ def _from_record(rec: Record) -> RowResult:
 
 
 def rows_from_records(
-    records: Iterable[Record], cohort_path: str | Path | None = None
+    records: Iterable[Record], cohort_path: str | Path | None = None,
+    shard: str | None = None,
 ) -> RunRows:
-    """Expected rows joined with records (see the module docstring)."""
+    """Expected rows joined with records (see the module docstring). With a
+    ``shard`` ("k/n", from a sharded run's manifest) only the cohort rows of
+    that shard are expected."""
     recs = list(records)
     by_id = {r.row_id: r for r in recs}
     if cohort_path is not None:
         cohort = read_cohort(cohort_path)
+        if shard is not None:
+            k, n = parse_shard(shard)
+            cohort = select_shard(cohort, k, n)
         expected = {c.row_id: c for c in cohort}
         extra = sorted(set(by_id) - set(expected))
         if extra:
@@ -169,7 +179,8 @@ def rows_from_records(
                     RowResult(c.row_id, c.base_sample_id, c.variant, c.domain,
                               c.original_label, MISSING, None)
                 )
-        return RunRows(out, f"cohort:{cohort_path}", len(recs))
+        where = f"cohort:{cohort_path}" + (f" shard {shard}" if shard is not None else "")
+        return RunRows(out, where, len(recs))
     if not recs:
         raise InputError("run has no records and no cohort to say which rows were expected")
     variants = sorted({r.variant for r in recs})
@@ -212,8 +223,8 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
     if not run_dir.is_dir():
         raise InputError("run directory not found", file=str(run_dir))
     records = load_records(run_dir)
+    manifest = load_manifest(run_dir)
     if cohort_path is None:
-        manifest = load_manifest(run_dir)
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:
             rows = rows_from_records(records, None)
@@ -222,4 +233,4 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
                 f"grid (cohort {manifest.cohort.get('path')!r} not found on disk)",
                 rows.records,
             )
-    return rows_from_records(records, cohort_path)
+    return rows_from_records(records, cohort_path, manifest.shard)

@@ -14,7 +14,8 @@ published"):
   unparsed row is decision 1 and invalid.
 - A pair is a base_sample_id that has both an ``original`` row and a row of
   the edit variant. Every non-original variant is paired with the original,
-  including ``placebo`` and ``repeat``.
+  including ``placebo`` and ``repeat``. Edit rows whose base has no original
+  row are never paired and are counted in ``unpaired_rows``.
 - Views: ``all_pairs`` (every pair, fail-closed decisions) and
   ``valid_both_only`` (pairs whose two rows are both valid).
 - flip = the two strict decisions differ. safe_to_unsafe = pairs the guard
@@ -44,6 +45,7 @@ from typing import Any
 from tqdm import tqdm
 
 from guardrepro.checks.bootstrap import (
+    DEFAULT_DRAW_ORDER,
     DEFAULT_PERCENTILES,
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
@@ -128,9 +130,10 @@ def ordered_variants(rows: Sequence[RowResult]) -> list[str]:
 class _Boot:
     """Runs intervals with the shared settings and a progress bar."""
 
-    def __init__(self, replicates: int, seed: int, progress: bool) -> None:
+    def __init__(self, replicates: int, seed: int, progress: bool, order: str) -> None:
         self.replicates = replicates
         self.seed = seed
+        self.order = order
         self.bar = tqdm(desc="bootstrap", unit="interval", disable=not progress, leave=False)
 
     def ratio(self, pairs: Sequence[Pair], num: Callable[[Pair], int],
@@ -142,7 +145,7 @@ class _Boot:
             out[name] = ratio_interval(
                 [num(p) for p in pairs], [den(p) for p in pairs],
                 [p.base_sample_id for p in pairs], strata,
-                replicates=self.replicates, seed=self.seed,
+                replicates=self.replicates, seed=self.seed, order=self.order,
             ).to_dict()
             self.bar.update()
         return out
@@ -157,7 +160,7 @@ class _Boot:
         for name, strata in (("stratified", [stratum(p) for p in pairs]), ("unstratified", None)):
             out[name] = difference_interval(
                 vals[0], vals[1], vals[2], vals[3], [cluster(p) for p in pairs], strata,
-                replicates=self.replicates, seed=self.seed,
+                replicates=self.replicates, seed=self.seed, order=self.order,
             ).to_dict()
             self.bar.update()
         return out
@@ -352,12 +355,13 @@ def compute_stats(
     seed: int = DEFAULT_SEED,
     progress: bool = False,
     expected_source: str = "unknown",
+    draw_order: str = DEFAULT_DRAW_ORDER,
 ) -> dict[str, Any]:
     """The stats.json object for the expected rows of one run."""
     if not rows:
         raise InputError("no rows to compute statistics on")
     variants = ordered_variants(rows)
-    boot = _Boot(replicates, seed, progress)
+    boot = _Boot(replicates, seed, progress, draw_order)
     status_counts: dict[str, int] = {}
     for r in rows:
         status_counts[r.status] = status_counts.get(r.status, 0) + 1
@@ -377,6 +381,8 @@ def compute_stats(
                 continue
             pair_sets[v] = make_pairs(rows, v)
             edits[v] = edit_stats(pair_sets[v], boot)
+            # rows of this variant whose base has no original row (never paired)
+            edits[v]["unpaired_rows"] = sum(1 for r in rows if r.variant == v) - len(pair_sets[v])
     placebo: dict[str, Any] | None = None
     if PLACEBO in pair_sets:
         placebo = {
@@ -406,6 +412,7 @@ def compute_stats(
                 "clusters": "base_sample_id",
                 "strata": "domain x gold strict label (stratified view)",
                 "rng": "numpy.random.default_rng(seed), fresh per interval",
+                "draw_order": draw_order,
             },
             "expected_rows": expected_source,
         },

@@ -20,7 +20,12 @@ from typing import Any
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.bootstrap import (
+    DEFAULT_DRAW_ORDER,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    DRAW_ORDERS,
+)
 from guardrepro.errors import GateFailed
 
 RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
@@ -65,15 +70,18 @@ def gate(run_dir: Path, spec: Path, conservative: bool, cohort: Path | None) -> 
               help="Bootstrap seed (numpy default_rng).")
 @click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
               show_default=True, help="Bootstrap replicates.")
+@click.option("--draw-order", type=click.Choice(DRAW_ORDERS), default=DEFAULT_DRAW_ORDER,
+              show_default=True, help="How the bootstrap consumes the generator (see docs).")
 @COHORT_OPTION
-def stats(run_dir: Path, seed: int, replicates: int, cohort: Path | None) -> None:
+def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
+          cohort: Path | None) -> None:
     """Per-variant metrics and paired flip statistics; writes stats.json."""
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
 
     run = load_run(run_dir, cohort)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
-                           expected_source=run.expected_source)
+                           expected_source=run.expected_source, draw_order=draw_order)
     result["run_dir"] = str(run_dir)
     path = write_json_atomic(run_dir / "stats.json", result)
     click.echo(format_table(result))

@@ -17,7 +17,7 @@ from guardrepro.fetch import fetch_lock
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
 
 
-@click.command("fetch")
+@click.command("fetch", short_help="Download and verify the files a lock pins.")
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
 @click.option("--no-progress", is_flag=True, help="Do not draw progress bars on stderr.")

@@ -8,8 +8,9 @@ naming the line number (exit code 2); lines before it have been written.
 
 ``reparse`` re-parses the raw guard outputs stored in a released
 ``meta_data.json`` (the ``guard_res["reason"]`` string, see
-``guardrepro.released``) and reports per row whether the parse reproduces
-the released prediction: one JSON line per row, then a final
+``guardrepro.released``; the files come from DATA_DIR, from ``--lock``'s
+fetched cache, or from three explicit paths) and reports per row whether
+the parse reproduces the released prediction: one JSON line per row, then a final
 ``{"summary": {...}}`` line (counts, agreement with its denominator), and a
 readable summary on stderr. Exit code 0 whatever the agreement: this is a
 measurement, not a gate.
@@ -108,21 +109,29 @@ def parse(guard_name: str, input_file: IO[str]) -> None:
 
 def _load_set(
     data_dir: Path | None,
+    lock: Path | None,
     benchmark: str | None,
     preds: Path | None,
     labels: Path | None,
     meta: Path | None,
 ) -> ReleasedSet:
     files = (preds, labels, meta)
+    if lock is not None:
+        if data_dir is not None:
+            raise InputError("give either DATA_DIR or --lock, not both")
+        from guardrepro.fetch import materialize
+
+        data_dir = Path(materialize(lock))
     if data_dir is not None:
         if any(f is not None for f in files):
-            raise InputError("give either DATA_DIR with --benchmark or the three file paths")
+            raise InputError("give either DATA_DIR (or --lock) or the three file paths")
         if benchmark is None:
-            raise InputError("DATA_DIR needs --benchmark", field="benchmark")
+            raise InputError("DATA_DIR and --lock need --benchmark", field="benchmark")
         return load_released(data_dir, benchmark)
     if preds is None or labels is None or meta is None:
         raise InputError(
-            "give DATA_DIR with --benchmark, or all of --preds, --labels and --meta-data"
+            "give DATA_DIR (or --lock) with --benchmark, or all of --preds, --labels and "
+            "--meta-data"
         )
     return align_released(preds, labels, meta, None, benchmark=benchmark)
 
@@ -145,6 +154,12 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
 @click.command()
 @click.argument(
     "data_dir", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option(
+    "--lock",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Use the fetched, verified files of this lock (e.g. locks/toolsafe.toml) as DATA_DIR.",
 )
 @click.option(
     "--benchmark",
@@ -181,6 +196,7 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
 )
 def reparse(
     data_dir: Path | None,
+    lock: Path | None,
     benchmark: str | None,
     preds: Path | None,
     labels: Path | None,
@@ -190,12 +206,12 @@ def reparse(
     """Re-parse the raw outputs in a released meta_data.json and report, row
     by row, whether they reproduce the released predictions.
 
-    With DATA_DIR (a ToolSafe checkout or fetched cache) and --benchmark, the
-    released files are first aligned with the TS-Bench rows; with --preds,
+    With DATA_DIR (a ToolSafe checkout) or --lock (its fetched files) and
+    --benchmark, the released files are first aligned with the TS-Bench rows; with --preds,
     --labels and --meta-data only the files' own consistency is checked and
     domains are unknown. Writes JSON lines to stdout (one per row, then a
     summary line) and a readable summary to stderr."""
-    released = _load_set(data_dir, benchmark, preds, labels, meta)
+    released = _load_set(data_dir, lock, benchmark, preds, labels, meta)
     rows = reparse_released(released, get_parser(guard_name))
     summary = reparse_summary(rows)
     for row in rows:

@@ -74,8 +74,5 @@ def run(
         f"{summary.already_done} already done, {summary.generated} generated, "
         f"{summary.remaining} remaining ({summary.elapsed_s:.1f} s)"
     )
-    click.echo(
-        "status: "
-        + ", ".join(f"{status} {counts.get(status, 0)}" for status in counts)
-    )
+    click.echo("status: " + ", ".join(f"{status} {counts.get(status, 0)}" for status in counts))
     click.echo(str(summary.run_dir))

@@ -18,7 +18,7 @@ from guardrepro.verify import verify_lock
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
 
 
-@click.command("verify")
+@click.command("verify", short_help="Re-hash a lock's files; exit 2 on any problem.")
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
 def verify(lock: Path, home: Path | None) -> None:

@@ -51,6 +51,7 @@ from typing import Any, cast
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria
+from transformers.utils import logging as hf_logging
 
 from guardrepro.errors import InferenceError, InputError, MissingArtifactError
 from guardrepro.runners.base import Generation, GenerationRequest, Timings
@@ -138,6 +139,9 @@ class HFRunner:
             torch.set_num_threads(self.options["threads"])
         self.device = torch.device(self.options["device"])
         self.dtype = DTYPES[self.options["dtype"]]
+        # transformers' own loading bar would interleave with the run's bar
+        bars_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 str(self.checkpoint_dir),
@@ -152,10 +156,13 @@ class HFRunner:
                 f"cannot load the checkpoint with transformers: {exc}",
                 file=str(self.checkpoint_dir),
             ) from exc
+        finally:
+            if bars_on:
+                hf_logging.enable_progress_bar()
         self.model: Any = cast(Any, model).to(self.device).eval()
         # Drop the checkpoint's sampling defaults: transformers would fill any
         # unset generation setting from them (see the module docstring).
-        pass
+        self.model.generation_config = GenerationConfig()
         self._step_margins: list[torch.Tensor] = []
         head = self.model.get_output_embeddings()
         if head is None:
@@ -193,14 +200,15 @@ class HFRunner:
             "eos_token_id": list(self.eos_token_ids),
             "pad_token_id": self.pad_token_id,
             "num_beams": 1,
-            "num_beams": 1,
-            
+            "repetition_penalty": 1.0,
+            "no_repeat_ngram_size": 0,
             "return_dict_in_generate": True,
             "use_cache": True,
         }
         if params.mode == "greedy":
-            return GenerationConfig(do_sample=False, top_k=None, top_p=None, temperature=None,
-                                    **common)
+            return GenerationConfig(
+                do_sample=False, top_k=None, top_p=None, temperature=None, **common
+            )
         return GenerationConfig(
             do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0, **common
         )

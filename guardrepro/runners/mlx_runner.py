@@ -113,8 +113,9 @@ class MLXRunner:
             raise InputError(f"cannot read config: {exc}", file=str(config_path)) from exc
         normalized, self.config_changes = normalize_mlx_config(config, file=str(config_path))
         overrides = {k: v for k, v in normalized.items() if config.get(k) != v}
-        self.model, self.tokenizer = load(str(self.checkpoint_dir), model_config=overrides,
-                                          trust_remote_code=False)
+        loaded: Any = load(str(self.checkpoint_dir), model_config=overrides,
+                           trust_remote_code=False)
+        self.model, self.tokenizer = loaded
         self.quantization = config.get("quantization")
         self.dtypes = sorted({str(p.dtype).removeprefix("mlx.core.")
                               for _, p in _leaves(self.model.parameters())})
@@ -234,9 +235,10 @@ class MLXRunner:
                 mx.eval(token, top2)
                 if prefill_done is None:
                     prefill_done = time.perf_counter()
-                pair = top2.tolist()
+                pair: Any = top2.tolist()
                 margins.append(float(abs(pair[0] - pair[1])))
-                tokens.append(int(token.item()))
+                chosen: Any = token.item()
+                tokens.append(int(chosen))
                 if tokens[-1] in eos:
                     finish = "stop"
                     break
@@ -261,8 +263,9 @@ class MLXRunner:
         )
 
 
-def _leaves(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+def _leaves(tree: Any) -> list[tuple[str, Any]]:
     """Flatten an mlx parameter tree (dicts and lists) into (path, array) pairs."""
     from mlx.utils import tree_flatten
 
-    return list(tree_flatten(tree))
+    flat: Any = tree_flatten(tree)
+    return list(flat)

@@ -10,6 +10,8 @@ Format::
     name = "hf-cpu"                    # required, free text identifier
     backend = "hf"                     # "hf" | "mlx" | "vllm"
     description = "..."                # optional
+    require_batch_invariance = false   # optional; true: `guardrepro doctor` refuses a
+                                       # backend/device that cannot give batch invariance
 
     [guard]
     name = "ts-guard"                  # a name known to guards.registry.get_guard
@@ -32,11 +34,16 @@ Format::
     [decoding]                         # schema.DecodingParams; every key optional
     mode = "greedy"                    # or "sampled" (the authors' mode)
     max_new_tokens = 2048
-    # sampled mode only; these are the defaults when mode = "sampled":
-    # temperature = 0.1, top_p = 0.9, max_attempts = 3, seed = 0
+    # sampled mode only; the authors' values are the defaults when mode = "sampled":
+    # temperature = 0.1, top_p = 0.9, max_attempts = 3
+    # seed = 0                         # base of the per-row, per-attempt seeds
+                                       # (DecodingParams.seed_for; absent counts as 0)
 
 Invariant: ``RunProfile.text_sha256`` is the sha256 of the file's text, so a
 manifest can name exactly which profile produced a run.
+Paths are resolved at load time but their existence is checked by
+``check_paths`` (called when a run resolves the profile), so a profile may
+name an artifact that is built later.
 """
 
 from __future__ import annotations
@@ -48,14 +55,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.errors import InputError
+from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.schema import DecodingParams, sha256_text
 
 BACKENDS = ("hf", "mlx", "vllm")
 # The authors' sampling mode (UPSTREAM.md "Parser and score").
 AUTHORS_SAMPLED_DEFAULTS: Mapping[str, Any] = {"temperature": 0.1, "top_p": 0.9, "max_attempts": 3}
 
-_TOP_KEYS = {"name", "backend", "description", "guard", "checkpoint", "backend_options", "decoding"}
+_TOP_KEYS = {
+    "name",
+    "backend",
+    "description",
+    "require_batch_invariance",
+    "guard",
+    "checkpoint",
+    "backend_options",
+    "decoding",
+}
 _TOP_REQUIRED = {"name", "backend", "guard", "checkpoint"}
 _GUARD_KEYS = {"name", "template_lock", "template_file", "template_path"}
 _DECODING_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -105,6 +121,7 @@ class RunProfile:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     decoding: DecodingParams = field(default_factory=DecodingParams)
     description: str = ""
+    require_batch_invariance: bool = False
 
     @classmethod
     def load(cls, path: str | Path) -> RunProfile:
@@ -141,6 +158,9 @@ class RunProfile:
         description = data.get("description", "")
         if not isinstance(description, str):
             raise InputError("expected a string", file=file, field="description")
+        invariance = data.get("require_batch_invariance", False)
+        if not isinstance(invariance, bool):
+            raise InputError("expected true or false", file=file, field="require_batch_invariance")
         base = path.parent
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
@@ -155,7 +175,26 @@ class RunProfile:
             backend_options=dict(options),
             decoding=_decoding(data.get("decoding", {}), file=file),
             description=description,
+            require_batch_invariance=invariance,
         )
+
+    def check_paths(self) -> None:
+        """Every local path the profile names must exist (MissingArtifactError
+        naming the profile and the field otherwise)."""
+        named = [
+            ("guard.template_path", self.guard.template_path, False),
+            ("guard.template_lock", self.guard.template_lock, False),
+            ("checkpoint.lock", self.checkpoint.lock, False),
+            ("checkpoint.dir", self.checkpoint.dir, True),
+        ]
+        for field_name, path, is_dir in named:
+            if path is None or (path.is_dir() if is_dir else path.is_file()):
+                continue
+            kind = "directory" if is_dir else "file"
+            raise MissingArtifactError(
+                f"{self.path}: {field_name}: {kind} not found: {path}"
+                + (" (build or fetch it first)" if field_name == "checkpoint.lock" else "")
+            )
 
     def with_backend_options(self, **updates: Any) -> RunProfile:
         """A copy with some backend options replaced (e.g. ``batch_size=1``)."""
@@ -165,9 +204,7 @@ class RunProfile:
         return dataclasses.replace(self, decoding=decoding)
 
 
-def _keys(
-    data: Any, allowed: set[str], required: set[str], *, file: str, where: str
-) -> None:
+def _keys(data: Any, allowed: set[str], required: set[str], *, file: str, where: str) -> None:
     if not isinstance(data, dict):
         raise InputError("expected a table", file=file, field=where or None)
     prefix = f"{where}." if where else ""
@@ -191,13 +228,10 @@ def _string(data: Mapping[str, Any], key: str, *, file: str, where: str = "") ->
     return value
 
 
-def _existing(base: Path, value: str, *, file: str, field_name: str, is_dir: bool) -> Path:
-    path = (base / value).resolve() if not Path(value).is_absolute() else Path(value)
-    ok = path.is_dir() if is_dir else path.is_file()
-    if not ok:
-        kind = "directory" if is_dir else "file"
-        raise InputError(f"{kind} not found: {path}", file=file, field=field_name)
-    return path
+def _resolve(base: Path, value: str) -> Path:
+    # Existence is checked when the profile is resolved (``RunProfile.check_paths``),
+    # not here: a profile may name an artifact that is built later (a quantized lock).
+    return Path(value) if Path(value).is_absolute() else (base / value).resolve()
 
 
 def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
@@ -212,7 +246,7 @@ def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
         )
     if "template_path" in data:
         value = _string(data, "template_path", file=file, where="guard")
-        path = _existing(base, value, file=file, field_name="guard.template_path", is_dir=False)
+        path = _resolve(base, value)
         return GuardSpec(name=name, template_path=path)
     for key in ("template_lock", "template_file"):
         if key not in data:
@@ -221,13 +255,7 @@ def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
                 file=file,
                 field=f"guard.{key}",
             )
-    lock = _existing(
-        base,
-        _string(data, "template_lock", file=file, where="guard"),
-        file=file,
-        field_name="guard.template_lock",
-        is_dir=False,
-    )
+    lock = _resolve(base, _string(data, "template_lock", file=file, where="guard"))
     return GuardSpec(
         name=name,
         template_lock=lock,
@@ -245,12 +273,10 @@ def _checkpoint(data: Any, base: Path, *, file: str) -> CheckpointSpec:
         )
     if "lock" in data:
         value = _string(data, "lock", file=file, where="checkpoint")
-        lock = _existing(base, value, file=file, field_name="checkpoint.lock", is_dir=False)
+        lock = _resolve(base, value)
         return CheckpointSpec(lock=lock)
     value = _string(data, "dir", file=file, where="checkpoint")
-    return CheckpointSpec(
-        dir=_existing(base, value, file=file, field_name="checkpoint.dir", is_dir=True)
-    )
+    return CheckpointSpec(dir=_resolve(base, value))
 
 
 def _decoding(data: Any, *, file: str) -> DecodingParams:

@@ -38,7 +38,7 @@ Invariants:
 
 Options (all optional except ``dtype``): ``dtype`` (bfloat16 | float16 |
 float32), ``device`` (auto | cuda | cpu), ``batch_size`` (requests per
-``generate`` call made by the pipeline), ``tensor_parallel_size``,
+``generate`` call made by the pipeline; default 1 as the pipeline's), ``tensor_parallel_size``,
 ``enable_prefix_caching``, ``max_model_len``, ``max_num_seqs``,
 ``max_num_batched_tokens``, ``enforce_eager``, ``seed`` (engine seed),
 ``gpu_memory_utilization``, ``cpu_kvcache_space_gib``, ``batch_invariant``,
@@ -70,7 +70,7 @@ class VLLMOptions:
 
     dtype: str
     device: str = "auto"
-    batch_size: int = 256
+    batch_size: int = 1  # the pipeline's default chunk too
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool = True
     max_model_len: int | None = None
@@ -406,10 +406,14 @@ class VLLMRunner:
             outputs = self._llm.generate(prompts, sampling, use_tqdm=False)
         except (RuntimeError, ValueError) as exc:
             ids = ", ".join(r.row_id for r in requests[:5])
-            raise InferenceError(f"vLLM failed on a batch of {len(requests)} ({ids}...): {exc}") from exc
+            raise InferenceError(
+                f"vLLM failed on a batch of {len(requests)} ({ids}...): {exc}"
+            ) from exc
         wall = time.perf_counter() - start
         if len(outputs) != len(requests):
-            raise InferenceError(f"vLLM returned {len(outputs)} outputs for {len(requests)} prompts")
+            raise InferenceError(
+                f"vLLM returned {len(outputs)} outputs for {len(requests)} prompts"
+            )
 
         latencies: list[tuple[float, float] | None] = []
         for out in outputs:

@@ -28,6 +28,7 @@ Regenerate the shipped files::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -56,6 +57,7 @@ from guardrepro.toy.domains import (
 
 EVAL_SEED = 20240611
 TRAIN_SEED = 7_700_001  # a different seed stream; training rows are never shipped
+TRAIN_ROWS = 6720  # rows the shipped guard trained on (420 steps x batch 16)
 MIN_ELIGIBLE = 14  # per (domain, strict label) cell of the shipped benchmark
 MIN_INTERACTIONS = 24  # per domain
 ENV_TOOLS = 4  # tools listed in env_info per interaction
@@ -233,10 +235,14 @@ def _eligible(row: dict[str, Any]) -> bool:
 
 
 def eval_rows(seed: int = EVAL_SEED) -> dict[str, list[dict[str, Any]]]:
-    """The shipped benchmark: per domain, rows until every eligible cell has
-    at least MIN_ELIGIBLE rows (and at least MIN_INTERACTIONS interactions)."""
+    """The shipped benchmark: per domain, interactions until every eligible
+    cell has at least MIN_ELIGIBLE rows and there are MIN_INTERACTIONS; an
+    interaction with a row already seen (in the first TRAIN_ROWS training
+    rows or earlier in the benchmark) is drawn again."""
     out: dict[str, list[dict[str, Any]]] = {}
-    seen: set[tuple[str, ...]] = set()
+    # Held out: no shipped row repeats a row of the shipped guard's training
+    # stream, nor an earlier shipped row (base sample ids stay unique).
+    seen = set(_training_keys())
     for offset, domain in enumerate(DOMAINS):
         rng = random.Random(seed * 10 + offset)
         rows: list[dict[str, Any]] = []
@@ -248,7 +254,7 @@ def eval_rows(seed: int = EVAL_SEED) -> dict[str, list[dict[str, Any]]]:
             )
             keys = [content_key(row) for row in new]
             if len(set(keys)) < len(keys) or seen.intersection(keys):
-                continue  # a repeat of earlier content: rows must stay unique
+                continue  # repeats training or earlier content: draw another
             seen.update(keys)
             rows.extend(new)
             count += 1
@@ -257,6 +263,11 @@ def eval_rows(seed: int = EVAL_SEED) -> dict[str, list[dict[str, Any]]]:
                     cells[1 if row["score"] != 0 else 0] += 1
         out[domain] = rows
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _training_keys() -> frozenset[tuple[str, ...]]:
+    return frozenset(content_key(row) for row in train_rows(TRAIN_ROWS))
 
 
 def content_key(row: dict[str, Any]) -> tuple[str, ...]:

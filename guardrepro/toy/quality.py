@@ -55,23 +55,29 @@ class ToyGuard:
             torch.set_num_threads(threads)
         self.torch = torch
         self.template = (Path(checkpoint) / "template.txt").read_text(encoding="utf-8")
-        self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(checkpoint)
+        self.model: Any = AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=torch.float32
+        ).eval()
         gen = json.loads((Path(checkpoint) / "generation_config.json").read_text())
         self.eos = list(gen["eos_token_id"])
         self.pad = int(gen["pad_token_id"])
 
     def prompt_ids(self, sample: Mapping[str, Any]) -> list[int]:
         text = render_ts_guard_prompt(self.template, sample)
-        encoded = self.tokenizer.apply_chat_template(
+        encoded: Any = self.tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True
         )
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         return [int(i) for i in ids]
 
     def generate(
-        self, samples: Sequence[Mapping[str, Any]], *, batch_size: int = 32,
-        max_new_tokens: int = 96, progress: bool = False,
+        self,
+        samples: Sequence[Mapping[str, Any]],
+        *,
+        batch_size: int = 32,
+        max_new_tokens: int = 96,
+        progress: bool = False,
     ) -> list[str]:
         """Greedy outputs in input order (batches of similar prompt length)."""
         from tqdm import tqdm
@@ -105,7 +111,7 @@ class ToyGuard:
             for row, i in enumerate(chunk):
                 tokens = [int(t) for t in gen[row, width:]]
                 cut = next((k for k, t in enumerate(tokens) if t in self.eos), len(tokens))
-                out[i] = self.tokenizer.decode(tokens[:cut], skip_special_tokens=False)
+                out[i] = str(self.tokenizer.decode(tokens[:cut], skip_special_tokens=False))
             bar.update(len(chunk))
         bar.close()
         return out
@@ -153,9 +159,7 @@ def measure(
         "parse_rate_original": sum(j.score is not None for j in base) / len(base),
         "strict_accuracy": sum(j.decision == g for j, g in zip(base, gold, strict=True))
         / len(base),
-        "matches_cue_target": sum(
-            j.text == answer(r) for j, r in zip(base, originals, strict=True)
-        )
+        "matches_cue_target": sum(j.text == answer(r) for j, r in zip(base, originals, strict=True))
         / len(base),
         "eligible_rows": len(eligible),
         "eligible_excluded": excluded,

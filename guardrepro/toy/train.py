@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.guards.base import render_ts_guard_prompt
-from guardrepro.toy.bench import TRAIN_SEED, rename_tool, train_rows
+from guardrepro.toy.bench import TRAIN_SEED, train_rows
 from guardrepro.toy.domains import MARKER, OTHER_WRAPPERS
 from guardrepro.toy.targets import answer
 from guardrepro.toy.tiny import normalize_config
@@ -45,7 +45,7 @@ from guardrepro.toy.tokenizer import SPECIAL_TOKENS, train_tokenizer
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "data" / "toy_guard" / "template.txt"
 VOCAB_SIZE = 2048
-MODEL_SHAPE = {
+MODEL_SHAPE: dict[str, Any] = {
     "hidden_size": 256,
     "intermediate_size": 768,
     "num_hidden_layers": 4,
@@ -85,7 +85,7 @@ def build_examples(
     examples = []
     for row in rows:
         prompt = _chat_ids(tokenizer, prompt_text(template, row))
-        target = tokenizer.encode(answer(row), add_special_tokens=False) + [end]
+        target = [*tokenizer.encode(answer(row), add_special_tokens=False), end]
         examples.append((prompt + target, len(prompt)))
     return examples
 
@@ -150,7 +150,7 @@ def train(
     rows = train_rows(steps * batch_size, seed=TRAIN_SEED + seed)
     rng = random.Random(seed)
     corpus = [prompt_text(template, r) for r in rows] + [answer(r) for r in rows[:2000]]
-    corpus += _alias_samples(rng, 2000) + [MARKER[0] + " " + MARKER[1]]
+    corpus += [*_alias_samples(rng, 2000), MARKER[0] + " " + MARKER[1]]
     train_tokenizer(corpus, VOCAB_SIZE, out_dir)
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     examples = build_examples(tokenizer, template, rows)
@@ -163,18 +163,20 @@ def train(
     )
 
     pad, end = SPECIAL_TOKENS.index("<|endoftext|>"), SPECIAL_TOKENS.index("<|im_end|>")
+    # rope_theta through the dict: transformers 5 maps it into rope_parameters
+    config_args: dict[str, Any] = {**MODEL_SHAPE, "rope_theta": 10000.0}
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         max_position_embeddings=4096,
         tie_word_embeddings=True,
-        rope_theta=10000.0,
         bos_token_id=None,
         eos_token_id=[end, pad],
         pad_token_id=pad,
         use_cache=False,
-        **MODEL_SHAPE,
+        **config_args,
     )
-    model = Qwen2ForCausalLM(config).to(torch.float32).train()
+    model: Any = Qwen2ForCausalLM(config)
+    model = model.to(torch.float32).train()
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -221,7 +223,12 @@ def train(
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     normalize_config(out_dir / "config.json", dtype="bfloat16")
-    gen = {"bos_token_id": None, "do_sample": False, "eos_token_id": [end, pad], "pad_token_id": pad}
+    gen = {
+        "bos_token_id": None,
+        "do_sample": False,
+        "eos_token_id": [end, pad],
+        "pad_token_id": pad,
+    }
     _write_text(out_dir / "generation_config.json", json.dumps(gen, indent=2) + "\n")
     tail = history[-10:]
     summary = {

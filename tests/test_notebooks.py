@@ -1,0 +1,80 @@
+"""Execute every notebook (jupytext percent format) on a run directory.
+
+The run is a hand-made one built here (with a gate.json from a records
+reference), or the directory named by ``GUARDREPRO_TEST_RUN_DIR`` (e.g. the
+demo run) when that is set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from recordsets import grid, write_run
+
+from guardrepro.cli import main
+
+jupytext = pytest.importorskip("jupytext", reason="notebook tests need the report extra")
+nbclient = pytest.importorskip("nbclient", reason="notebook tests need the report extra")
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.py"))
+BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
+LOCAL: dict[str, list[Any]] = {"original": [0, 1, 0, 1], "marker_paraphrase": [1, 1, 0, "parse"],
+                               "tool_alias": [0, 0, 0, 1]}
+REFERENCE: dict[str, list[Any]] = {"original": [0, 1, 1, 1]}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("GUARDREPRO_TEST_RUN_DIR")
+    if given:
+        return Path(given)
+    root = tmp_path_factory.mktemp("nb")
+    run = write_run(root / "run", grid(BASES, LOCAL))
+    ref = write_run(root / "ref", grid(BASES, REFERENCE))
+    spec = root / "gate.toml"
+    spec.write_text(
+        f'name = "nb-gate"\nrows = "originals"\n[reference]\ntype = "records"\n'
+        f'path = "{(ref / "records.jsonl").as_posix()}"\n[thresholds]\nexpected_rows = 4\n'
+        "min_coverage = 0.9\nmin_strict_agreement = 0.9\nmin_strict_agreement_gold_safe = 0.9\n"
+        "min_strict_agreement_gold_unsafe = 0.9\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:  # b3 disagrees: the gate fails (exit 3)
+        main(["gate", str(run), "--spec", str(spec)])
+    assert exc.value.code == 3
+    return run
+
+
+def test_there_are_notebooks() -> None:
+    assert {p.name for p in NOTEBOOKS} >= {"flips.py", "parity.py"}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GUARDREPRO_RUN_DIR", str(run_dir))
+    monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(tmp_path))
+    monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = jupytext.read(notebook)
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text = "\n".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+        for out in cell.get("outputs", []) if out.get("output_type") == "stream"
+    )
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    if notebook.name == "flips.py":
+        assert pngs == ["flip_rates.png", "margin_hist.png"]
+        if not os.environ.get("GUARDREPRO_TEST_RUN_DIR"):
+            # marker: b1 flips 0 -> 1 (b4's parse error fails closed: no flip)
+            assert "safe->unsafe 1/2" in text
+            assert not (run_dir / "stats.json").exists()  # computed in memory only
+    else:
+        has_gate = (run_dir / "gate.json").is_file()
+        assert pngs == (["score_confusion.png"] if has_gate else [])
+        if not os.environ.get("GUARDREPRO_TEST_RUN_DIR"):
+            assert "FAIL nb-gate" in text
+            assert "b3:original" in text

@@ -1,0 +1,251 @@
+"""run_cohort on a tiny random Qwen2: prompts, records, provenance, resume, attempts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from runner_helpers import (
+    TEMPLATE,
+    build_diverse_tiny,
+    chatml,
+    cohort_row,
+    write_cohort,
+    write_profile,
+)
+from tokenizers import Tokenizer
+
+from guardrepro.attempts import decision_margin, generate_chunk, token_index_at
+from guardrepro.errors import InferenceError, PromptError, ProvenanceError
+from guardrepro.guards.base import GuardTemplate
+from guardrepro.guards.registry import get_guard
+from guardrepro.pipeline import prepare_rows, run_cohort
+from guardrepro.prompts import PromptTokenizer
+from guardrepro.records import read_manifest, read_records
+from guardrepro.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.runners.registry import create_runner
+from guardrepro.schema import CohortRow, DecodingParams, read_cohort
+
+VOLATILE = ("created_at", "timings", "peak_memory_bytes", "run_id")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_diverse_tiny(tmp_path_factory.mktemp("pipe") / "tiny")
+
+
+@pytest.fixture()
+def setup(tiny: Path, tmp_path: Path) -> dict[str, Path]:
+    template = tmp_path / "template.txt"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    return {
+        "template": template,
+        "cohort": write_cohort(tmp_path / "cohort.jsonl", 6),
+        "profile": write_profile(tmp_path / "p.toml", tiny, template),
+    }
+
+
+def stable(record: dict) -> dict:  # type: ignore[type-arg]
+    return {k: v for k, v in record.items() if k not in VOLATILE}
+
+
+def test_prompt_ids_are_what_the_chat_template_says(tiny: Path) -> None:
+    sha = hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    guard = get_guard("toy-guard", GuardTemplate(TEMPLATE, sha))
+    rows = [CohortRow.from_dict(cohort_row(i)) for i in range(3)]
+    prepared = prepare_rows(guard, PromptTokenizer(tiny), rows, 8)
+    tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    for p, row in zip(prepared, rows, strict=True):
+        s = row.sample
+        action = {"interaction_history": s["history"], "current_action": s["current_action"]}
+        text = TEMPLATE.format(
+            user_request=s["instruction"], agent_action=str(action), env_info=s["env_info"]
+        )
+        assert "'interaction_history': [{'role': 'user'" in text  # Python-dict str()
+        assert p.text == text
+        assert p.input_sha256 == hashlib.sha256(text.encode("utf-8")).hexdigest()
+        assert p.token_ids == tuple(tok.encode(chatml(text)).ids)
+
+
+def test_too_long_prompt_is_refused_up_front(tiny: Path) -> None:
+    guard = get_guard("toy-guard", GuardTemplate(TEMPLATE, "0" * 64))
+    rows = [CohortRow.from_dict(cohort_row(i)) for i in range(2)]
+    with pytest.raises(PromptError, match=r"row 0 \(row000\).*exceeds the context of 4096"):
+        prepare_rows(guard, PromptTokenizer(tiny), rows, 4000)
+
+
+def test_run_writes_manifest_and_one_record_per_row(
+    setup: dict[str, Path], tmp_path: Path, tiny: Path
+) -> None:
+    from guardrepro.verify import tree_hash
+
+    summary = run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", progress=False)
+    assert (summary.rows_selected, summary.generated, summary.already_done) == (6, 6, 0)
+    assert summary.remaining == 0 and sum(summary.counts.values()) == 6
+    records = read_records(tmp_path / "run")
+    cohort = read_cohort(setup["cohort"])
+    assert [r.row_id for r in records] == [row.row_id for row in cohort]
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest is not None and manifest.run_id == "run"
+    assert manifest.cohort["sha256"] == hashlib.sha256(setup["cohort"].read_bytes()).hexdigest()
+    assert manifest.profile["sha256"] == hashlib.sha256(setup["profile"].read_bytes()).hexdigest()
+    prov = manifest.provenance
+    assert prov["model_revision"] == "unpinned"
+    assert prov["artifact_tree_sha256"] == tree_hash(tiny).sha256
+    assert prov["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert prov["backend_config"]["dtype"] == "float32"
+    assert prov["decoding"]["max_new_tokens"] == 8
+    for record, row in zip(records, cohort, strict=True):
+        assert record.provenance_sha256 == manifest.provenance_sha256
+        assert record.gold_label == row.original_label and record.variant == row.variant
+        assert record.status in ("ok", "parse_error")
+        assert len(record.output_token_ids) == 8 or record.finish_reason == "stop"
+        assert len(record.attempts) == 1 and record.attempts[0]["seed"] is None
+    # a rerun resumes and has nothing left to do
+    again = run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", progress=False)
+    assert (again.generated, again.already_done) == (0, 6)
+    assert read_records(tmp_path / "run") == records
+
+
+def test_limit_then_resume_equals_one_run(setup: dict[str, Path], tmp_path: Path) -> None:
+    part = run_cohort(setup["profile"], setup["cohort"], tmp_path / "a", limit=3, progress=False)
+    assert (part.generated, part.remaining) == (3, 3)
+    rest = run_cohort(setup["profile"], setup["cohort"], tmp_path / "a", progress=False)
+    assert (rest.generated, rest.already_done) == (3, 3)
+    whole = run_cohort(setup["profile"], setup["cohort"], tmp_path / "b", progress=False)
+    assert whole.generated == 6
+    resumed = [stable(r.to_dict()) for r in read_records(tmp_path / "a")]
+    single = [stable(r.to_dict()) for r in read_records(tmp_path / "b")]
+    assert resumed == single
+
+
+def test_resume_with_different_options_is_refused(
+    setup: dict[str, Path], tmp_path: Path, tiny: Path
+) -> None:
+    run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", limit=2, progress=False)
+    other = write_profile(tmp_path / "q.toml", tiny, setup["template"], options={"batch_size": 1})
+    with pytest.raises(ProvenanceError, match=r"backend_config\.batch_size: 2 != 1"):
+        run_cohort(other, setup["cohort"], tmp_path / "run", progress=False)
+    longer = write_profile(
+        tmp_path / "r.toml", tiny, setup["template"], decoding="max_new_tokens = 9"
+    )
+    with pytest.raises(ProvenanceError, match=r"decoding\.max_new_tokens: 8 != 9"):
+        run_cohort(longer, setup["cohort"], tmp_path / "run", progress=False)
+    bigger = write_cohort(tmp_path / "bigger.jsonl", 7)
+    with pytest.raises(ProvenanceError, match=r"cohort\.sha256"):
+        run_cohort(setup["profile"], bigger, tmp_path / "run", progress=False)
+    with pytest.raises(ProvenanceError, match="shard: None != '1/2'"):
+        run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", shard="1/2", progress=False)
+    assert len(read_records(tmp_path / "run")) == 2  # nothing was added by the refused runs
+
+
+def test_shards_partition_the_cohort(setup: dict[str, Path], tmp_path: Path) -> None:
+    ids = []
+    for k in (1, 2, 3):
+        summary = run_cohort(
+            setup["profile"], setup["cohort"], tmp_path / f"s{k}", shard=f"{k}/3", progress=False
+        )
+        assert read_manifest(tmp_path / f"s{k}").shard == f"{k}/3"  # type: ignore[union-attr]
+        ids += [r.row_id for r in read_records(tmp_path / f"s{k}")]
+        assert summary.rows_in_cohort == 6
+    assert sorted(ids) == [f"row{i:03d}" for i in range(6)]
+
+
+def test_sampled_mode_retries_with_derived_seeds(
+    setup: dict[str, Path], tmp_path: Path, tiny: Path
+) -> None:
+    profile = write_profile(
+        tmp_path / "s.toml",
+        tiny,
+        setup["template"],
+        decoding='mode = "sampled"\nmax_new_tokens = 6\nseed = 11',
+    )
+    run_cohort(profile, setup["cohort"], tmp_path / "run", limit=2, progress=False)
+    for record in read_records(tmp_path / "run"):
+        # the random model never writes the tags, so every attempt is used
+        assert record.status == "parse_error"
+        assert record.provenance["decoding"]["temperature"] == 0.1
+        seeds = [a["seed"] for a in record.attempts]
+        expected = [
+            int(hashlib.sha256(f"11:{record.row_id}:{a}".encode()).hexdigest()[:8], 16)
+            for a in range(3)
+        ]
+        assert seeds == expected
+        assert record.output_token_ids == record.attempts[-1]["token_ids"]
+
+
+def test_token_index_and_decision_margin_from_offsets(tiny: Path) -> None:
+    tokenizer = PromptTokenizer(tiny)
+    guard = get_guard("toy-guard", GuardTemplate(TEMPLATE, "0" * 64))
+    text = (
+        "<Think> fine <\\Think> <Malicious_User_Request>no<\\Malicious_User_Request> "
+        "<Being_Attacked>yes<\\Being_Attacked> <Harmfulness_Rating>0.5<\\Harmfulness_Rating>"
+    )
+    enc = Tokenizer.from_file(str(tiny / "tokenizer.json")).encode(text)
+    ids = tuple(enc.ids)
+    offset = text.index("0.5")
+    # independently: the token whose character span covers the rating's first char
+    expected = next(i for i, (a, b) in enumerate(enc.offsets) if a <= offset < b)
+    assert token_index_at(ids, offset, tokenizer.decode) == expected
+    generation = Generation(
+        row_id="r",
+        token_ids=(*ids, 2),
+        text=text,
+        finish_reason="stop",
+        step_margins=tuple(float(10 * i) for i in range(len(ids) + 1)),
+        timings=Timings(0.0, 0.0, 0.0),
+    )
+    assert decision_margin(guard, generation, tokenizer.decode) == 10.0 * expected
+    no_rating = Generation(
+        "r", ids[:5], tokenizer.decode(ids[:5]), "length", (1.0,) * 5, Timings(0.0, 0.0, 0.0)
+    )
+    assert decision_margin(guard, no_rating, tokenizer.decode) is None
+
+
+class FailingRow:
+    """A real HF runner that fails for one row id, as a backend error would."""
+
+    backend = "hf"
+
+    def __init__(self, inner, bad: str) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.bad, self.calls = inner, bad, []  # type: ignore[var-annotated]
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        return self.inner.describe()
+
+    def generate(self, requests: Sequence[GenerationRequest], params: DecodingParams):  # type: ignore[no-untyped-def]
+        self.calls.append([r.row_id for r in requests])
+        if any(r.row_id == self.bad for r in requests):
+            raise InferenceError("device lost")
+        return self.inner.generate(requests, params)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_inference_error_is_isolated_to_its_row(tiny: Path) -> None:
+    tokenizer = PromptTokenizer(tiny)
+    guard = get_guard("toy-guard", GuardTemplate(TEMPLATE, "0" * 64))
+    rows = [CohortRow.from_dict(cohort_row(i)) for i in range(3)]
+    prepared = prepare_rows(guard, tokenizer, rows, 4)
+    inner = create_runner(
+        "hf", tiny, {"batch_size": 3}, eos_token_ids=[2, 0], pad_token_id=0, decode=tokenizer.decode
+    )
+    runner = FailingRow(inner, "row001")
+    history = generate_chunk(
+        runner, guard, prepared, DecodingParams(max_new_tokens=4), tokenizer.decode
+    )
+    assert runner.calls == [["row000", "row001", "row002"], ["row000"], ["row001"], ["row002"]]
+    bad = history["row001"][0][0]
+    assert bad.status == "inference_error" and bad.error_type == "InferenceError: device lost"
+    for row_id in ("row000", "row002"):
+        assert history[row_id][0][0].status in ("ok", "parse_error")
+    assert all(len(history[r][0][0].token_ids) >= 1 for r in ("row000", "row002"))
+    json.dumps([a.__dict__ for a, _, _ in history["row001"]])

@@ -1,0 +1,122 @@
+"""Run profiles: strict TOML, paths relative to the file, decoding modes."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from guardrepro.errors import InputError, MissingArtifactError
+from guardrepro.runners.profile import RunProfile
+from guardrepro.schema import DecodingParams
+
+REPO = Path(__file__).resolve().parent.parent
+
+BASE = """name = "p"
+backend = "hf"
+
+[guard]
+name = "ts-guard"
+template_lock = "locks/t.toml"
+template_file = "src/agent/agent_prompts.py"
+
+[checkpoint]
+dir = "ckpt"
+
+[backend_options]
+dtype = "float32"
+batch_size = 2
+"""
+
+
+def load(tmp_path: Path, text: str) -> RunProfile:
+    path = tmp_path / "sub" / "p.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return RunProfile.load(path)
+
+
+def test_loads_with_paths_relative_to_the_profile(tmp_path: Path) -> None:
+    profile = load(tmp_path, BASE)
+    assert profile.backend == "hf" and profile.name == "p"
+    assert profile.guard.template_lock == tmp_path / "sub" / "locks" / "t.toml"
+    assert profile.guard.template_file == "src/agent/agent_prompts.py"
+    assert profile.checkpoint.dir == tmp_path / "sub" / "ckpt"
+    assert not profile.checkpoint.pinned
+    assert profile.backend_options == {"dtype": "float32", "batch_size": 2}
+    assert profile.decoding == DecodingParams()  # greedy, 2048 by default
+    assert profile.text_sha256 == hashlib.sha256(BASE.encode()).hexdigest()
+    assert profile.with_backend_options(batch_size=1).backend_options["batch_size"] == 1
+
+
+def test_missing_paths_are_reported_when_resolving(tmp_path: Path) -> None:
+    profile = load(tmp_path, BASE)
+    with pytest.raises(MissingArtifactError, match=r"guard\.template_lock: file not found"):
+        profile.check_paths()
+    (tmp_path / "sub" / "locks").mkdir()
+    (tmp_path / "sub" / "locks" / "t.toml").write_text("")
+    with pytest.raises(MissingArtifactError, match=r"checkpoint\.dir: directory not found"):
+        profile.check_paths()
+    (tmp_path / "sub" / "ckpt").mkdir()
+    profile.check_paths()
+
+
+def test_sampled_mode_takes_the_authors_defaults(tmp_path: Path) -> None:
+    profile = load(tmp_path, BASE + '\n[decoding]\nmode = "sampled"\nseed = 3\n')
+    assert profile.decoding == DecodingParams(
+        mode="sampled", temperature=0.1, top_p=0.9, max_attempts=3, seed=3
+    )
+    profile = load(tmp_path, BASE + '\n[decoding]\nmode = "sampled"\ntemperature = 1\n')
+    assert profile.decoding.temperature == 1.0 and profile.decoding.top_p == 0.9
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda t: "surprise = 1\n" + t, "surprise"),
+        (lambda t: t.replace('backend = "hf"', 'backend = "hff"'), "backend"),
+        (lambda t: t.replace('name = "p"\n', ""), "name"),
+        (lambda t: t.replace('dir = "ckpt"', 'dir = "ckpt"\nlock = "x.toml"'), "checkpoint"),
+        (lambda t: t.replace('dir = "ckpt"', ""), "checkpoint"),
+        (
+            lambda t: t.replace('template_file = "src/agent/agent_prompts.py"\n', ""),
+            "guard.template_file",
+        ),
+        (
+            lambda t: t.replace('name = "ts-guard"', 'name = "ts-guard"\ntemplate_path = "a.txt"'),
+            "guard.template_path",
+        ),
+        (lambda t: t + "\n[decoding]\nmax_new_tokens = 0\n", "decoding.max_new_tokens"),
+        (lambda t: t + "\n[decoding]\ntemperature = 0.5\n", "decoding.mode"),
+        (lambda t: t + "\n[decoding]\nmax_new_tokens = true\n", "decoding.max_new_tokens"),
+        (lambda t: t + "\n[decoding]\ntop_k = 20\n", "decoding.top_k"),
+        (lambda t: "require_batch_invariance = 1\n" + t, "require_batch_invariance"),
+        (lambda t: "backend_options = 3\n" + t.split("[backend_options]")[0], "backend_options"),
+    ],
+)
+def test_strict_errors_name_file_and_field(tmp_path: Path, change, field: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError) as err:
+        load(tmp_path, change(BASE))
+    assert err.value.field == field
+    assert err.value.file == str(tmp_path / "sub" / "p.toml")
+
+
+def test_backend_typo_suggests(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="did you mean 'vllm'"):
+        load(tmp_path, BASE.replace('backend = "hf"', 'backend = "vlm"'))
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="invalid TOML"):
+        load(tmp_path, "name = \n")
+
+
+@pytest.mark.parametrize("name", ["hf-cpu.toml", "toy-hf.toml"])
+def test_shipped_hf_profiles_load(name: str) -> None:
+    profile = RunProfile.load(REPO / "runners" / name)
+    assert profile.backend == "hf" and profile.decoding.mode == "greedy"
+    assert profile.backend_options["dtype"] == "float32"
+    if name == "hf-cpu.toml":
+        assert profile.decoding.max_new_tokens == 2048
+        assert profile.guard.name == "ts-guard" and profile.checkpoint.pinned

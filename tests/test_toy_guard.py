@@ -1,0 +1,151 @@
+"""The shipped toy guard checkpoint: its files, its prompt path, and greedy
+outputs on held-out toy rows (original and edited)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from guardrepro.guards.base import render_ts_guard_prompt
+from guardrepro.parse import parse_ts_guard
+from guardrepro.toy.quality import BENCH_DIR, COHORT_SPEC, GUARD_DIR, ToyGuard
+from guardrepro.toy.targets import answer, cue_score
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+UPSTREAM_TEMPLATE_SHA256 = "8fd25ddb1c3248d8ffa2e1c3f87947bb245a963bde4fd77df5171a0b29d142a6"
+SHIPPED = (
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "template.txt",
+    "TRAINING.md",
+)
+
+
+@pytest.fixture(scope="module")
+def guard() -> ToyGuard:
+    return ToyGuard(GUARD_DIR, threads=2)
+
+
+def test_checkpoint_files_and_config() -> None:
+    for name in SHIPPED:
+        assert (GUARD_DIR / name).is_file(), name
+    config = json.loads((GUARD_DIR / "config.json").read_text())
+    assert config["model_type"] == "qwen2"
+    assert config["hidden_size"] == 256 and config["hidden_size"] % 64 == 0
+    assert config["head_dim"] == 64 and config["num_attention_heads"] == 4
+    assert config["num_key_value_heads"] == 2 and config["num_hidden_layers"] == 4
+    assert config["rope_theta"] == 10000.0 and config["torch_dtype"] == "bfloat16"
+    assert config["tie_word_embeddings"] is True
+    gen = json.loads((GUARD_DIR / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [2, 0] and gen["pad_token_id"] == 0
+    assert gen["do_sample"] is False
+    from safetensors import safe_open
+
+    with safe_open(str(GUARD_DIR / "model.safetensors"), "pt") as fh:
+        dtypes = {fh.get_tensor(k).dtype for k in fh.keys()}  # noqa: SIM118
+    assert dtypes == {torch.bfloat16}
+    assert (GUARD_DIR / "model.safetensors").stat().st_size < 10_000_000
+
+
+def test_template_is_the_projects_own(guard: ToyGuard) -> None:
+    import hashlib
+
+    text = guard.template
+    assert hashlib.sha256(text.encode()).hexdigest() != UPSTREAM_TEMPLATE_SHA256
+    assert text.startswith("### System Prompt")
+    for field in ("{user_request}", "{agent_action}", "{env_info}"):
+        assert text.count(field) == 1
+
+
+def test_prompt_ids_match_the_shared_prompt_path(guard: ToyGuard) -> None:
+    from guardrepro.prompts import PromptTokenizer
+    from guardrepro.tsbench import load_agentdojo
+
+    tok = PromptTokenizer(GUARD_DIR)
+    assert tok.eos_token_ids == [2, 0]
+    row = load_agentdojo(BENCH_DIR)[0].raw
+    text = render_ts_guard_prompt(guard.template, row)
+    assert tuple(guard.prompt_ids(row)) == tok.encode_chat(text)
+    assert tok.render_chat(text).startswith("<|im_start|>system\n")
+    # edited forms stay in vocabulary: no byte-level fallback for the marker
+    pieces = guard.tokenizer.tokenize("<UNTRUSTED_EXTERNAL_CONTENT>")
+    assert len(pieces) <= 5
+
+
+def _sample() -> tuple[list[dict], list[int], list[tuple[int, dict]]]:
+    """12 originals (per domain: an eligible safe, an eligible unsafe and a
+    non-eligible row, drawn with a fixed seed) and 4 edited rows of eligible
+    unsafe bases whose edit removes the cue the guard relies on."""
+    from guardrepro.cohort import build_variants
+    from guardrepro.cohort_spec import load_spec
+    from guardrepro.tsbench import load_agentdojo
+
+    rows = load_agentdojo(BENCH_DIR)
+    spec = load_spec(COHORT_SPEC)
+    rng = random.Random(3)
+    originals, gold = [], []
+    edited: list[tuple[int, dict]] = []
+    for domain in ("banking", "slack", "travel", "workspace"):
+        mine = [r for r in rows if r.domain == domain]
+        eligible = [r for r in mine if "<INFORMATION>" in r.raw["history"]]
+        groups = (
+            [r for r in eligible if r.score == 0],
+            [r for r in eligible if r.score != 0],
+            [r for r in mine if r not in eligible],
+        )
+        for group in groups:
+            pick = rng.choice(group)
+            originals.append(pick.raw)
+            gold.append(0 if pick.score == 0 else 1)
+    wanted = ["marker_paraphrase", "marker_paraphrase", "tool_alias", "tool_alias"]
+    for row in rows:
+        if not wanted or row.score == 0 or "<INFORMATION>" not in row.raw["history"]:
+            continue
+        variants = build_variants(spec, row)
+        assert isinstance(variants, dict)
+        if cue_score(row.raw) != 0 and cue_score(variants[wanted[0]]) == 0:
+            originals.append(row.raw)
+            gold.append(1)
+            edited.append((len(originals) - 1, variants[wanted.pop(0)]))
+    assert not wanted
+    return originals, gold, edited
+
+
+def test_greedy_outputs_parse_are_accurate_and_edits_flip(guard: ToyGuard) -> None:
+    originals, gold, edited = _sample()
+    samples = originals[:12] + [e for _, e in edited]
+    outputs = guard.generate(samples, batch_size=16)
+    parsed = [parse_ts_guard(t) for t in outputs]
+    assert all(p.status == "ok" for p in parsed), [
+        t for t, p in zip(outputs, parsed, strict=True) if p.score is None
+    ]
+    decisions = [0 if p.score == 0 else 1 for p in parsed]
+    correct = sum(d == g for d, g in zip(decisions[:12], gold[:12], strict=True))
+    assert correct / 12 >= 0.85, (correct, outputs[:12])
+    # The edited rows: their originals are judged unsafe, the edits lose the cue.
+    base_outputs = guard.generate([originals[i] for i, _ in edited], batch_size=4)
+    base_decisions = [0 if parse_ts_guard(t).score == 0 else 1 for t in base_outputs]
+    flips = sum(b != d for b, d in zip(base_decisions, decisions[12:], strict=True))
+    assert flips >= 1
+    # It learned the intended cue function, not just the format.
+    same = sum(t == answer(s) for t, s in zip(outputs, samples, strict=True))
+    assert same >= 14, same
+
+
+def test_batch_and_single_row_greedy_agree(guard: ToyGuard) -> None:
+    originals, _, _ = _sample()
+    rows = originals[:3]
+    assert guard.generate(rows, batch_size=3) == [guard.generate([r])[0] for r in rows]
+
+
+def test_checkpoint_dir_is_package_data() -> None:
+    expected = Path(__file__).resolve().parents[1] / "guardrepro" / "data" / "toy_guard"
+    assert expected == GUARD_DIR
