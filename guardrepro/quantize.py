@@ -381,8 +381,9 @@ def quantize(
     if out.exists() or out.is_symlink():
         raise InputError("output already exists; choose a new directory", file=str(out))
     lock_out = quantize_lock.lock_path_for(out)
-    if lock_out.exists():
-        raise InputError("artifact lock already exists", file=str(lock_out))
+    for sidecar in (lock_out, quantize_lock.provenance_path_for(out)):
+        if sidecar.exists():
+            raise InputError("already exists (from an earlier conversion?)", file=str(sidecar))
     out.parent.mkdir(parents=True, exist_ok=True)
     versions = package_versions()
     timings: dict[str, float] = {}

@@ -188,5 +188,6 @@ def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:
     rows = load_run(run)
     assert rows.expected_source.endswith("shard 1/2")
     want = sorted(f"{b}:{v}" for b, v, *_ in specs if shard_of(f"{b}:{v}", 2) == 1)
+    assert 0 < len(want) < len(specs)
     assert sorted(r.row_id for r in rows.rows) == want
     assert all(r.status == "ok" for r in rows.rows)  # nothing outside the shard is missing

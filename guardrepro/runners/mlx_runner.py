@@ -105,7 +105,10 @@ class MLXRunner:
         from guardrepro.quantize import normalize_mlx_config
 
         if device != "default":
-            mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+            try:
+                mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+            except ValueError as exc:  # e.g. "gpu" with the CPU-only Linux wheel
+                raise InputError(str(exc), field="backend_options.device") from exc
         config_path = self.checkpoint_dir / "config.json"
         try:
             config = json.loads(config_path.read_text(encoding="utf-8"))
