@@ -425,23 +425,29 @@ def quantize(
         timings["hash_s"] = time.perf_counter() - t
         expected = recipe.expected_for(revision=source.revision,
                                        source_tree_sha256=source.tree_sha256)
-        os.replace(converted, out)
-    result = QuantizeResult(
-        artifact=out,
-        lock_path=lock_out,
-        tree_sha256=tree.sha256,
-        files=tree.files,
-        bytes=tree.bytes,
-        recipe=recipe,
-        source=source,
-        versions=versions,
-        config_changes=changes,
-        quantized=inspection.quantized,
-        not_quantized=inspection.not_quantized,
-        expected=expected,
-        seconds=timings,
-    )
-    quantize_lock.write_artifact_lock(result, tree)
+        result = QuantizeResult(
+            artifact=out,
+            lock_path=lock_out,
+            tree_sha256=tree.sha256,
+            files=tree.files,
+            bytes=tree.bytes,
+            recipe=recipe,
+            source=source,
+            versions=versions,
+            config_changes=changes,
+            quantized=inspection.quantized,
+            not_quantized=inspection.not_quantized,
+            expected=expected,
+            seconds=timings,
+        )
+        # pin first (hashing the files where they are), then publish with one rename
+        written = quantize_lock.write_artifact_lock(result, files_dir=converted)
+        try:
+            os.replace(converted, out)
+        except OSError:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
     timings["total_s"] = time.perf_counter() - start
     return result
 

@@ -120,8 +120,10 @@ def provenance(result: QuantizeResult) -> dict[str, Any]:
     }
 
 
-def write_artifact_lock(result: QuantizeResult, tree: Any) -> Path:
-    """Write ``<out>.quantize.json`` and ``<out>.lock.toml``; return the lock path."""
+def write_artifact_lock(result: QuantizeResult, *, files_dir: Path) -> list[Path]:
+    """Write ``<out>.quantize.json`` and ``<out>.lock.toml`` for the files now in
+    ``files_dir`` (the artifact before its final rename to ``result.artifact``);
+    return both paths."""
     from guardrepro.locks import LocalSource, Lock, LockedFile, save_lock
 
     out = result.artifact
@@ -130,12 +132,12 @@ def write_artifact_lock(result: QuantizeResult, tree: Any) -> Path:
     _atomic_write(prov_path, prov_bytes)
 
     files: list[LockedFile] = []
-    for path in sorted(p for p in out.rglob("*") if p.is_file()):
-        rel = path.relative_to(out).as_posix()
+    for path in sorted(p for p in files_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(files_dir).as_posix()
         files.append(LockedFile(path=rel, sha256=file_sha256(path), size=path.stat().st_size))
     files.sort(key=lambda f: f.path)
     if len(files) != result.files or sum(f.size or 0 for f in files) != result.bytes:
-        raise InputError("artifact changed while it was being pinned", file=str(out))
+        raise InputError("artifact changed while it was being pinned", file=str(files_dir))
     src = result.source
     source_line = (f"{src.repo}@{src.revision}" if src.revision else
                    f"{src.repo or 'unpinned directory'} (tree {src.tree_sha256})")
@@ -165,4 +167,9 @@ def write_artifact_lock(result: QuantizeResult, tree: Any) -> Path:
         header=header,
         path=lock_path,
     )
-    return save_lock(lock, lock_path)
+    try:
+        save_lock(lock, lock_path)
+    except BaseException:
+        prov_path.unlink(missing_ok=True)
+        raise
+    return [lock_path, prov_path]

@@ -187,6 +187,17 @@ def test_sampled_mode_is_seeded_per_request(tiny: Path, tok: Tokenizer) -> None:
         runner.generate([GenerationRequest("x", prompt)], params)
 
 
+def test_sampled_tiny_top_p_keeps_only_the_argmax(tiny: Path, tok: Tokenizer) -> None:
+    """top_p really filters: a nucleus of one token makes sampling greedy for any seed."""
+    reqs = _requests(tok)[:2]
+    greedy = _runner(tiny, tok).generate(reqs, DecodingParams(max_new_tokens=10))
+    params = DecodingParams(mode="sampled", temperature=1.0, top_p=1e-6, max_new_tokens=10)
+    for seed in (1, 2):
+        seeded = [GenerationRequest(r.row_id, r.prompt_token_ids, seed=seed) for r in reqs]
+        sampled = _runner(tiny, tok).generate(seeded, params)
+        assert [g.token_ids for g in sampled] == [g.token_ids for g in greedy]
+
+
 def test_bad_options_and_checkpoints(tiny: Path, tok: Tokenizer, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"backend_options\.dtpye"):
         _runner(tiny, tok, dtpye="float32")

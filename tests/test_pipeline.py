@@ -249,3 +249,40 @@ def test_inference_error_is_isolated_to_its_row(tiny: Path) -> None:
         assert history[row_id][0][0].status in ("ok", "parse_error")
     assert all(len(history[r][0][0].token_ids) >= 1 for r in ("row000", "row002"))
     json.dumps([a.__dict__ for a, _, _ in history["row001"]])
+
+
+def _local_lock(path: Path, name: str, kind: str, directory: Path) -> Path:
+    lines = [f'name = "{name}"', f'kind = "{kind}"', "", "[source]", 'type = "local"']
+    lines += [f'path = "{directory}"', ""]
+    for f in sorted(directory.iterdir()):
+        data = f.read_bytes()
+        lines += ["[[file]]", f'path = "{f.name}"']
+        lines += [f'sha256 = "{hashlib.sha256(data).hexdigest()}"', f"size = {len(data)}", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def test_pinned_checkpoint_and_template_through_locks(tiny: Path, tmp_path: Path) -> None:
+    from guardrepro.verify import tree_hash
+
+    tpl_dir = tmp_path / "tpl"
+    tpl_dir.mkdir()
+    (tpl_dir / "template.txt").write_text(TEMPLATE, encoding="utf-8")
+    ckpt_lock = _local_lock(tmp_path / "ck.toml", "tinyck", "checkpoint", tiny)
+    tpl_lock = _local_lock(tmp_path / "tpl.toml", "tpl", "files", tpl_dir)
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'name = "pinned"\nbackend = "hf"\n[guard]\nname = "toy-guard"\n'
+        f'template_lock = "{tpl_lock.name}"\ntemplate_file = "template.txt"\n'
+        f'[checkpoint]\nlock = "{ckpt_lock.name}"\n[backend_options]\nthreads = 1\n'
+        "[decoding]\nmax_new_tokens = 4\n",
+        encoding="utf-8",
+    )
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
+    run_cohort(profile, cohort, tmp_path / "run", progress=False, home=tmp_path / "home")
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest is not None
+    assert manifest.provenance["model_revision"] == "local:tinyck"
+    assert manifest.provenance["artifact_tree_sha256"] == tree_hash(tiny).sha256
+    assert manifest.provenance["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert len(read_records(tmp_path / "run")) == 2

@@ -202,6 +202,7 @@ def test_shipped_recipes_parse() -> None:
     assert (published.files, published.bytes) == (9, 8103477380)
     assert load_recipe(BF16).quantization is None
     assert load_recipe(REPO / "quantize" / "q4-g64.toml").bits == 4
+    assert load_recipe(REPO / "quantize" / "q8-g64-f32.toml").dtype == "float32"
 
 
 def test_cli_from_a_lock_reports_expected_match_and_mismatch(

@@ -57,10 +57,11 @@ def run(
     limit: int | None,
     progress: bool,
 ) -> None:
-    """Generate one record per cohort row into RUN_DIR/records.jsonl.
+    """Run a cohort with a profile: one record per row in RUN_DIR (resumable).
 
-    Rows already recorded with identical provenance are skipped; a run
-    directory made with different provenance, cohort or shard is refused.
+    Writes RUN_DIR/manifest.json and appends RUN_DIR/records.jsonl. Rows
+    already recorded with identical provenance are skipped; a run directory
+    made with different provenance, cohort or shard is refused.
     """
     from guardrepro.pipeline import run_cohort
 

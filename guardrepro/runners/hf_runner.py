@@ -135,6 +135,7 @@ class HFRunner:
             raise MissingArtifactError(
                 f"{self.checkpoint_dir}: no *.safetensors weights (only safetensors are loaded)"
             )
+        self._threads_before = torch.get_num_threads()
         if self.options["threads"] is not None:
             torch.set_num_threads(self.options["threads"])
         self.device = torch.device(self.options["device"])
@@ -322,6 +323,8 @@ class HFRunner:
         )
 
     def close(self) -> None:
+        """Release the model and restore torch's thread count (a process-wide setting)."""
+        torch.set_num_threads(self._threads_before)
         self._hook.remove()
         del self.model
         if self.device.type == "cuda":
