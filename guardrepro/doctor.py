@@ -111,6 +111,7 @@ class Rule:
     batch_invariant_mode: bool | None = None
     min_compute_capability: tuple[int, int] | None = None
     min_version: tuple[str, str] | None = None  # (package, version)
+    device_seen: bool | None = None  # a compute capability could be read on this machine
 
     def matches(self, facts: Facts) -> bool:
         if self.backend != "*" and facts.backend != self.backend:
@@ -129,6 +130,10 @@ class Rule:
         if self.min_compute_capability is not None and (
             facts.compute_capability is None
             or facts.compute_capability < self.min_compute_capability
+        ):
+            return False
+        if self.device_seen is not None and (
+            (facts.compute_capability is not None) != self.device_seen
         ):
             return False
         if self.min_version is not None:
@@ -154,6 +159,12 @@ RULES: tuple[Rule, ...] = (
         "vLLM batch-invariant mode on an NVIDIA GPU of compute capability >= 9.0 (beta)",
         backend="vllm", devices=("cuda",), batch_invariant_mode=True,
         min_compute_capability=(9, 0),
+    ),
+    Rule(
+        "unknown",
+        "vLLM batch-invariant mode is on, but no CUDA device is visible here to check its "
+        "compute capability; run the doctor on the GPU machine",
+        backend="vllm", devices=("cuda",), batch_invariant_mode=True, device_seen=False,
     ),
     Rule(
         "not-invariant",
@@ -327,10 +338,13 @@ def gather_facts(
 
 
 def _env_warnings(facts: Facts) -> list[str]:
-    """Environment settings the vLLM runner would refuse (it never overrides them)."""
-    if facts.backend != "vllm":
-        return []
+    """A CUDA device asked for but not visible, and environment settings the
+    vLLM runner would refuse (it never overrides them)."""
     out = []
+    if facts.device == "cuda" and facts.compute_capability is None:
+        out.append("the profile runs on CUDA but torch sees no CUDA device on this machine")
+    if facts.backend != "vllm":
+        return out
     for name, wanted in (
         ("VLLM_BATCH_INVARIANT", facts.batch_invariant_mode),
         ("VLLM_ENABLE_V1_MULTIPROCESSING", facts.multiprocessing),

