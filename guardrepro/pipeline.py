@@ -212,7 +212,7 @@ def _file_sha256(path: Path) -> str:
 
 
 def run_cohort(
-    profile_path: str | Path,
+    profile_path: str | Path | RunProfile,
     cohort_path: str | Path,
     run_dir: str | Path,
     *,
@@ -226,9 +226,17 @@ def run_cohort(
     ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
     selected rows for this invocation (a later run without it resumes the
     rest). ``home`` is the guardrepro cache (default: ``$GUARDREPRO_HOME``).
+    A profile that demands batch invariance on a backend/device that cannot
+    give it is refused by ``doctor.preflight`` before anything loads.
     """
+    from guardrepro.doctor import preflight
+
     started = time.perf_counter()
-    profile = RunProfile.load(profile_path)
+    if isinstance(profile_path, RunProfile):
+        profile = profile_path
+    else:
+        profile = RunProfile.load(profile_path)
+    preflight(profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:

@@ -203,6 +203,10 @@ class RunProfile:
     def with_decoding(self, decoding: DecodingParams) -> RunProfile:
         return dataclasses.replace(self, decoding=decoding)
 
+    def with_checkpoint_lock(self, lock: str | Path) -> RunProfile:
+        """A copy pinned to another checkpoint lock (e.g. a freshly quantized artifact)."""
+        return dataclasses.replace(self, checkpoint=CheckpointSpec(lock=Path(lock).resolve()))
+
 
 def _keys(data: Any, allowed: set[str], required: set[str], *, file: str, where: str) -> None:
     if not isinstance(data, dict):
