@@ -106,8 +106,8 @@ def run_demo(
     say(f"[{next(step)}/{steps}] build the toy cohort (cohorts/toy-64.toml)")
     if not result.cohort.exists():
         manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort)
-        matched = manifest.get("output", {}).get("matches_expected")
-        say(f"      {manifest['output']['rows']} rows; matches the spec's pinned hash: {matched}")
+        say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
+            f"matches the spec's pinned hash: {manifest['sha256_matches']}")
     mark("cohort")
 
     say(f"[{next(step)}/{steps}] run the toy guard with transformers (runners/toy-hf.toml)")

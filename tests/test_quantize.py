@@ -246,3 +246,24 @@ def test_cli_from_a_lock_reports_expected_match_and_mismatch(
     assert "MATCH" in second.output and "MISMATCH" not in second.output
     verify = runner.invoke(cli, ["verify", str(tmp_path / "b.lock.toml")], env=env)
     assert verify.exit_code == 0, verify.output
+
+
+TOY = REPO / "guardrepro" / "data" / "toy_guard"
+
+
+def test_toy_guard_q8_twice_same_tree_hash_and_verifies(tmp_path: Path) -> None:
+    """The shipped toy guard (bf16; hidden 256, 4 layers, intermediate 768, vocab 2048:
+    every dimension divisible by 64): 4 * 7 linear weights + the embedding quantized."""
+    from guardrepro.verify import verify_lock
+
+    one = quantize(Q8, TOY, tmp_path / "one", unpinned=True)
+    two = quantize(Q8, TOY, tmp_path / "two", unpinned=True)
+    assert one.tree_sha256 == two.tree_sha256
+    assert len(one.quantized) == 29 and "model.embed_tokens.weight" in one.quantized
+    config = json.loads((tmp_path / "one" / "config.json").read_text())
+    assert config["quantization"] == {"group_size": 64, "bits": 8, "mode": "affine"}
+    assert verify_lock(one.lock_path).ok
+    tokenizer = tmp_path / "one" / "tokenizer.json"
+    tokenizer.write_bytes(tokenizer.read_bytes().replace(b"{", b"[", 1))
+    bad = verify_lock(one.lock_path)
+    assert [f.path for f in bad.problems] == ["tokenizer.json"]

@@ -126,7 +126,7 @@ def _write_text(path: Path, text: str) -> None:
 def train(
     out_dir: Path,
     *,
-    steps: int = 450,
+    steps: int = 420,
     batch_size: int = 16,
     seed: int = 0,
     peak_lr: float = 2e-3,
@@ -277,7 +277,7 @@ the cohort's marker paraphrase and tool alias edits can move its decisions.
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train the toy guard.")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=450)
+    parser.add_argument("--steps", type=int, default=420)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
