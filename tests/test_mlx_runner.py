@@ -308,32 +308,34 @@ def test_toy_guard_fp32_logits_match_transformers(toy_artifacts: dict[str, Path]
         assert np.abs(np.array(runner.logits(seq)) - _hf_logits(hf, seq)).max() < 5e-4
 
 
-@pytest.mark.parametrize("recipe", ["f32", "bf16", "q8-g64"])
+@pytest.mark.parametrize(
+    "recipe", ["f32", "bf16", pytest.param("q8-g64", marks=pytest.mark.slow)])
 def test_toy_guard_greedy_agrees_with_transformers(
     toy_artifacts: dict[str, Path], recipe: str
 ) -> None:
-    """The trained toy guard has real margins: measured on 16 toy-bench prompts x 48
-    new tokens, MLX fp32, bf16 and Q8 all produced ids identical to transformers fp32
-    (16/16 each); the smallest top1-top2 gap on any step was 0.69 (bf16) against a
+    """The trained toy guard has real margins: measured on 16 toy-bench prompts (answers
+    of 48 tokens), MLX fp32, bf16 and Q8 all produced ids identical to transformers
+    fp32 (16/16 each); the smallest top1-top2 gap on any step was 0.69, against a
     teacher-forced logit error of 4e-5 (fp32), 0.25 (bf16) and ~1.0 (Q8). So fp32 and
-    bf16 must agree on every prompt here; Q8's error reaches the smallest margins, so
-    for it we require the same parsed score and at least 3 of 4 identical (CPU Q8 is
-    slow, ~7 s a prompt here: Q8 runs 1 prompt per domain, 24 tokens)."""
+    bf16 must agree on every prompt; Q8's error reaches the smallest margins, so for it
+    we require the same valid parsed score on both prompts and identical ids on at
+    least one (CPU Q8 is slow, ~7 s a prompt here: marked slow)."""
     from guardrepro.guards.registry import get_parser
 
     parse = get_parser("toy-guard")
     runner, tok = _runner(toy_artifacts[recipe])
     hf = _hf(TOY)
-    params = DecodingParams(max_new_tokens=24 if recipe == "q8-g64" else 48)
+    params = DecodingParams(max_new_tokens=64)  # the answers end (EOS) within 48
+    prompts = _toy_prompts(1)[:2]
     identical = 0
-    prompts = _toy_prompts(1)
     for text in prompts:
         ids = tok.encode_chat(text)
         assert runner.chat_ids(text) == ids  # mlx-lm's chat template gives the same ids
         ours = runner.generate([GenerationRequest("r", ids)], params)[0]
         theirs = _hf_greedy(hf, ids, tok.eos_token_ids, params.max_new_tokens)
+        assert ours.finish_reason == "stop"
         identical += list(ours.token_ids) == theirs
-        if recipe == "q8-g64":
-            body = [t for t in theirs if t not in tok.eos_token_ids]
-            assert parse(ours.text).score == parse(tok.decode(body)).score
-    assert identical >= (3 if recipe == "q8-g64" else len(prompts))
+        score = parse(ours.text).score
+        assert score is not None
+        assert score == parse(tok.decode(theirs[:-1])).score
+    assert identical >= (1 if recipe == "q8-g64" else len(prompts))
