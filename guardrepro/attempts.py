@@ -131,7 +131,8 @@ def generate_chunk(
             break
         seeds = {p.row.row_id: params.seed_for(p.row.row_id, attempt_index) for p in pending}
         requests = [
-            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id]) for p in pending
+            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text)
+            for p in pending
         ]
         results = _safe_generate(runner, requests, params)
         still = []

@@ -46,6 +46,7 @@ class DemoResult:
     gate: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
     report: Path | None = None
+    mlx_plan: MlxPlan | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -55,6 +56,41 @@ class DemoResult:
 
 def mlx_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("mlx", "mlx_lm"))
+
+
+@dataclass(frozen=True)
+class MlxPlan:
+    """Which Q8 recipe and which cohort rows the demo's MLX step uses.
+
+    On a Mac (MLX on the GPU) the published recipe ``q8-g64`` (bfloat16 scales)
+    runs all rows. MLX's CPU backend runs bfloat16 quantized matmuls about 7x
+    slower than float32 ones (measured on the toy guard: ~7 s a row vs ~1 s),
+    so on CPU the demo uses ``q8-g64-f32`` (the same 8-bit group-64 affine
+    codes with float32 scales) on the 64 original rows, to stay within minutes.
+    """
+
+    recipe: str
+    rows: str  # "all" or "originals"
+    device: str
+
+
+def mlx_plan() -> MlxPlan:
+    import mlx.core as mx
+
+    device = str(mx.default_device())
+    if mx.default_device() == mx.gpu:
+        return MlxPlan("quantize/q8-g64.toml", "all", device)
+    return MlxPlan("quantize/q8-g64-f32.toml", "originals", device)
+
+
+def write_originals(cohort: Path, out: Path) -> Path:
+    """Copy the cohort's original-variant lines (byte for byte) to ``out``."""
+    from guardrepro.records import write_atomic
+
+    lines = cohort.read_text(encoding="utf-8").splitlines(keepends=True)
+    keep = [line for line in lines if json.loads(line)["variant"] == "original"]
+    write_atomic(out, "".join(keep))
+    return out
 
 
 def run_demo(
@@ -98,9 +134,9 @@ def run_demo(
     result = DemoResult(out_dir=out, cohort=out / "cohort.jsonl")
 
     say(f"[{next(step)}/{steps}] verify the pinned toy guard and toy benchmark")
-    for lock in ("locks/toy-guard.toml", "locks/toy-bench.toml"):
-        fetch_lock(root / lock, home, progress=False)
-        verify_lock(root / lock, home).raise_for_status()
+    for pinned in ("locks/toy-guard.toml", "locks/toy-bench.toml"):
+        fetch_lock(root / pinned, home, progress=False)
+        verify_lock(root / pinned, home).raise_for_status()
     mark("verify")
 
     say(f"[{next(step)}/{steps}] build the toy cohort (cohorts/toy-64.toml)")
@@ -121,19 +157,27 @@ def run_demo(
         from guardrepro.quantize import quantize
         from guardrepro.runners.profile import RunProfile
 
-        say(f"[{next(step)}/{steps}] quantize the toy guard to MLX Q8 g64 (quantize/q8-g64.toml)")
+        plan = mlx_plan()
+        result.mlx_plan = plan
+        say(f"[{next(step)}/{steps}] quantize the toy guard to MLX Q8 g64 ({plan.recipe})")
         artifact = out / "artifacts" / "toy-guard-mlx-q8"
         lock = artifact.parent / f"{artifact.name}.lock.toml"
         if not lock.exists():
-            q = quantize(root / "quantize/q8-g64.toml", root / "locks/toy-guard.toml",
+            q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
                          artifact, home=Path(home) if home else None)
-            say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...")
+            say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
+                f"expected tree hash matched: {q.expected_match}")
         mark("quantize")
 
-        say(f"[{next(step)}/{steps}] run the Q8 artifact with MLX and compare with transformers")
+        scope = "all rows" if plan.rows == "all" else "the 64 original rows"
+        say(f"[{next(step)}/{steps}] run the Q8 artifact with MLX on {plan.device} ({scope}) "
+            "and compare with transformers")
+        mlx_cohort: Path = result.cohort
+        if plan.rows == "originals":
+            mlx_cohort = write_originals(result.cohort, out / "cohort-originals.jsonl")
         profile = RunProfile.load(root / "runners/toy-mlx-q8.toml").with_checkpoint_lock(lock)
         mlx_dir = out / "mlx-q8"
-        run_cohort(profile, result.cohort, mlx_dir, progress=progress, home=home)
+        run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
         result.runs["mlx-q8"] = mlx_dir
         comparison = compare_runs(hf_dir, mlx_dir)
         result.comparison = comparison.to_dict()
@@ -160,9 +204,11 @@ def run_demo(
 def _rate(figure: dict[str, Any] | None) -> str:
     if not figure:
         return "n/a"
-    value = figure.get("value")
+    # stats/gate figures are {numerator, denominator, value}; compare's {count, denominator, rate}
+    count = figure.get("numerator", figure.get("count"))
+    value = figure.get("value", figure.get("rate"))
     shown = "n/a" if value is None else f"{value:.3f}"
-    return f"{figure['numerator']}/{figure['denominator']} = {shown}"
+    return f"{count}/{figure['denominator']} = {shown}"
 
 
 def summary_lines(result: DemoResult) -> list[str]:
@@ -183,7 +229,10 @@ def summary_lines(result: DemoResult) -> list[str]:
         lines.append(f"  {variant:<18} {_rate(view['flips'])}{ci}")
     if result.comparison is not None:
         s = result.comparison["summary"]
-        lines.append("transformers fp32 vs MLX Q8 g64:")
+        plan = result.mlx_plan
+        where = "" if plan is None else (
+            f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
+        lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
         lines.append(f"  identical tokens   {_rate(s['identical_tokens'])}")
         lines.append(f"  strict agreement   {_rate(s['strict_agreement'])}")
         lines.append(f"  exact-score agree  {_rate(s['exact_score_agreement'])}")

@@ -252,16 +252,31 @@ TOY = REPO / "guardrepro" / "data" / "toy_guard"
 
 
 def test_toy_guard_q8_twice_same_tree_hash_and_verifies(tmp_path: Path) -> None:
-    """The shipped toy guard (bf16; hidden 256, 4 layers, intermediate 768, vocab 2048:
-    every dimension divisible by 64): 4 * 7 linear weights + the embedding quantized."""
+    """The shipped toy guard through its package lock (fetched into a temporary cache):
+    bf16; hidden 256, 4 layers, intermediate 768, vocab 2048 (every dimension divisible
+    by 64), so 4 * 7 linear weights + the embedding are quantized. The q8-g64 recipe
+    pins the tree hash measured for it; with the same mlx / mlx-lm / transformers it
+    must match (a stale pin after retraining the toy guard shows up here)."""
+    import importlib.metadata
+
+    from guardrepro.fetch import fetch_lock
     from guardrepro.verify import verify_lock
 
-    one = quantize(Q8, TOY, tmp_path / "one", unpinned=True)
-    two = quantize(Q8, TOY, tmp_path / "two", unpinned=True)
+    lock = REPO / "locks" / "toy-guard.toml"
+    home = tmp_path / "home"
+    fetch_lock(lock, home=home, progress=False)
+    one = quantize(Q8, lock, tmp_path / "one", home=home)
+    two = quantize(Q8, lock, tmp_path / "two", home=home)
     assert one.tree_sha256 == two.tree_sha256
+    assert one.source.pinned and one.source.repo == "toy-guard"
     assert len(one.quantized) == 29 and "model.embed_tokens.weight" in one.quantized
     config = json.loads((tmp_path / "one" / "config.json").read_text())
     assert config["quantization"] == {"group_size": 64, "bits": 8, "mode": "affine"}
+    assert one.expected is not None, "q8-g64.toml has no entry for the shipped toy guard"
+    versions = (importlib.metadata.version("mlx"), importlib.metadata.version("mlx-lm"),
+                importlib.metadata.version("transformers"))
+    if versions == (one.expected.mlx, one.expected.mlx_lm, "5.24.0"):
+        assert one.expected_match, (one.tree_sha256, one.expected.tree_sha256)
     assert verify_lock(one.lock_path).ok
     tokenizer = tmp_path / "one" / "tokenizer.json"
     tokenizer.write_bytes(tokenizer.read_bytes().replace(b"{", b"[", 1))

@@ -23,9 +23,14 @@ from guardrepro.schema import DecodingParams
 
 @dataclass(frozen=True)
 class GenerationRequest:
+    """One prompt to generate for. ``prompt_text`` is the rendered guard prompt
+    (before the chat template): a backend with its own tokenizer (MLX) checks
+    that it tokenizes it to exactly ``prompt_token_ids`` and fails the row if not."""
+
     row_id: str
     prompt_token_ids: tuple[int, ...]
     seed: int | None = None
+    prompt_text: str | None = None
 
 
 @dataclass(frozen=True)

@@ -151,9 +151,9 @@ class MLXRunner:
                  params: DecodingParams) -> list[Generation]:
         out = []
         for request in requests:
-            text = getattr(request, "prompt_text", None)
-            if text is not None:
-                self.check_prompt(text, request.prompt_token_ids, row_id=request.row_id)
+            if request.prompt_text is not None:
+                self.check_prompt(request.prompt_text, request.prompt_token_ids,
+                                  row_id=request.row_id)
             out.append(self._generate_one(request, params))
         return out
 

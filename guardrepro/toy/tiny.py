@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from guardrepro.toy.tokenizer import train_tokenizer
 
@@ -43,7 +44,8 @@ def build_tiny_qwen2(
     vocab = len(json.loads((out_dir / "tokenizer.json").read_text())["model"]["vocab"])
     vocab = max(vocab, 3)
     heads = hidden_size // 64
-    config = Qwen2Config(
+    # passed as a dict: transformers 5's stubs omit head_dim/rope_theta, which it accepts
+    settings: dict[str, Any] = dict(
         vocab_size=vocab,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 3,
@@ -58,8 +60,9 @@ def build_tiny_qwen2(
         eos_token_id=[2, 0],
         pad_token_id=0,
     )
+    config = Qwen2Config(**settings)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
+    model = Qwen2ForCausalLM(config).float().eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     normalize_config(out_dir / "config.json", dtype="float32")
     gen = {"eos_token_id": [2, 0], "pad_token_id": 0, "bos_token_id": None, "do_sample": False}

@@ -1,0 +1,117 @@
+"""``guardrepro demo`` end to end on the embedded default, checked against
+figures recomputed here from the raw record lines (not from the stats code).
+
+Slow (about a minute on two cores): real transformers and MLX inference over
+the toy cohort, quantization, gate, statistics, report and notebooks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from guardrepro.cli import cli
+
+pytestmark = pytest.mark.slow
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.py"))
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("demo")
+    env = {"GUARDREPRO_HOME": str(root / "home")}
+    result = CliRunner().invoke(
+        cli, ["demo", "--out", str(root / "out"), "--no-progress", "--replicates", "500"], env=env
+    )
+    assert result.exit_code == 0, result.output
+    return root / "out", result.stdout
+
+
+def test_demo_writes_every_stage(demo: tuple[Path, str]) -> None:
+    out, stdout = demo
+    hf = out / "hf-fp32"
+    for name in ("manifest.json", "records.jsonl", "gate.json", "stats.json", "report.md",
+                 "flip_rates.png", "margin_hist.png", "score_confusion.png"):
+        assert (hf / name).is_file(), name
+    assert len(_lines(out / "cohort.jsonl")) == 256
+    assert len(_lines(hf / "records.jsonl")) == 256
+    assert f"demo directory: {out}" in stdout
+    assert "gate: PASS" in stdout
+
+
+def test_accuracy_and_flips_match_the_records(demo: tuple[Path, str]) -> None:
+    out, stdout = demo
+    records = _lines(out / "hf-fp32" / "records.jsonl")
+    by_key = {(r["base_sample_id"], r["variant"]): r for r in records}
+
+    def decision(r: dict[str, Any]) -> int:  # fail-closed strict decision
+        return 1 if r["status"] != "ok" or r["score"] != 0 else 0
+
+    stats = json.loads((out / "hf-fp32" / "stats.json").read_text())
+    originals = [r for r in records if r["variant"] == "original"]
+    correct = sum(decision(r) == (1 if r["gold_label"] != 0 else 0) for r in originals)
+    acc = stats["variants"]["original"]["metrics"]["accuracy"]
+    assert (acc["numerator"], acc["denominator"]) == (correct, 64)
+    assert f"original           accuracy {correct}/64" in stdout
+    flipped_any = 0
+    for edit in ("marker_paraphrase", "tool_alias", "combined"):
+        flips = sum(
+            decision(by_key[(r["base_sample_id"], edit)]) != decision(r) for r in originals
+        )
+        view = stats["edits"][edit]["views"]["all_pairs"]["flips"]
+        assert (view["numerator"], view["denominator"]) == (flips, 64)
+        flipped_any += flips
+    assert flipped_any > 0  # the toy guard's shortcuts make the edits move decisions
+
+
+def test_mlx_q8_run_is_compared_with_transformers(demo: tuple[Path, str]) -> None:
+    out, stdout = demo
+    pytest.importorskip("mlx_lm", reason="the MLX step needs guardrepro[mlx]")
+    hf = {r["row_id"]: r for r in _lines(out / "hf-fp32" / "records.jsonl")}
+    mlx = _lines(out / "mlx-q8" / "records.jsonl")
+    assert {r["variant"] for r in mlx} <= {"original", "marker_paraphrase", "tool_alias",
+                                           "combined"}
+    identical = sum(r["output_token_ids"] == hf[r["row_id"]]["output_token_ids"] for r in mlx)
+    comparison = json.loads((out / "compare-hf-fp32-vs-mlx-q8.json").read_text())
+    tokens = comparison["summary"]["identical_tokens"]
+    assert (tokens["count"], tokens["denominator"]) == (identical, len(mlx))
+    assert f"identical tokens   {identical}/{len(mlx)}" in stdout
+    lock = out / "artifacts" / "toy-guard-mlx-q8.lock.toml"
+    assert lock.is_file()
+    config = json.loads((out / "artifacts" / "toy-guard-mlx-q8" / "config.json").read_text())
+    assert config["quantization"]["bits"] == 8
+    assert config["quantization"]["group_size"] == 64
+
+
+def test_rerun_resumes_without_generating(demo: tuple[Path, str], tmp_path: Path) -> None:
+    out, _ = demo
+    before = (out / "hf-fp32" / "records.jsonl").read_bytes()
+    env = {"GUARDREPRO_HOME": str(out.parent / "home")}
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--no-progress",
+                                      "--replicates", "200"], env=env)
+    assert result.exit_code == 0, result.output
+    assert (out / "hf-fp32" / "records.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_run_on_the_demo(notebook: Path, demo: tuple[Path, str], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    jupytext = pytest.importorskip("jupytext", reason="notebooks need guardrepro[report]")
+    nbclient = pytest.importorskip("nbclient", reason="notebooks need guardrepro[report]")
+    out, _ = demo
+    monkeypatch.setenv("GUARDREPRO_RUN_DIR", str(out / "hf-fp32"))
+    monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(tmp_path))
+    monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = jupytext.read(notebook)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert list(tmp_path.glob("*.png"))
