@@ -280,8 +280,9 @@ def format_table(comparison: Comparison) -> str:
         for row in table:
             lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     for label, ids in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
-        if ids:
-            lines.append(f"{label}: {', '.join(ids)}")
+        if ids:  # the full lists are in the JSON output
+            more = f" ... ({len(ids) - 8} more; see --json)" if len(ids) > 8 else ""
+            lines.append(f"{label}: {', '.join(ids[:8])}{more}")
     return "\n".join(lines)
 
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the test suite.
+# Set up .venv and the vLLM CPU environment .venv-vllm (both idempotent), then run
+# the whole test suite. GUARDREPRO_SKIP_VLLM=1 skips the vLLM environment (its
+# tests then skip with the reason). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m pytest -q "$@"
+if [ "${GUARDREPRO_SKIP_VLLM:-0}" != "1" ]; then
+  bash scripts/setup_vllm.sh
+fi
+exec .venv/bin/python -m pytest -q "$@"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,10 +168,18 @@ def test_fp32_left_padded_batch_equals_batch_one(tiny: Path, tok: Tokenizer) -> 
     reqs = _requests(tok)
     assert len({len(r.prompt_token_ids) for r in reqs}) == 3  # real padding happens
     one = _runner(tiny, tok, batch_size=1).generate(reqs, params)
-    batched = _runner(tiny, tok, batch_size=3).generate(reqs, params)
+    runner = _runner(tiny, tok, batch_size=3)
+    before = time.perf_counter()
+    batched = runner.generate(reqs, params)
+    wall = time.perf_counter() - before
     assert [g.token_ids for g in batched] == [g.token_ids for g in one]
     for a, b in zip(one, batched, strict=True):
         assert a.step_margins == pytest.approx(b.step_margins, abs=1e-4)
+    # amortised timings: one chunk of 3 shares its wall time, so the rows sum to at most it
+    assert len({g.timings for g in batched}) == 1
+    t = batched[0].timings
+    assert t.prefill_s + t.decode_s == pytest.approx(t.total_s)
+    assert 0 < sum(g.timings.total_s for g in batched) <= wall
 
 
 def test_sampled_mode_is_seeded_per_request(tiny: Path, tok: Tokenizer) -> None:

@@ -35,6 +35,11 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Timings:
+    """Per-request timings in seconds, amortised over a batch: each request of
+    a batch gets the batch's wall time divided by the number of requests, so
+    the ``total_s`` of a run's rows sum to its generation wall time.
+    ``prefill_s + decode_s == total_s`` (up to rounding)."""
+
     prefill_s: float
     decode_s: float
     total_s: float

@@ -29,7 +29,8 @@ Invariants and choices:
   mode always runs one request at a time, seeding torch's generator with the
   request's seed right before its generation.
 - Timings: ``prefill_s`` = time to the first generated token, ``decode_s`` =
-  the rest. In a batch every request carries the batch's wall times.
+  the rest, both of the chunk's wall time divided by the number of requests in
+  the chunk (amortised, as in ``runners.base.Timings``).
   ``peak_memory_bytes``: ``torch.cuda.max_memory_allocated`` for the chunk on
   CUDA, else the process's peak resident set size (``getrusage``).
 
@@ -279,7 +280,10 @@ class HFRunner:
         self._sync()
         end = time.perf_counter()
         first = clock.first if clock.first is not None else end
-        timings = Timings(prefill_s=first - start, decode_s=end - first, total_s=end - start)
+        n = len(chunk)
+        timings = Timings(
+            prefill_s=(first - start) / n, decode_s=(end - first) / n, total_s=(end - start) / n
+        )
         peak = self._peak_memory()
         generated = result.sequences[:, width:].tolist()
         if len(steps) < len(generated[0]):
