@@ -128,13 +128,18 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file next to ``path``, fsync, then rename over ``path``."""
+    """Write ``data`` to a temp file next to ``path``, fsync, then rename over ``path``
+    (creating missing parent directories). The file is left with mode 0644.
+
+    The one atomic file writer of the package: text and JSON writers encode and
+    call it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:

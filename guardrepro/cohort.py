@@ -62,19 +62,10 @@ from guardrepro.edits import (
 )
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.schema import BENCH_FIELDS, CohortRow, canonical_json, sha256_text
-from guardrepro.tsbench import BenchRow, check_unique_ids, load_bench_file
+from guardrepro.tsbench import BenchRow, check_unique_ids, field_text, load_bench_file
 
 ALIAS_FIELDS = ("instruction", "history", "current_action", "env_info")
 TOOL_EDITS = ("tool_alias", "combined")
-
-
-def field_text(value: Any) -> str:
-    """A field as text: None -> "", str as is, else sorted-key JSON (non-ASCII kept)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def strict_label(score: float) -> int:

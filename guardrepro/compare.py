@@ -23,13 +23,12 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, iter_jsonl
 
@@ -289,16 +288,6 @@ def format_table(comparison: Comparison) -> str:
 def write_json(comparison: Comparison, out: str | Path) -> Path:
     """Write the comparison as JSON atomically."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(comparison.to_dict(), fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(comparison.to_dict(), indent=2, sort_keys=True) + "\n"
+    atomic_write_bytes(out, text.encode("utf-8"))
     return out

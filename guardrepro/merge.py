@@ -34,18 +34,20 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import guardrepro
+from guardrepro.cache import fsync_dir
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.records import (
     MANIFEST_FILE,
     RECORDS_FILE,
     RunManifest,
     git_commit,
+    provenance_differences,
     read_manifest,
     read_records,
     utc_now,
@@ -99,22 +101,6 @@ class MergeReport:
             "missing": list(self.missing),
             "cohort_checked": self.cohort_checked,
         }
-
-
-def provenance_differences(a: Any, b: Any, prefix: str = "provenance") -> list[str]:
-    """Every leaf key whose value differs, as ``"key: a != b"``."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b), key=str):
-            where = f"{prefix}.{key}"
-            if key not in a:
-                out.append(f"{where}: absent != {b[key]!r}")
-            elif key not in b:
-                out.append(f"{where}: {a[key]!r} != absent")
-            else:
-                out.extend(provenance_differences(a[key], b[key], where))
-        return out
-    return [] if a == b else [f"{prefix}: {a!r} != {b!r}"]
 
 
 def _ids(ids: Sequence[str]) -> str:
@@ -301,20 +287,7 @@ def _write(
         if out.exists():
             out.rmdir()  # empty (checked above); rename needs the name free
         os.replace(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import (
     DependencyMissingError,
     InputError,
@@ -175,13 +176,8 @@ def stage_source(source: Path, staging: Path) -> list[str]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)  # replaces the name, so a hardlinked original is untouched
+    # atomic_write_bytes replaces the name, so a hardlinked original is untouched
+    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 # ---------------------------------------------------------------- plan / inspect

@@ -28,12 +28,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guardrepro.cache import atomic_write_bytes, sha256_file
 from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
     from guardrepro.quantize import QuantizeResult, SourceInfo
-
-CHUNK = 1 << 20
 
 
 def lock_path_for(out: Path) -> Path:
@@ -42,14 +41,6 @@ def lock_path_for(out: Path) -> Path:
 
 def provenance_path_for(out: Path) -> Path:
     return out.parent / f"{out.name}.quantize.json"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
@@ -80,26 +71,15 @@ def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
     elif isinstance(lock.source, GithubSource):
         repo, revision = lock.source.repo, lock.source.commit
     tree = tree_hash(directory)
+    lock_sha256 = hashlib.sha256(model.read_bytes()).hexdigest()
     return source_cls(directory=directory, pinned=True, lock_path=str(model.resolve()),
-                      lock_sha256=file_sha256(model), repo=repo or lock.name,
+                      lock_sha256=lock_sha256, repo=repo or lock.name,
                       revision=revision, tree_sha256=tree.sha256)
 
 
 def _lock_name(out: Path) -> str:
     name = re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-._")
     return name or "mlx-artifact"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def provenance(result: QuantizeResult) -> dict[str, Any]:
@@ -129,12 +109,13 @@ def write_artifact_lock(result: QuantizeResult, *, files_dir: Path) -> list[Path
     out = result.artifact
     prov_path = provenance_path_for(out)
     prov_bytes = (json.dumps(provenance(result), indent=2, sort_keys=True) + "\n").encode()
-    _atomic_write(prov_path, prov_bytes)
+    atomic_write_bytes(prov_path, prov_bytes)
 
     files: list[LockedFile] = []
     for path in sorted(p for p in files_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(files_dir).as_posix()
-        files.append(LockedFile(path=rel, sha256=file_sha256(path), size=path.stat().st_size))
+        sha, size = sha256_file(path)  # one read gives both; refuses a symlink
+        files.append(LockedFile(path=rel, sha256=sha, size=size))
     files.sort(key=lambda f: f.path)
     if len(files) != result.files or sum(f.size or 0 for f in files) != result.bytes:
         raise InputError("artifact changed while it was being pinned", file=str(files_dir))

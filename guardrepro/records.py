@@ -29,7 +29,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import errno
 import json
@@ -41,6 +40,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes, fsync_dir
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.schema import Record
 
@@ -78,23 +78,8 @@ def git_commit() -> str | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a fsync'd temporary file and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can fsync a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """Write ``text`` (UTF-8) to ``path`` atomically (``cache.atomic_write_bytes``)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------
@@ -143,7 +128,7 @@ class RunManifest:
         """Human-readable list of what makes ``other`` a different run than this one."""
         diffs: list[str] = []
         if self.provenance_sha256 != other.provenance_sha256:
-            diffs.extend(_dict_diff(self.provenance, other.provenance, "provenance"))
+            diffs.extend(provenance_differences(self.provenance, other.provenance))
             if not diffs:  # same keys and values but different hash: report the hash itself
                 diffs.append("provenance_sha256")
         if self.cohort["sha256"] != other.cohort["sha256"]:
@@ -156,7 +141,8 @@ class RunManifest:
         return diffs
 
 
-def _dict_diff(old: Any, new: Any, prefix: str) -> list[str]:
+def provenance_differences(old: Any, new: Any, prefix: str = "provenance") -> list[str]:
+    """Every leaf key whose value differs, as ``"key: old != new"``."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         out: list[str] = []
         for key in sorted(set(old) | set(new), key=str):
@@ -166,7 +152,7 @@ def _dict_diff(old: Any, new: Any, prefix: str) -> list[str]:
             elif key not in new:
                 out.append(f"{where}: {old[key]!r} != absent")
             else:
-                out.extend(_dict_diff(old[key], new[key], where))
+                out.extend(provenance_differences(old[key], new[key], where))
         return out
     return [] if old == new else [f"{prefix}: {old!r} != {new!r}"]
 
@@ -300,7 +286,7 @@ class RecordWriter:
     def _repair_tail(self) -> int:
         if not self.path.exists():
             self.path.touch()
-            _fsync_dir(self.run_dir)
+            fsync_dir(self.run_dir)
             return 0
         data = self.path.read_bytes()
         if not data or data.endswith(b"\n"):

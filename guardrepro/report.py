@@ -32,11 +32,11 @@ from guardrepro.checks.runio import (
     load_manifest,
     load_run,
     write_json_atomic,
-    write_text_atomic,
 )
 from guardrepro.checks.stats import ORIGINAL, compute_stats
 from guardrepro.checks.stats import format_table as stats_table
 from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.records import write_atomic
 
 FLIP_PNG = "flip_rates.png"
 CONFUSION_PNG = "score_confusion.png"
@@ -312,4 +312,6 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
     figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
     text = render_markdown(manifest.run_id, stats, gate, figures)
-    return write_text_atomic(run_dir / "report.md", text)
+    path = run_dir / "report.md"
+    write_atomic(path, text)
+    return path

@@ -80,7 +80,8 @@ class BenchRow:
         return float(self.raw["score"])
 
 
-def _text_of(value: Any) -> str:
+def field_text(value: Any) -> str:
+    """A field as text: None -> "", str as is, else sorted-key JSON (non-ASCII kept)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -93,7 +94,7 @@ def base_sample_id(row: Mapping[str, Any]) -> str:
     env_info joined by U+001F (None -> "", str as is, anything else as
     ``json.dumps(sort_keys=True, ensure_ascii=False)``), first 20 hex digits."""
     parts = [
-        _text_of(row[name]) for name in ("instruction", "history", "current_action", "env_info")
+        field_text(row[name]) for name in ("instruction", "history", "current_action", "env_info")
     ]
     return hashlib.sha256(UNIT_SEPARATOR.join(parts).encode("utf-8")).hexdigest()[:20]
 

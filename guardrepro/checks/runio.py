@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.records import MANIFEST_FILE, RECORDS_FILE, RunManifest, read_manifest, read_records
 from guardrepro.schema import Record, read_cohort
@@ -62,24 +61,10 @@ class RowResult:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write pretty JSON to a temp file in the same directory, fsync, replace."""
+    """Write pretty JSON atomically (``cache.atomic_write_bytes``); return the path."""
     path = Path(path)
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return write_text_atomic(path, text)
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"))
     return path
 
 

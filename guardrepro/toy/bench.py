@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import random
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.toy.domains import (
     DOMAINS,
     GOALS,
@@ -297,27 +296,12 @@ def render_bench_files(seed: int = EVAL_SEED) -> dict[str, bytes]:
     }
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_bench(out_dir: Path, seed: int = EVAL_SEED) -> list[Path]:
     """Write the benchmark files under ``out_dir`` (atomically) and return them."""
     paths = []
     for rel, data in render_bench_files(seed).items():
         path = Path(out_dir) / rel
-        _write_atomic(path, data)
+        atomic_write_bytes(path, data)
         paths.append(path)
     return paths
 

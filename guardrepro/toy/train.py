@@ -25,17 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.guards.base import render_ts_guard_prompt
 from guardrepro.toy.bench import TRAIN_SEED, train_rows
 from guardrepro.toy.domains import MARKER, OTHER_WRAPPERS
@@ -114,13 +113,7 @@ def _lr(step: int, total: int, peak: float, floor: float, warmup: int) -> float:
 
 
 def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def train(
