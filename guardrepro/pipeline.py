@@ -12,7 +12,14 @@ Invariants:
   ids only. ``input_sha256`` is the sha256 of the rendered text (before the
   chat template). A row whose prompt plus ``max_new_tokens`` exceeds the
   model's context is refused up front, before anything is generated.
-- The provenance (guard, backend, ``runner.describe()``, artifact tree hash,
+- A checkpoint pinned by a lock must declare the guard's EOS id set and pad
+  id (``guards.registry.expected_special_tokens``); otherwise
+  ``PromptError`` before anything is generated. An unpinned checkpoint
+  directory (development and tests, provenance ``"unpinned"``) that differs
+  only gets a warning, so test checkpoints may carry extra stop ids.
+- The provenance (guard, backend, ``runner.describe()``, artifact tree hash
+  -- for a locked checkpoint ``verify.cached_tree_hash`` in the same home, so
+  the bytes ``materialize`` just verified are not read again --
   model revision or ``"unpinned"``, template and chat-template hashes, parser
   version, decoding, package versions) is computed before generating. A run
   directory is resumed only when its manifest has the same provenance hash,
@@ -33,6 +40,7 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -120,7 +128,7 @@ def _model_revision(lock_path: Path) -> str:
 def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
     """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
     profile.check_paths()
-    from guardrepro.guards.registry import get_guard
+    from guardrepro.guards.registry import expected_special_tokens, get_guard
     from guardrepro.prompts import PromptTokenizer, check_placeholders, load_template
 
     if profile.checkpoint.lock is not None:
@@ -144,6 +152,12 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     except InputError as exc:
         raise InputError(str(exc), file=str(profile.path), field="guard.name") from exc
     tokenizer = PromptTokenizer(checkpoint_dir)
+    expected = expected_special_tokens(spec.name)
+    mismatch = tokenizer.special_token_mismatch(expected, guard=spec.name)
+    if mismatch is not None:
+        if profile.checkpoint.lock is not None:
+            raise PromptError(mismatch)
+        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
     return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer)
 
 
@@ -267,9 +281,12 @@ def run_cohort(
             cohort_path=cohort_path,
         )
         from guardrepro.runners.registry import create_runner
-        from guardrepro.verify import tree_hash
+        from guardrepro.verify import cached_tree_hash, tree_hash
 
-        tree = tree_hash(resolved.checkpoint_dir)
+        if profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
+            tree = cached_tree_hash(resolved.checkpoint_dir, home)
+        else:
+            tree = tree_hash(resolved.checkpoint_dir)
         try:
             runner = create_runner(
                 profile.backend,

@@ -18,6 +18,9 @@ Invariants:
   without truncation. A prompt whose token count plus ``max_new_tokens``
   exceeds the context is refused.
 - The tokenizer is loaded from local files only, without remote code.
+- The EOS ids come from ``generation_config.json`` (else ``config.json``),
+  the pad id from the same files (else the tokenizer's pad token);
+  ``check_special_tokens`` compares them with a guard's pin.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate, render_ts_guard_prompt
+from guardrepro.guards.ts_guard import SpecialTokens
 from guardrepro.schema import sha256_text
 
 PLACEHOLDERS = frozenset({"user_request", "agent_action", "env_info"})
@@ -69,38 +73,57 @@ def _string_value(node: ast.expr) -> str | None:
     return None
 
 
-def _assignments(tree: ast.Module, variable: str) -> list[tuple[ast.stmt, ast.expr | None]]:
-    """Module-level statements binding ``variable``, each with the expression
-    bound to it directly (None when bound by unpacking, which is refused)."""
-    found: list[tuple[ast.stmt, ast.expr | None]] = []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            if any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets):
-                found.append((stmt, stmt.value))
-            elif any(
-                isinstance(n, ast.Name) and n.id == variable
-                for t in stmt.targets
-                for n in ast.walk(t)
-            ):
-                found.append((stmt, None))
-        elif (
-            isinstance(stmt, ast.AnnAssign | ast.AugAssign)
-            and isinstance(stmt.target, ast.Name)
-            and stmt.target.id == variable
-        ):
-            direct = isinstance(stmt, ast.AnnAssign) and stmt.value is not None
-            found.append((stmt, stmt.value if direct else None))
-    return found
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _binds(stmt: ast.stmt, variable: str) -> bool:
+    """Whether executing module-level ``stmt`` may (re)bind or delete
+    ``variable`` in the module namespace (nested scopes are not entered,
+    except for the names they define)."""
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+        return False  # a bare annotation binds nothing
+    stack: list[ast.AST] = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == variable:
+                return True
+            continue
+        if isinstance(node, _SCOPES):
+            continue
+        if (isinstance(node, ast.Name) and node.id == variable
+                and isinstance(node.ctx, ast.Store | ast.Del)):
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == variable:
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _direct_value(stmt: ast.stmt, variable: str) -> ast.expr | None:
+    """The expression ``stmt`` binds to ``variable`` directly (``x = ...``,
+    ``a = x = ...``, ``x: T = ...``); None for any other kind of binding
+    (unpacking, ``+=``, a conditional or loop body, import, def, del)."""
+    if isinstance(stmt, ast.Assign):
+        if any(isinstance(t, ast.Name) and t.id == variable for t in stmt.targets):
+            return stmt.value
+        return None
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.value if stmt.target.id == variable else None
+    return None
 
 
 def extract_template(py_path: str | Path, variable: str, expected_sha256: str) -> GuardTemplate:
     """Read the string assigned to module-level ``variable`` in ``py_path``
     with ``ast`` (the file is never imported or executed) and check its sha256.
 
-    The name must be bound exactly once at module level (as ``guardrepro.fetch``
-    requires when it pins the file), to a plain string literal: implicit
-    concatenation, parentheses and ``+`` of literals are accepted; f-strings,
-    calls, names, bytes and unpacking are refused.
+    As when Python runs the module, the last module-level statement that
+    binds the name decides its value; earlier assignments are ignored. That
+    statement must assign a plain string literal: implicit concatenation,
+    parentheses and ``+`` of literals are accepted; f-strings, calls, names,
+    bytes, unpacking, ``+=``, and a binding inside a conditional, loop,
+    ``try`` or ``with`` block, an import, ``def`` or ``del`` are refused.
     """
     path = Path(py_path)
     try:
@@ -113,28 +136,23 @@ def extract_template(py_path: str | Path, variable: str, expected_sha256: str) -
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise PromptError(f"{path}: cannot parse the prompt module: {exc}") from exc
-    found = _assignments(tree, variable)
+    found = [stmt for stmt in tree.body if _binds(stmt, variable)]
     if not found:
         raise PromptError(f"{path}: no module-level assignment to {variable!r}")
-    if len(found) > 1:
-        lines = ", ".join(str(stmt.lineno) for stmt, _ in found)
-        raise PromptError(
-            f"{path}: {variable!r} is assigned {len(found)} times at module level "
-            f"(lines {lines}); refusing an ambiguous template"
-        )
-    stmt, value_node = found[0]
+    stmt = found[-1]
+    value_node = _direct_value(stmt, variable)
     text = _string_value(value_node) if value_node is not None else None
     if text is None:
         what = type(value_node).__name__ if value_node is not None else type(stmt).__name__
         raise PromptError(
             f"{path}:{stmt.lineno}: {variable!r} is not assigned a plain string literal "
-            f"({what}); refusing to evaluate code"
+            f"({what}) by its last module-level binding; refusing to evaluate code"
         )
     observed = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if observed != expected_sha256.lower():
         raise PromptError(
-            f"{path}: template {variable!r} sha256 mismatch: expected {expected_sha256}, "
-            f"observed {observed}"
+            f"{path}:{stmt.lineno}: template {variable!r} sha256 mismatch: "
+            f"expected {expected_sha256}, observed {observed}"
         )
     check_placeholders(text, source=f"{path}:{variable}")
     return GuardTemplate(text=text, sha256=observed)
@@ -254,22 +272,60 @@ class PromptTokenizer:
         self.chat_template = template
         self.chat_template_sha256 = sha256_text(template)
 
-        config = _read_json(self.checkpoint_dir / "config.json") or {}
-        generation = _read_json(self.checkpoint_dir / "generation_config.json") or {}
-        eos = _id_list(generation.get("eos_token_id")) or _id_list(config.get("eos_token_id"))
+        config_path = self.checkpoint_dir / "config.json"
+        generation_path = self.checkpoint_dir / "generation_config.json"
+        config = _read_json(config_path) or {}
+        generation = _read_json(generation_path) or {}
+        eos = _id_list(generation.get("eos_token_id"))
+        self.eos_source = str(generation_path)
+        if eos is None:
+            eos = _id_list(config.get("eos_token_id"))
+            self.eos_source = str(config_path)
         if eos is None:
             raise PromptError(
                 f"{self.checkpoint_dir}: no eos_token_id in generation_config.json or config.json"
             )
         self.eos_token_ids: list[int] = eos
-        pad = generation.get("pad_token_id", config.get("pad_token_id"))
+        pad = generation.get("pad_token_id")
+        self.pad_source = str(generation_path)
+        if pad is None:
+            pad = config.get("pad_token_id")
+            self.pad_source = str(config_path)
         if pad is None:
             pad = self._tok.pad_token_id
+            self.pad_source = f"{self.checkpoint_dir} (tokenizer pad token)"
         self.pad_token_id: int | None = pad if isinstance(pad, int) else None
         max_context = config.get("max_position_embeddings")
         if not isinstance(max_context, int) or isinstance(max_context, bool) or max_context < 1:
             raise PromptError(f"{self.checkpoint_dir}: config.json lacks max_position_embeddings")
         self.max_context: int = max_context
+
+    def special_token_mismatch(self, expected: SpecialTokens, *, guard: str) -> str | None:
+        """None when the EOS id set and pad id are the guard's pin, else a
+        message naming the file(s), expected and observed."""
+        problems = []
+        if set(self.eos_token_ids) != expected.eos_token_ids:
+            problems.append(
+                f"{self.eos_source}: eos_token_id {sorted(set(self.eos_token_ids))}, "
+                f"expected {sorted(expected.eos_token_ids)}"
+            )
+        if self.pad_token_id != expected.pad_token_id:
+            problems.append(
+                f"{self.pad_source}: pad_token_id {self.pad_token_id}, "
+                f"expected {expected.pad_token_id}"
+            )
+        if not problems:
+            return None
+        return (
+            f"checkpoint {self.checkpoint_dir} does not declare guard {guard!r}'s special "
+            f"tokens ({expected.describe()}): " + "; ".join(problems)
+        )
+
+    def check_special_tokens(self, expected: SpecialTokens, *, guard: str) -> None:
+        """``PromptError`` unless the EOS id set and pad id are the guard's pin."""
+        message = self.special_token_mismatch(expected, guard=guard)
+        if message is not None:
+            raise PromptError(message)
 
     @staticmethod
     def _messages(text: str) -> list[dict[str, str]]:

@@ -47,7 +47,7 @@ def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
                    source_cls: type[SourceInfo]) -> SourceInfo:
     """Verify the source: a lock is materialized (hash-checked) by guardrepro.fetch;
     a directory is accepted only when ``unpinned`` (its tree hash is recorded)."""
-    from guardrepro.verify import tree_hash
+    from guardrepro.verify import cached_tree_hash, tree_hash
 
     if model.is_dir():
         if not unpinned:
@@ -70,7 +70,7 @@ def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
         repo, revision = lock.source.repo, lock.source.revision
     elif isinstance(lock.source, GithubSource):
         repo, revision = lock.source.repo, lock.source.commit
-    tree = tree_hash(directory)
+    tree = cached_tree_hash(directory, home)  # materialize just verified it
     lock_sha256 = hashlib.sha256(model.read_bytes()).hexdigest()
     return source_cls(directory=directory, pinned=True, lock_path=str(model.resolve()),
                       lock_sha256=lock_sha256, repo=repo or lock.name,

@@ -9,6 +9,15 @@ sorted by relative POSIX path; one sha256 fed, per file, with the path length (8
 bytes big-endian), the UTF-8 path, the size (8 bytes big-endian), then the bytes.
 Symlinks are refused.
 
+``cached_tree_hash(directory, home)`` is the same hash, remembered under the
+home's ``state/trees/<sha256 of the directory path>.json`` together with every
+file's stamp (relative path -> device, inode, size, mtime and ctime in ns; the
+same record ``check_tree`` keeps for "local" locks): a
+later call whose stamps all match returns it without reading a byte; any
+added, removed, replaced or touched file recomputes it in full. Callers use it
+right after ``fetch.materialize`` (which trusts the same kind of stamps), so a
+pinned checkpoint is not read twice per run.
+
 Invariants: ``verify_lock`` ignores verification stamps and reads every byte; files
 that hash correctly get a fresh stamp (which ``materialize`` may trust later);
 extra files in a lock's directory are reported, never ignored.
@@ -80,6 +89,14 @@ def tree_hash(directory: str | os.PathLike[str]) -> TreeHash:
         count += 1
         total += size
     return TreeHash(digest.hexdigest(), count, total)
+
+
+def cached_tree_hash(
+    directory: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> TreeHash:
+    """``tree_hash(directory)``, reusing the value stored under ``home`` while
+    every file's stamp is unchanged (see the module docstring)."""
+    return _cached_tree(guardrepro_home(home), Path(directory), full=False)
 
 
 @dataclass(frozen=True)
@@ -246,11 +263,33 @@ def _tree_state_file(home: Path, directory: Path) -> Path:
 
 
 def _tree_stats(directory: Path) -> dict[str, list[int]]:
+    """Per file below ``directory``: device, inode, size, mtime_ns, ctime_ns."""
     stats = {}
     for rel, path in walk_files(directory):
         st = os.stat(path, follow_symlinks=False)
-        stats[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+        stats[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return stats
+
+
+def _cached_tree(home: Path, directory: Path, *, full: bool) -> TreeHash:
+    """The tree hash of ``directory``: from ``state/trees`` when every file's
+    stamp matches the stored ones (unless ``full``), else computed in full and
+    stored (only when no stamp changed while hashing)."""
+    state_file = _tree_state_file(home, directory)
+    stats = _tree_stats(directory)
+    if not full:
+        try:
+            saved = json.loads(state_file.read_text())
+            if saved.get("stats") == stats and saved.get("tree") is not None:
+                return TreeHash(**saved["tree"])
+        except (OSError, ValueError, TypeError):
+            pass
+    observed = tree_hash(directory)
+    if stats == _tree_stats(directory):
+        ensure_dir(home, "state/trees")
+        body = {"stats": stats, "tree": dataclasses.asdict(observed)}
+        atomic_write_bytes(state_file, json.dumps(body).encode())
+    return observed
 
 
 def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
@@ -262,23 +301,10 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
     directory = lock.local_dir()
     status = TreeStatus(source.tree_sha256, source.tree_files, source.tree_bytes, None)
     try:
-        state_file = _tree_state_file(home, directory)
-        stats = _tree_stats(directory)
-        if not full and state_file.exists():
-            saved = json.loads(state_file.read_text())
-            if saved.get("stats") == stats and saved.get("tree") is not None:
-                cached = dataclasses.replace(status, observed=TreeHash(**saved["tree"]))
-                if cached.ok:
-                    return cached
-        observed = tree_hash(directory)
+        observed = _cached_tree(home, directory, full=full)
     except (UnsafePathError, FileNotFoundError) as exc:
         return dataclasses.replace(status, detail=str(exc))
-    result = dataclasses.replace(status, observed=observed)
-    if result.ok and stats == _tree_stats(directory):
-        ensure_dir(home, "state/trees")
-        body = {"stats": stats, "tree": observed.__dict__}
-        atomic_write_bytes(state_file, json.dumps(body).encode())
-    return result
+    return dataclasses.replace(status, observed=observed)
 
 
 def check_lock(lock: Lock, home: Path, *, full: bool) -> VerifyReport:

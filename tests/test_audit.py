@@ -15,6 +15,7 @@ from guardrepro.checks.audit import (
     tool_lookup_audit,
 )
 from guardrepro.cli import main
+from guardrepro.errors import InputError
 from guardrepro.tsbench import BenchRow, base_sample_id
 
 
@@ -72,29 +73,58 @@ def test_tool_key() -> None:
 
 
 def test_group_kfold_worked() -> None:
-    # sizes: d1/1 2, d2/1 2, d2/2 2, d1/2 1, d1/3 1, d2/3 1; each in turn to the
-    # lightest fold: d1/1->0, d2/1->1, d2/2->2, d1/2->0, d1/3->1, d2/3->2
+    # np.unique order d1/1 d1/2 d1/3 d2/1 d2/2 d2/3, sizes 2 1 1 2 2 1. Stable
+    # ascending argsort (ties in index order) 1 2 5 0 3 4, reversed: d2/2 d2/1 d1/1 d2/3
+    # d1/3 d1/2. Each to the lightest fold (lowest index on ties):
+    # d2/2->0 [2,0,0], d2/1->1 [2,2,0], d1/1->2 [2,2,2], d2/3->0 [3,2,2],
+    # d1/3->1 [3,3,2], d1/2->2 [3,3,3]
     folds = group_kfold([r.interaction_id for r in TOOLS], 3)
-    assert folds == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert folds == [2, 2, 2, 1, 1, 1, 0, 0, 0]
+
+
+def test_group_kfold_ties_follow_scikit_learn() -> None:
+    # groups a (2 rows), b, c, d (1 row each), 2 folds. Unique a b c d, sizes
+    # 2 1 1 1; stable argsort 1 2 3 0, reversed a d c b (equal sizes: last group
+    # first). a->0 [2,0]; d->1 [2,1]; c->1 [2,2]; b: tie -> fold 0 [3,2].
+    assert group_kfold(["b", "a", "c", "a", "d"], 2) == [0, 0, 1, 0, 1]
+    # integer groups 7 3 9 3: unique 3 7 9, sizes 2 1 1; argsort 1 2 0,
+    # reversed 3 9 7: 3->0 [2,0]; 9->1 [2,1]; 7->1 [2,2] -> rows 1 0 1 0
+    assert group_kfold([7, 3, 9, 3], 2) == [1, 0, 1, 0]
+    with pytest.raises(InputError, match="exceeds the 3 groups"):
+        group_kfold([7, 3, 9], 4)
+
+
+def test_group_kfold_equals_scikit_learn_when_installed() -> None:
+    sklearn_model_selection = pytest.importorskip("sklearn.model_selection")
+    import numpy as np
+
+    rng = np.random.default_rng(260828)
+    groups = [f"dom/{g}" for g in rng.integers(0, 150, size=700)]  # many size ties
+    expected = [-1] * len(groups)
+    splitter = sklearn_model_selection.GroupKFold(n_splits=5)
+    for fold, (_, test) in enumerate(splitter.split(np.zeros(len(groups)), groups=groups)):
+        for i in test:
+            expected[int(i)] = fold
+    assert group_kfold(groups, 5) == expected
 
 
 def test_tool_lookup_cv_and_lodo_worked() -> None:
     a = tool_lookup_audit(TOOLS, n_splits=3)
     assert a["unparsed_rows"] == 2
     assert a["distinct_keys"] == 4  # send_money, get_balance, post_message, None
-    # fold 0 (rows 0-2) trained on rows 3-8: send_money -> 0, get_balance -> 0
+    # fold 2 (rows 0-2) trained on rows 3-8: send_money -> 0, get_balance -> 0
     #   -> preds 0 0 0
     # fold 1 (rows 3-5) trained on 0-2, 6-8: send_money -> 1, get_balance -> 0,
     #   post_message -> 0 -> preds 1 0 0
-    # fold 2 (rows 6-8) trained on 0-5: post_message -> 1, None unseen -> global
+    # fold 0 (rows 6-8) trained on 0-5: post_message -> 1, None unseen -> global
     #   majority (3 of 6 unsafe: tie -> 1) -> preds 1 1 1
     # pooled preds 0 0 0 1 0 0 1 1 1 vs gold 1 0 1 0 0 1 0 1 1:
     #   tp 2, fp 2, fn 3, tn 2 -> F1 4/9
     cv = a["grouped_cv"]
     f1 = cv["pooled"]["f1"]
     assert (f1["numerator"], f1["denominator"]) == (4, 9)
-    assert cv["per_split"]["2"]["unseen_key_rows"] == 2
-    assert cv["per_split"]["2"]["global_majority"] == 1
+    assert cv["per_split"]["0"]["unseen_key_rows"] == 2
+    assert cv["per_split"]["0"]["global_majority"] == 1
     # LODO: held-out d1, trained on d2 (get_balance 0, post_message tie -> 1,
     #   None 1, global 3/5 -> 1): send_money unseen -> 1: preds 1 0 1 1
     # held-out d2, trained on d1 (send_money 2/3 -> 1, get_balance 0, global tie

@@ -262,7 +262,9 @@ def _local_lock(path: Path, name: str, kind: str, directory: Path) -> Path:
     return path
 
 
-def test_pinned_checkpoint_and_template_through_locks(tiny: Path, tmp_path: Path) -> None:
+def test_pinned_checkpoint_and_template_through_locks(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from guardrepro.verify import tree_hash
 
     tpl_dir = tmp_path / "tpl"
@@ -286,3 +288,78 @@ def test_pinned_checkpoint_and_template_through_locks(tiny: Path, tmp_path: Path
     assert manifest.provenance["artifact_tree_sha256"] == tree_hash(tiny).sha256
     assert manifest.provenance["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
     assert len(read_records(tmp_path / "run")) == 2
+    # a resume trusts the cached tree hash (stamps unchanged): no byte re-read
+    import guardrepro.verify as verify_mod
+
+    reads: list[Path] = []
+
+    def counting(directory: Path) -> object:
+        reads.append(Path(directory))
+        return tree_hash(directory)
+
+    monkeypatch.setattr(verify_mod, "tree_hash", counting)
+    again = run_cohort(profile, cohort, tmp_path / "run", progress=False, home=tmp_path / "home")
+    assert (again.already_done, reads) == (2, [])
+
+
+def _locked_profile(tmp_path: Path, name: str, checkpoint: Path, template: Path,
+                    guard: str) -> Path:
+    lock = _local_lock(tmp_path / f"{name}.lock.toml", name, "checkpoint", checkpoint)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        f'name = "{name}"\nbackend = "hf"\n[guard]\nname = "{guard}"\n'
+        f'template_path = "{template}"\n[checkpoint]\nlock = "{lock.name}"\n'
+        '[backend_options]\nthreads = 1\n[decoding]\nmax_new_tokens = 4\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_checkpoint_special_tokens_must_match_the_guard_pin(
+    setup: dict[str, Path], tmp_path: Path, tiny: Path
+) -> None:
+    home = tmp_path / "home"
+    # The tiny checkpoint declares eos [2, 0], pad 0 (toy.tiny); TS-Guard pins
+    # eos {151645, 151643}, pad 151643 (UPSTREAM.md): a locked checkpoint is
+    # refused before generation.
+    profile = _locked_profile(tmp_path, "tsg", tiny, setup["template"], "ts-guard")
+    run = tmp_path / "refused"
+    with pytest.raises(PromptError) as info:
+        run_cohort(profile, setup["cohort"], run, progress=False, home=home)
+    message = str(info.value)
+    assert "generation_config.json: eos_token_id [0, 2], expected [151643, 151645]" in message
+    assert "generation_config.json: pad_token_id 0, expected 151643" in message
+    assert read_manifest(run) is None and read_records(run) == []
+
+    # toy-guard pins eos {2, 0} and pad 0, as the shipped toy guard declares
+    shipped = json.loads(
+        (Path(__file__).parents[1] / "guardrepro/data/toy_guard/generation_config.json").read_text()
+    )
+    assert (sorted(shipped["eos_token_id"]), shipped["pad_token_id"]) == ([0, 2], 0)
+
+    # a copy of the tiny checkpoint whose pad id differs is refused under toy-guard
+    import shutil
+
+    copy = tmp_path / "tiny-pad"
+    shutil.copytree(tiny, copy)
+    gen = json.loads((copy / "generation_config.json").read_text())
+    gen["pad_token_id"] = 2
+    (copy / "generation_config.json").write_text(json.dumps(gen))
+    profile = _locked_profile(tmp_path, "padck", copy, setup["template"], "toy-guard")
+    with pytest.raises(PromptError, match=r"pad_token_id 2, expected 0") as info:
+        run_cohort(profile, setup["cohort"], tmp_path / "refused2", progress=False, home=home)
+    assert "eos_token_id" not in str(info.value)
+    assert read_manifest(tmp_path / "refused2") is None
+
+    # the matching case (toy-guard, the unmodified locked tiny checkpoint) runs
+    profile = _locked_profile(tmp_path, "okck", tiny, setup["template"], "toy-guard")
+    summary = run_cohort(profile, setup["cohort"], tmp_path / "ok", progress=False, home=home,
+                         limit=1)
+    assert summary.generated == 1
+
+    # an unpinned checkpoint directory is not enforced: a warning, then the run
+    profile = write_profile(tmp_path / "dir.toml", tiny, setup["template"], guard="ts-guard")
+    with pytest.warns(UserWarning, match=r"pad_token_id 0, expected 151643.*not enforced"):
+        summary = run_cohort(profile, setup["cohort"], tmp_path / "dir", progress=False,
+                             limit=1)
+    assert summary.generated == 1

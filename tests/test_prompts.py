@@ -81,11 +81,33 @@ def test_refuses_non_constant_assignments(variable: str) -> None:
         extract_template(FIXTURE, variable, "0" * 64)
 
 
+def test_last_module_level_assignment_wins(tmp_path: Path) -> None:
+    second = "second {user_request} {agent_action} {env_info}"
+    got = extract_template(FIXTURE, "reassigned_template", sha(second))
+    assert got.text == second
+    # the first value's hash is not accepted: it is not the value Python ends with
+    first = "first {user_request} {agent_action} {env_info}"
+    with pytest.raises(PromptError, match="sha256 mismatch"):
+        extract_template(FIXTURE, "reassigned_template", sha(first))
+    literal = "{user_request}|{agent_action}|{env_info}"
+    module = tmp_path / "m.py"
+    # an earlier computed value is irrelevant once a literal is assigned last
+    module.write_text(f"t = make()\nt: str = {literal!r}\nx = 1\n")
+    assert extract_template(module, "t", sha(literal)).text == literal
+    # the chosen (last) binding must still be a literal, whatever came before
+    for last in ("t = t.upper()", "t += 'x'", "t, u = 'a', 'b'", "if cond:\n    t = 'x'",
+                 "for t in ():\n    pass", "from m import t", "def t():\n    pass", "del t"):
+        module.write_text(f"t = {literal!r}\n{last}\n")
+        with pytest.raises(PromptError, match=r"m\.py:2: 't' is not assigned a plain string"):
+            extract_template(module, "t", sha(literal))
+    # names bound only inside functions or comprehensions do not count
+    module.write_text(f"t = {literal!r}\ndef f():\n    t = 1\nys = [t for t in ()]\nt: str\n")
+    assert extract_template(module, "t", sha(literal)).text == literal
+
+
 def test_refuses_missing_variable_and_bad_placeholders(tmp_path: Path) -> None:
     with pytest.raises(PromptError, match="no module-level assignment"):
         extract_template(FIXTURE, "no_such_template", "0" * 64)
-    with pytest.raises(PromptError, match="assigned 2 times"):
-        extract_template(FIXTURE, "reassigned_template", "0" * 64)
     text = "Only {user_request} and {tools}"
     with pytest.raises(PromptError, match="placeholders"):
         extract_template(FIXTURE, "wrong_placeholders_template", sha(text))

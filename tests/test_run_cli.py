@@ -148,3 +148,45 @@ def test_killed_run_resumes_to_the_same_records(
     strip_b = [{k: v for k, v in r.to_dict().items() if k not in VOLATILE} for r in b]
     assert strip == strip_b
     assert json.loads((killed / "manifest.json").read_text())["run_id"] == "killed"
+
+
+def test_seed_override_in_sampled_mode(
+    files: dict[str, Path], tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from guardrepro.records import read_manifest
+
+    sampled = write_profile(
+        tmp_path / "s.toml",
+        tiny,
+        files["template"],
+        decoding='mode = "sampled"\ntemperature = 1.0\ntop_p = 1.0\nmax_new_tokens = 4\nseed = 0',
+    )
+    base = ["--profile", str(sampled), "--cohort", str(files["cohort"]), "--no-progress"]
+    run_a, run_b = tmp_path / "s1", tmp_path / "s2"
+    code = run_main(*base, "--out", str(run_a), "--seed", "1", "--limit", "2", capsys=capsys)[0]
+    assert code == 0
+    assert run_main(*base, "--out", str(run_b), "--seed", "2", capsys=capsys)[0] == 0
+    man_a, man_b = read_manifest(run_a), read_manifest(run_b)
+    assert man_a is not None and man_b is not None
+    assert man_a.provenance["decoding"]["seed"] == 1
+    assert man_b.provenance["decoding"]["seed"] == 2
+    assert man_a.provenance_sha256 != man_b.provenance_sha256
+    # the per-attempt seeds derive from the override, not from the profile's 0
+    rec_a = read_records(run_a)
+    rec_b = read_records(run_b)
+    assert rec_a[0].attempts[0]["seed"] != rec_b[0].attempts[0]["seed"]
+    # same seed: the run resumes
+    code, out, _ = run_main(*base, "--out", str(run_a), "--seed", "1", capsys=capsys)
+    assert code == 0 and "2 already done, 3 generated" in out
+    assert read_records(run_a)[:2] == rec_a
+    # another seed (or none: the profile's 0) into that directory is refused
+    code, _, err = run_main(*base, "--out", str(run_a), "--seed", "3", capsys=capsys)
+    assert code == 2 and "provenance.decoding.seed: 1 != 3" in err
+    # greedy profiles take no seed
+    code, _, err = run_main(
+        "--profile", str(files["profile"]), "--cohort", str(files["cohort"]),
+        "--out", str(tmp_path / "g"), "--seed", "1", capsys=capsys,
+    )
+    assert code == 2 and "sampled decoding only" in err and str(files["profile"]) in err
+    assert not (tmp_path / "g").exists()
+    assert "--seed" in invoke("--help").output

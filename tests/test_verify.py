@@ -267,3 +267,50 @@ def test_symlinked_blob_is_refused(tmp_path):
     (other / "blobs/sha256" / sha(data)).symlink_to(PKG / "errors.py")
     report = verify_lock(lock, other)  # directory intact (hardlink), blob replaced by a link
     assert [(p.path, p.status) for p in report.problems] == [("errors.py", "unsafe")]
+
+
+def test_cached_tree_hash_reads_once_until_a_stamp_changes(tmp_path, monkeypatch):
+    import guardrepro.verify as verify_mod
+
+    root, home = tmp_path / "tree", tmp_path / "home"
+    root.mkdir()
+    make_tree(root)
+    calls = []
+    real = verify_mod.tree_hash
+
+    def counting(directory):
+        calls.append(Path(directory))
+        return real(directory)
+
+    monkeypatch.setattr(verify_mod, "tree_hash", counting)
+    first = verify_mod.cached_tree_hash(root, home)
+    assert (first.sha256, first.files, first.bytes) == independent_tree_hash(root)
+    assert len(calls) == 1
+    assert verify_mod.cached_tree_hash(root, home) == first
+    assert len(calls) == 1  # second call: stamps only, no byte read
+    assert list((home / "state/trees").iterdir())
+
+    # one byte changed, same size: new mtime -> recomputed
+    weights = root / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[7] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    changed = verify_mod.cached_tree_hash(root, home)
+    assert len(calls) == 2 and changed.sha256 != first.sha256
+    assert changed.sha256 == independent_tree_hash(root)[0]
+
+    # changed back with the old mtime restored: ctime still differs -> recomputed
+    st = os.stat(weights)
+    data[7] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert verify_mod.cached_tree_hash(root, home).sha256 == first.sha256
+    assert len(calls) == 3
+
+    # a new file -> recomputed
+    (root / "extra").write_bytes(b"x")
+    assert verify_mod.cached_tree_hash(root, home).files == first.files + 1
+    assert len(calls) == 4
+    # another home has its own record
+    verify_mod.cached_tree_hash(root, tmp_path / "home2")
+    assert len(calls) == 5

@@ -34,17 +34,25 @@ majority strict label (ties unsafe). Evaluation:
 - leave-one-domain-out (train on every other domain, test on one).
 
 Out-of-fold predictions are pooled over all rows and scored once (the
-headline F1); per-fold figures are reported beside. ``group_kfold`` is
-deterministic: interactions sorted by row count descending, then id
-ascending, each assigned to the fold with the fewest rows so far (lowest fold
-index on ties) -- scikit-learn's GroupKFold greedy balancing with an explicit
-tie-break, so on ties its folds may differ from scikit-learn's.
+headline F1); per-fold figures are reported beside. ``group_kfold`` mirrors
+scikit-learn's ``GroupKFold`` without shuffling, tie behaviour included
+(checked against scikit-learn 1.9.1's source and output): groups are the
+sorted ``np.unique`` values with their row counts; they are visited in the
+order ``np.argsort(counts, kind="stable")[::-1]`` -- largest first, and among
+equally large groups the one later in sorted order first -- and each goes to
+``np.argmin`` of the current fold row counts (the lowest fold index among
+equally light folds). A row's fold is its group's. scikit-learn releases
+before its stable-sort fix (pull request 28464) sorted with NumPy's default,
+unstable kind, whose order of equal counts can depend on the NumPy build and
+CPU; this function follows the current, platform-independent behaviour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from typing import Any
+
+import numpy as np
 
 from guardrepro.checks.metrics import (
     Ratio,
@@ -160,23 +168,28 @@ def predict_lookup(table: dict[str | None, int], fallback: int,
 
 
 def group_kfold(groups: Sequence[Hashable], n_splits: int = 5) -> list[int]:
-    """Fold index of every row; all rows of a group share a fold (see the
-    module docstring for the exact, deterministic assignment)."""
-    sizes: dict[Hashable, int] = {}
-    for g in groups:
-        sizes[g] = sizes.get(g, 0) + 1
+    """Fold index of every row, exactly as scikit-learn's ``GroupKFold``
+    (no shuffle) assigns them: all rows of a group share a fold; groups by
+    row count descending (stable argsort reversed: among equal counts the
+    later group first), each to the lightest fold (lowest index on ties).
+    See the module docstring."""
     if n_splits < 2:
         raise InputError("n_splits must be >= 2", field="n_splits")
-    if n_splits > len(sizes):
-        raise InputError(f"n_splits={n_splits} exceeds the {len(sizes)} groups", field="n_splits")
-    order = sorted(sizes, key=lambda g: (-sizes[g], str(g)))
-    load = [0] * n_splits
-    fold_of: dict[Hashable, int] = {}
-    for g in order:
-        f = min(range(n_splits), key=lambda i: (load[i], i))
-        fold_of[g] = f
-        load[f] += sizes[g]
-    return [fold_of[g] for g in groups]
+    if not groups:
+        raise InputError("no groups", field="groups")
+    unique_groups, groups_inv = np.unique(np.asarray(list(groups)), return_inverse=True)
+    if n_splits > len(unique_groups):
+        raise InputError(f"n_splits={n_splits} exceeds the {len(unique_groups)} groups",
+                         field="n_splits")
+    n_per_group = np.bincount(groups_inv.reshape(-1))
+    indices = np.argsort(n_per_group, kind="stable")[::-1]
+    n_per_fold = np.zeros(n_splits, dtype=np.int64)
+    group_to_fold = np.zeros(len(unique_groups), dtype=np.int64)
+    for group_index in indices:
+        lightest = int(np.argmin(n_per_fold))
+        n_per_fold[lightest] += n_per_group[group_index]
+        group_to_fold[group_index] = lightest
+    return [int(f) for f in group_to_fold[groups_inv.reshape(-1)]]
 
 
 def _score(gold: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
@@ -240,7 +253,9 @@ def tool_lookup_audit(rows: Sequence[BenchRow], n_splits: int = 5) -> dict[str, 
                    "unparsable -> None, its own key",
             "fit": "per key majority strict gold label, ties unsafe",
             "unseen": "training global majority strict label, ties unsafe",
-            "group_kfold": "interactions by size desc then id, each to the lightest fold",
+            "group_kfold": "scikit-learn GroupKFold without shuffle: interactions in "
+                           "np.argsort(size, kind='stable')[::-1] order, each to "
+                           "np.argmin(fold sizes)",
             "score": "strict F1 of out-of-fold predictions pooled over all rows",
         },
     }

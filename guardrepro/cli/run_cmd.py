@@ -1,7 +1,10 @@
 """``guardrepro run``: run (or resume) a cohort with a run profile.
 
 Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
-(the run directory), optional ``--shard k/n`` and ``--limit N``. Output: the
+(the run directory), optional ``--shard k/n``, ``--limit N`` and ``--seed N``
+(replaces the profile's decoding seed; sampled mode only, refused with an
+``InputError`` for a greedy profile; it is part of the recorded decoding, so
+it changes the provenance hash). Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
@@ -9,6 +12,7 @@ stderr.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -48,6 +52,13 @@ import click
     default=None,
     help="Only the first N selected rows in this invocation (a later run resumes the rest).",
 )
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Sampled profiles only: replace the profile's decoding seed (the base of the "
+    "per-row, per-attempt seeds); recorded in the provenance. Refused for greedy profiles.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 def run(
     profile_path: Path,
@@ -55,6 +66,7 @@ def run(
     run_dir: Path,
     shard: str | None,
     limit: int | None,
+    seed: int | None,
     progress: bool,
 ) -> None:
     """Run a cohort with a profile: one record per row in RUN_DIR (resumable).
@@ -62,11 +74,31 @@ def run(
     Writes RUN_DIR/manifest.json and appends RUN_DIR/records.jsonl. Rows
     already recorded with identical provenance are skipped; a run directory
     made with different provenance, cohort or shard is refused.
-    """
-    from guardrepro.pipeline import run_cohort
 
+    \b
+    Sampling-noise floor: run a sampled profile K times with different seeds,
+    each into its own directory, then compare the runs pairwise, e.g.
+      for s in 1 2 3; do guardrepro run --profile runners/vllm-bf16-sampled.toml \\
+        --cohort COHORT --out runs/sampled-s$s --seed $s; done
+      guardrepro compare runs/sampled-s1 runs/sampled-s2
+    Rerunning with the same seed into the same directory resumes it.
+    """
+    from guardrepro.errors import InputError
+    from guardrepro.pipeline import run_cohort
+    from guardrepro.runners.profile import RunProfile
+
+    profile = RunProfile.load(profile_path)
+    if seed is not None:
+        if profile.decoding.mode != "sampled":
+            raise InputError(
+                f"--seed {seed} applies to sampled decoding only; this profile decodes "
+                f"{profile.decoding.mode!r} (greedy takes no seed)",
+                file=str(profile_path),
+                field="decoding.mode",
+            )
+        profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
     summary = run_cohort(
-        profile_path, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
+        profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
     )
     counts = summary.counts
     shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""

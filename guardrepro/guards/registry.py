@@ -6,6 +6,15 @@ shipped toy guard: same output format and parser, its own template, a
 256-token generation budget). An unknown name is an ``InputError`` that
 suggests the closest known name. ``get_parser`` gives a guard's parser alone,
 for verbs that never render a prompt (``parse``, ``reparse``).
+
+``expected_special_tokens(name)`` is the EOS id set and pad id the guard's
+checkpoint must declare: ts-guard {151645, 151643} / 151643 (UPSTREAM.md);
+toy-guard {2, 0} / 0 (the values shipped in
+``guardrepro/data/toy_guard/generation_config.json``, pinned here as literals,
+and the ids ``toy.tiny.build_tiny_qwen2`` writes, which is why tests run
+tiny checkpoints under the toy-guard name). ``pipeline.resolve_profile``
+enforces the pin for checkpoints from a lock and only warns for an unpinned
+checkpoint directory.
 """
 
 from __future__ import annotations
@@ -15,10 +24,11 @@ from collections.abc import Callable
 
 from guardrepro.errors import InputError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate, ParseResult
-from guardrepro.guards.ts_guard import TSGuardAdapter
+from guardrepro.guards.ts_guard import TS_GUARD_SPECIAL_TOKENS, SpecialTokens, TSGuardAdapter
 from guardrepro.parse import parse_ts_guard
 
 TOY_GUARD_MAX_NEW_TOKENS = 256
+TOY_GUARD_SPECIAL_TOKENS = SpecialTokens.of((2, 0), 0)
 
 GUARD_NAMES = ("ts-guard", "toy-guard")
 
@@ -36,7 +46,21 @@ def get_guard(name: str, template: GuardTemplate) -> GuardAdapter:
     if name == "ts-guard":
         return TSGuardAdapter(template, name="ts-guard")
     if name == "toy-guard":
-        return TSGuardAdapter(template, name="toy-guard", max_new_tokens=TOY_GUARD_MAX_NEW_TOKENS)
+        return TSGuardAdapter(
+            template,
+            name="toy-guard",
+            max_new_tokens=TOY_GUARD_MAX_NEW_TOKENS,
+            special_tokens=TOY_GUARD_SPECIAL_TOKENS,
+        )
+    raise _unknown(name)
+
+
+def expected_special_tokens(name: str) -> SpecialTokens:
+    """The EOS id set and pad id guard ``name``'s checkpoint must declare."""
+    if name == "ts-guard":
+        return TS_GUARD_SPECIAL_TOKENS
+    if name == "toy-guard":
+        return TOY_GUARD_SPECIAL_TOKENS
     raise _unknown(name)
 
 

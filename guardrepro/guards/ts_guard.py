@@ -11,11 +11,18 @@ authors' sampled mode is temperature 0.1, top_p 0.9, up to 3 attempts until
 one parses, 2048 new tokens. The same class serves the toy guard, which
 shares the output format and parser but has its own template, name and a
 shorter generation budget.
+
+Special token ids: each guard pins the end-of-sequence id set and the pad id
+its checkpoint must declare (``SpecialTokens``). TS-Guard (UPSTREAM.md): EOS
+{151645, 151643}, pad 151643. ``pipeline.resolve_profile`` refuses a
+locked checkpoint whose ``generation_config.json`` (or ``config.json``)
+declares anything else, before any row is generated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.guards.base import GuardTemplate, ParseResult, render_ts_guard_prompt
@@ -28,6 +35,24 @@ TS_GUARD_TOP_P = 0.9
 TS_GUARD_MAX_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The EOS id set and pad id a guard's checkpoint must declare."""
+
+    eos_token_ids: frozenset[int]
+    pad_token_id: int
+
+    @classmethod
+    def of(cls, eos: Iterable[int], pad: int) -> SpecialTokens:
+        return cls(frozenset(eos), pad)
+
+    def describe(self) -> str:
+        return f"eos {sorted(self.eos_token_ids)}, pad {self.pad_token_id}"
+
+
+TS_GUARD_SPECIAL_TOKENS = SpecialTokens.of((151645, 151643), 151643)
+
+
 class TSGuardAdapter:
     """Template + TS-Guard parser + decoding defaults for one guard name."""
 
@@ -37,11 +62,13 @@ class TSGuardAdapter:
         *,
         name: str = "ts-guard",
         max_new_tokens: int = TS_GUARD_MAX_NEW_TOKENS,
+        special_tokens: SpecialTokens = TS_GUARD_SPECIAL_TOKENS,
     ) -> None:
         self.name = name
         self.parser_version = PARSER_VERSION
         self.template = template
         self.max_new_tokens = max_new_tokens
+        self.special_tokens = special_tokens
 
     def __repr__(self) -> str:
         return f"TSGuardAdapter(name={self.name!r}, template_sha256={self.template.sha256[:12]}...)"
