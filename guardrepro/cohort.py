@@ -62,7 +62,13 @@ from guardrepro.edits import (
 )
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.schema import BENCH_FIELDS, CohortRow, canonical_json, sha256_text
-from guardrepro.tsbench import BenchRow, check_unique_ids, field_text, load_bench_file
+from guardrepro.tsbench import (
+    BenchRow,
+    bench_rows,
+    check_unique_ids,
+    decode_json_strict,
+    field_text,
+)
 
 ALIAS_FIELDS = ("instruction", "history", "current_action", "env_info")
 TOOL_EDITS = ("tool_alias", "combined")
@@ -228,7 +234,8 @@ def _read_sources(
                     f"{entry.sha256} ({entry.size} bytes), observed {sha} ({size} bytes) {hint}"
                 )
             expected = entry.sha256
-        domain_rows = load_bench_file(path, domain)
+        # parse the very bytes that were hashed (no second read of the file)
+        domain_rows = bench_rows(decode_json_strict(data, str(path)), str(path), domain)
         rows.extend(domain_rows)
         sources.append(
             {"path": rel, "sha256": sha, "bytes": size, "rows": len(domain_rows),

@@ -30,7 +30,8 @@ from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
-from guardrepro.schema import Record, iter_jsonl
+from guardrepro.records import RECORDS_FILE, read_records
+from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -39,7 +40,7 @@ def records_path(run: str | Path) -> Path:
     """The records file of a run given as a run directory or a JSONL file."""
     path = Path(run)
     if path.is_dir():
-        path = path / "records.jsonl"
+        path = path / RECORDS_FILE
     if not path.is_file():
         raise InputError("no records file (expected a run directory or records.jsonl)",
                          file=str(path))
@@ -47,24 +48,9 @@ def records_path(run: str | Path) -> Path:
 
 
 def load_records(run: str | Path) -> dict[str, Record]:
-    """Read a run's records keyed by row id; duplicate row ids are an error."""
-    path = records_path(run)
-    records: list[Record]
-    try:
-        from guardrepro.records import read_records  # runner helper's reader
-    except ImportError:
-        records = [
-            Record.from_dict(data, file=str(path), row=index) for index, data in iter_jsonl(path)
-        ]
-    else:
-        records = list(read_records(path))
-    out: dict[str, Record] = {}
-    for index, record in enumerate(records):
-        if record.row_id in out:
-            raise InputError(f"duplicate row_id {record.row_id!r}", file=str(path), row=index,
-                             field="row_id")
-        out[record.row_id] = record
-    return out
+    """Read a run's records keyed by row id, strictly (``records.read_records``:
+    torn lines and duplicate row ids are errors)."""
+    return {record.row_id: record for record in read_records(records_path(run))}
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

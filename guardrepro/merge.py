@@ -50,6 +50,7 @@ from guardrepro.records import (
     provenance_differences,
     read_manifest,
     read_records,
+    record_line,
     utc_now,
     write_atomic,
     write_manifest,
@@ -276,10 +277,7 @@ def _write(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merge-", dir=out.parent))
     try:
-        lines = "".join(
-            json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in records
-        )
-        write_atomic(tmp / RECORDS_FILE, lines)
+        write_atomic(tmp / RECORDS_FILE, "".join(record_line(r) for r in records))
         summary = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
         write_atomic(tmp / MERGE_FILE, summary)
         write_manifest(tmp, manifest)

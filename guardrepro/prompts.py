@@ -242,12 +242,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def _id_list(value: Any) -> list[int] | None:
+def _id_list(value: Any, *, file: Path) -> list[int] | None:
+    """An ``eos_token_id`` value (an id or a list of ids) as a list; None when
+    absent; a ``PromptError`` naming the file when present but malformed."""
     if value is None:
         return None
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return None
+        raise PromptError(f"{file}: eos_token_id must be an id or a non-empty list of ids, "
+                          f"got {value!r}")
     return list(values)
 
 
@@ -276,10 +279,10 @@ class PromptTokenizer:
         generation_path = self.checkpoint_dir / "generation_config.json"
         config = _read_json(config_path) or {}
         generation = _read_json(generation_path) or {}
-        eos = _id_list(generation.get("eos_token_id"))
+        eos = _id_list(generation.get("eos_token_id"), file=generation_path)
         self.eos_source = str(generation_path)
         if eos is None:
-            eos = _id_list(config.get("eos_token_id"))
+            eos = _id_list(config.get("eos_token_id"), file=config_path)
             self.eos_source = str(config_path)
         if eos is None:
             raise PromptError(

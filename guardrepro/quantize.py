@@ -40,19 +40,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import atomic_write_bytes
+from guardrepro.cache import atomic_write_bytes, walk_files
 from guardrepro.errors import (
     DependencyMissingError,
     InputError,
     IntegrityError,
-    UnsafePathError,
 )
 from guardrepro.quantize_recipe import ExpectedArtifact, Recipe, load_recipe
 
 Progress = Callable[[str], None]
 
 _SAFETENSORS_FLOAT = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
-_MX_DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
 def _noop(_: str) -> None:
@@ -155,23 +153,17 @@ def stage_source(source: Path, staging: Path) -> list[str]:
     """Mirror ``source`` into ``staging``: hardlinks (symlinks across filesystems),
     a private copy of ``config.json``. Symlinks inside the source are refused."""
     names: list[str] = []
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_symlink():
-            raise UnsafePathError(f"{path}: source checkpoint holds a symlink")
+    for rel, path in walk_files(source):  # sorted; UnsafePathError on a symlink
         target = staging / rel
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel.as_posix() == "config.json":
+        if rel == "config.json":
             shutil.copyfile(path, target)  # rewritten later: never share an inode with it
         else:
             try:
                 os.link(path, target)
             except OSError:  # another filesystem: read-only use, so a link is enough
                 target.symlink_to(path.resolve())
-        names.append(rel.as_posix())
+        names.append(rel)
     return names
 
 

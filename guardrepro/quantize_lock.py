@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guardrepro.cache import atomic_write_bytes, sha256_file
+from guardrepro.cache import atomic_write_bytes, sha256_file, walk_files
 from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
@@ -112,11 +112,9 @@ def write_artifact_lock(result: QuantizeResult, *, files_dir: Path) -> list[Path
     atomic_write_bytes(prov_path, prov_bytes)
 
     files: list[LockedFile] = []
-    for path in sorted(p for p in files_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(files_dir).as_posix()
-        sha, size = sha256_file(path)  # one read gives both; refuses a symlink
+    for rel, path in walk_files(files_dir):  # sorted; refuses symlinks and specials
+        sha, size = sha256_file(path)  # one read gives both
         files.append(LockedFile(path=rel, sha256=sha, size=size))
-    files.sort(key=lambda f: f.path)
     if len(files) != result.files or sum(f.size or 0 for f in files) != result.bytes:
         raise InputError("artifact changed while it was being pinned", file=str(files_dir))
     src = result.source

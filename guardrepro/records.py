@@ -191,6 +191,11 @@ def check_resumable(existing: RunManifest, new: RunManifest, run_dir: str | Path
 # records
 
 
+def record_line(record: Record) -> str:
+    """The one serialisation of a record in ``records.jsonl``: sorted keys, UTF-8, newline."""
+    return json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+
+
 def _parse_line(line: bytes, *, file: str, row: int) -> Record:
     try:
         data = json.loads(line.decode("utf-8"))
@@ -320,7 +325,7 @@ class RecordWriter:
                 file=str(self.path),
                 field="row_id",
             )
-        line = (json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n").encode()
+        line = record_line(record).encode("utf-8")
         written = os.write(self._fd, line)
         while written < len(line):  # short writes are rare on local files; finish the line
             written += os.write(self._fd, line[written:])

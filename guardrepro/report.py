@@ -18,17 +18,18 @@ notebooks call, so a notebook reproduces the same figures.
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.checks.bootstrap import DEFAULT_DRAW_ORDER, DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import (
     RowResult,
+    RunRows,
     load_manifest,
     load_run,
     write_json_atomic,
@@ -56,25 +57,24 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    """Render ``fig`` as PNG and write it with the package's one atomic writer."""
+    buffer = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     finally:
-        Path(tmp).unlink(missing_ok=True)
         fig.clf()
         _pyplot().close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
     return path
 
 
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                           draw_order: str = DEFAULT_DRAW_ORDER,
-                          cohort: str | Path | None = None) -> dict[str, Any]:
-    """stats.json of the run, computed (and written) when missing or asked."""
+                          cohort: str | Path | None = None,
+                          run: RunRows | None = None) -> dict[str, Any]:
+    """stats.json of the run, computed (and written) when missing or asked.
+    ``run``: the run's rows when the caller has already loaded them."""
     path = Path(run_dir) / "stats.json"
     if path.is_file() and not recompute:
         try:
@@ -82,7 +82,8 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
         return data
-    run = load_run(run_dir, cohort)
+    if run is None:
+        run = load_run(run_dir, cohort)
     data = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
                          expected_source=run.expected_source, draw_order=draw_order)
     data["run_dir"] = str(run_dir)
@@ -303,10 +304,11 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     """Write report.md and the figures into ``run_dir``; returns report.md."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
+    run = load_run(run_dir, cohort)
     stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
-                                  seed=seed, draw_order=draw_order, cohort=cohort)
+                                  seed=seed, draw_order=draw_order, cohort=cohort, run=run)
     gate = load_gate(run_dir)
-    rows = load_run(run_dir, cohort).rows
+    rows = run.rows
     figures = [plot_flip_rates(stats, run_dir / FLIP_PNG).name]
     if gate is not None:
         figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)

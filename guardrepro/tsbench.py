@@ -103,31 +103,37 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
 
 
-def read_json_strict(path: Path) -> Any:
-    """Decode a JSON file, refusing duplicate object keys and NaN/Infinity."""
+def decode_json_strict(data: bytes, file: str) -> Any:
+    """Decode JSON bytes (UTF-8), refusing duplicate object keys and NaN/Infinity;
+    ``file`` names the source in errors."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
-                raise InputError(
-                    f"duplicate key {key!r} in a JSON object", file=str(path), field=key
-                )
+                raise InputError(f"duplicate key {key!r} in a JSON object", file=file, field=key)
             out[key] = value
         return out
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError("file not found", file=str(path)) from exc
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8: {exc}", file=str(path)) from exc
+        raise InputError(f"not UTF-8: {exc}", file=file) from exc
     try:
         return json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
         if isinstance(exc, InputError):
             raise
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+        raise InputError(f"invalid JSON: {exc}", file=file) from exc
+
+
+def read_json_strict(path: Path) -> Any:
+    """Read and decode a JSON file strictly (see ``decode_json_strict``)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise InputError("file not found", file=str(path)) from exc
+    return decode_json_strict(data, str(path))
 
 
 def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
@@ -178,14 +184,18 @@ def load_bench_file(path: str | Path, domain: str) -> list[BenchRow]:
     """Load one TS-Bench file; ``domain`` is stored on every row (upstream:
     the file stem)."""
     path = Path(path)
-    data = read_json_strict(path)
+    return bench_rows(read_json_strict(path), str(path), domain)
+
+
+def bench_rows(data: Any, file: str, domain: str) -> list[BenchRow]:
+    """Validate the decoded content of one TS-Bench file (``file`` names it)."""
     if not isinstance(data, list):
-        raise InputError(f"expected a JSON list of rows, got {type(data).__name__}", file=str(path))
+        raise InputError(f"expected a JSON list of rows, got {type(data).__name__}", file=file)
     if not data:
-        raise InputError("the file holds no rows", file=str(path))
+        raise InputError("the file holds no rows", file=file)
     rows: list[BenchRow] = []
     for index, item in enumerate(data):
-        raw = validate_row(item, file=str(path), index=index)
+        raw = validate_row(item, file=file, index=index)
         rows.append(
             BenchRow(
                 domain=domain,
@@ -193,7 +203,7 @@ def load_bench_file(path: str | Path, domain: str) -> list[BenchRow]:
                 raw=raw,
                 base_sample_id=base_sample_id(raw),
                 interaction_id=f"{domain}/{raw['id-interaction']}",
-                file=str(path),
+                file=file,
             )
         )
     return rows

@@ -365,7 +365,7 @@ def _check_blob(home: Path, entry: LockedFile, *, full: bool) -> FileStatus:
         )
     status = check_file(home, blobs / entry.sha256, entry, full=full)
     if status.status == UNSAFE:
-        return _with(status, UNSAFE, detail=f"cached blob {blobs / entry.sha256} is a symlink")
+        return _with(status, UNSAFE, detail=f"cached blob {blobs / entry.sha256}: {status.detail}")
     return status
 
 

@@ -190,6 +190,11 @@ def test_prompt_tokenizer_length_and_fallbacks(tiny_checkpoint: Path, tmp_path: 
     config["eos_token_id"] = 2
     (copy / "config.json").write_text(json.dumps(config))
     assert PromptTokenizer(copy).eos_token_ids == [2]
+    # a malformed eos_token_id is an error naming its file, never a silent fallback
+    (copy / "generation_config.json").write_text(json.dumps({"eos_token_id": "2"}))
+    with pytest.raises(PromptError, match=r"generation_config\.json: eos_token_id"):
+        PromptTokenizer(copy)
+    (copy / "generation_config.json").unlink()
     del config["max_position_embeddings"]
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(PromptError, match="max_position_embeddings"):

@@ -282,3 +282,22 @@ def test_toy_guard_q8_twice_same_tree_hash_and_verifies(tmp_path: Path) -> None:
     tokenizer.write_bytes(tokenizer.read_bytes().replace(b"{", b"[", 1))
     bad = verify_lock(one.lock_path)
     assert [f.path for f in bad.problems] == ["tokenizer.json"]
+
+
+def test_stage_source_links_files_copies_config_and_refuses_symlinks(tmp_path: Path) -> None:
+    from guardrepro.errors import UnsafePathError
+    from guardrepro.quantize import stage_source
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "config.json").write_text("{}")
+    (src / "model.safetensors").write_bytes(b"w")
+    (src / "sub" / "extra.txt").write_text("x")
+    staged = tmp_path / "staged"
+    assert stage_source(src, staged) == ["config.json", "model.safetensors", "sub/extra.txt"]
+    # weights share the inode; config.json is a private copy (rewritten later)
+    assert (staged / "model.safetensors").stat().st_ino == (src / "model.safetensors").stat().st_ino
+    assert (staged / "config.json").stat().st_ino != (src / "config.json").stat().st_ino
+    (src / "link.json").symlink_to(src / "config.json")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        stage_source(src, tmp_path / "staged2")

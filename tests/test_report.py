@@ -56,6 +56,8 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "| marker_paraphrase | 1/4" in text  # b1 flips; b4 parse error stays 1
     for name in ("flip_rates.png", "score_confusion.png", "margin_hist.png"):
         assert (run / name).read_bytes()[:8] == PNG
+        # readable like report.md (a temp file renamed into place would keep mode 0600)
+        assert (run / name).stat().st_mode & 0o777 == 0o644
         assert f"]({name})" in text
     gate = json.loads((run / "gate.json").read_text())
     _, groups, _ = margin_groups(load_run(run).rows, gate)

@@ -191,3 +191,19 @@ def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:
     assert 0 < len(want) < len(specs)
     assert sorted(r.row_id for r in rows.rows) == want
     assert all(r.status == "ok" for r in rows.rows)  # nothing outside the shard is missing
+
+
+def test_run_with_mixed_provenance_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from guardrepro.errors import ProvenanceError
+
+    run = write_run(tmp_path / "run", grid(BASES, SCORES))
+    path = run / "records.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    foreign = json.loads(lines[2])
+    foreign["provenance_sha256"] = "9" * 64  # a record appended from another configuration
+    lines[2] = json.dumps(foreign) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(ProvenanceError, match="row 2"):
+        load_run(run)

@@ -14,10 +14,11 @@ cohort minus bases with no record at all). ``expected_source`` says which.
 A sharded run (``manifest.shard`` = "k/n") expects only its shard's cohort
 rows (``guardrepro.shard.select_shard``).
 
-Invariants: a row_id appears at most once in the records; a record whose
-row_id is not an expected row is an error; an expected row with no record is
-``status="missing"`` (score None, so it fails closed downstream). Nothing is
-silently dropped.
+Invariants: every record carries the manifest's provenance hash (a run
+directory holding mixed provenance is refused); a row_id appears at most once
+in the records; a record whose row_id is not an expected row is an error; an
+expected row with no record is ``status="missing"`` (score None, so it fails
+closed downstream). Nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
-from guardrepro.errors import InputError, IntegrityError
+from guardrepro.errors import InputError, IntegrityError, ProvenanceError
 from guardrepro.records import MANIFEST_FILE, RECORDS_FILE, RunManifest, read_manifest, read_records
 from guardrepro.schema import Record, read_cohort
 from guardrepro.shard import parse_shard, select_shard
@@ -209,6 +210,13 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
         raise InputError("run directory not found", file=str(run_dir))
     records = load_records(run_dir)
     manifest = load_manifest(run_dir)
+    for index, rec in enumerate(records):
+        if rec.provenance_sha256 != manifest.provenance_sha256:
+            raise ProvenanceError(
+                f"{run_dir / RECORDS_FILE}: row {index} ({rec.row_id!r}) has provenance "
+                f"{rec.provenance_sha256[:12]}..., the run's manifest "
+                f"{manifest.provenance_sha256[:12]}...; refusing to analyse mixed provenance"
+            )
     if cohort_path is None:
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:

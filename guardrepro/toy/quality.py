@@ -25,6 +25,7 @@ from typing import Any
 
 from guardrepro.guards.base import render_ts_guard_prompt
 from guardrepro.parse import parse_ts_guard
+from guardrepro.toy.train import chat_ids
 
 PACKAGE = Path(__file__).resolve().parents[1]
 GUARD_DIR = PACKAGE / "data" / "toy_guard"
@@ -54,6 +55,7 @@ class ToyGuard:
         if threads:
             torch.set_num_threads(threads)
         self.torch = torch
+        self.checkpoint = Path(checkpoint)
         self.template = (Path(checkpoint) / "template.txt").read_text(encoding="utf-8")
         self.tokenizer: Any = AutoTokenizer.from_pretrained(checkpoint)
         self.model: Any = AutoModelForCausalLM.from_pretrained(
@@ -64,12 +66,7 @@ class ToyGuard:
         self.pad = int(gen["pad_token_id"])
 
     def prompt_ids(self, sample: Mapping[str, Any]) -> list[int]:
-        text = render_ts_guard_prompt(self.template, sample)
-        encoded: Any = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True
-        )
-        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        return [int(i) for i in ids]
+        return chat_ids(self.tokenizer, render_ts_guard_prompt(self.template, sample))
 
     def generate(
         self,
@@ -128,7 +125,7 @@ def measure(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Parse rate, strict accuracy and flip shares (see the module docstring)."""
-    from guardrepro.cohort import build_variants
+    from guardrepro.cohort import build_variants, is_eligible
     from guardrepro.cohort_spec import load_spec
     from guardrepro.toy.targets import answer
     from guardrepro.tsbench import load_agentdojo
@@ -139,7 +136,7 @@ def measure(
     variants: list[tuple[int, str, dict[str, Any]]] = []
     excluded = 0
     for index, row in enumerate(rows):
-        if not all(m in str(row.raw["history"]) for m in spec.markers):
+        if not is_eligible(spec, row.raw):
             continue
         built = build_variants(spec, row)
         if not isinstance(built, dict):
@@ -152,7 +149,7 @@ def measure(
     parsed = sum(j.score is not None for j in judged)
     eligible = sorted({i for i, _, _ in variants})
     summary: dict[str, Any] = {
-        "checkpoint": str(getattr(guard, "checkpoint", "")),
+        "checkpoint": str(guard.checkpoint),
         "rows": len(originals),
         "generations": len(judged),
         "parse_rate": parsed / len(judged),

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from guardrepro.cache import atomic_write_bytes
 from guardrepro.toy.tokenizer import train_tokenizer
 
 CORPUS = [
@@ -66,7 +67,8 @@ def build_tiny_qwen2(
     model.save_pretrained(out_dir, safe_serialization=True)
     normalize_config(out_dir / "config.json", dtype="float32")
     gen = {"eos_token_id": [2, 0], "pad_token_id": 0, "bos_token_id": None, "do_sample": False}
-    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    text = json.dumps(gen, indent=2) + "\n"
+    atomic_write_bytes(out_dir / "generation_config.json", text.encode())
     return out_dir
 
 
@@ -83,4 +85,4 @@ def normalize_config(path: Path, *, dtype: str) -> None:
         config["rope_theta"] = rope["rope_theta"]
     config["torch_dtype"] = config.get("torch_dtype") or config.get("dtype") or dtype
     config["dtype"] = config["torch_dtype"]
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    atomic_write_bytes(path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())

@@ -18,6 +18,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from guardrepro.cache import atomic_write_bytes
+
 QWEN_SPLIT_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
     r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -74,7 +76,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: Path) -> Pat
         "split_special_tokens": False,
         "chat_template": CHAT_TEMPLATE,
     }
-    (out_dir / "tokenizer_config.json").write_text(
-        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    atomic_write_bytes(
+        out_dir / "tokenizer_config.json",
+        (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
     )
     return out_dir

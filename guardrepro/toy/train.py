@@ -68,7 +68,8 @@ def prompt_text(template: str, row: dict[str, Any]) -> str:
     return render_ts_guard_prompt(template, row)
 
 
-def _chat_ids(tokenizer: Any, text: str) -> list[int]:
+def chat_ids(tokenizer: Any, text: str) -> list[int]:
+    """Prompt ids of ``text`` as the only user turn, with the generation prompt."""
     encoded = tokenizer.apply_chat_template(
         [{"role": "user", "content": text}], add_generation_prompt=True
     )
@@ -83,7 +84,7 @@ def build_examples(
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     examples = []
     for row in rows:
-        prompt = _chat_ids(tokenizer, prompt_text(template, row))
+        prompt = chat_ids(tokenizer, prompt_text(template, row))
         target = [*tokenizer.encode(answer(row), add_special_tokens=False), end]
         examples.append((prompt + target, len(prompt)))
     return examples
