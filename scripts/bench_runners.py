@@ -5,21 +5,20 @@ list of ``PROFILES`` names; default all but ``vllm``), ``--vllm`` (add vLLM CPU,
 run by ``.venv-vllm/bin/python`` in a child process), ``--home`` (guardrepro
 cache), ``--work`` (keep cohort, artifacts, runs; both default to a temp dir), ``--json OUT``.
 
-Output: a table on stdout, one line per profile: rows, generated tokens (every
-attempt's tokens), wall seconds of ``run_cohort`` (model load included),
-rows/s and tokens/s on that wall time, the generation-only tokens/s (records'
-summed ``timings.total_s``), both as ratios to the baseline, peak memory and
-agreement with the baseline (rows with identical token ids, strict-decision
-agreement; ``guardrepro.compare``). ``--json`` writes the same atomically.
+Output: a table on stdout, a line per profile: rows, generated tokens (all
+attempts), wall seconds of ``run_cohort`` (model load included), rows/s and
+tokens/s on it, generation-only tokens/s (records' summed ``timings.total_s``),
+both tokens/s as ratios to the baseline, peak memory, agreement with the baseline
+(identical token ids, strict decisions; ``guardrepro.compare``); ``--json`` too.
 
 Invariants:
-- The baseline (``hf-b1``: ``runners/toy-hf.toml`` at batch 1) is always
-  measured first, in the same invocation; ratios are never against stored numbers.
+- The baseline (``hf-b1``: ``runners/toy-hf.toml`` at batch 1, after an untimed
+  one-row warm-up) is measured first in the same invocation and again last
+  (``hf-b1-end``: its ratio shows load drift); never against stored numbers.
 - MLX artifacts are quantized on the fly from ``locks/toy-guard.toml``; the
   quantization time is reported apart, never inside a profile's wall time.
-- Peak memory is the records' ``peak_memory_bytes`` where present (transformers
-  on CPU: the process's max RSS, monotone over the process; MLX: its allocator's
-  peak), else the measuring process's max RSS. Compare it within a backend only.
+- Peak memory: records' ``peak_memory_bytes`` if set (hf CPU: process max RSS, monotone;
+  MLX: allocator peak), else the process's max RSS. Compare it within a backend only.
 """
 
 from __future__ import annotations
@@ -96,15 +95,9 @@ def _profile_list(text: str) -> list[str]:
     return names
 
 
-def _positive(text: str) -> int:
-    if int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=_positive, default=16)
+    parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--profiles", type=_profile_list, default=list(DEFAULT_PROFILES))
     parser.add_argument("--vllm", action="store_true", help="add the vllm profile")
     for option in ("--json", "--home", "--work"):
@@ -112,6 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for hidden in ("--cohort", "--worker-json"):  # used by the vllm child process
         parser.add_argument(hidden, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rows < 1:
+        parser.error(f"--rows must be >= 1, got {args.rows}")
     names = [*args.profiles, *(["vllm"] if args.vllm else [])]
     if args.worker_json is None:  # the parent always measures the baseline first
         names = [BASELINE, *names]
@@ -119,15 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_cohort(home: Path, out: Path) -> Path:
-    for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
-        fetch_lock(ROOT / lock, home, progress=False)
-    build_cohort_file(ROOT / "cohorts/toy-64.toml", None, out)
-    return out
-
-
-def measure(name: str, cohort: Path, work: Path, rows: int, home: Path) -> Result:
+def measure(name: str, cohort: Path, work: Path, rows: int, home: Path, label: str = "") -> Result:
     """Quantize if the profile needs it, then time one ``run_cohort`` on ``rows`` rows."""
+    label = label or name
     runner, recipe, batch = PROFILES[name]
     profile = RunProfile.load(ROOT / runner)
     quantize_s = 0.0
@@ -139,7 +128,7 @@ def measure(name: str, cohort: Path, work: Path, rows: int, home: Path) -> Resul
         profile = profile.with_checkpoint_lock(made.lock_path)
     if batch is not None:
         profile = profile.with_backend_options(batch_size=batch)
-    run_dir = work / "runs" / name
+    run_dir = work / "runs" / label
     if run_dir.exists():
         raise InputError("run directory exists; benchmarks need a fresh run", file=str(run_dir))
     runner_class(profile.backend)  # import the backend (torch, mlx) outside the timed part
@@ -154,7 +143,7 @@ def measure(name: str, cohort: Path, work: Path, rows: int, home: Path) -> Resul
     tokens = sum(len(a["token_ids"]) for r in records for a in r.attempts)
     gen_s = sum(float(r.timings["total_s"]) for r in records)
     return Result(
-        profile=name, runner=runner, recipe=recipe,
+        profile=label, runner=runner, recipe=recipe,
         batch_size=int(profile.backend_options.get("batch_size", 1)), rows=len(records),
         tokens=tokens, wall_s=wall_s, gen_s=gen_s, quantize_s=quantize_s,
         peak_memory_bytes=max(peaks) if peaks else maxrss,
@@ -225,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         work = (args.work or Path(tmp) / "work").resolve()
         work.mkdir(parents=True, exist_ok=True)
         os.environ["GUARDREPRO_HOME"] = str(home)  # build_cohort_file materializes from it
-        cohort = args.cohort or build_cohort(home, work / "cohort.jsonl")
+        cohort = args.cohort or work / "cohort.jsonl"
+        if args.cohort is None:
+            for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
+                fetch_lock(ROOT / lock, home, progress=False)
+            build_cohort_file(ROOT / "cohorts/toy-64.toml", None, cohort)
+        if args.worker_json is None:  # untimed: first-call costs (lazy imports, kernels)
+            measure(BASELINE, cohort, work, 1, home, "warm-up")
         results: list[Result] = []
         for name in args.profiles:
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
@@ -236,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.worker_json is not None:
             write_json(args.worker_json, [asdict(r) for r in results])
             return 0
+        if len(results) > 1:  # the baseline again: did the machine's load drift meanwhile?
+            results.append(measure(BASELINE, cohort, work, args.rows, home, f"{BASELINE}-end"))
         compare_with_baseline(results)
     print(f"toy guard, first {args.rows} rows of cohorts/toy-64.toml; baseline {BASELINE} "
           "(runners/toy-hf.toml, batch 1) measured in this run")
