@@ -73,10 +73,14 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           draw_order: str = DEFAULT_DRAW_ORDER,
                           cohort: str | Path | None = None,
                           run: RunRows | None = None) -> dict[str, Any]:
-    """stats.json of the run, computed (and written) when missing or asked.
+    """stats.json of the run, computed (and written) when missing, older than
+    the run's records (a resumed run), or asked.
     ``run``: the run's rows when the caller has already loaded them."""
     path = Path(run_dir) / "stats.json"
-    if path.is_file() and not recompute:
+    records = Path(run_dir) / "records.jsonl"
+    stale = (path.is_file() and records.is_file()
+             and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
+    if path.is_file() and not recompute and not stale:
         try:
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:

@@ -72,3 +72,19 @@ def test_report_computes_missing_stats(tmp_path: Path) -> None:
     assert stats["settings"]["bootstrap"]["seed"] == 3
     assert not (run / "score_confusion.png").exists()
     assert (run / "margin_hist.png").is_file()
+
+
+def test_report_recomputes_stats_older_than_the_records(tmp_path: Path) -> None:
+    import os
+
+    run = write_run(tmp_path / "run", grid(BASES, LOCAL))
+    main(["report", str(run), "--replicates", "200", "--seed", "3"])
+    # a second report over unchanged records reuses stats.json (seed 3 stays) ...
+    main(["report", str(run), "--replicates", "200", "--seed", "4"])
+    assert json.loads((run / "stats.json").read_text())["settings"]["bootstrap"]["seed"] == 3
+    # ... but records written after it (a resumed run) make it stale
+    records = run / "records.jsonl"
+    later = (run / "stats.json").stat().st_mtime_ns + 1_000_000_000
+    os.utime(records, ns=(later, later))
+    main(["report", str(run), "--replicates", "200", "--seed", "5"])
+    assert json.loads((run / "stats.json").read_text())["settings"]["bootstrap"]["seed"] == 5
