@@ -265,3 +265,22 @@ def test_association_cli_on_run_records(tmp_path: Path,
     assert data["rows"] == 2 and data["rows_without_record_left_out"] == 11
     assert ratio(data["guard"]["coverage"]) == (2, 2)
     assert data["nuisance_rule"]["agreement_cells"]["both_block"] == 1
+
+
+def test_rung_one_and_three_outputs_carry_their_statements(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recordsets import write_run
+
+    root = write_agentdojo(tmp_path / "ts", {"workspace": [0], "travel": [0],
+                                             "slack": [0] * 4, "banking": [0] * 7})
+    main(["audit", "tool-lookup", "--data-dir", str(root), "--folds", "2"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["interpretation"] == ladder()["rungs"][0]
+    assert "may not show" in captured.err
+    specs = [(f"b{i}", v, "banking", float(i % 2), float(s))
+             for i in range(4) for v, s in (("original", i % 2), ("combined", 1))]
+    run = write_run(tmp_path / "run", specs)
+    main(["stats", str(run), "--replicates", "20"])
+    assert "rung 3" in capsys.readouterr().out
+    stats = json.loads((run / "stats.json").read_text())
+    assert stats["interpretation"] == ladder()["rungs"][2]
