@@ -85,6 +85,9 @@ def test_rule_against_gold_and_guard(result: dict[str, Any]) -> None:
     assert (c["tp"], c["fp"], c["fn"], c["tn"]) == (2, 2, 2, 5)
     assert ratio(rule["vs_gold"]["metrics"]["accuracy"]) == (7, 11)
     assert ratio(rule["vs_gold"]["metrics"]["f1"]) == (4, 8)
+    # the marker alone vs gold: tp 0, 8; fp 1, 4, 7, 10; fn 3, 6; tn 2, 5, 9
+    c = rule["marker_alone_vs_gold"]["confusion"]
+    assert (c["tp"], c["fp"], c["fn"], c["tn"]) == (2, 4, 2, 3)
     # rule vs guard: both block 0, 1, 7, 8; the guard alone 3, 4; neither 5 rows
     assert rule["agreement_cells"] == {"both_block": 4, "rule_only": 0, "guard_only": 2,
                                        "neither": 5}

@@ -198,6 +198,8 @@ def rule_summary(items: Sequence[AuditRow]) -> dict[str, Any]:
         "side_effect_rows": sum(r.side_effect for r in items),
         "rule_positive_rows": sum(r.rule for r in items),
         "vs_gold": confusion([float(r.gold) for r in items], rule).to_dict(),
+        "marker_alone_vs_gold": confusion([float(r.gold) for r in items],
+                                          [float(r.marker) for r in items]).to_dict(),
         "vs_guard": vs_guard,
         "agreement_with_guard": Ratio(cells["both_block"] + cells["neither"],
                                       len(items)).to_dict(),
