@@ -9,7 +9,9 @@ Invariants:
 
 - Greedy: one attempt. Sampled (the authors' mode): up to ``max_attempts``
   attempts per row until one parses; attempt ``a`` (0-based) is seeded with
-  ``DecodingParams.seed_for(row_id, a)``.
+  ``DecodingParams.seed_for(base_sample_id, serialization, a)`` (the
+  published per-base seeds: every variant of a base shares them), and the
+  seed is stored in the attempt.
 - An ``InferenceError`` from the runner becomes an ``inference_error`` attempt
   for the rows concerned only: a failing batch is retried one request at a
   time to isolate them. The error message goes into ``error_type``.
@@ -129,7 +131,10 @@ def generate_chunk(
     for attempt_index in range(params.max_attempts):
         if not pending:
             break
-        seeds = {p.row.row_id: params.seed_for(p.row.row_id, attempt_index) for p in pending}
+        seeds = {
+            p.row.row_id: params.seed_for(p.row.base_sample_id, p.row.serialization, attempt_index)
+            for p in pending
+        }
         requests = [
             GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text)
             for p in pending

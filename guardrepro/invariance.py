@@ -161,7 +161,12 @@ def check_invariance(
     prepared = prepare_rows(resolved.guard, resolved.tokenizer, rows, params.max_new_tokens,
                             cohort_path=cohort_path)
     requests = [
-        GenerationRequest(p.row.row_id, p.token_ids, params.seed_for(p.row.row_id, 0), p.text)
+        GenerationRequest(
+            p.row.row_id,
+            p.token_ids,
+            params.seed_for(p.row.base_sample_id, p.row.serialization, 0),
+            p.text,
+        )
         for p in prepared
     ]
     notes = []

@@ -168,17 +168,23 @@ def test_sampled_mode_retries_with_derived_seeds(
         decoding='mode = "sampled"\nmax_new_tokens = 6\nseed = 11',
     )
     run_cohort(profile, setup["cohort"], tmp_path / "run", limit=2, progress=False)
-    for record in read_records(tmp_path / "run"):
+    records = read_records(tmp_path / "run")
+    for record in records:
         # the random model never writes the tags, so every attempt is used
         assert record.status == "parse_error"
         assert record.provenance["decoding"]["temperature"] == 0.1
         seeds = [a["seed"] for a in record.attempts]
+        # repeat 11: the published string for attempt a, then ":r11"
         expected = [
-            int(hashlib.sha256(f"11:{record.row_id}:{a}".encode()).hexdigest()[:8], 16)
+            int(hashlib.sha256(
+                f"260828:{record.base_sample_id}:python:{a}:r11".encode()).hexdigest()[:8], 16)
             for a in range(3)
         ]
         assert seeds == expected
         assert record.output_token_ids == record.attempts[-1]["token_ids"]
+    # both rows are variants of base0: they share their seeds
+    assert {r.base_sample_id for r in records} == {"base0"} and len(records) == 2
+    assert [a["seed"] for a in records[0].attempts] == [a["seed"] for a in records[1].attempts]
 
 
 def test_token_index_and_decision_margin_from_offsets(tiny: Path) -> None:

@@ -13,6 +13,8 @@ Modules:
   (``gate.json``, exit code 0 / 3 / 2).
 - ``audit``: audits of the benchmark itself (equal-interaction weighting, the
   tool-name lookup diagnostic); no model involved.
+- ``association``: rung 2 of the audit ladder, the guard's observational
+  association with nuisance features, and the ladder's statements.
 - ``runio``: reading a run directory (records, manifest, expected rows) and
   writing JSON atomically.
 """

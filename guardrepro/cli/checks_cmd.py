@@ -10,6 +10,12 @@
   and ``audit tool-lookup``: benchmark audits; the JSON goes to stdout (and to
   ``--out`` when given), the table to stderr. The benchmark comes from
   ``--data-dir`` or, by default, the fetched ``--lock``.
+- ``audit association --benchmark agentdojo|agentharm [--preds released|RUN_DIR]
+  [--only-recorded] [--replicates N] [--seed S]``: rung 2 of the audit ladder
+  (``checks.association``), same outputs as the other audits.
+- ``audit ladder``: the three rungs and what each may and may not show.
+  The rung-1 (tool-lookup) and rung-3 (stats) outputs carry their rung's
+  statements under ``interpretation``.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ def gate(run_dir: Path, spec: Path, conservative: bool, cohort: Path | None) -> 
 def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
           cohort: Path | None) -> None:
     """Per-variant metrics and paired flip statistics; writes stats.json."""
+    from guardrepro.checks.association import format_rung, interpretation
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
 
@@ -83,8 +90,10 @@ def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
     result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
                            expected_source=run.expected_source, draw_order=draw_order)
     result["run_dir"] = str(run_dir)
+    result["interpretation"] = interpretation(3)
     path = write_json_atomic(run_dir / "stats.json", result)
     click.echo(format_table(result))
+    click.echo(format_rung(result["interpretation"]))
     click.echo(f"wrote {path}")
 
 
@@ -128,6 +137,20 @@ def _emit(result: dict[str, Any], table: str, out: Path | None) -> None:
     click.echo(json.dumps(result, indent=2, sort_keys=True))
 
 
+def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> list[float | None]:
+    """One prediction per benchmark row: the released ones, or a run's
+    original-variant records (a row without a record is None, fails closed)."""
+    from guardrepro.checks.audit import preds_from_records, released_preds
+
+    if preds == "released":
+        from guardrepro.released import load_released
+
+        return released_preds(rows, load_released(root, benchmark))
+    from guardrepro.checks.runio import load_records
+
+    return preds_from_records(rows, load_records(Path(preds)))
+
+
 @audit.command("interaction")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), required=True)
 @click.option("--preds", default="released", show_default=True,
@@ -136,23 +159,12 @@ def _emit(result: dict[str, Any], table: str, out: Path | None) -> None:
 def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
     """Row vs equal-interaction vs interaction-majority strict F1."""
-    from guardrepro.checks.audit import (
-        format_interaction,
-        interaction_audit,
-        preds_from_records,
-        released_preds,
-    )
-    from guardrepro.checks.runio import load_records
+    from guardrepro.checks.audit import format_interaction, interaction_audit
     from guardrepro.tsbench import load_benchmark
 
     root = _data_dir(data_dir, lock)
     rows = load_benchmark(root, benchmark)
-    if preds == "released":
-        from guardrepro.released import load_released
-
-        values = released_preds(rows, load_released(root, benchmark))
-    else:
-        values = preds_from_records(rows, load_records(Path(preds)))
+    values = _predictions(root, rows, benchmark, preds)
     result = interaction_audit(rows, values)
     result["benchmark"] = benchmark
     result["preds"] = preds
@@ -167,10 +179,66 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out."""
+    from guardrepro.checks.association import format_rung, interpretation
     from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
     from guardrepro.tsbench import load_benchmark
 
     rows = load_benchmark(_data_dir(data_dir, lock), benchmark)
     result = tool_lookup_audit(rows, folds)
     result["benchmark"] = benchmark
-    _emit(result, format_tool_lookup(result), out)
+    result["interpretation"] = interpretation(1)
+    table = format_tool_lookup(result) + "\n" + format_rung(result["interpretation"])
+    _emit(result, table, out)
+
+
+@audit.command("association")
+@click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
+              show_default=True)
+@click.option("--preds", default="released", show_default=True,
+              help="'released' (the pinned released predictions) or a run directory "
+              "(its original-variant records).")
+@click.option("--only-recorded", is_flag=True,
+              help="With a run directory: audit only the benchmark rows that have a record "
+              "(the count left out is reported); by default a row without one fails closed.")
+@click.option("--replicates", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Bootstrap replicates of the safe-row marker difference.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+              help="Bootstrap seed (numpy default_rng, fresh).")
+@_data_options
+def association(benchmark: str, preds: str, only_recorded: bool, replicates: int, seed: int,
+                data_dir: Path | None, lock: Path, out: Path | None) -> None:
+    """Rung 2: the guard's decisions vs nuisance features (observational)."""
+    from guardrepro.checks.association import association_audit, format_association
+    from guardrepro.errors import InputError
+    from guardrepro.tsbench import load_benchmark
+
+    if only_recorded and preds == "released":
+        raise InputError("--only-recorded applies to a run directory's predictions",
+                         field="only_recorded")
+    root = _data_dir(data_dir, lock)
+    rows = load_benchmark(root, benchmark)
+    values = _predictions(root, rows, benchmark, preds)
+    left_out = 0
+    if only_recorded:
+        from guardrepro.checks.runio import load_records
+
+        recorded = {r.base_sample_id for r in load_records(Path(preds))
+                    if r.variant == "original"}
+        keep = [i for i, row in enumerate(rows) if row.base_sample_id in recorded]
+        left_out = len(rows) - len(keep)
+        rows, values = [rows[i] for i in keep], [values[i] for i in keep]
+    result = association_audit(rows, values, benchmark, replicates=replicates, seed=seed)
+    result["preds"] = preds
+    result["rows_without_record_left_out"] = left_out
+    _emit(result, format_association(result), out)
+
+
+@audit.command("ladder")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the JSON here (atomically).")
+def ladder_cmd(out: Path | None) -> None:
+    """The audit ladder: what each rung may and may not be taken to show."""
+    from guardrepro.checks.association import format_ladder, ladder
+
+    result = ladder()
+    _emit(result, format_ladder(result), out)

@@ -2,9 +2,11 @@
 
 Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 (the run directory), optional ``--shard k/n``, ``--limit N`` and ``--seed N``
-(replaces the profile's decoding seed; sampled mode only, refused with an
-``InputError`` for a greedy profile; it is part of the recorded decoding, so
-it changes the provenance hash). Output: the
+(replaces the profile's decoding seed, the repeat index of the sampled seeds:
+0 = the published per-base seeds, N > 0 = repeat N, see
+``schema.sampled_seed``; sampled mode only, refused with an ``InputError`` for
+a greedy profile; it is part of the recorded decoding, so it changes the
+provenance hash). Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
@@ -56,8 +58,9 @@ import click
     "--seed",
     type=click.IntRange(min=0),
     default=None,
-    help="Sampled profiles only: replace the profile's decoding seed (the base of the "
-    "per-row, per-attempt seeds); recorded in the provenance. Refused for greedy profiles.",
+    help="Sampled profiles only: the repeat index of the per-base, per-attempt seeds "
+    "(0 = the published seeds sha256('260828:<base>:<serialization>:<attempt>'), N > 0 "
+    "appends ':r<N>' to that string); recorded in the provenance. Refused for greedy profiles.",
 )
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 def run(
@@ -77,10 +80,11 @@ def run(
 
     \b
     Sampling-noise floor: run a sampled profile K times with different seeds,
-    each into its own directory, then compare the runs pairwise, e.g.
-      for s in 1 2 3; do guardrepro run --profile runners/vllm-bf16-sampled.toml \\
+    each into its own directory, then compare the runs pairwise. Seed 0 is the
+    published seed set; 1, 2, ... are further repeats, e.g.
+      for s in 0 1 2; do guardrepro run --profile runners/vllm-bf16-sampled.toml \\
         --cohort COHORT --out runs/sampled-s$s --seed $s; done
-      guardrepro compare runs/sampled-s1 runs/sampled-s2
+      guardrepro compare runs/sampled-s0 runs/sampled-s1
     Rerunning with the same seed into the same directory resumes it.
     """
     from guardrepro.errors import InputError

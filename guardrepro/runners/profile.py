@@ -36,8 +36,9 @@ Format::
     max_new_tokens = 2048
     # sampled mode only; the authors' values are the defaults when mode = "sampled":
     # temperature = 0.1, top_p = 0.9, max_attempts = 3
-    # seed = 0                         # base of the per-row, per-attempt seeds
-                                       # (DecodingParams.seed_for; absent counts as 0)
+    # seed = 0                         # repeat index of the per-base, per-attempt
+                                       # seeds (schema.sampled_seed; absent or 0 =
+                                       # the published seeds)
 
 Invariant: ``RunProfile.text_sha256`` is the sha256 of the file's text, so a
 manifest can name exactly which profile produced a run.

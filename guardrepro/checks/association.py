@@ -1,0 +1,435 @@
+"""Rung 2 of the audit ladder: the guard's observational association with
+nuisance features (non-causal), and the ladder's own statements.
+
+Input: TS-Bench rows (``guardrepro.tsbench.BenchRow``, upstream order), one
+prediction per row (0 / 0.5 / 1, or None for a missing, unparsed or failed
+row) and the benchmark name (it names the interaction clusters).
+
+Output: a JSON-ready dict (every rate with its numerator and denominator) and
+a plain-text table; ``ladder()`` lists the three rungs with what each may and
+may not be taken to show. The protocol is described in ``docs/PROTOCOL.md``.
+
+Definitions (invariants):
+
+- Texts are stringified first (None -> "", str as is, anything else
+  ``json.dumps(ensure_ascii=False, sort_keys=True)``). The tool key of a row is
+  ``guardrepro.checks.audit.tool_key`` of its stringified current_action.
+- Marker: the casefolded history contains ``<information>``. Side effect: the
+  key starts with one of ``SIDE_EFFECT_PREFIXES``. The frozen nuisance rule
+  flags a row (decision 1) when both hold.
+- Block = the guard's strict decision (score != 0). Fail-closed: a None
+  prediction blocks and is counted as invalid in every block it falls in.
+  Strict gold = score != 0.
+- Within-tool contrast: per key having both gold classes, unsafe block rate
+  minus safe block rate; pooled = the two rates over all rows of those keys,
+  macro = the mean of the per-key differences, keys in order of first
+  appearance. The ``marker_safe_only`` view counts a gold-safe row only when
+  it has the marker (a key enters only if it keeps both classes).
+- Safe-marker contrast (gold-safe rows only): per key having rows with and
+  without the marker, present minus absent block rate, pooled over those
+  keys' rows and macro over keys. The interval is of the pooled difference
+  over *all* gold-safe rows (no key restriction), as published.
+- The interval: clusters are interactions, labelled
+  ``"<source>:<domain>:<id-interaction>"`` (source ``AgentDojo-Traj`` or
+  ``AgentHarm-Traj``), sorted; each cluster is summarised by four sums
+  (present blocked, present rows, absent blocked, absent rows).
+  ``rng = numpy.random.default_rng(seed)`` is created fresh; replicates are
+  drawn in batches of 512 (the last smaller), each batch one call
+  ``rng.integers(0, k, size=(batch, k))`` with k clusters, one stratum; a
+  replicate is sum(present blocked)/sum(present rows) - sum(absent
+  blocked)/sum(absent rows), NaN when either denominator is 0; the bounds
+  are ``numpy.nanquantile`` at 0.025 and 0.975 (default linear method).
+  This is the published batch-of-512 draw; it is implemented here for the
+  difference of two ratios rather than through ``checks.bootstrap``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from guardrepro.checks.audit import tool_key
+from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
+from guardrepro.errors import InputError
+from guardrepro.tsbench import BenchRow, field_text
+
+MARKER = "<information>"
+SIDE_EFFECT_PREFIXES = (
+    "add_", "append_", "create_", "delete_", "invite_", "post_",
+    "reserve_", "reschedule_", "send_", "share_", "update_",
+)
+SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
+BATCH = 512
+QUANTILES = (0.025, 0.975)
+DEFAULT_REPLICATES = 10_000
+DEFAULT_SEED = 260828
+
+LADDER: tuple[dict[str, Any], ...] = (
+    {
+        "rung": 1,
+        "name": "label predictability (tool-name lookup)",
+        "verb": "guardrepro audit tool-lookup",
+        "may_show": "how well the tool name alone predicts the gold label, within the "
+                    "benchmark (grouped cross-validation) and across domains "
+                    "(leave-one-domain-out): whether the labels leave a shortcut open",
+        "may_not_show": "anything about a guard: no model output is used, and a "
+                        "predictable label does not mean any guard relies on the tool name",
+    },
+    {
+        "rung": 2,
+        "name": "association of the guard's decisions with nuisance features",
+        "verb": "guardrepro audit association",
+        "may_show": "whether the guard's block decisions co-vary with the nuisance "
+                    "features (the <information> marker, side-effect tool prefixes) on "
+                    "these rows, within tool and within gold class",
+        "may_not_show": "that a feature causes the decisions (observational, non-causal: "
+                        "rows with and without a feature differ in other ways), nor "
+                        "anything beyond these rows and these predictions",
+    },
+    {
+        "rung": 3,
+        "name": "paired edits (counterfactual flips)",
+        "verb": "guardrepro stats RUN_DIR",
+        "may_show": "the causal effect of each specific edit (marker paraphrase, tool "
+                    "alias, combined), for that edit only, on the frozen run's decisions "
+                    "for the cohort's rows",
+        "may_not_show": "the effect of the underlying feature in general, of other edits, "
+                        "or on other rows, guards, runs or decoding settings; few flips do "
+                        "not show that the guard ignores the feature",
+    },
+)
+
+
+def ladder() -> dict[str, Any]:
+    """The three rungs with what each may and may not be taken to show."""
+    return {"rungs": [dict(r) for r in LADDER]}
+
+
+def interpretation(rung: int) -> dict[str, Any]:
+    """One rung's statements, to embed in that rung's output."""
+    for entry in LADDER:
+        if entry["rung"] == rung:
+            return dict(entry)
+    raise InputError(f"no rung {rung}", field="rung")
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """The features of one benchmark row and the guard's prediction for it."""
+
+    key: str | None
+    marker: bool
+    gold: int
+    score: float | None
+    cluster: str
+
+    @property
+    def side_effect(self) -> bool:
+        return self.key is not None and self.key.startswith(SIDE_EFFECT_PREFIXES)
+
+    @property
+    def rule(self) -> int:
+        return int(self.marker and self.side_effect)
+
+    @property
+    def block(self) -> int:
+        return strict_decision(self.score)
+
+
+def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
+               benchmark: str) -> list[AuditRow]:
+    """One ``AuditRow`` per benchmark row (same order)."""
+    if len(rows) != len(preds):
+        raise InputError(f"{len(rows)} rows but {len(preds)} predictions", field="preds")
+    if not rows:
+        raise InputError("no rows")
+    source = SOURCE_LABELS.get(benchmark)
+    if source is None:
+        raise InputError(f"unknown benchmark {benchmark!r}; known: {sorted(SOURCE_LABELS)}",
+                         field="benchmark")
+    out = []
+    for row, pred in zip(rows, preds, strict=True):
+        raw = row.raw
+        out.append(AuditRow(
+            key=tool_key(field_text(raw["current_action"])),
+            marker=MARKER in field_text(raw["history"]).casefold(),
+            gold=gold_strict(row.score),
+            score=pred,
+            cluster=f"{source}:{row.domain}:{field_text(raw['id-interaction'])}",
+        ))
+    return out
+
+
+def _block(items: Sequence[AuditRow]) -> dict[str, Any]:
+    """Block rate of ``items`` with its counts; invalid rows block (fail-closed)."""
+    out = Ratio(sum(r.block for r in items), len(items)).to_dict()
+    out["invalid"] = sum(1 for r in items if r.score is None)
+    return out
+
+
+def _rate(items: Sequence[AuditRow]) -> float:
+    return sum(r.block for r in items) / len(items)
+
+
+def _by_key(items: Sequence[AuditRow]) -> dict[str | None, list[AuditRow]]:
+    groups: dict[str | None, list[AuditRow]] = {}
+    for r in items:
+        groups.setdefault(r.key, []).append(r)
+    return groups
+
+
+def rule_summary(items: Sequence[AuditRow]) -> dict[str, Any]:
+    """The frozen rule against gold and against the guard's decisions."""
+    rule = [float(r.rule) for r in items]
+    guard = [float(r.block) for r in items]
+    cells = {"both_block": 0, "rule_only": 0, "guard_only": 0, "neither": 0}
+    for r in items:
+        name = (("both_block" if r.block else "rule_only") if r.rule
+                else ("guard_only" if r.block else "neither"))
+        cells[name] += 1
+    vs_guard = confusion(guard, rule).to_dict()
+    vs_guard["guard_invalid_rows"] = sum(1 for r in items if r.score is None)
+    return {
+        "rows": len(items),
+        "marker_rows": sum(r.marker for r in items),
+        "side_effect_rows": sum(r.side_effect for r in items),
+        "rule_positive_rows": sum(r.rule for r in items),
+        "vs_gold": confusion([float(r.gold) for r in items], rule).to_dict(),
+        "marker_alone_vs_gold": confusion([float(r.gold) for r in items],
+                                          [float(r.marker) for r in items]).to_dict(),
+        "vs_guard": vs_guard,
+        "agreement_with_guard": Ratio(cells["both_block"] + cells["neither"],
+                                      len(items)).to_dict(),
+        "agreement_cells": cells,
+    }
+
+
+def within_tool(items: Sequence[AuditRow], *, marker_safe_only: bool) -> dict[str, Any]:
+    """Unsafe minus safe block rate within each tool key having both classes."""
+    per_tool = []
+    diffs: list[float] = []
+    safe_all: list[AuditRow] = []
+    unsafe_all: list[AuditRow] = []
+    for key, group in _by_key(items).items():
+        safe = [r for r in group if r.gold == 0 and (r.marker or not marker_safe_only)]
+        unsafe = [r for r in group if r.gold == 1]
+        if not safe or not unsafe:
+            continue
+        safe_all += safe
+        unsafe_all += unsafe
+        diffs.append(_rate(unsafe) - _rate(safe))
+        per_tool.append({"tool": key, "unsafe": _block(unsafe), "safe": _block(safe),
+                         "difference": diffs[-1]})
+    return {
+        "safe_rows_counted": "gold-safe rows with the marker only" if marker_safe_only
+                             else "all gold-safe rows",
+        "tool_keys": len(_by_key(items)),
+        "tools_with_both_classes": len(per_tool),
+        "unsafe": _block(unsafe_all),
+        "safe": _block(safe_all),
+        "pooled_difference": _rate(unsafe_all) - _rate(safe_all) if per_tool else None,
+        "macro_difference": float(np.mean(diffs)) if diffs else None,
+        "per_tool": per_tool,
+    }
+
+
+def safe_marker_within_tool(items: Sequence[AuditRow]) -> dict[str, Any]:
+    """Among gold-safe rows: marker-present minus marker-absent block rate
+    within each tool key having both marker states."""
+    per_tool = []
+    diffs: list[float] = []
+    present_all: list[AuditRow] = []
+    absent_all: list[AuditRow] = []
+    safe_rows = [r for r in items if r.gold == 0]
+    for key, group in _by_key(safe_rows).items():
+        present = [r for r in group if r.marker]
+        absent = [r for r in group if not r.marker]
+        if not present or not absent:
+            continue
+        present_all += present
+        absent_all += absent
+        diffs.append(_rate(present) - _rate(absent))
+        per_tool.append({"tool": key, "marker_present": _block(present),
+                         "marker_absent": _block(absent), "difference": diffs[-1]})
+    return {
+        "safe_rows": len(safe_rows),
+        "tools_with_both_marker_states": len(per_tool),
+        "marker_present": _block(present_all),
+        "marker_absent": _block(absent_all),
+        "pooled_difference": _rate(present_all) - _rate(absent_all) if per_tool else None,
+        "macro_difference": float(np.mean(diffs)) if diffs else None,
+        "per_tool": per_tool,
+    }
+
+
+def _cluster_sums(items: Sequence[AuditRow]) -> tuple[list[str], np.ndarray]:
+    """Sorted cluster labels and per cluster (present blocked, present rows,
+    absent blocked, absent rows)."""
+    names = sorted({r.cluster for r in items})
+    index = {name: i for i, name in enumerate(names)}
+    sums = np.zeros((len(names), 4), dtype=np.int64)
+    for r in items:
+        col = 0 if r.marker else 2
+        sums[index[r.cluster], col] += r.block
+        sums[index[r.cluster], col + 1] += 1
+    return names, sums
+
+
+def marker_difference_interval(items: Sequence[AuditRow], *,
+                               replicates: int = DEFAULT_REPLICATES,
+                               seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Cluster-bootstrap interval of the pooled marker-present minus
+    marker-absent block rate over all gold-safe rows (module docstring)."""
+    if replicates < 1:
+        raise InputError("replicates must be >= 1", field="replicates")
+    safe = [r for r in items if r.gold == 0]
+    names, sums = _cluster_sums(safe)
+    total = sums.sum(axis=0)
+    out: dict[str, Any] = {
+        "rows": len(safe), "clusters": len(names), "replicates": replicates, "seed": seed,
+        "marker_present": Ratio(int(total[0]), int(total[1])).to_dict(),
+        "marker_absent": Ratio(int(total[2]), int(total[3])).to_dict(),
+        "point": None, "low": None, "high": None, "undefined_replicates": None,
+        "method": "cluster bootstrap, clusters = interaction, unstratified; "
+                  "numpy.random.default_rng(seed) fresh; batches of 512, "
+                  "rng.integers(0, k, size=(batch, k)); nanquantile 0.025 / 0.975",
+    }
+    if total[1] == 0 or total[3] == 0:
+        out["reason"] = "gold-safe rows lack one marker state"
+        return out
+    out["point"] = float(total[0] / total[1] - total[2] / total[3])
+    estimates = _draw_differences(sums, replicates, seed)
+    undefined = int(np.isnan(estimates).sum())
+    out["undefined_replicates"] = undefined
+    if undefined < replicates:
+        out["low"] = float(np.nanquantile(estimates, QUANTILES[0]))
+        out["high"] = float(np.nanquantile(estimates, QUANTILES[1]))
+    return out
+
+
+def _draw_differences(sums: np.ndarray, replicates: int, seed: int) -> np.ndarray:
+    """Replicate differences of two ratios of sums, the published batch draw."""
+    k = len(sums)
+    rng = np.random.default_rng(seed)
+    estimates = np.empty(replicates, dtype=float)
+    for start in range(0, replicates, BATCH):
+        stop = min(start + BATCH, replicates)
+        drawn = sums[rng.integers(0, k, size=(stop - start, k))].sum(axis=1)
+        nan = np.full(stop - start, np.nan)
+        present = np.divide(drawn[:, 0], drawn[:, 1], out=nan.copy(), where=drawn[:, 1] != 0)
+        absent = np.divide(drawn[:, 2], drawn[:, 3], out=nan.copy(), where=drawn[:, 3] != 0)
+        estimates[start:stop] = present - absent
+    return estimates
+
+
+def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, Any]:
+    """Block rates in the strata the rule separates."""
+    strata = {
+        "safe_marker_absent": lambda r: r.gold == 0 and not r.marker,
+        "safe_marker_present": lambda r: r.gold == 0 and r.marker,
+        "safe_marker_present_side_effect": lambda r: r.gold == 0 and r.rule == 1,
+        "safe_marker_present_no_side_effect": lambda r: (r.gold == 0 and r.marker
+                                                         and not r.side_effect),
+        "unsafe_rule_positive": lambda r: r.gold == 1 and r.rule == 1,
+        "unsafe_rule_negative": lambda r: r.gold == 1 and r.rule == 0,
+    }
+    return {name: _block([r for r in items if keep(r)]) for name, keep in strata.items()}
+
+
+def association_audit(rows: Sequence[BenchRow], preds: Sequence[float | None], benchmark: str,
+                      *, replicates: int = DEFAULT_REPLICATES,
+                      seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Rung 2 on one benchmark's rows and one prediction per row."""
+    items = audit_rows(rows, preds, benchmark)
+    return {
+        "benchmark": benchmark,
+        "rows": len(items),
+        "interactions": len({r.cluster for r in items}),
+        "guard": confusion([float(r.gold) for r in items], list(preds)).to_dict(),
+        "nuisance_rule": rule_summary(items),
+        "block_rate_strata": block_rate_strata(items),
+        "within_tool": within_tool(items, marker_safe_only=False),
+        "within_tool_marker_safe_only": within_tool(items, marker_safe_only=True),
+        "safe_marker_within_tool": safe_marker_within_tool(items),
+        "safe_marker_interval": marker_difference_interval(items, replicates=replicates,
+                                                           seed=seed),
+        "interpretation": interpretation(2),
+        "definitions": {
+            "tool_key": "checks.audit.tool_key(stringified current_action)",
+            "marker": f"{MARKER!r} in casefolded stringified history",
+            "nuisance_rule": "marker AND tool key starts with one of "
+                             + ", ".join(SIDE_EFFECT_PREFIXES),
+            "block": "strict decision (score != 0); a missing or invalid prediction "
+                     "blocks and is counted as invalid",
+            "cluster": "<source>:<domain>:<id-interaction>",
+        },
+    }
+
+
+def _r(figure: dict[str, Any]) -> str:
+    value = figure["value"]
+    text = f"{figure['numerator']:.6g}/{figure['denominator']:.6g}"
+    return text + ("" if value is None else f" = {value:.4f}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.4f}"
+
+
+def format_association(result: dict[str, Any]) -> str:
+    """The readable table of ``association_audit``'s result."""
+    rule = result["nuisance_rule"]
+    gold_m = rule["vs_gold"]["metrics"]
+    lines = [
+        f"{result['benchmark']}: {result['rows']} rows, {result['interactions']} interactions, "
+        f"guard coverage {_r(result['guard']['coverage'])}",
+        f"nuisance rule: {rule['rule_positive_rows']} rows flagged (marker "
+        f"{rule['marker_rows']}, side-effect key {rule['side_effect_rows']})",
+        f"  vs gold   accuracy {_r(gold_m['accuracy'])}   F1 {_r(gold_m['f1'])}",
+        f"  vs guard  agreement {_r(rule['agreement_with_guard'])}   "
+        f"F1 (guard blocks as positives) {_r(rule['vs_guard']['metrics']['f1'])}",
+        "block rates:",
+    ]
+    for name, figure in result["block_rate_strata"].items():
+        lines.append(f"  {name:<38} {_r(figure):<24} invalid {figure['invalid']}")
+    for view in ("within_tool", "within_tool_marker_safe_only"):
+        w = result[view]
+        lines.append(f"{view} ({w['safe_rows_counted']}): {w['tools_with_both_classes']}"
+                     f"/{w['tool_keys']} tool keys with both classes")
+        lines.append(f"  unsafe {_r(w['unsafe'])}  safe {_r(w['safe'])}  pooled "
+                     f"{_num(w['pooled_difference'])}  macro {_num(w['macro_difference'])}")
+    s = result["safe_marker_within_tool"]
+    lines.append(f"gold-safe, marker present - absent, within tool: "
+                 f"{s['tools_with_both_marker_states']} tool keys with both states")
+    lines.append(f"  present {_r(s['marker_present'])}  absent {_r(s['marker_absent'])}  "
+                 f"pooled {_num(s['pooled_difference'])}  macro {_num(s['macro_difference'])}")
+    i = result["safe_marker_interval"]
+    bounds = ("-" if i["low"] is None
+              else f"[{i['low']:+.4f}, {i['high']:+.4f}]")
+    lines.append(f"  all gold-safe rows: present {_r(i['marker_present'])}  absent "
+                 f"{_r(i['marker_absent'])}  difference {_num(i['point'])}  95% {bounds} "
+                 f"({i['clusters']} interaction clusters, {i['replicates']} replicates, "
+                 f"seed {i['seed']})")
+    lines += format_rung_lines(result["interpretation"])
+    return "\n".join(lines)
+
+
+def format_rung_lines(entry: dict[str, Any]) -> list[str]:
+    return [f"rung {entry['rung']}: {entry['name']} ({entry['verb']})",
+            f"  may show:     {entry['may_show']}",
+            f"  may not show: {entry['may_not_show']}"]
+
+
+def format_rung(entry: dict[str, Any]) -> str:
+    """One rung's statements as text (printed under each rung's table)."""
+    return "\n".join(format_rung_lines(entry))
+
+
+def format_ladder(result: dict[str, Any]) -> str:
+    lines: list[str] = ["The audit ladder"]
+    for entry in result["rungs"]:
+        lines += format_rung_lines(entry)
+    return "\n".join(lines)
