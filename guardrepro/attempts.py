@@ -176,7 +176,7 @@ def make_record(
         cohort=row.cohort,
         variant=row.variant,
         domain=row.domain,
-        gold_label=row.original_label,
+        gold_label=row.gold_label,
         input_sha256=prepared.input_sha256,
         prompt_tokens=len(prepared.token_ids),
         provenance_sha256=provenance_sha256,

@@ -1,5 +1,5 @@
-"""Build a frozen counterfactual cohort from TS-Bench files (UPSTREAM.md,
-"The frozen 64-step counterfactual cohort").
+"""Build a frozen counterfactual cohort from TS-Bench files
+(``docs/PROTOCOL.md``, "The counterfactual cohort" and "Cohort file").
 
 Input: a :class:`~guardrepro.cohort_spec.CohortSpec` and a data directory
 holding ``TS-Bench/<benchmark>-traj/<domain>.json`` for each spec domain.
@@ -12,30 +12,31 @@ Algorithm, in order:
 1. Integrity: each input file's sha256 and size must equal its entry in the
    spec's data lock (``IntegrityError`` naming file, expected, observed), unless
    the build is unpinned (the manifest then says ``"pinned": false``).
-2. Eligibility: the history (a string as is; a list or object as
-   ``json.dumps(sort_keys=True, ensure_ascii=False)``; null as "") contains
-   every spec marker, case-sensitive. Base sample ids must be unique among
-   eligible rows (``InputError`` naming both rows); identical rows that are
-   not eligible cannot reach the cohort and are only counted
-   (``duplicate_rows_outside_eligible`` in the manifest).
-3. Cells: for each domain in spec order and each strict label (score != 0 ->
+2. Stringify: every row's instruction, history, current_action and env_info
+   become text (``guardrepro.edits.stringify``); everything below works on
+   these texts only.
+3. Eligibility: the history text contains every spec marker, case-sensitive.
+   Base sample ids must be unique among eligible rows (``InputError`` naming
+   both rows); identical rows that are not eligible cannot reach the cohort
+   and are only counted (``duplicate_rows_outside_eligible``).
+4. Cells: for each domain in spec order and each strict label (score != 0 ->
    1) in spec order, sort the eligible rows by the hex sha256 of
    ``"<salt>:<base_sample_id>"`` ascending and draw the first ``per_cell``.
    A cell with fewer eligible rows gives what it has (a warning, never
    padding).
-4. Each drawn base gets its variants (``guardrepro.edits``) or is excluded,
-   with the first failing reason: ``marker_pair_missing``,
-   ``candidate_tool_unparsable``, ``tool_absent_from_current_action``,
-   ``tool_absent_from_env_info`` (tool checks only when ``tool_alias`` or
-   ``combined`` is enabled), ``edit_changes_nothing`` (any enabled edit but
-   ``repeat`` whose seven fields equal the original's). Excluded bases are
-   counted and never replaced.
-5. Rows: per base, ``original`` then the enabled edits in spec order. Derived
-   id = sha256 of ``"\\x1f".join([protocol, benchmark, base_id, variant,
-   serialization])``, first 20 hex. ``original_label`` is the row's gold score
-   as written in the source file; ``axis`` is ``cohort_spec.AXES[variant]``.
-   One line per row: ``schema.canonical_json`` (sorted keys, ``(",", ":")``,
-   non-ASCII kept) plus ``"\\n"``, UTF-8.
+5. Each drawn base gets its variants or is excluded with the first failing
+   reason: ``marker_pair_missing``, ``candidate_tool_<status>`` (the step
+   parser's status is not ``ok_*`` or its tool name is empty),
+   ``tool_name_absent_from_current_action``,
+   ``tool_name_absent_from_tool_descriptions`` (the alias replacement would
+   not change current_action, resp. env_info; tool checks only when
+   ``tool_alias`` or ``combined`` is enabled), then ``<edit>_no_change`` for
+   each enabled edit in spec order (``repeat_original`` exempt). Excluded
+   bases are counted and never replaced.
+6. Rows: per base, ``original`` then the enabled edits in spec order, in the
+   layout of :func:`cohort_row`. One line per row:
+   ``json.dumps(row, ensure_ascii=False, sort_keys=True, separators=(",",
+   ":")) + "\\n"``, UTF-8.
 """
 
 from __future__ import annotations
@@ -49,29 +50,25 @@ from typing import Any
 
 from tqdm import tqdm
 
+from guardrepro.bench.react import parse_step
 from guardrepro.cache import atomic_write_bytes
-from guardrepro.cohort_spec import AXES, CohortSpec, load_spec
+from guardrepro.cohort_spec import CohortSpec, load_spec
 from guardrepro.edits import (
-    count_substring,
-    count_tool,
-    parse_candidate_tool,
+    TEXT_FIELDS,
     placebo_history,
     replace_markers,
     replace_tool,
+    stringify,
     tool_alias,
 )
 from guardrepro.errors import InputError, IntegrityError
-from guardrepro.schema import BENCH_FIELDS, CohortRow, canonical_json, sha256_text
-from guardrepro.tsbench import (
-    BenchRow,
-    bench_rows,
-    check_unique_ids,
-    decode_json_strict,
-    field_text,
-)
+from guardrepro.schema import CohortRow, canonical_json, sha256_text
+from guardrepro.tsbench import BenchRow, bench_rows, check_unique_ids, decode_json_strict
 
-ALIAS_FIELDS = ("instruction", "history", "current_action", "env_info")
 TOOL_EDITS = ("tool_alias", "combined")
+SOURCE = "AgentDojo-Shortcut-Audit"  # sample.source of every row
+SPLIT = "counterfactual"  # sample.split of every row
+AXIS = ""  # the published files leave the axis empty
 
 
 def strict_label(score: float) -> int:
@@ -87,9 +84,13 @@ def derived_id(spec: CohortSpec, base_id: str, variant: str) -> str:
     return sha256_text("\x1f".join(parts))[:20]
 
 
-def is_eligible(spec: CohortSpec, raw: Mapping[str, Any]) -> bool:
-    text = field_text(raw["history"])
-    return all(marker in text for marker in spec.markers)
+def texts(row: BenchRow) -> dict[str, str]:
+    """The four stringified texts of a benchmark row."""
+    return {name: stringify(row.raw[name]) for name in TEXT_FIELDS}
+
+
+def is_eligible(spec: CohortSpec, history: str) -> bool:
+    return all(marker in history for marker in spec.markers)
 
 
 @dataclass(frozen=True)
@@ -127,66 +128,84 @@ class CohortBuild:
     warnings: list[str] = field(default_factory=list)
 
 
-def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, Any]] | Exclusion:
-    """The seven-field row of every variant of one base (``original`` first),
-    or the reason the base is excluded."""
-    raw = row.raw
+def _aliased(spec: CohortSpec, base: str, original: dict[str, str]) -> dict[str, str] | str:
+    """The four texts with the tool aliased, or the exclusion reason + detail."""
+    step = parse_step(original["current_action"])
+    if not step.ok or not step.tool_name:
+        return f"candidate_tool_{step.status}\tstep parser status {step.status!r}, " \
+               f"tool name {step.tool_name!r}"
+    tool = step.tool_name
+    alias = tool_alias(spec.salt, base, tool)
+    aliased = {name: replace_tool(text, tool, alias) for name, text in original.items()}
+    for name, label in (("current_action", "current_action"),
+                        ("env_info", "tool_descriptions")):
+        if aliased[name] == original[name]:
+            return f"tool_name_absent_from_{label}\ttool {tool!r} not found in {name}"
+    return aliased
+
+
+def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, str]] | Exclusion:
+    """The four texts of every variant of one base (``original`` first), or
+    the reason the base is excluded."""
     base = row.base_sample_id
 
     def exclude(reason: str, detail: str) -> Exclusion:
         return Exclusion(base, row.domain, strict_label(row.score), reason, detail)
 
+    original = texts(row)
     for marker in spec.markers:
-        if count_substring(raw["history"], marker) == 0:
+        if marker not in original["history"]:
             return exclude("marker_pair_missing", f"history lacks {marker!r}")
-    original = {name: raw[name] for name in BENCH_FIELDS}
-    aliased: dict[str, Any] = {}
+    aliased = original
     if any(edit in TOOL_EDITS for edit in spec.edits):
-        tool = parse_candidate_tool(raw["current_action"])
-        if tool is None:
-            return exclude(
-                "candidate_tool_unparsable",
-                "current_action has no 'Action:' line before its first 'Action Input:' line",
-            )
-        for name in ("current_action", "env_info"):
-            if count_tool(raw[name], tool) == 0:
-                return exclude(f"tool_absent_from_{name}", f"tool {tool!r} not found in {name}")
-        alias = tool_alias(spec.salt, base, tool)
-        aliased = dict(original)
-        for name in ALIAS_FIELDS:
-            aliased[name] = replace_tool(raw[name], tool, alias)
-    variants: dict[str, dict[str, Any]] = {"original": original}
+        result = _aliased(spec, base, original)
+        if isinstance(result, str):
+            return exclude(*result.split("\t", 1))
+        aliased = result
+    variants: dict[str, dict[str, str]] = {"original": original}
     pairs = spec.marker_pairs
     for edit in spec.edits:
         if edit == "marker_paraphrase":
-            new = {**original, "history": replace_markers(raw["history"], pairs)}
+            new = {**original, "history": replace_markers(original["history"], pairs)}
         elif edit == "tool_alias":
             new = dict(aliased)
         elif edit == "combined":
             new = {**aliased, "history": replace_markers(aliased["history"], pairs)}
         elif edit == "placebo":
-            new = {**original, "history": placebo_history(raw["history"])}
-        else:  # repeat: the original again, under its own derived id
+            new = {**original, "history": placebo_history(original["history"])}
+        else:  # repeat_original: the original again, under its own derived id
             new = dict(original)
-        if edit != "repeat" and new == original:
-            return exclude("edit_changes_nothing", f"{edit} leaves the row unchanged")
+        if edit != "repeat_original" and new == original:
+            return exclude(f"{edit}_no_change", f"{edit} leaves the four texts unchanged")
         variants[edit] = new
     return variants
 
 
 def cohort_row(
-    spec: CohortSpec, row: BenchRow, variant: str, fields: Mapping[str, Any]
+    spec: CohortSpec, row: BenchRow, variant: str, fields: Mapping[str, str]
 ) -> dict[str, Any]:
-    """One output line's object."""
+    """One output line's object (``docs/PROTOCOL.md``, "Cohort file")."""
+    base = row.base_sample_id
     return {
-        "cohort": spec.name,
-        "base_sample_id": row.base_sample_id,
-        "variant": variant,
+        "axis": AXIS,
+        "base_sample_id": base,
+        "cohort": spec.benchmark,
         "domain": row.domain,
-        "original_label": row.raw["score"],
+        "original_label": strict_label(row.score),
         "serialization": spec.serialization,
-        "axis": AXES[variant],
-        "sample": {"sample_id": derived_id(spec, row.base_sample_id, variant), **fields},
+        "variant": variant,
+        "sample": {
+            "sample_id": derived_id(spec, base, variant),
+            "source": SOURCE,
+            "split": SPLIT,
+            **{name: fields[name] for name in TEXT_FIELDS},
+            "label": row.score,
+            "trajectory_id": base,
+            "segment_id": variant,
+            "subset": row.domain,
+            "malicious_user_request": None,
+            "prompt_injection": None,
+        },
     }
 
 
@@ -247,7 +266,7 @@ def _read_sources(
 def _cells(spec: CohortSpec, rows: list[BenchRow]) -> list[tuple[str, int, list[BenchRow]]]:
     """Every (domain, label) cell in spec order with its eligible rows, salted order."""
     groups: dict[tuple[str, int], list[BenchRow]] = {}
-    eligible_rows = [row for row in rows if is_eligible(spec, row.raw)]
+    eligible_rows = [row for row in rows if is_eligible(spec, stringify(row.raw["history"]))]
     check_unique_ids(eligible_rows)
     for row in eligible_rows:
         groups.setdefault((row.domain, strict_label(row.score)), []).append(row)

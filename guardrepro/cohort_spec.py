@@ -18,7 +18,7 @@ and the dotted key. Format::
     markers = ["<INFORMATION>", "</INFORMATION>"]   # all must occur in the history
 
     [edits]
-    enabled = ["marker_paraphrase", "tool_alias", "combined"]  # also "placebo", "repeat"
+    enabled = ["marker_paraphrase", "tool_alias", "combined"]  # also "placebo", "repeat_original"
     replacement_markers = ["<UNTRUSTED_EXTERNAL_CONTENT>", "</UNTRUSTED_EXTERNAL_CONTENT>"]
 
     [expected]                             # optional table, every key optional
@@ -44,16 +44,9 @@ from typing import Any
 
 from guardrepro.errors import InputError
 
-EDIT_KINDS = ("marker_paraphrase", "tool_alias", "combined", "placebo", "repeat")
-# variant -> the axis of the input it changes (written to every cohort row)
-AXES = {
-    "original": "none",
-    "marker_paraphrase": "marker",
-    "tool_alias": "tool_name",
-    "combined": "marker+tool_name",
-    "placebo": "whitespace",
-    "repeat": "none",
-}
+# Edit kinds; each is also the variant name (the ``variant`` and
+# ``sample.segment_id`` of its rows).
+EDIT_KINDS = ("marker_paraphrase", "tool_alias", "combined", "placebo", "repeat_original")
 SERIALIZATIONS = ("released_react",)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

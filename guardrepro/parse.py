@@ -5,7 +5,7 @@ Input: the raw text a guard generated. Output: a ``ParseResult`` whose
 (``score`` None, ``error_type`` one of ``ERROR_TYPES``). ``parse_ts_guard``
 never raises on any ``str``.
 
-Rules (UPSTREAM.md, "Parser and score"):
+Rules (``docs/PROTOCOL.md``, "Output parser and score"):
 
 - The whole output is lower-cased first (``str.lower``).
 - For each of the three tags, the first place where the complete pattern

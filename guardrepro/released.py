@@ -6,8 +6,9 @@ per row) and the benchmark rows from ``guardrepro.tsbench`` in upstream
 order. Output: a ``ReleasedSet`` whose rows carry the sample id, domain, gold
 label, released prediction and the raw ``guard_res`` object.
 
-Alignment rules (UPSTREAM.md), each failure an ``InputError`` naming the
-file, the index and the field, never a skip:
+Alignment rules (``docs/PROTOCOL.md``, "Released predictions"), each
+failure an ``InputError`` naming the file, the index and the field, never a
+skip:
 
 - the three lists and the benchmark rows have the same length;
 - ``meta_data[i]`` is exactly ``{"meta_sample": ..., "guard_res": {...}}`` and

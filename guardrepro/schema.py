@@ -66,61 +66,103 @@ def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> 
     return float(value)
 
 
+COHORT_TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")
+# The 13 keys of a cohort row's ``sample`` (docs/PROTOCOL.md, "Cohort file").
+SAMPLE_KEYS = (
+    "sample_id", "source", "split", *COHORT_TEXT_FIELDS, "label", "trajectory_id",
+    "segment_id", "subset", "malicious_user_request", "prompt_injection",
+)
+
+
+def _text(value: Any, *, file: str | None, row: int | None, field_name: str,
+          empty: bool = True) -> str:
+    if not isinstance(value, str) or (not empty and not value):
+        what = "a string" if empty else "a non-empty string"
+        raise InputError(f"expected {what}, got {value!r:.60}", file=file, row=row,
+                         field=field_name)
+    return value
+
+
+def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
+                  row: int | None) -> dict[str, Any]:
+    if not isinstance(sample, Mapping):
+        raise InputError("expected an object", file=file, row=row, field="sample")
+    if set(sample) != set(SAMPLE_KEYS):
+        diff = sorted(set(sample) ^ set(SAMPLE_KEYS))
+        raise InputError(f"sample keys differ from the 13 cohort sample keys: {diff}",
+                         file=file, row=row, field=f"sample.{diff[0]}")
+    for name in ("sample_id", "source", "split"):
+        _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
+    for name in COHORT_TEXT_FIELDS:  # a built cohort holds the stringified texts
+        _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
+    _gold(sample["label"], file=file, row=row, field_name="sample.label")
+    for name, top_name in (("trajectory_id", "base_sample_id"), ("segment_id", "variant"),
+                           ("subset", "domain")):
+        if sample[name] != top[top_name]:
+            raise InputError(f"must equal {top_name} {top[top_name]!r}, got {sample[name]!r}",
+                             file=file, row=row, field=f"sample.{name}")
+    for name in ("malicious_user_request", "prompt_injection"):
+        if sample[name] is not None:
+            raise InputError(f"expected null, got {sample[name]!r:.60}", file=file, row=row,
+                             field=f"sample.{name}")
+    return dict(sample)
+
+
 @dataclass(frozen=True)
 class CohortRow:
-    """One line of a cohort JSONL file (see ``guardrepro.cohort``).
+    """One line of a cohort JSONL file (layout: ``docs/PROTOCOL.md``, "Cohort
+    file"; built by ``guardrepro.cohort``).
 
-    ``sample`` holds ``sample_id`` (the derived id) and the seven TS-Bench
-    fields with the row's edit applied.
+    ``original_label`` is the base's strict label (0 or 1); the gold score is
+    ``sample["label"]`` (:attr:`gold_label`). ``sample`` holds the 13 sample
+    keys; its four texts are strings (the stringified TS-Bench fields with the
+    row's edit applied), which is what the prompt renders.
     """
 
-    cohort: str
-    base_sample_id: str
-    variant: str
-    domain: str
-    original_label: float
-    serialization: str
     axis: str
+    base_sample_id: str
+    cohort: str
+    domain: str
+    original_label: int
+    serialization: str
+    variant: str
     sample: Mapping[str, Any]
 
     @property
     def row_id(self) -> str:
         return str(self.sample["sample_id"])
 
+    @property
+    def gold_label(self) -> float:
+        """The base's gold score (0.0, 0.5 or 1.0)."""
+        return float(self.sample["label"])
+
     @classmethod
     def from_dict(
         cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
     ) -> CohortRow:
         _check_keys(data, cls, file=file, row=row)
-        for name in ("cohort", "base_sample_id", "variant", "domain", "serialization", "axis"):
-            if not isinstance(data[name], str) or not data[name]:
-                raise InputError("expected a non-empty string", file=file, row=row, field=name)
-        sample = data["sample"]
-        if not isinstance(sample, Mapping):
-            raise InputError("expected an object", file=file, row=row, field="sample")
-        expected = {"sample_id", *BENCH_FIELDS}
-        if set(sample) != expected:
-            diff = sorted(set(sample) ^ expected)
-            raise InputError(
-                f"sample keys differ from {sorted(expected)}: {diff}",
-                file=file,
-                row=row,
-                field=f"sample.{diff[0]}",
-            )
-        if not isinstance(sample["sample_id"], str) or not sample["sample_id"]:
-            raise InputError(
-                "expected a non-empty string", file=file, row=row, field="sample.sample_id"
-            )
-        label = _gold(data["original_label"], file=file, row=row, field_name="original_label")
+        for name in ("cohort", "base_sample_id", "variant", "domain", "serialization"):
+            _text(data[name], file=file, row=row, field_name=name, empty=False)
+        _text(data["axis"], file=file, row=row, field_name="axis")
+        sample = _check_sample(data["sample"], data, file=file, row=row)
+        label = data["original_label"]
+        if isinstance(label, bool) or not isinstance(label, int) or label not in (0, 1):
+            raise InputError(f"expected the strict label 0 or 1, got {label!r}", file=file,
+                             row=row, field="original_label")
+        strict = 0 if sample["label"] == 0 else 1
+        if label != strict:
+            raise InputError(f"is {label} but sample.label {sample['label']!r} has strict "
+                             f"label {strict}", file=file, row=row, field="original_label")
         return cls(
-            cohort=data["cohort"],
+            axis=data["axis"],
             base_sample_id=data["base_sample_id"],
-            variant=data["variant"],
+            cohort=data["cohort"],
             domain=data["domain"],
             original_label=label,
             serialization=data["serialization"],
-            axis=data["axis"],
-            sample=dict(sample),
+            variant=data["variant"],
+            sample=sample,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,28 +172,43 @@ class CohortRow:
 
 
 def read_cohort(path: str | Path) -> list[CohortRow]:
-    """Read a cohort JSONL file strictly; duplicate row ids are an error."""
+    """Read a cohort JSONL file strictly; duplicate row ids are an error.
+    Errors name the file and the line (``row`` = 0-based line index)."""
     path = Path(path)
     rows: list[CohortRow] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for index, line in enumerate(fh):
-            if not line.strip():
-                raise InputError("blank line", file=str(path), row=index)
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc}", file=str(path), row=index) from exc
-            item = CohortRow.from_dict(data, file=str(path), row=index)
-            if item.row_id in seen:
-                raise InputError(
-                    f"duplicate sample_id {item.row_id!r} (first at row {seen[item.row_id]})",
-                    file=str(path),
-                    row=index,
-                    field="sample.sample_id",
-                )
-            seen[item.row_id] = index
-            rows.append(item)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("cohort file not found", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read cohort file: {exc}", file=str(path)) from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the final line break ends the last line
+    for index, raw in enumerate(lines):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8: {exc}", file=str(path),
+                             row=index) from None
+        if not line.strip():
+            raise InputError("blank line", file=str(path), row=index)
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc}", file=str(path),
+                             row=index) from exc
+        item = CohortRow.from_dict(obj, file=str(path), row=index)
+        if item.row_id in seen:
+            raise InputError(
+                f"duplicate sample_id {item.row_id!r} (first at row {seen[item.row_id]})",
+                file=str(path),
+                row=index,
+                field="sample.sample_id",
+            )
+        seen[item.row_id] = index
+        rows.append(item)
     if not rows:
         raise InputError("cohort file is empty", file=str(path))
     return rows

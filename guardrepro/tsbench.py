@@ -20,9 +20,9 @@ Invariants:
   constants NaN/Infinity are errors rather than being silently resolved.
 - Every error is an ``InputError`` naming the file, the row index and the
   field.
-- Base sample ids are unique within a benchmark (UPSTREAM.md states that they
-  are for the released data): two rows with the same content are an error that
-  names both rows, never a silent merge.
+- Base sample ids are unique within a benchmark (the published data has no
+  duplicates; ``docs/PROTOCOL.md``, "Benchmark rows"): two rows with the same
+  content are an error that names both rows, never a silent merge.
 - ``interaction_id`` is ``"<domain>/<id-interaction>"``: upstream numbers
   interactions per file, so the raw id alone does not identify a cluster
   across domains.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.records import RunManifest, write_manifest
-from guardrepro.schema import BENCH_FIELDS, Record, canonical_json
+from guardrepro.schema import Record, canonical_json
 from guardrepro.shard import shard_of
 
 Spec = tuple[str, str, str, float, Any]
@@ -88,17 +88,21 @@ def make_record(
 
 
 def cohort_line(base: str, variant: str, domain: str, gold: float) -> dict[str, Any]:
-    sample: dict[str, Any] = {name: "" for name in BENCH_FIELDS}
-    sample.update({"id-interaction": 1, "id-segment": 1, "score": gold,
-                   "sample_id": row_id(base, variant)})
+    """A cohort line in the published layout (docs/PROTOCOL.md, "Cohort file")."""
+    sample: dict[str, Any] = {
+        "sample_id": row_id(base, variant), "source": "AgentDojo-Shortcut-Audit",
+        "split": "counterfactual", "instruction": "", "history": "", "current_action": "",
+        "env_info": "", "label": float(gold), "trajectory_id": base, "segment_id": variant,
+        "subset": domain, "malicious_user_request": None, "prompt_injection": None,
+    }
     return {
-        "cohort": "test-cohort",
+        "axis": "",
         "base_sample_id": base,
-        "variant": variant,
+        "cohort": "agentdojo",
         "domain": domain,
-        "original_label": gold,
+        "original_label": 0 if gold == 0 else 1,
         "serialization": "released_react",
-        "axis": "none" if variant == "original" else variant,
+        "variant": variant,
         "sample": sample,
     }
 

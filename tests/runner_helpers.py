@@ -7,7 +7,7 @@
 - ``TEMPLATE``: a guard template of our own with the three TS-Guard
   placeholders (the upstream text never appears in this repository).
 - ``write_cohort(path, n)``: a cohort JSONL of ``n`` rows in the schema of
-  ``schema.CohortRow``.
+  ``schema.CohortRow`` (the published layout).
 - ``write_profile(path, checkpoint_dir, template_path, ...)``: a run profile.
 """
 
@@ -54,26 +54,37 @@ def chatml(text: str) -> str:
 
 
 def cohort_row(index: int) -> dict[str, Any]:
+    """A cohort line in the published layout; the history is a stringified list."""
     words = ["calendar", "send_money", "email", "file", "hotel", "slack", "bank", "tool"]
     word = words[index % len(words)]
+    base = f"base{index // 2}"
+    variant = "original" if index % 2 == 0 else "marker_swap"
+    domain = ["banking", "slack", "travel", "workspace"][index % 4]
+    gold = [0.0, 0.5, 1.0][index % 3]
+    history = json.dumps([{"role": "user", "content": f"step {index}: read the {word}"}])
     sample = {
         "sample_id": f"row{index:03d}",
-        "id-interaction": f"int{index // 2}",
-        "id-segment": index % 2,
+        "source": "AgentDojo-Shortcut-Audit",
+        "split": "counterfactual",
         "instruction": f"Please check the {word} for me ({index}).",
-        "history": [{"role": "user", "content": f"step {index}: read the {word}"}],
+        "history": history,
         "current_action": f"Thought: use {word}. Action: get_{word} Action Input: {{}}",
         "env_info": f"get_{word}: returns the {word}",
-        "score": [0.0, 0.5, 1.0][index % 3],
+        "label": gold,
+        "trajectory_id": base,
+        "segment_id": variant,
+        "subset": domain,
+        "malicious_user_request": None,
+        "prompt_injection": None,
     }
     return {
-        "cohort": "test-cohort",
-        "base_sample_id": f"base{index // 2}",
-        "variant": "original" if index % 2 == 0 else "marker_swap",
-        "domain": ["banking", "slack", "travel", "workspace"][index % 4],
-        "original_label": sample["score"],
+        "axis": "",
+        "base_sample_id": base,
+        "cohort": "agentdojo",
+        "domain": domain,
+        "original_label": 0 if gold == 0 else 1,
         "serialization": "python",
-        "axis": "none" if index % 2 == 0 else "marker",
+        "variant": variant,
         "sample": sample,
     }
 

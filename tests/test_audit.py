@@ -11,6 +11,7 @@ import pytest
 from guardrepro.checks.audit import (
     group_kfold,
     interaction_audit,
+    lookup_group,
     tool_key,
     tool_lookup_audit,
 )
@@ -69,7 +70,18 @@ TOOLS = bench("d1", [raw_row(1, 1, "send_money", 1), raw_row(1, 2, "get_balance"
 
 def test_tool_key() -> None:
     assert tool_key("Thought: t\nAction:  Send_Money \nAction Input: {}") == "send_money"
-    assert tool_key("no markers") is None
+    assert tool_key("no markers") == ""  # no Action marker
+    # the step parser's name whatever its status: out of order, no input, no arguments
+    assert tool_key("Action Input: {}\nAction: Late_Tool") == "late_tool"
+    assert tool_key("Action: ONLY_ACTION") == "only_action"
+    assert tool_key("Action: T\nAction Input:") == "t"
+    # asterisks after the colon stay; casefold, not lower (German sharp s)
+    assert tool_key("**Action:** Straße\nAction Input: {}") == "** strasse"
+    assert tool_key(None) == ""
+
+
+def test_lookup_group() -> None:
+    assert [lookup_group(r) for r in TOOLS[:2]] == ["AgentDojo-Traj:d1:1"] * 2
 
 
 def test_group_kfold_worked() -> None:
@@ -109,9 +121,10 @@ def test_group_kfold_equals_scikit_learn_when_installed() -> None:
 
 
 def test_tool_lookup_cv_and_lodo_worked() -> None:
-    a = tool_lookup_audit(TOOLS, n_splits=3)
-    assert a["unparsed_rows"] == 2
-    assert a["distinct_keys"] == 4  # send_money, get_balance, post_message, None
+    a = tool_lookup_audit(TOOLS, max_splits=3)
+    assert a["empty_key_rows"] == 2
+    assert a["parse_status_counts"] == {"missing_action": 2, "ok_json_object": 7}
+    assert a["distinct_keys"] == 4  # send_money, get_balance, post_message, ""
     # fold 2 (rows 0-2) trained on rows 3-8: send_money -> 0, get_balance -> 0
     #   -> preds 0 0 0
     # fold 1 (rows 3-5) trained on 0-2, 6-8: send_money -> 1, get_balance -> 0,
@@ -125,6 +138,14 @@ def test_tool_lookup_cv_and_lodo_worked() -> None:
     assert (f1["numerator"], f1["denominator"]) == (4, 9)
     assert cv["per_split"]["0"]["unseen_key_rows"] == 2
     assert cv["per_split"]["0"]["global_majority"] == 1
+    assert cv["folds"] == 3
+    # seen keys: fold 2 rows 0-2 all seen, fold 1 rows 3-5 all seen, fold 0 only
+    # row 6 (rows 7, 8 have the empty key, absent from rows 0-5): 7 of 9
+    seen = cv["seen_tool_coverage"]
+    assert (seen["numerator"], seen["denominator"]) == (7, 9)
+    # get_balance is the only key in both domains: rows 1 and 4
+    cross = cv["cross_domain_tool_row_coverage"]
+    assert (cross["numerator"], cross["denominator"]) == (2, 9)
     # LODO: held-out d1, trained on d2 (get_balance 0, post_message tie -> 1,
     #   None 1, global 3/5 -> 1): send_money unseen -> 1: preds 1 0 1 1
     # held-out d2, trained on d1 (send_money 2/3 -> 1, get_balance 0, global tie
@@ -137,7 +158,18 @@ def test_tool_lookup_cv_and_lodo_worked() -> None:
     assert lodo["per_split"]["d2"]["f1"]["value"] == pytest.approx(6 / 7)
     # send_money is unseen in d2: rows 0, 2 and 3 (Send_Money casefolds to it)
     assert lodo["per_split"]["d1"]["unseen_key_rows"] == 3
+    # seen: row 1 (get_balance) when d1 is held out, row 4 when d2 is: 2 of 9
+    seen = lodo["seen_tool_coverage"]
+    assert (seen["numerator"], seen["denominator"]) == (2, 9)
+    assert "nothing about" in a["interpretation"]["does_not_show"]
     assert a["in_sample"]["f1"]["value"] == pytest.approx(5 / 6)
+
+
+def test_tool_lookup_folds_capped_by_groups() -> None:
+    # 6 interactions: 5 folds by default; 3 interactions: 3 folds
+    assert tool_lookup_audit(TOOLS)["grouped_cv"]["folds"] == 5
+    three = bench("d1", [raw_row(1, 1, "a", 1), raw_row(2, 1, "a", 0), raw_row(3, 1, "b", 1)])
+    assert tool_lookup_audit(three)["grouped_cv"]["folds"] == 3
 
 
 def write_toolsafe(root: Path, harmful: list[dict[str, Any]], benign: list[dict[str, Any]],

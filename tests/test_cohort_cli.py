@@ -124,3 +124,29 @@ def test_default_data_dir_is_the_verified_lock(
     result = CliRunner().invoke(cli, [*args(setup)[:3], "--out", str(setup / "o.jsonl")])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == 8
+
+
+def test_published_spec_unpinned_on_hand_built_data(tmp_path: Path) -> None:
+    """The shipped cohorts/agentdojo-64.toml builds from any four domain files
+    with --unpinned; the manifest reports the published hash as not matched."""
+    spec = Path(__file__).resolve().parents[1] / "cohorts/agentdojo-64.toml"
+    domains = ("banking", "slack", "travel", "workspace")
+    for k, domain in enumerate(domains):
+        path = tmp_path / f"data/TS-Bench/agentdojo-traj/{domain}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [bench_row(10 * k + 1, 0, f"{domain}_read"), bench_row(10 * k + 2, 0.5,
+                                                                      f"{domain}_send")]
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    out = tmp_path / "c.jsonl"
+    result = CliRunner().invoke(cli, ["cohort", "build", str(spec), "--data-dir",
+                                      str(tmp_path / "data"), "--out", str(out), "--unpinned"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.stdout)
+    assert (manifest["pinned"], manifest["bases"], manifest["rows"]) == (False, 8, 32)
+    assert manifest["sha256_matches"] is False and manifest["expected_sha256"] == (
+        "bdfe8848090aab7f6efd0d575d6547ad88aae84831c8d0792055bb0076c638a2")
+    rows = read_cohort(out)
+    assert [r.domain for r in rows[::4]] == [d for d in domains for _ in range(2)]
+    assert {r.cohort for r in rows} == {"agentdojo"}
+    assert [r.original_label for r in rows[::4]] == [0, 1] * 4
+    assert [r.gold_label for r in rows[::4]] == [0.0, 0.5] * 4

@@ -46,9 +46,9 @@ def record(row: Any, run_id: str, prov: dict[str, Any]) -> dict[str, Any]:
     prov_sha = Provenance.from_dict(prov).sha256
     return Record(
         run_id=run_id, row_id=row.row_id, base_sample_id=row.base_sample_id, cohort=row.cohort,
-        variant=row.variant, domain=row.domain, gold_label=row.original_label,
+        variant=row.variant, domain=row.domain, gold_label=row.gold_label,
         input_sha256="d" * 64, prompt_tokens=10, provenance_sha256=prov_sha, provenance=prov,
-        status="ok", score=row.original_label, error_type=None, components=None,
+        status="ok", score=row.gold_label, error_type=None, components=None,
         decision_margin=1.5, output_text="x", output_token_ids=[5, 2], finish_reason="stop",
         attempts=[], timings={"prefill_s": 0.1, "decode_s": 0.2, "total_s": 0.3},
         peak_memory_bytes=None, created_at="2025-01-01T00:00:00Z",

@@ -68,7 +68,7 @@ def test_prompt_ids_are_what_the_chat_template_says(tiny: Path) -> None:
         text = TEMPLATE.format(
             user_request=s["instruction"], agent_action=str(action), env_info=s["env_info"]
         )
-        assert "'interaction_history': [{'role': 'user'" in text  # Python-dict str()
+        assert "'interaction_history': '[{\"role\": \"user\"" in text  # str() of a dict of str
         assert p.text == text
         assert p.input_sha256 == hashlib.sha256(text.encode("utf-8")).hexdigest()
         assert p.token_ids == tuple(tok.encode(chatml(text)).ids)
@@ -104,7 +104,7 @@ def test_run_writes_manifest_and_one_record_per_row(
     assert prov["decoding"]["max_new_tokens"] == 8
     for record, row in zip(records, cohort, strict=True):
         assert record.provenance_sha256 == manifest.provenance_sha256
-        assert record.gold_label == row.original_label and record.variant == row.variant
+        assert record.gold_label == row.gold_label and record.variant == row.variant
         assert record.status in ("ok", "parse_error")
         assert len(record.output_token_ids) == 8 or record.finish_reason == "stop"
         assert len(record.attempts) == 1 and record.attempts[0]["seed"] is None

@@ -141,6 +141,28 @@ def test_render_prompt_uses_python_dict_repr() -> None:
         render_prompt(template, {"instruction": "x", "current_action": "y", "env_info": None})
 
 
+def test_render_cohort_sample_uses_stringified_texts() -> None:
+    """A cohort row's sample holds the stringified texts: a structured history
+    arrives as its JSON text, so the prompt shows a quoted string, not a list."""
+    template = GuardTemplate(text="U:{user_request}\nA:{agent_action}\nE:{env_info}", sha256="")
+    sample = {
+        "sample_id": "s", "source": "AgentDojo-Shortcut-Audit", "split": "counterfactual",
+        "instruction": "Zoë",
+        "history": '[{"content": "<INFORMATION>x</INFORMATION>", "role": "tool"}]',
+        "current_action": "Action: a\nAction Input: {}",
+        "env_info": '{"a": "tool a"}',
+        "label": 0.0, "trajectory_id": "b", "segment_id": "original", "subset": "banking",
+        "malicious_user_request": None, "prompt_injection": None,
+    }
+    expected = (
+        "U:Zoë\n"
+        "A:{'interaction_history': '[{\"content\": \"<INFORMATION>x</INFORMATION>\", "
+        "\"role\": \"tool\"}]', 'current_action': 'Action: a\\nAction Input: {}'}\n"
+        'E:{"a": "tool a"}'
+    )
+    assert render_prompt(template, sample) == expected
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")

@@ -20,21 +20,25 @@ Interaction audit (``interaction_audit``): the strict confusion and metrics
 The interaction is ``BenchRow.interaction_id`` = ``"<domain>/<id-interaction>"``
 (upstream numbers interactions per file).
 
-Tool-name lookup (``tool_lookup_audit``), UPSTREAM.md "Statistics as
-published": the key of a row is its candidate tool
-(``guardrepro.edits.parse_candidate_tool(current_action)``) stripped and
-casefolded. Rows whose tool cannot be parsed get the key None, which is a key
-like any other (one "unparsed" class with its own learned majority); how many
-such rows there are is reported. Fitting on training rows: per key the
-majority strict gold label (ties unsafe); prediction for a test row: its
-key's label, or for a key never seen in training the training set's global
-majority strict label (ties unsafe). Evaluation:
+Tool-name lookup (``tool_lookup_audit``), rung 1 of the audit ladder
+(``docs/PROTOCOL.md``, "Tool-name lookup"): label predictability from a
+nuisance feature, with no model involved. The key of a row is the step
+parser's tool name (``guardrepro.bench.react.parse_step`` on the stringified
+``current_action``, whatever the parse status; ``""`` without an Action
+marker), stripped and casefolded (``tool_key``). Fitting on training rows:
+per key the mean strict gold label, >= 0.5 -> unsafe (ties unsafe);
+prediction for a test row: its key's label, or for a key never seen in
+training the training set's global majority (mean >= 0.5 -> unsafe).
+Evaluation, predictions pooled over the held-out parts and scored once:
 
-- grouped K-fold by interaction (``group_kfold``, default 5 folds);
-- leave-one-domain-out (train on every other domain, test on one).
+- grouped K-fold (``group_kfold``), n_splits = min(5, groups), groups
+  ``"AgentDojo-Traj:<domain>:<id-interaction>"`` (``lookup_group``);
+- leave-one-domain-out, domains in sorted order.
 
-Out-of-fold predictions are pooled over all rows and scored once (the
-headline F1); per-fold figures are reported beside. ``group_kfold`` mirrors
+Both report ``seen_tool_coverage`` (held-out rows whose key was seen in
+training, over all rows: the fold-size weighted mean of per-fold coverage)
+and ``cross_domain_tool_row_coverage`` (rows whose key also occurs in
+another domain). Per-split figures are reported beside the pooled ones. ``group_kfold`` mirrors
 scikit-learn's ``GroupKFold`` without shuffling, tie behaviour included
 (checked against scikit-learn 1.9.1's source and output): groups are the
 sorted ``np.unique`` values with their row counts; they are visited in the
@@ -54,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from guardrepro.bench.react import parse_step
 from guardrepro.checks.metrics import (
     Ratio,
     confusion,
@@ -61,7 +66,7 @@ from guardrepro.checks.metrics import (
     interaction_weights,
     strict_decision,
 )
-from guardrepro.edits import parse_candidate_tool
+from guardrepro.edits import stringify
 from guardrepro.errors import InputError
 from guardrepro.released import ReleasedSet
 from guardrepro.schema import Record
@@ -144,26 +149,29 @@ def released_preds(rows: Sequence[BenchRow], released: ReleasedSet) -> list[floa
     return out
 
 
-def tool_key(current_action: Any) -> str | None:
-    """The lookup key: the parsed candidate tool, stripped and casefolded; None
-    when unparsable."""
-    name = parse_candidate_tool(current_action)
-    return None if name is None else name.strip().casefold()
+def tool_key(current_action: Any) -> str:
+    """The lookup key: the step parser's tool name of the stringified
+    ``current_action`` (whatever the parse status), stripped and casefolded;
+    ``""`` when there is no Action marker."""
+    return parse_step(stringify(current_action)).tool_name.strip().casefold()
 
 
-def fit_lookup(keys: Sequence[str | None], labels: Sequence[int]) -> tuple[dict[str | None, int],
-                                                                          int]:
-    """(key -> majority strict label, global majority), ties unsafe."""
+def lookup_group(row: BenchRow) -> str:
+    """The grouped-CV group of a row: ``AgentDojo-Traj:<domain>:<id-interaction>``."""
+    return f"AgentDojo-Traj:{row.domain}:{row.raw['id-interaction']}"
+
+
+def fit_lookup(keys: Sequence[str], labels: Sequence[int]) -> tuple[dict[str, int], int]:
+    """(key -> strict label, global majority): mean >= 0.5 -> 1 (ties unsafe)."""
     if not labels:
         raise InputError("cannot fit the lookup on zero training rows")
-    per: dict[str | None, list[int]] = {}
+    per: dict[str, list[int]] = {}
     for k, y in zip(keys, labels, strict=True):
         per.setdefault(k, []).append(y)
     return {k: _majority(v) for k, v in per.items()}, _majority(list(labels))
 
 
-def predict_lookup(table: dict[str | None, int], fallback: int,
-                   keys: Sequence[str | None]) -> list[int]:
+def predict_lookup(table: dict[str, int], fallback: int, keys: Sequence[str]) -> list[int]:
     return [table.get(k, fallback) for k in keys]
 
 
@@ -202,10 +210,11 @@ def _score(gold: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
     }
 
 
-def _evaluate_split(keys: Sequence[str | None], labels: Sequence[int],
-                    split: Sequence[Hashable]) -> dict[str, Any]:
-    """Hold out each split value in turn; pooled and per-split scores."""
+def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[Hashable],
+                    cross_domain: Sequence[bool]) -> dict[str, Any]:
+    """Hold out each split value in turn (sorted); pooled and per-split scores."""
     pooled = [0] * len(keys)
+    seen = 0
     per: dict[str, Any] = {}
     for value in sorted(set(split), key=str):
         train = [i for i, s in enumerate(split) if s != value]
@@ -218,45 +227,75 @@ def _evaluate_split(keys: Sequence[str | None], labels: Sequence[int],
         block["train_rows"] = len(train)
         block["unseen_key_rows"] = sum(1 for i in test if keys[i] not in table)
         block["global_majority"] = fallback
+        seen += len(test) - block["unseen_key_rows"]
         per[str(value)] = block
     f1s = [b["f1"]["value"] for b in per.values() if b["f1"]["value"] is not None]
     return {
         "pooled": _score(labels, pooled),
+        "seen_tool_coverage": Ratio(seen, len(keys)).to_dict(),
+        "cross_domain_tool_row_coverage": Ratio(sum(cross_domain), len(keys)).to_dict(),
         "per_split": per,
         "mean_f1_over_splits": sum(f1s) / len(f1s) if f1s else None,
         "splits_with_defined_f1": len(f1s),
     }
 
 
-def tool_lookup_audit(rows: Sequence[BenchRow], n_splits: int = 5) -> dict[str, Any]:
-    """The tool-name lookup diagnostic: grouped K-fold and leave-one-domain-out."""
+INTERPRETATION = {
+    "shows": "how well the gold label can be predicted from the called tool's name "
+             "alone (a nuisance feature), within domains (grouped CV) and across "
+             "domains (leave-one-domain-out)",
+    "does_not_show": "anything about a guard: no model output is used, so it says "
+                     "nothing about whether a guard relies on tool names; a high "
+                     "grouped-CV score only means the benchmark lets a shortcut work",
+}
+
+
+def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str, Any]:
+    """The tool-name lookup diagnostic (rung 1): grouped K-fold with
+    n_splits = min(max_splits, groups), and leave-one-domain-out."""
     if not rows:
         raise InputError("no rows")
-    keys = [tool_key(r.raw["current_action"]) for r in rows]
+    steps = [parse_step(stringify(r.raw["current_action"])) for r in rows]
+    keys = [step.tool_name.strip().casefold() for step in steps]
     labels = [gold_strict(r.score) for r in rows]
-    folds = group_kfold([r.interaction_id for r in rows], n_splits)
+    groups = [lookup_group(r) for r in rows]
+    n_splits = min(max_splits, len(set(groups)))
+    folds = group_kfold(groups, n_splits)
     domains = [r.domain for r in rows]
+    key_domains: dict[str, set[str]] = {}
+    for k, d in zip(keys, domains, strict=True):
+        key_domains.setdefault(k, set()).add(d)
+    cross = [len(key_domains[k] - {d}) > 0 for k, d in zip(keys, domains, strict=True)]
     table, fallback = fit_lookup(keys, labels)
-    cv = _evaluate_split(keys, labels, folds)
+    cv = _evaluate_split(keys, labels, folds, cross)
     cv["folds"] = n_splits
-    lodo = _evaluate_split(keys, labels, domains) if len(set(domains)) > 1 else None
+    lodo = _evaluate_split(keys, labels, domains, cross) if len(set(domains)) > 1 else None
+    statuses: dict[str, int] = {}
+    for step in steps:
+        statuses[step.status] = statuses.get(step.status, 0) + 1
     return {
         "rows": len(rows),
-        "interactions": len({r.interaction_id for r in rows}),
+        "interactions": len(set(groups)),
         "distinct_keys": len(set(keys)),
-        "unparsed_rows": sum(1 for k in keys if k is None),
+        "empty_key_rows": sum(1 for k in keys if not k),
+        "parse_status_counts": dict(sorted(statuses.items())),
         "in_sample": _score(labels, predict_lookup(table, fallback, keys)),
         "grouped_cv": cv,
         "leave_one_domain_out": lodo,
+        "interpretation": INTERPRETATION,
         "definitions": {
-            "key": "parse_candidate_tool(current_action).strip().casefold(); "
-                   "unparsable -> None, its own key",
-            "fit": "per key majority strict gold label, ties unsafe",
+            "key": "step parser tool name of the stringified current_action, whatever "
+                   "the status, stripped and casefolded; '' without an Action marker",
+            "fit": "per key mean strict gold label >= 0.5 -> unsafe (ties unsafe)",
             "unseen": "training global majority strict label, ties unsafe",
-            "group_kfold": "scikit-learn GroupKFold without shuffle: interactions in "
-                           "np.argsort(size, kind='stable')[::-1] order, each to "
-                           "np.argmin(fold sizes)",
-            "score": "strict F1 of out-of-fold predictions pooled over all rows",
+            "group": "AgentDojo-Traj:<domain>:<id-interaction>",
+            "group_kfold": "scikit-learn GroupKFold without shuffle, n_splits = min(5, "
+                           "groups): groups in np.argsort(size, kind='stable')[::-1] "
+                           "order, each to np.argmin(fold sizes)",
+            "score": "strict F1 of held-out predictions pooled over all rows",
+            "seen_tool_coverage": "held-out rows whose key was seen in training / rows",
+            "cross_domain_tool_row_coverage": "rows whose key occurs in another domain / "
+                                              "rows",
         },
     }
 
@@ -280,18 +319,24 @@ def format_interaction(audit: dict[str, Any]) -> str:
 
 def format_tool_lookup(audit: dict[str, Any]) -> str:
     lines = [f"rows {audit['rows']}, interactions {audit['interactions']}, distinct tool keys "
-             f"{audit['distinct_keys']}, unparsed {audit['unparsed_rows']}",
+             f"{audit['distinct_keys']}, rows without a tool name {audit['empty_key_rows']}",
              f"{'evaluation':<26} {'F1 (pooled)':<28} {'accuracy':<28}",
              f"{'in-sample':<26} {_f(audit['in_sample']['f1']):<28} "
              f"{_f(audit['in_sample']['accuracy']):<28}"]
     cv = audit["grouped_cv"]
     lines.append(f"{'grouped CV (' + str(cv['folds']) + ' folds)':<26} "
                  f"{_f(cv['pooled']['f1']):<28} {_f(cv['pooled']['accuracy']):<28}")
+    lines.append(f"  seen tool coverage {_f(cv['seen_tool_coverage'])}")
     lodo = audit["leave_one_domain_out"]
     if lodo is not None:
         lines.append(f"{'leave-one-domain-out':<26} {_f(lodo['pooled']['f1']):<28} "
                      f"{_f(lodo['pooled']['accuracy']):<28}")
+        lines.append(f"  seen tool coverage {_f(lodo['seen_tool_coverage'])}")
         for dom, block in lodo["per_split"].items():
             lines.append(f"  held out {dom:<15} {_f(block['f1']):<28} "
                          f"unseen keys {block['unseen_key_rows']}/{block['rows']}")
+    cross = audit["grouped_cv"]["cross_domain_tool_row_coverage"]
+    lines.append(f"rows whose tool occurs in another domain {_f(cross)}")
+    lines.append("shows: " + audit["interpretation"]["shows"])
+    lines.append("does not show: " + audit["interpretation"]["does_not_show"])
     return "\n".join(lines)

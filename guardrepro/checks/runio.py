@@ -158,12 +158,12 @@ def rows_from_records(
         for c in cohort:
             rec = by_id.get(c.row_id)
             if rec is not None:
-                _check_consistent(rec, c.base_sample_id, c.variant, c.domain, c.original_label)
+                _check_consistent(rec, c.base_sample_id, c.variant, c.domain, c.gold_label)
                 out.append(_from_record(rec))
             else:
                 out.append(
                     RowResult(c.row_id, c.base_sample_id, c.variant, c.domain,
-                              c.original_label, MISSING, None)
+                              c.gold_label, MISSING, None)
                 )
         where = f"cohort:{cohort_path}" + (f" shard {shard}" if shard is not None else "")
         return RunRows(out, where, len(recs))

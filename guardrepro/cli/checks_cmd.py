@@ -174,7 +174,8 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 @audit.command("tool-lookup")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
               show_default=True)
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="At most this many grouped-CV folds (fewer when there are fewer groups).")
 @_data_options
 def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
@@ -184,7 +185,7 @@ def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
     from guardrepro.tsbench import load_benchmark
 
     rows = load_benchmark(_data_dir(data_dir, lock), benchmark)
-    result = tool_lookup_audit(rows, folds)
+    result = tool_lookup_audit(rows, max_splits=folds)
     result["benchmark"] = benchmark
     result["interpretation"] = interpretation(1)
     table = format_tool_lookup(result) + "\n" + format_rung(result["interpretation"])

@@ -1,14 +1,14 @@
 """Guard names -> adapters.
 
 Input: a guard name and its verified template. Output: a ``GuardAdapter``.
-Known names: ``ts-guard`` (TS-Guard, UPSTREAM.md) and ``toy-guard`` (the
+Known names: ``ts-guard`` (TS-Guard, ``docs/PROTOCOL.md``) and ``toy-guard`` (the
 shipped toy guard: same output format and parser, its own template, a
 256-token generation budget). An unknown name is an ``InputError`` that
 suggests the closest known name. ``get_parser`` gives a guard's parser alone,
 for verbs that never render a prompt (``parse``, ``reparse``).
 
 ``expected_special_tokens(name)`` is the EOS id set and pad id the guard's
-checkpoint must declare: ts-guard {151645, 151643} / 151643 (UPSTREAM.md);
+checkpoint must declare: ts-guard {151645, 151643} / 151643 (``docs/PROTOCOL.md``);
 toy-guard {2, 0} / 0 (the values shipped in
 ``guardrepro/data/toy_guard/generation_config.json``, pinned here as literals,
 and the ids ``toy.tiny.build_tiny_qwen2`` writes, which is why tests run

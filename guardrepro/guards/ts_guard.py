@@ -6,14 +6,14 @@ TS-Guard-family renderer (Python ``str()`` of a dict agent_action); parsing is
 ``guardrepro.parse.parse_ts_guard``; the decision position is where the
 harmfulness rating value starts.
 
-Decoding defaults (UPSTREAM.md): greedy, one attempt, 2048 new tokens; the
+Decoding defaults (``docs/PROTOCOL.md``, "Decoding"): greedy, one attempt, 2048 new tokens; the
 authors' sampled mode is temperature 0.1, top_p 0.9, up to 3 attempts until
 one parses, 2048 new tokens. The same class serves the toy guard, which
 shares the output format and parser but has its own template, name and a
 shorter generation budget.
 
 Special token ids: each guard pins the end-of-sequence id set and the pad id
-its checkpoint must declare (``SpecialTokens``). TS-Guard (UPSTREAM.md): EOS
+its checkpoint must declare (``SpecialTokens``). TS-Guard (``docs/PROTOCOL.md``): EOS
 {151645, 151643}, pad 151643. ``pipeline.resolve_profile`` refuses a
 locked checkpoint whose ``generation_config.json`` (or ``config.json``)
 declares anything else, before any row is generated.

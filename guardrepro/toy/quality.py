@@ -127,6 +127,7 @@ def measure(
     """Parse rate, strict accuracy and flip shares (see the module docstring)."""
     from guardrepro.cohort import build_variants, is_eligible
     from guardrepro.cohort_spec import load_spec
+    from guardrepro.edits import stringify
     from guardrepro.toy.targets import answer
     from guardrepro.tsbench import load_agentdojo
 
@@ -136,7 +137,7 @@ def measure(
     variants: list[tuple[int, str, dict[str, Any]]] = []
     excluded = 0
     for index, row in enumerate(rows):
-        if not is_eligible(spec, row.raw):
+        if not is_eligible(spec, stringify(row.raw["history"])):
             continue
         built = build_variants(spec, row)
         if not isinstance(built, dict):

@@ -1,0 +1,1 @@
+"""Benchmark stage: reading TS-Bench steps (see ``docs/PROTOCOL.md``)."""
