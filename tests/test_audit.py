@@ -161,7 +161,7 @@ def test_tool_lookup_cv_and_lodo_worked() -> None:
     # seen: row 1 (get_balance) when d1 is held out, row 4 when d2 is: 2 of 9
     seen = lodo["seen_tool_coverage"]
     assert (seen["numerator"], seen["denominator"]) == (2, 9)
-    assert "nothing about" in a["interpretation"]["does_not_show"]
+    assert "no model output is used" in a["interpretation"]["may_not_show"]
     assert a["in_sample"]["f1"]["value"] == pytest.approx(5 / 6)
 
 

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from guardrepro.checks.audit import tool_key
+from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.errors import InputError
 from guardrepro.tsbench import BenchRow, field_text
@@ -66,55 +67,6 @@ BATCH = 512
 QUANTILES = (0.025, 0.975)
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
-
-LADDER: tuple[dict[str, Any], ...] = (
-    {
-        "rung": 1,
-        "name": "label predictability (tool-name lookup)",
-        "verb": "guardrepro audit tool-lookup",
-        "may_show": "how well the tool name alone predicts the gold label, within the "
-                    "benchmark (grouped cross-validation) and across domains "
-                    "(leave-one-domain-out): whether the labels leave a shortcut open",
-        "may_not_show": "anything about a guard: no model output is used, and a "
-                        "predictable label does not mean any guard relies on the tool name",
-    },
-    {
-        "rung": 2,
-        "name": "association of the guard's decisions with nuisance features",
-        "verb": "guardrepro audit association",
-        "may_show": "whether the guard's block decisions co-vary with the nuisance "
-                    "features (the <information> marker, side-effect tool prefixes) on "
-                    "these rows, within tool and within gold class",
-        "may_not_show": "that a feature causes the decisions (observational, non-causal: "
-                        "rows with and without a feature differ in other ways), nor "
-                        "anything beyond these rows and these predictions",
-    },
-    {
-        "rung": 3,
-        "name": "paired edits (counterfactual flips)",
-        "verb": "guardrepro stats RUN_DIR",
-        "may_show": "the causal effect of each specific edit (marker paraphrase, tool "
-                    "alias, combined), for that edit only, on the frozen run's decisions "
-                    "for the cohort's rows",
-        "may_not_show": "the effect of the underlying feature in general, of other edits, "
-                        "or on other rows, guards, runs or decoding settings; few flips do "
-                        "not show that the guard ignores the feature",
-    },
-)
-
-
-def ladder() -> dict[str, Any]:
-    """The three rungs with what each may and may not be taken to show."""
-    return {"rungs": [dict(r) for r in LADDER]}
-
-
-def interpretation(rung: int) -> dict[str, Any]:
-    """One rung's statements, to embed in that rung's output."""
-    for entry in LADDER:
-        if entry["rung"] == rung:
-            return dict(entry)
-    raise InputError(f"no rung {rung}", field="rung")
-
 
 @dataclass(frozen=True)
 class AuditRow:

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from guardrepro.bench.react import parse_step
+from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
     confusion,
@@ -240,16 +241,6 @@ def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[
     }
 
 
-INTERPRETATION = {
-    "shows": "how well the gold label can be predicted from the called tool's name "
-             "alone (a nuisance feature), within domains (grouped CV) and across "
-             "domains (leave-one-domain-out)",
-    "does_not_show": "anything about a guard: no model output is used, so it says "
-                     "nothing about whether a guard relies on tool names; a high "
-                     "grouped-CV score only means the benchmark lets a shortcut work",
-}
-
-
 def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str, Any]:
     """The tool-name lookup diagnostic (rung 1): grouped K-fold with
     n_splits = min(max_splits, groups), and leave-one-domain-out."""
@@ -282,7 +273,7 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str
         "in_sample": _score(labels, predict_lookup(table, fallback, keys)),
         "grouped_cv": cv,
         "leave_one_domain_out": lodo,
-        "interpretation": INTERPRETATION,
+        "interpretation": interpretation(1),
         "definitions": {
             "key": "step parser tool name of the stringified current_action, whatever "
                    "the status, stripped and casefolded; '' without an Action marker",
@@ -337,6 +328,6 @@ def format_tool_lookup(audit: dict[str, Any]) -> str:
                          f"unseen keys {block['unseen_key_rows']}/{block['rows']}")
     cross = audit["grouped_cv"]["cross_domain_tool_row_coverage"]
     lines.append(f"rows whose tool occurs in another domain {_f(cross)}")
-    lines.append("shows: " + audit["interpretation"]["shows"])
-    lines.append("does not show: " + audit["interpretation"]["does_not_show"])
+    lines.append("may show: " + audit["interpretation"]["may_show"])
+    lines.append("may not show: " + audit["interpretation"]["may_not_show"])
     return "\n".join(lines)

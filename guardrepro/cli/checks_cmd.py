@@ -180,15 +180,13 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out."""
-    from guardrepro.checks.association import format_rung, interpretation
     from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
     from guardrepro.tsbench import load_benchmark
 
     rows = load_benchmark(_data_dir(data_dir, lock), benchmark)
     result = tool_lookup_audit(rows, max_splits=folds)
     result["benchmark"] = benchmark
-    result["interpretation"] = interpretation(1)
-    table = format_tool_lookup(result) + "\n" + format_rung(result["interpretation"])
+    table = format_tool_lookup(result)
     _emit(result, table, out)
 
 
