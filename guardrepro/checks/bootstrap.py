@@ -140,11 +140,12 @@ def cluster_table(
     matrix = np.asarray(values, dtype=np.float64)
     if matrix.ndim != 2 or not np.all(np.isfinite(matrix)):
         raise InputError("every observation needs the same number of finite values")
-    for name, ids in (("clusters", clusters), ("strata", strata)):
-        if ids is not None:
-            bad = next((i for i, x in enumerate(ids) if not isinstance(x, str)), None)
+    for name, given in (("clusters", clusters), ("strata", strata)):
+        if given is not None:
+            bad = next((i for i, x in enumerate(given) if not isinstance(x, str)), None)
             if bad is not None:
-                raise InputError(f"ids must be strings, got {ids[bad]!r}", row=bad, field=name)
+                raise InputError(f"ids must be strings, got {given[bad]!r}", row=bad,
+                                 field=name)
     cluster_arr = np.asarray(list(clusters), dtype=object).astype(str)
     stratum_arr = (np.full(n, "", dtype=object) if strata is None
                    else np.asarray(list(strata), dtype=object)).astype(str)

@@ -215,7 +215,7 @@ class _Engine:
 
 def _counts(pairs: Sequence[Pair]) -> dict[str, Any]:
     def block(sub: Sequence[Pair]) -> dict[str, Any]:
-        out = {}
+        out: dict[str, Any] = {}
         for name in COUNTED:
             keep, num, den = DEFINITIONS[name]
             obs = [p for p in sub if keep(p)]
