@@ -30,6 +30,7 @@ from pathlib import Path
 from IPython.display import Image, display
 
 from guardrepro.checks.runio import load_run
+from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import compute_stats, format_table
 from guardrepro.report import load_gate, plot_flip_rates, plot_margin_histogram
 
@@ -41,10 +42,10 @@ print(f"{len(run.rows)} expected rows ({run.expected_source}), {run.records} rec
 
 # %%
 stats_path = RUN_DIR / "stats.json"
-if stats_path.is_file():
-    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else None
+if stats is not None and stats.get("schema") == STATS_SCHEMA:
     print(f"loaded {stats_path}")
-else:
+else:  # none yet, or written by an older guardrepro
     stats = compute_stats(run.rows, replicates=REPLICATES,
                           expected_source=run.expected_source).to_json()
     print(f"computed in memory with {REPLICATES} replicates")

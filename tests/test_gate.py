@@ -287,3 +287,23 @@ def test_released_reference_end_to_end(tmp_path: Path,
         (bases[2][0], "strict"), (bases[3][0], "reference_invalid"),
         (bases[6][0], "local_invalid")}
     assert gate["reference"]["type"] == "released"
+
+
+def test_gate_on_a_predictions_file(setup: dict[str, Path], tmp_path: Path) -> None:
+    # the local originals of the module docstring as a predictions file (the
+    # parse error is a null score): the same figures as the run directory
+    preds = tmp_path / "p" / "preds.jsonl"
+    preds.parent.mkdir()
+    scores = [0, 0.5, 0, None]
+    preds.write_text("".join(
+        json.dumps({"base_sample_id": b, "variant": "original", "domain": d, "gold_label": g,
+                    "score": s}) + "\n" for (b, d, g), s in zip(BASES, scores, strict=True)))
+    assert run_gate(["gate", str(preds), "--spec", str(setup["loose"])]) == 0
+    gate = json.loads((preds.parent / "gate.json").read_text())
+    f = gate["figures"]
+    assert frac(f["coverage"]) == (3, 4) and frac(f["strict_agreement"]) == (2, 4)
+    assert [d["reason"] for d in gate["disagreements"]] == ["strict", "local_invalid"]
+    out = tmp_path / "elsewhere"
+    assert run_gate(["gate", str(preds), "--spec", str(setup["strict"]), "--out",
+                     str(out)]) == 3
+    assert json.loads((out / "gate.json").read_text())["passed"] is False
