@@ -1,5 +1,5 @@
 """An independent plain-Python re-implementation of the interval engine
-(docs/PROTOCOL.md, "Statistics"), for tests: cluster sums in dicts, strata and
+(docs/PROTOCOL.md, "Interval engine"), for tests: cluster sums in dicts, strata and
 clusters sorted with ``sorted``, one ``default_rng(seed)`` making the same
 ``integers`` calls in the same order (batches of 512, strata in order), each
 replicate summed in a Python loop, and NumPy's documented ``linear``

@@ -1,8 +1,7 @@
 """The interval engine: a seeded cluster bootstrap of a ratio of sums.
 
 Every interval guardrepro reports comes from this one engine (the protocol
-account is in docs/PROTOCOL.md; the README section "The interval engine"
-restates it).
+account is docs/PROTOCOL.md, section "Interval engine").
 
 Input, one entry per observation: a numerator value, a denominator value, a
 cluster id (a string; ``base_sample_id`` for cohort statistics) and

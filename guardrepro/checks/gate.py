@@ -32,7 +32,7 @@ one-line verdict and ``causal_interpretation``:
 ``eligible_for_frozen_local_q8_reproduction_only`` when the gate passes,
 ``exploratory_local_reproduction_only`` when it fails.
 
-Definitions:
+Definitions (docs/PROTOCOL.md, section "Parity gate"):
 
 - The gated row set: with a ``records`` reference, the reference's original
   rows (a local original that is not one of them is an error); with a

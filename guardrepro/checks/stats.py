@@ -13,7 +13,8 @@ are the sums of the statistic's numerators and denominators, ``clusters``
 the bases its interval resampled. Beside them, ``edits.<edit>.<view>.counts``
 holds the flip counts by domain and by original gold label.
 
-Definitions (docs/PROTOCOL.md, "Statistics"):
+Definitions (docs/PROTOCOL.md, sections "Statistics vocabulary" and "Which
+interval is which"):
 
 - strict decision = score != 0; fail-closed: a missing, errored or invalid
   row is decision 1 and counts as invalid.
