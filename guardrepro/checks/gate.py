@@ -393,5 +393,4 @@ def format_table(gate: Mapping[str, Any]) -> str:
         b = gate["spec"]["bootstrap"]
         lines.append(f"ratio checks test the stratified bootstrap lower bound ({b['replicates']} "
                      f"replicates, seed {b['seed']}, confidence {b['confidence']})")
-    lines.append(f"causal_interpretation: {gate['causal_interpretation']}")
     return "\n".join(lines)
