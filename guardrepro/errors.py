@@ -31,6 +31,7 @@ class InputError(GuardreproError, ValueError):
         field: str | None = None,
         line: int | None = None,
     ) -> None:
+        self.message = message
         self.file = file
         self.row = row
         self.field = field

@@ -131,8 +131,7 @@ def load_spec(path: str | Path) -> GateSpec:
     try:
         check_settings(replicates, seed, confidence)
     except InputError as exc:
-        raise InputError(str(exc).split(": ", 1)[-1], file=file,
-                         field=f"bootstrap.{exc.field}") from None
+        raise InputError(exc.message, file=file, field=f"bootstrap.{exc.field}") from None
     return GateSpec(
         name=name, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), rows=rows,
         reference=dict(ref), thresholds=thresholds, replicates=replicates, seed=seed,

@@ -56,11 +56,10 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
     variant = _text(obj, "variant", file, line)
     domain = _text(obj, "domain", file, line)
     try:
-        gold = check_gold(obj["gold_label"])
-        score = check_score(obj["score"])
+        gold = check_gold(obj["gold_label"], field="gold_label")
+        score = check_score(obj["score"], field="score")
     except InputError as exc:
-        raise InputError(str(exc).split(": ", 1)[-1], file=file, line=line,
-                         field=exc.field) from None
+        raise InputError(exc.message, file=file, line=line, field=exc.field) from None
     return RowResult(
         row_id=f"{base}:{variant}", base_sample_id=base, variant=variant, domain=domain,
         gold_label=gold, status="ok" if score is not None else INVALID, score=score,
