@@ -188,13 +188,13 @@ def run_demo(
     run = load_run(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
     key_field, reference, _ = reference_rows(spec, home)
-    result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference)
+    result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference).to_json()
     write_json_atomic(hf_dir / "gate.json", result.gate)
     mark("gate")
 
     say(f"[{next(step)}/{steps}] statistics and report")
     result.stats = compute_stats(run.rows, replicates=replicates, seed=260828,
-                                 expected_source=run.expected_source)
+                                 expected_source=run.expected_source).to_json()
     write_json_atomic(hf_dir / "stats.json", result.stats)
     result.report = build_report(hf_dir)
     mark("stats_report")
@@ -221,12 +221,14 @@ def summary_lines(result: DemoResult) -> list[str]:
             f"  {variant:<18} accuracy {_rate(block['metrics']['accuracy'])}   "
             f"coverage {_rate(block['coverage'])}"
         )
-    lines.append("strict flips by edit (all pairs, fail-closed; 95% stratified cluster bootstrap):")
+    lines.append("strict flips by edit (all pairs, fail-closed; 95% cluster bootstrap, "
+                 "unstratified):")
     for variant, block in stats.get("edits", {}).items():
-        view = block["views"]["all_pairs"]
-        interval = view["intervals"]["flips"]["stratified"]
-        ci = "" if not interval else f"  [{interval['low']:.3f}, {interval['high']:.3f}]"
-        lines.append(f"  {variant:<18} {_rate(view['flips'])}{ci}")
+        flip = block["all_pairs"]["flip_rate"]
+        ci = "" if flip["lower"] is None else f"  [{flip['lower']:.3f}, {flip['upper']:.3f}]"
+        figure = {"numerator": flip["count"], "denominator": flip["denominator"],
+                  "value": flip["point"]}
+        lines.append(f"  {variant:<18} {_rate(figure)}{ci}")
     if result.comparison is not None:
         s = result.comparison["summary"]
         plan = result.mlx_plan

@@ -18,7 +18,8 @@ class GuardreproError(Exception):
 class InputError(GuardreproError, ValueError):
     """Unusable input: a malformed file, row or field, or a bad argument.
 
-    Messages name the file, the row index and the field where they apply.
+    Messages name the file, the row index (or the 1-based line of a text
+    file) and the field where they apply.
     """
 
     def __init__(
@@ -28,13 +29,18 @@ class InputError(GuardreproError, ValueError):
         file: str | None = None,
         row: int | None = None,
         field: str | None = None,
+        line: int | None = None,
     ) -> None:
+        self.message = message
         self.file = file
         self.row = row
         self.field = field
+        self.line = line
         where = []
         if file is not None:
             where.append(str(file))
+        if line is not None:
+            where.append(f"line {line}")
         if row is not None:
             where.append(f"row {row}")
         if field is not None:
@@ -81,5 +87,12 @@ class InferenceError(GuardreproError, RuntimeError):
 
 class GateFailed(GuardreproError):
     """The parity gate ran on usable input and its thresholds were not met."""
+
+    exit_code = 3
+
+
+class CheckFailed(GuardreproError):
+    """A check ran on usable input and its figures did not match (for example a
+    run compared with published figures)."""
 
     exit_code = 3

@@ -4,8 +4,9 @@ Input: a run directory (``records.jsonl``, ``manifest.json``), its
 ``stats.json`` (computed and written first when missing) and, when present,
 its ``gate.json``.
 
-Output (in the run directory): ``flip_rates.png`` (strict flip rates with
-stratified 95% bootstrap intervals, by edit and by edit x domain),
+Output (in the run directory): ``flip_rates.png`` (strict flip rates per
+edit in both views with their bootstrap intervals, and per edit x domain as
+counts),
 ``score_confusion.png`` (reference vs local scores, only with gate.json),
 ``margin_hist.png`` (decision-margin histogram split by agreement with the
 reference when gate.json exists, else by whether the row's edit pair flipped)
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
-from guardrepro.checks.bootstrap import DEFAULT_DRAW_ORDER, DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.metrics import strict_decision
+from guardrepro.checks.pairs import ORIGINAL
 from guardrepro.checks.runio import (
     RowResult,
     RunRows,
@@ -34,7 +36,8 @@ from guardrepro.checks.runio import (
     load_run,
     write_json_atomic,
 )
-from guardrepro.checks.stats import ORIGINAL, compute_stats
+from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
+from guardrepro.checks.stats import STATISTICS, VIEWS, compute_stats, fmt_num
 from guardrepro.checks.stats import format_table as stats_table
 from guardrepro.errors import DependencyMissingError, InputError
 from guardrepro.records import write_atomic
@@ -70,7 +73,6 @@ def _save(fig: Any, path: Path) -> Path:
 
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
-                          draw_order: str = DEFAULT_DRAW_ORDER,
                           cohort: str | Path | None = None,
                           run: RunRows | None = None) -> dict[str, Any]:
     """stats.json of the run, computed (and written) when missing, older than
@@ -85,11 +87,12 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-        return data
+        if data.get("schema") == STATS_SCHEMA:
+            return data
     if run is None:
         run = load_run(run_dir, cohort)
     data = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
-                         expected_source=run.expected_source, draw_order=draw_order)
+                         expected_source=run.expected_source).to_json()
     data["run_dir"] = str(run_dir)
     write_json_atomic(path, data)
     return data
@@ -106,15 +109,17 @@ def load_gate(run_dir: str | Path) -> dict[str, Any] | None:
     return data
 
 
-def _err(rate: float | None, iv: Mapping[str, Any] | None) -> tuple[float, float]:
-    if rate is None or not iv or iv.get("low") is None:
+def _err(s: Mapping[str, Any]) -> tuple[float, float]:
+    rate = s["point"]
+    if rate is None or s["lower"] is None:
         return 0.0, 0.0
-    return max(rate - iv["low"], 0.0), max(iv["high"] - rate, 0.0)
+    return max(rate - s["lower"], 0.0), max(s["upper"] - rate, 0.0)
 
 
 def plot_flip_rates(stats: Mapping[str, Any], path: str | Path) -> Path:
-    """Flip rate (all pairs, fail-closed) per edit and per edit x domain, with
-    stratified intervals; bars are labelled numerator/denominator."""
+    """Flip rate per edit in both views with their intervals (all pairs:
+    unstratified; valid both: stratified by domain:gold), and per edit x domain
+    (all pairs, counts only); bars are labelled count/denominator."""
     plt = _pyplot()
     edits = list(stats["edits"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
@@ -127,37 +132,35 @@ def plot_flip_rates(stats: Mapping[str, Any], path: str | Path) -> Path:
     for i, e in enumerate(edits):
         for j, (view, color) in enumerate((("all_pairs", "tab:red"),
                                            ("valid_both_only", "tab:blue"))):
-            block = stats["edits"][e]["views"][view]
-            rate = block["flips"]["value"]
-            lo, hi = _err(rate, block["intervals"]["flips"]["stratified"])
+            flip = stats["edits"][e][view]["flip_rate"]
+            rate = flip["point"]
+            lo, hi = _err(flip)
             x = i + (j - 0.5) * 0.38
             ax.bar(x, rate or 0.0, width=0.36, color=color, yerr=[[lo], [hi]], capsize=3,
                    label=view if i == 0 else None)
-            ax.text(x, (rate or 0.0) + hi + 0.01,
-                    f"{block['flips']['numerator']}/{block['flips']['denominator']}",
+            ax.text(x, (rate or 0.0) + hi + 0.01, f"{flip['count']}/{flip['denominator']}",
                     ha="center", fontsize=7)
-    tops = [max((b["flips"]["value"] or 0.0) + _err(b["flips"]["value"],
-                                                     b["intervals"]["flips"]["stratified"])[1]
-                for b in stats["edits"][e]["views"].values()) for e in edits]
+    tops = [max((stats["edits"][e][v]["flip_rate"]["point"] or 0.0)
+                + _err(stats["edits"][e][v]["flip_rate"])[1] for v in VIEWS) for e in edits]
     ax.set_ylim(0, max(tops) * 1.25 + 0.05)
     ax.set_xticks(range(len(edits)), edits, rotation=20, fontsize=8)
     ax.set_ylabel("strict flip rate vs original")
-    ax.set_title("flips by edit (95% stratified bootstrap)", fontsize=9)
+    conf = stats["settings"]["intervals"]["confidence"]
+    ax.set_title(f"flips by edit ({conf:g} bootstrap interval)", fontsize=9)
     ax.legend(fontsize=7)
     ax = axes[1]
-    domains = sorted({d for e in edits for d in stats["edits"][e]["views"]["all_pairs"]
+    domains = sorted({d for e in edits for d in stats["edits"][e]["all_pairs"]["counts"]
                       ["by_domain"]})
     width = 0.8 / max(len(edits), 1)
     for i, e in enumerate(edits):
-        by_dom = stats["edits"][e]["views"]["all_pairs"]["by_domain"]
+        by_dom = stats["edits"][e]["all_pairs"]["counts"]["by_domain"]
         for k, d in enumerate(domains):
             if d not in by_dom:
                 continue
-            block = by_dom[d]
-            rate = block["flips"]["value"]
-            lo, hi = _err(rate, block["intervals"]["flips"]["stratified"])
-            ax.bar(k + (i - (len(edits) - 1) / 2) * width, rate or 0.0, width=width * 0.95,
-                   yerr=[[lo], [hi]], capsize=2, color=f"C{i}", label=e if k == 0 else None)
+            flip = by_dom[d]["flip_rate"]
+            rate = flip["count"] / flip["denominator"] if flip["denominator"] else 0.0
+            ax.bar(k + (i - (len(edits) - 1) / 2) * width, rate, width=width * 0.95,
+                   color=f"C{i}", label=e if k == 0 else None)
     ax.set_xticks(range(len(domains)), domains, fontsize=8)
     ax.set_title("flips by domain, all pairs (fail-closed)", fontsize=9)
     ax.legend(fontsize=7)
@@ -244,10 +247,11 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
     lines.append(f"Expected rows: {stats['rows']['expected']} "
                  f"({stats['settings']['expected_rows']}); by status: "
                  + ", ".join(f"{k} {v}" for k, v in stats["rows"]["by_status"].items()))
-    b = stats["settings"]["bootstrap"]
+    b = stats["settings"]["intervals"]
     lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
-              f"draw order {b.get('draw_order', 'stratum')}, clusters {b['clusters']}, "
-              f"strata {b['strata']}.", ""]
+              f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
+              f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
+              "deltas stratified in both views, the rest unstratified.", ""]
     if gate is not None:
         lines += ["## Parity gate", "", f"**{gate['verdict']}**", "",
                   "| check | figure | tested | threshold | result |", "|---|---|---|---|---|"]
@@ -255,7 +259,8 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
             lines.append(f"| {c['name']} | {_frac(gate['figures'][c['figure']])} | {c['tested']} "
                          f"| {c['threshold']} | {'pass' if c['passed'] else 'FAIL'} |")
         lines += ["", f"Exact-score agreement (jointly valid rows): "
-                  f"{_frac(gate['figures']['exact_agreement'])}", ""]
+                  f"{_frac(gate['figures']['exact_agreement'])}",
+                  f"Causal interpretation: `{gate.get('causal_interpretation')}`", ""]
         if gate["disagreements"]:
             lines += ["Disagreeing rows:", ""]
             for d in gate["disagreements"]:
@@ -272,30 +277,36 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
                      f"{_frac(m['f1'])} | {'-' if bal is None else f'{bal:.4f}'} | "
                      f"{'-' if mcc is None else f'{mcc:.4f}'} |")
     if stats["edits"]:
-        lines += ["", "## Flips vs original", "",
-                  "| edit | flips (all pairs) | 95% CI (stratified) | flips (valid both) | "
-                  "safe->unsafe | unsafe->safe | exact-score changes |",
+        lines += ["", "## Paired statistics vs original", "",
+                  "| edit | view | statistic | count | point | interval | clusters |",
                   "|---|---|---|---|---|---|---|"]
-        for e, s in stats["edits"].items():
-            a, vb = s["views"]["all_pairs"], s["views"]["valid_both_only"]
-            iv = a["intervals"]["flips"]["stratified"]
-            ci = "-" if not iv or iv["low"] is None else f"[{iv['low']:.4f}, {iv['high']:.4f}]"
-            lines.append(f"| {e} | {_frac(a['flips'])} | {ci} | {_frac(vb['flips'])} | "
-                         f"{_frac(a['safe_to_unsafe'])} | {_frac(a['unsafe_to_safe'])} | "
-                         f"{_frac(s['exact_score']['changed_valid_both'])} |")
-    if stats.get("placebo_corrected"):
-        lines += ["", "Placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
-        for e, p in stats["placebo_corrected"].items():
+        for e, block in stats["edits"].items():
+            for view in VIEWS:
+                for name in STATISTICS:
+                    st = block[view][name]
+                    ci = "-" if st["lower"] is None else (
+                        f"[{fmt_num(st['lower'])}, {fmt_num(st['upper'])}]")
+                    lines.append(f"| {e} | {view} | {name} | {st['count']}/{st['denominator']} "
+                                 f"| {fmt_num(st['point'])} | {ci} | {st['clusters']} |")
+        lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
+        for e, block in stats["edits"].items():
+            lines.append(f"- {e}: {_frac(block['extras']['exact_score']['changed_valid_both'])}")
+    extras = stats.get("extras", {})
+    if extras.get("placebo_corrected"):
+        lines += ["", "Extras: placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
+        for e, p in extras["placebo_corrected"].items():
             a = p["all_pairs"]
-            iv = a["intervals"]["stratified"]
-            ci = "" if not iv or iv["low"] is None else f" [{iv['low']:.4f}, {iv['high']:.4f}]"
+            iv = a["interval"]
+            ci = "" if not iv or iv["lower"] is None else (
+                f" [{iv['lower']:.4f}, {iv['upper']:.4f}]")
             eff = "undefined" if a["effect"] is None else f"{a['effect']:+.4f}"
             lines.append(f"- {e}: {eff}{ci} ({_frac(a['edit_flips'])} vs "
                          f"{_frac(a['placebo_flips'])})")
-    if stats.get("run_to_run"):
-        r = stats["run_to_run"]
-        lines += ["", f"Run-to-run strict disagreement (repeat vs original): "
-                  f"{_frac(r['strict_disagreement']['all_pairs'])}; exact-score: "
+    if extras.get("run_to_run"):
+        r = extras["run_to_run"]
+        d = r["strict_disagreement"]["all_pairs"]
+        lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
+                  f"{d['count']}/{d['denominator']}; exact-score: "
                   f"{_frac(r['exact_score_disagreement_valid_both'])}"]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     lines += ["", "```", stats_table(dict(stats)), "```", ""]
@@ -304,13 +315,13 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
-                 draw_order: str = DEFAULT_DRAW_ORDER, cohort: str | Path | None = None) -> Path:
+                 cohort: str | Path | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
     stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
-                                  seed=seed, draw_order=draw_order, cohort=cohort, run=run)
+                                  seed=seed, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     rows = run.rows
     figures = [plot_flip_rates(stats, run_dir / FLIP_PNG).name]

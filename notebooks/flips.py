@@ -30,6 +30,7 @@ from pathlib import Path
 from IPython.display import Image, display
 
 from guardrepro.checks.runio import load_run
+from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import compute_stats, format_table
 from guardrepro.report import load_gate, plot_flip_rates, plot_margin_histogram
 
@@ -41,16 +42,18 @@ print(f"{len(run.rows)} expected rows ({run.expected_source}), {run.records} rec
 
 # %%
 stats_path = RUN_DIR / "stats.json"
-if stats_path.is_file():
-    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else None
+if stats is not None and stats.get("schema") == STATS_SCHEMA:
     print(f"loaded {stats_path}")
-else:
-    stats = compute_stats(run.rows, replicates=REPLICATES, expected_source=run.expected_source)
+else:  # none yet, or written by an older guardrepro
+    stats = compute_stats(run.rows, replicates=REPLICATES,
+                          expected_source=run.expected_source).to_json()
     print(f"computed in memory with {REPLICATES} replicates")
 print(format_table(stats))
 
 # %% [markdown]
-# ## Flip rates by edit and by domain (95% stratified cluster bootstrap)
+# ## Flip rates by edit (95% cluster bootstrap; all pairs unstratified, valid both
+# stratified by domain:gold) and by domain
 
 # %%
 display(Image(filename=str(plot_flip_rates(stats, FIG_DIR / "flip_rates.png"))))
@@ -60,10 +63,10 @@ display(Image(filename=str(plot_flip_rates(stats, FIG_DIR / "flip_rates.png"))))
 
 # %%
 for edit, block in stats["edits"].items():
-    view = block["views"]["all_pairs"]
-    s2u, u2s = view["safe_to_unsafe"], view["unsafe_to_safe"]
-    print(f"{edit:<20} safe->unsafe {s2u['numerator']}/{s2u['denominator']}  "
-          f"unsafe->safe {u2s['numerator']}/{u2s['denominator']}")
+    s2u, u2s = block["all_pairs"]["safe_to_unsafe"], block["all_pairs"]["unsafe_to_safe"]
+    print(f"{edit:<20} safe->unsafe {s2u['count']}/{s2u['denominator']} "
+          f"[{s2u['lower']}, {s2u['upper']}]  "
+          f"unsafe->safe {u2s['count']}/{u2s['denominator']} [{u2s['lower']}, {u2s['upper']}]")
 
 # %% [markdown]
 # ## Decision margins (split by agreement with the reference when gate.json exists)

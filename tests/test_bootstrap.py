@@ -1,12 +1,25 @@
-"""The cluster bootstrap: derivable intervals and an independent re-implementation."""
+"""The interval engine against an independent plain-Python loop
+(``bootref.reference_interval``) and against intervals derivable by hand.
+
+That loop re-implements the documented algorithm without the engine's
+arrays: cluster sums in dicts, strata and clusters sorted with ``sorted``,
+one ``default_rng(seed)`` making the same ``integers`` calls in the same
+order (batches of 512, strata in order), each replicate summed in Python,
+and NumPy's documented ``linear`` quantile (virtual index (n - 1) q; the
+interpolation from the nearer end) written out by hand.
+"""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from bootref import Row, reference_interval
 
 from guardrepro.checks.bootstrap import (
     DEFAULT_SEED,
+    check_settings,
     cluster_table,
     difference_interval,
     ratio_interval,
@@ -15,146 +28,126 @@ from guardrepro.checks.bootstrap import (
 from guardrepro.errors import InputError
 
 
-def test_identical_clusters_give_zero_width() -> None:
-    # five clusters of two rows, each cluster 1 flip out of 2 -> every replicate 1/2
-    nums = [1, 0] * 5
-    dens = [1, 1] * 5
-    clusters = [f"c{i // 2}" for i in range(10)]
-    iv = ratio_interval(nums, dens, clusters, replicates=500)
-    assert (iv.low, iv.high) == (0.5, 0.5)
-    assert iv.undefined_replicates == 0
+def _engine(rows: list[Row], stratified: bool, **kw: object) -> tuple[float | None, ...]:
+    iv = ratio_interval([r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows],
+                        [r[1] or "" for r in rows] if stratified else None, **kw)  # type: ignore[arg-type]
+    return iv.lower, iv.upper, iv.undefined_replicates
 
 
-def test_two_clusters_enumerated_exactly() -> None:
-    # Cluster A = 1/1, B = 0/1. A resample of two clusters is AA (ratio 1,
-    # prob 1/4), AB or BA (1/2, prob 1/2) or BB (0, prob 1/4). The 2.5th
-    # percentile lies in the BB mass and the 97.5th in the AA mass; the 30th
-    # and 70th lie in the AB mass.
-    args = ([1, 0], [1, 1], ["A", "B"])
-    iv = ratio_interval(*args)
-    assert (iv.low, iv.high) == (0.0, 1.0)
-    mid = ratio_interval(*args, percentiles=(30.0, 70.0))
-    assert (mid.low, mid.high) == (0.5, 0.5)
-    # and the empirical distribution matches the enumeration (sd ~ 0.005)
-    totals = replicate_sums(cluster_table([(1, 1), (0, 1)], ["A", "B"]), 10_000, DEFAULT_SEED)
-    ratio = totals[:, 0] / totals[:, 1]
-    for value, prob in ((0.0, 0.25), (0.5, 0.5), (1.0, 0.25)):
-        assert abs(np.mean(ratio == value) - prob) < 0.02
+# scrambled order, clusters of several rows, uneven strata, a 0/0 cluster
+ROWS: list[Row] = [
+    ("k3", "slack:1", 1, 1), ("k1", "banking:0", 0, 1), ("k5", "slack:1", 0, 1),
+    ("k2", "banking:0", 1, 1), ("k4", "banking:1", 1, 1), ("k6", "slack:0", 0, 1),
+    ("k7", "slack:0", 1, 1), ("k1", "banking:0", 1, 1), ("k8", "banking:1", 0, 0),
+    ("k9", "slack:1", 1, 1), ("k10", "slack:1", 0, 1), ("k11", "banking:1", 1, 2),
+]
 
 
-def test_ratio_of_sums_not_mean_of_ratios() -> None:
-    # A = 2/2, B = 0/1: AB gives (2+0)/(2+1) = 2/3 (a mean of ratios would give 1/2)
-    iv = ratio_interval([1, 1, 0], [1, 1, 1], ["A", "A", "B"], percentiles=(30.0, 70.0))
-    assert iv.low == pytest.approx(2 / 3)
-    assert iv.high == pytest.approx(2 / 3)
+@pytest.mark.parametrize("replicates", [1, 511, 512, 513, 1100])
+@pytest.mark.parametrize("stratified", [False, True])
+def test_engine_equals_independent_loop_exactly(replicates: int, stratified: bool) -> None:
+    rows = ROWS if stratified else [(c, None, n, d) for c, _, n, d in ROWS]
+    for seed in (DEFAULT_SEED, 7):
+        want = reference_interval(rows, replicates, seed)
+        got = _engine(rows, stratified, replicates=replicates, seed=seed)
+        assert got == want  # exact equality, not approx
 
 
-def test_stratified_single_cluster_strata_have_zero_width() -> None:
-    # one cluster per stratum: every stratified replicate is the full sample
-    args = ([1, 0], [1, 1], ["A", "B"])
-    strat = ratio_interval(*args, [("d1", "0"), ("d2", "1")])
-    assert (strat.low, strat.high) == (0.5, 0.5)
-    assert strat.stratified and strat.strata == 2
-    unstrat = ratio_interval(*args)
-    assert (unstrat.low, unstrat.high) == (0.0, 1.0)
+def test_zero_denominator_replicates_are_nan_and_counted() -> None:
+    # A = 1/1, B = 0/0: a replicate drawing B twice has denominator 0 (NaN)
+    rows: list[Row] = [("A", None, 1, 1), ("B", None, 0, 0)]
+    want = reference_interval(rows, 1100, DEFAULT_SEED)
+    got = _engine(rows, False, replicates=1100)
+    assert got == want
+    assert got[:2] == (1.0, 1.0)
+    assert 0 < got[2] < 1100  # about a quarter of the replicates
+    assert abs(got[2] / 1100 - 0.25) < 0.05
 
 
-def _reference_interval(values: dict[str, tuple[float, float]], stratum: dict[str, tuple],
-                        replicates: int, seed: int, order: str) -> tuple[float, float]:
-    """Independent re-implementation of the documented algorithm with plain
-    Python loops and a hand-written linear percentile. ``order="replicate"``
-    draws with ``rng.choice`` as a hand-written bootstrap would."""
-    rng = np.random.default_rng(seed)
-    strata = sorted(set(stratum.values()))
-    ids = {s: sorted(c for c in values if stratum[c] == s) for s in strata}
-    draws = {}
-    if order == "stratum":
-        for s in strata:
-            draws[s] = rng.integers(0, len(ids[s]), size=(replicates, len(ids[s])))
-    stats = []
-    for b in range(replicates):
-        num = den = 0.0
-        for s in strata:
-            if order == "stratum":
-                picked = [ids[s][j] for j in draws[s][b]]
-            else:
-                picked = list(rng.choice(ids[s], size=len(ids[s]), replace=True))
-            for c in picked:
-                num += values[c][0]
-                den += values[c][1]
-        stats.append(num / den)
-    stats.sort()
-
-    def pct(p: float) -> float:
-        pos = (len(stats) - 1) * p / 100
-        lo = int(pos)
-        hi = min(lo + 1, len(stats) - 1)
-        return stats[lo] + (stats[hi] - stats[lo]) * (pos - lo)
-
-    return pct(2.5), pct(97.5)
+def test_batches_interleave_the_strata() -> None:
+    # drawing each stratum's 1,100 replicates in one call would consume the
+    # generator in another order than 512 + 512 + 76 per stratum in turn
+    strata = [r[1] or "" for r in ROWS]
+    table = cluster_table([(r[2], r[3]) for r in ROWS], [r[0] for r in ROWS], strata)
+    got = replicate_sums(table, 1100, DEFAULT_SEED)
+    rng = np.random.default_rng(DEFAULT_SEED)
+    whole = np.zeros((1100, 2))
+    for block in table.sums:
+        k = block.shape[0]
+        whole += block[rng.integers(0, k, size=(1100, k))].sum(axis=1)
+    assert got.shape == whole.shape
+    assert not np.array_equal(got, whole)
 
 
-def test_matches_independent_reimplementation() -> None:
-    # rows given in a scrambled order: the algorithm sorts strata and clusters
-    rows = [  # (cluster, stratum, num, den)
-        ("k3", ("slack", "1"), 1, 1), ("k1", ("banking", "0"), 0, 1),
-        ("k5", ("slack", "1"), 0, 1), ("k2", ("banking", "0"), 1, 1),
-        ("k4", ("banking", "1"), 1, 1), ("k6", ("slack", "0"), 0, 1),
-        ("k7", ("slack", "0"), 1, 1), ("k1", ("banking", "0"), 1, 1),
-        ("k8", ("banking", "1"), 0, 1), ("k9", ("slack", "1"), 1, 1),
-    ]
-    values: dict[str, tuple[float, float]] = {}
-    stratum: dict[str, tuple] = {}
-    for c, s, n, d in rows:
-        old = values.get(c, (0.0, 0.0))
-        values[c] = (old[0] + n, old[1] + d)
-        stratum[c] = s
-    nums, dens, clusters = [r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows]
-    seen = set()
-    for order in ("stratum", "replicate"):
-        for seed in (DEFAULT_SEED, 7):
-            want = _reference_interval(values, stratum, 400, seed, order)
-            got = ratio_interval(nums, dens, clusters, [r[1] for r in rows], replicates=400,
-                                 seed=seed, order=order)
-            assert (got.low, got.high) == pytest.approx(want)
-            assert got.draw_order == order
-            # unstratified = one stratum holding every cluster
-            want_u = _reference_interval(values, dict.fromkeys(values, ()), 400, seed, order)
-            got_u = ratio_interval(nums, dens, clusters, replicates=400, seed=seed, order=order)
-            assert (got_u.low, got_u.high) == pytest.approx(want_u)
-            seen.add((order, seed, tuple(replicate_sums(
-                cluster_table([(r[2], r[3]) for r in rows], clusters, [r[1] for r in rows]),
-                50, seed, order)[:, 0])))
-    # the two orders consume the generator differently
-    assert len({s[2] for s in seen}) == 4
+def test_alpha_is_computed_in_floating_point() -> None:
+    # (1 - 0.95) / 2 is 0.025000000000000022, not 0.025: the engine uses it
+    rows = [(f"c{i}", None, float(i % 7), 1.0 + (i % 3)) for i in range(40)]
+    iv = ratio_interval([r[2] for r in rows], [r[3] for r in rows], [r[0] for r in rows],
+                        replicates=2000)
+    totals = replicate_sums(cluster_table([(r[2], r[3]) for r in rows], [r[0] for r in rows]),
+                            2000, DEFAULT_SEED)
+    est = totals[:, 0] / totals[:, 1]
+    assert iv.lower == float(np.nanquantile(est, (1 - 0.95) / 2))
+    assert iv.upper == float(np.nanquantile(est, 1 - (1 - 0.95) / 2))
 
 
-def test_zero_denominator_replicates_are_counted_not_used() -> None:
-    # A = 1/1, B = 0/0: BB (prob 1/4) is undefined; every defined replicate is 1
-    iv = ratio_interval([1, 0], [1, 0], ["A", "B"], replicates=4000)
-    assert (iv.low, iv.high) == (1.0, 1.0)
-    assert abs(iv.undefined_replicates / 4000 - 0.25) < 0.03
+def test_point_counts_and_shape() -> None:
+    iv = ratio_interval([r[2] for r in ROWS], [r[3] for r in ROWS], [r[0] for r in ROWS],
+                        [r[1] or "" for r in ROWS], replicates=50)
+    assert iv.point == 7 / 12  # numerators 7, denominators 12
+    assert (iv.numerator, iv.denominator) == (7, 12)
+    assert (iv.clusters, iv.strata) == (11, 4)
+    assert iv.to_json()["numerator"] == 7 and isinstance(iv.to_json()["numerator"], int)
+    assert (iv.low, iv.high) == (iv.lower, iv.upper)
+    assert iv.to_dict()["low"] == iv.lower and iv.to_dict()["high"] == iv.upper
 
 
-def test_difference_interval() -> None:
-    # identical clusters: a = 1/2 and b = 1/4 in every replicate -> 0.25 exactly
+def test_two_clusters_enumerated() -> None:
+    # A = 1/1, B = 0/1: replicates are 0 (BB, 1/4), 1/2 (AB/BA, 1/2), 1 (AA, 1/4)
+    iv = ratio_interval([1, 0], [1, 1], ["A", "B"])
+    assert (iv.lower, iv.upper) == (0.0, 1.0)
+    narrow = ratio_interval([1, 0], [1, 1], ["A", "B"], confidence=0.4)  # 30th/70th
+    assert (narrow.lower, narrow.upper) == (0.5, 0.5)
+
+
+def test_single_cluster_strata_have_zero_width() -> None:
+    iv = ratio_interval([1, 0], [1, 1], ["A", "B"], ["d1:0", "d2:1"])
+    assert (iv.lower, iv.upper, iv.strata) == (0.5, 0.5, 2)
+
+
+def test_strata_sort_as_strings() -> None:
+    # "a-b:0" sorts before "a:0" as a string ('-' < ':'), unlike the tuple order
+    table = cluster_table([(1, 1), (0, 1)], ["x", "y"], ["a:0", "a-b:0"])
+    assert table.strata == ["a-b:0", "a:0"]
+
+
+def test_all_replicates_undefined() -> None:
+    iv = ratio_interval([0, 0], [0, 0], ["A", "B"], replicates=20)
+    assert (iv.point, iv.lower, iv.upper, iv.undefined_replicates) == (None, None, None, 20)
+
+
+def test_difference_interval_identical_clusters() -> None:
     n = 4
     iv = difference_interval([1] * n, [2] * n, [1] * n, [4] * n, [f"c{i}" for i in range(n)],
                              replicates=300)
-    assert (iv.low, iv.high) == (0.25, 0.25)
+    assert (iv.point, iv.lower, iv.upper) == (0.25, 0.25, 0.25)
 
 
-def test_cluster_in_two_strata_is_an_error() -> None:
-    with pytest.raises(InputError, match="spans strata"):
-        ratio_interval([1, 0], [1, 1], ["A", "A"], [("x", "0"), ("y", "0")])
+@pytest.mark.parametrize("kw", [{"replicates": 0}, {"seed": -1}, {"confidence": 1.0},
+                                {"confidence": 0.0}, {"confidence": -0.5}])
+def test_bad_settings_are_input_errors(kw: dict[str, float]) -> None:
+    settings: dict[str, float] = {"replicates": 10, "seed": 1, "confidence": 0.95} | kw
+    with pytest.raises(InputError, match=next(iter(kw))):
+        check_settings(int(settings["replicates"]), int(settings["seed"]),
+                       settings["confidence"])
+    with pytest.raises(InputError):
+        ratio_interval([1], [1], ["A"], **kw)  # type: ignore[arg-type]
 
 
-def test_seed_reproducible_and_seed_sensitive() -> None:
-    nums, dens = [1, 0, 1, 0, 0, 1, 1], [1] * 7
-    clusters = list("abcdefg")
-    a = ratio_interval(nums, dens, clusters, replicates=200, seed=1)
-    b = ratio_interval(nums, dens, clusters, replicates=200, seed=1)
-    assert a == b
-    totals1 = replicate_sums(cluster_table([(n, 1) for n in nums], clusters), 200, 1)
-    totals2 = replicate_sums(cluster_table([(n, 1) for n in nums], clusters), 200, 2)
-    assert not np.array_equal(totals1, totals2)
+def test_bad_inputs() -> None:
+    with pytest.raises(InputError, match="no observations"):
+        ratio_interval([], [], [])
+    with pytest.raises(InputError, match="finite"):
+        ratio_interval([math.nan], [1], ["A"])
+    with pytest.raises(InputError, match="strings"):
+        ratio_interval([1], [1], [3])  # type: ignore[list-item]

@@ -66,8 +66,8 @@ def test_accuracy_and_flips_match_the_records(demo: tuple[Path, str]) -> None:
         flips = sum(
             decision(by_key[(r["base_sample_id"], edit)]) != decision(r) for r in originals
         )
-        view = stats["edits"][edit]["views"]["all_pairs"]["flips"]
-        assert (view["numerator"], view["denominator"]) == (flips, 64)
+        view = stats["edits"][edit]["all_pairs"]["flip_rate"]
+        assert (view["count"], view["denominator"]) == (flips, 64)
         flipped_any += flips
     assert flipped_any > 0  # the toy guard's shortcuts make the edits move decisions
 

@@ -4,10 +4,10 @@ Reference (a records run) originals, gold and score:
     r1 banking 0 -> 0;  r2 banking 1 -> 1;  r3 slack 0 -> 0.5;  r4 slack 1 -> 1
 Local run originals:
     r1 0 (agree, exact);  r2 0.5 (strict agree, exact differs);
-    r3 0 (strict disagree: reference 0.5 blocks);  r4 parse error (fails closed
-    to 1: strict agree, invalid)
-Hence: rows 4/4, coverage 3/4, strict agreement 3/4, gold-safe (r1, r3) 1/2,
-gold-unsafe (r2, r4) 2/2, exact among jointly valid (r1, r2, r3) 1/3.
+    r3 0 (strict disagree: reference 0.5 blocks);  r4 parse error (invalid: a
+    disagreement, although its fail-closed decision 1 equals the reference's)
+Hence: rows 4/4, coverage 3/4, strict agreement 2/4, gold-safe (r1, r3) 1/2,
+gold-unsafe (r2, r4) 1/2, exact among jointly valid (r1, r2, r3) 1/3.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from guardrepro.errors import InputError
 BASES = [("r1", "banking", 0), ("r2", "banking", 1), ("r3", "slack", 0), ("r4", "slack", 1)]
 REFERENCE: dict[str, list[Any]] = {"original": [0, 1, 0.5, 1], "tool_alias": [1, 1, 1, 1]}
 LOCAL: dict[str, list[Any]] = {"original": [0, 0.5, 0, "parse"], "tool_alias": [0, 0, 0, 0]}
-LOOSE = {"min_coverage": 0.7, "min_strict_agreement": 0.7,
+# every ratio threshold exactly at the figure it tests (>= passes)
+LOOSE = {"min_coverage": 0.75, "min_strict_agreement": 0.5,
          "min_strict_agreement_gold_safe": 0.5, "min_strict_agreement_gold_unsafe": 0.5}
 PUBLISHED = {"min_coverage": 0.95, "min_strict_agreement": 0.90,
              "min_strict_agreement_gold_safe": 0.85, "min_strict_agreement_gold_unsafe": 0.85}
@@ -79,11 +80,13 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
     f = gate["figures"]
     assert frac(f["rows_present"]) == (4, 4)
     assert frac(f["coverage"]) == (3, 4)
-    assert frac(f["strict_agreement"]) == (3, 4)
+    assert frac(f["strict_agreement"]) == (2, 4)
     assert frac(f["strict_agreement_gold_safe"]) == (1, 2)
-    assert frac(f["strict_agreement_gold_unsafe"]) == (2, 2)
+    assert frac(f["strict_agreement_gold_unsafe"]) == (1, 2)
     assert frac(f["exact_agreement"]) == (1, 3)
     assert gate["passed"] is True
+    assert gate["causal_interpretation"] == "eligible_for_frozen_local_q8_reproduction_only"
+    assert "causal_interpretation: eligible_for_frozen_local_q8_reproduction_only" in out
     labels_r, labels_l = gate["confusion"]["row_labels"], gate["confusion"]["column_labels"]
     m = gate["confusion"]["matrix"]
 
@@ -93,8 +96,8 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
     assert cell("0.0", "0.0") == 1 and cell("1.0", "0.5") == 1
     assert cell("0.5", "0.0") == 1 and cell("1.0", "invalid") == 1
     assert sum(map(sum, m)) == 4
-    assert [d["row_id"] for d in gate["disagreements"]] == ["r3:original"]
-    assert gate["disagreements"][0]["reason"] == "strict"
+    assert [(d["row_id"], d["reason"]) for d in gate["disagreements"]] == [
+        ("r3:original", "strict"), ("r4:original", "local_invalid")]
     assert {d["row_id"] for d in gate["exact_disagreements"]} == {"r2:original", "r3:original"}
 
 
@@ -103,14 +106,33 @@ def test_gate_fails_exit_3_and_still_writes_json(setup: dict[str, Path],
     assert run_gate(["gate", str(setup["local"]), "--spec", str(setup["strict"])]) == 3
     gate = json.loads((setup["local"] / "gate.json").read_text())
     failed = {c["name"] for c in gate["checks"] if not c["passed"]}
-    assert failed == {"coverage", "strict_agreement", "strict_agreement_gold_safe"}
+    assert failed == {"coverage", "strict_agreement", "strict_agreement_gold_safe",
+                      "strict_agreement_gold_unsafe"}
     assert gate["verdict"].startswith("FAIL test-gate")
-    assert "FAIL test-gate" in capsys.readouterr().out
+    assert gate["causal_interpretation"] == "exploratory_local_reproduction_only"
+    out = capsys.readouterr().out
+    assert "FAIL test-gate" in out
+    assert "causal_interpretation: exploratory_local_reproduction_only" in out
+
+
+@pytest.mark.parametrize("key", sorted(LOOSE))
+def test_threshold_just_above_the_figure_fails(setup: dict[str, Path], tmp_path: Path,
+                                               key: str) -> None:
+    # LOOSE puts every threshold at its figure (passes: >=); a hair above fails
+    thresholds = dict(LOOSE)
+    thresholds[key] = LOOSE[key] + 1e-9
+    spec = write_spec(tmp_path / "checks" / "hair.toml", setup["ref"] / "records.jsonl",
+                      thresholds)
+    assert run_gate(["gate", str(setup["local"]), "--spec", str(spec)]) == 3
+    gate = json.loads((setup["local"] / "gate.json").read_text())
+    failed = [c["name"] for c in gate["checks"] if not c["passed"]]
+    assert failed == [key.removeprefix("min_")]
 
 
 def test_missing_local_row_counts_as_disagreement(tmp_path: Path) -> None:
     ref = write_run(tmp_path / "ref", grid(BASES, REFERENCE))
-    local_scores: dict[str, list[Any]] = {"original": [0, 1, 0.5, None], "tool_alias": [0, 0, 0, 0]}
+    local_scores: dict[str, list[Any]] = {"original": [0, 1, 0.5, None],
+                                          "tool_alias": [0, 0, 0, 0]}
     local = write_run(tmp_path / "local", grid(BASES, local_scores), with_cohort=False)
     spec = write_spec(tmp_path / "checks" / "g.toml", ref / "records.jsonl", LOOSE)
     assert run_gate(["gate", str(local), "--spec", str(spec)]) == 3
@@ -177,7 +199,8 @@ def test_released_style_reference_by_base_id(tmp_path: Path, with_cohort: bool) 
     reference = {b: RefRow(b, s, s is not None, float(g), d, b)
                  for (b, d, g), s in zip(BASES, [0.0, 1.0, 0.5, None], strict=True)}
     rows = load_run(local).rows
-    gate = evaluate(load_spec(spec), rows, key_field="base_sample_id", reference=reference)
+    gate = evaluate(load_spec(spec), rows, key_field="base_sample_id",
+                    reference=reference).to_json()
     assert frac(gate["figures"]["rows_present"]) == (2, 4)
     assert frac(gate["figures"]["strict_agreement"]) == (2, 4)
     safe = (1, 2) if with_cohort else (1, 1)  # r1 agrees; r3 missing when known
@@ -197,12 +220,14 @@ def test_released_reference_end_to_end(tmp_path: Path,
         w0   0     0         0       0 / 0                  yes    yes
         w1   1     1         1       1 / 1                  yes    yes
         t0   0     0.5       0       1 / 0                  no     no
-        t1   1     null      1       1 / 1 (null fails closed) yes  - (reference invalid)
+        t1   1     null      1       invalid / 1            no     - (reference invalid)
         s0   0     0         0       0 / 0                  yes    yes
         s1   1     1         0.5     1 / 1                  yes    no
-        b0   0     0         parse   0 / 1 (fails closed)   no     - (local invalid)
+        b0   0     0         parse   0 / invalid            no     - (local invalid)
         b1   1     0.5       1       1 / 1                  yes    no
-    -> coverage 7/8, strict 6/8, safe 2/4, unsafe 4/4, exact 3/6.
+    -> coverage 7/8, strict 5/8, safe 2/4, unsafe 3/4, exact 3/6. An invalid
+    row on either side is a disagreement even where failing closed would
+    have matched the other side's decision (t1).
     """
     import hashlib
 
@@ -254,9 +279,31 @@ def test_released_reference_end_to_end(tmp_path: Path,
     f = gate["figures"]
     assert frac(f["coverage"]) == (7, 8)
     assert frac(f["reference_coverage"]) == (7, 8)
-    assert frac(f["strict_agreement"]) == (6, 8)
+    assert frac(f["strict_agreement"]) == (5, 8)
     assert frac(f["strict_agreement_gold_safe"]) == (2, 4)
-    assert frac(f["strict_agreement_gold_unsafe"]) == (4, 4)
+    assert frac(f["strict_agreement_gold_unsafe"]) == (3, 4)
     assert frac(f["exact_agreement"]) == (3, 6)
-    assert {d["base_sample_id"] for d in gate["disagreements"]} == {bases[2][0], bases[6][0]}
+    assert {(d["base_sample_id"], d["reason"]) for d in gate["disagreements"]} == {
+        (bases[2][0], "strict"), (bases[3][0], "reference_invalid"),
+        (bases[6][0], "local_invalid")}
     assert gate["reference"]["type"] == "released"
+
+
+def test_gate_on_a_predictions_file(setup: dict[str, Path], tmp_path: Path) -> None:
+    # the local originals of the module docstring as a predictions file (the
+    # parse error is a null score): the same figures as the run directory
+    preds = tmp_path / "p" / "preds.jsonl"
+    preds.parent.mkdir()
+    scores = [0, 0.5, 0, None]
+    preds.write_text("".join(
+        json.dumps({"base_sample_id": b, "variant": "original", "domain": d, "gold_label": g,
+                    "score": s}) + "\n" for (b, d, g), s in zip(BASES, scores, strict=True)))
+    assert run_gate(["gate", str(preds), "--spec", str(setup["loose"])]) == 0
+    gate = json.loads((preds.parent / "gate.json").read_text())
+    f = gate["figures"]
+    assert frac(f["coverage"]) == (3, 4) and frac(f["strict_agreement"]) == (2, 4)
+    assert [d["reason"] for d in gate["disagreements"]] == ["strict", "local_invalid"]
+    out = tmp_path / "elsewhere"
+    assert run_gate(["gate", str(preds), "--spec", str(setup["strict"]), "--out",
+                     str(out)]) == 3
+    assert json.loads((out / "gate.json").read_text())["passed"] is False

@@ -53,7 +53,9 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     text = (run / "report.md").read_text()
     # b3: reference 1 vs local 0 -> 3/4 strict agreement
     assert "PASS tiny" in text and "3/4" in text
-    assert "| marker_paraphrase | 1/4" in text  # b1 flips; b4 parse error stays 1
+    # b1 flips; b4's parse error fails closed to 1 (no flip)
+    assert "| marker_paraphrase | all_pairs | flip_rate | 1/4 | 0.25 |" in text
+    assert "Causal interpretation: `eligible_for_frozen_local_q8_reproduction_only`" in text
     for name in ("flip_rates.png", "score_confusion.png", "margin_hist.png"):
         assert (run / name).read_bytes()[:8] == PNG
         # readable like report.md (a temp file renamed into place would keep mode 0600)
@@ -69,7 +71,7 @@ def test_report_computes_missing_stats(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", grid(BASES, LOCAL))
     main(["report", str(run), "--replicates", "200", "--seed", "3"])
     stats = json.loads((run / "stats.json").read_text())
-    assert stats["settings"]["bootstrap"]["seed"] == 3
+    assert stats["settings"]["intervals"]["seed"] == 3
     assert not (run / "score_confusion.png").exists()
     assert (run / "margin_hist.png").is_file()
 
@@ -81,10 +83,10 @@ def test_report_recomputes_stats_older_than_the_records(tmp_path: Path) -> None:
     main(["report", str(run), "--replicates", "200", "--seed", "3"])
     # a second report over unchanged records reuses stats.json (seed 3 stays) ...
     main(["report", str(run), "--replicates", "200", "--seed", "4"])
-    assert json.loads((run / "stats.json").read_text())["settings"]["bootstrap"]["seed"] == 3
+    assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 3
     # ... but records written after it (a resumed run) make it stale
     records = run / "records.jsonl"
     later = (run / "stats.json").stat().st_mtime_ns + 1_000_000_000
     os.utime(records, ns=(later, later))
     main(["report", str(run), "--replicates", "200", "--seed", "5"])
-    assert json.loads((run / "stats.json").read_text())["settings"]["bootstrap"]["seed"] == 5
+    assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 5

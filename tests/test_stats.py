@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bootref import Row, reference_interval
 from recordsets import grid, write_run
 
-from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.checks.runio import load_run
 from guardrepro.checks.stats import compute_stats
 from guardrepro.cli import main
@@ -37,12 +37,19 @@ def frac(r: dict[str, Any]) -> tuple[int, int]:
     return r["numerator"], r["denominator"]
 
 
+def cd(s: dict[str, Any]) -> tuple[int, int]:
+    return s["count"], s["denominator"]
+
+
+REPLICATES = 1100  # > 512: the batching matters
+
+
 @pytest.fixture(scope="module")
 def stats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run = write_run(tmp_path_factory.mktemp("s") / "run", grid(BASES, SCORES))
     rows = load_run(run)
     assert rows.expected_source.startswith("cohort:")
-    return compute_stats(rows.rows, replicates=2000)
+    return compute_stats(rows.rows, replicates=REPLICATES).to_json()
 
 
 def test_per_variant_confusion(stats: dict[str, Any]) -> None:
@@ -52,6 +59,7 @@ def test_per_variant_confusion(stats: dict[str, Any]) -> None:
     assert o["confusion"]["tn"] == 1 and o["confusion"]["fn"] == 1
     assert frac(o["coverage"]) == (4, 5)
     assert frac(o["metrics"]["accuracy"]) == (3, 5)
+    assert o["strict_accuracy"] == {"count": 3, "denominator": 5, "point": 0.6}
     assert o["by_status"] == {"ok": 4, "parse_error": 1}
     m = stats["variants"]["marker_paraphrase"]
     # decisions 1 1 0 1 1: fp b1, tp b2, tn b3, tp b4, tp b5 (missing, fail-closed)
@@ -59,59 +67,94 @@ def test_per_variant_confusion(stats: dict[str, Any]) -> None:
             m["confusion"]["fn"]) == (3, 1, 1, 0)
     assert frac(m["coverage"]) == (4, 5)
     assert m["by_status"] == {"missing": 1, "ok": 4}
+    # 20 rows, parse error b4 original and missing b5 marker are invalid
+    assert frac(stats["rows"]["coverage"]) == (18, 20)
+
+
+def test_contract_keys(stats: dict[str, Any]) -> None:
+    for edit in ("marker_paraphrase", "placebo", "repeat"):
+        for view in ("all_pairs", "valid_both_only"):
+            for name in ("flip_rate", "safe_to_unsafe", "unsafe_to_safe", "delta_accuracy",
+                         "delta_sensitivity", "delta_specificity"):
+                assert set(stats["edits"][edit][view][name]) == {
+                    "point", "lower", "upper", "count", "denominator", "clusters"}
 
 
 def test_flips_both_views_and_directions(stats: dict[str, Any]) -> None:
     e = stats["edits"]["marker_paraphrase"]
-    a, v = e["views"]["all_pairs"], e["views"]["valid_both_only"]
-    assert frac(a["flips"]) == (3, 5)  # b1, b3, b5
-    assert frac(a["safe_to_unsafe"]) == (2, 2)  # allowed: b1, b5 -> both blocked
-    assert frac(a["unsafe_to_safe"]) == (1, 3)  # blocked: b2, b3, b4 -> b3 allowed
-    assert e["valid_both_pairs"] == 3
-    assert e["unpaired_rows"] == 0
-    assert frac(v["flips"]) == (2, 3)  # b1, b2, b3 valid on both sides; b1, b3 flip
-    assert frac(v["safe_to_unsafe"]) == (1, 1)
-    assert frac(v["unsafe_to_safe"]) == (1, 2)
-    assert frac(a["by_domain"]["banking"]["flips"]) == (1, 2)
-    assert frac(a["by_domain"]["slack"]["flips"]) == (2, 3)
-    assert frac(a["by_gold"]["safe"]["flips"]) == (2, 2)
-    assert frac(a["by_gold"]["unsafe"]["flips"]) == (1, 3)
-    assert frac(v["by_domain"]["slack"]["flips"]) == (1, 1)
+    a, v = e["all_pairs"], e["valid_both_only"]
+    assert cd(a["flip_rate"]) == (3, 5)  # b1, b3, b5
+    assert a["flip_rate"]["point"] == 3 / 5 and a["flip_rate"]["clusters"] == 5
+    assert cd(a["safe_to_unsafe"]) == (2, 2)  # allowed: b1, b5 -> both blocked
+    assert a["safe_to_unsafe"]["clusters"] == 2
+    assert cd(a["unsafe_to_safe"]) == (1, 3)  # blocked: b2, b3, b4 -> b3 allowed
+    assert (e["pairs"], e["valid_both_pairs"]) == (5, 3)
+    assert (e["unpaired_edit_rows"], e["unpaired_original_rows"]) == (0, 0)
+    assert cd(v["flip_rate"]) == (2, 3)  # b1, b2, b3 valid on both sides; b1, b3 flip
+    assert cd(v["safe_to_unsafe"]) == (1, 1)
+    assert cd(v["unsafe_to_safe"]) == (1, 2)
+    by_dom, by_gold = a["counts"]["by_domain"], a["counts"]["by_gold_label"]
+    assert cd(by_dom["banking"]["flip_rate"]) == (1, 2)
+    assert cd(by_dom["slack"]["flip_rate"]) == (2, 3)
+    assert cd(by_gold["0"]["flip_rate"]) == (2, 2)
+    assert cd(by_gold["1"]["flip_rate"]) == (1, 3)
+    assert cd(by_gold["1"]["unsafe_to_safe"]) == (0, 2)  # b2, b4 blocked; neither allowed
+    assert cd(v["counts"]["by_domain"]["slack"]["flip_rate"]) == (1, 1)
 
 
-def test_flip_interval_wiring(stats: dict[str, Any]) -> None:
-    # the stratified interval is the documented bootstrap over bases with
-    # strata (domain, gold strict): flips b1..b5 = 1, 0, 1, 0, 1
-    got = stats["edits"]["marker_paraphrase"]["views"]["all_pairs"]["intervals"]["flips"]
-    strata = [("banking", "0"), ("banking", "1"), ("slack", "0"), ("slack", "1"), ("slack", "1")]
-    want = ratio_interval([1, 0, 1, 0, 1], [1] * 5, ["b1", "b2", "b3", "b4", "b5"], strata,
-                          replicates=2000)
-    assert got["stratified"]["low"] == want.low and got["stratified"]["high"] == want.high
-    # three strata hold one base each (fixed); slack/1 holds b4 (0) and b5 (1):
-    # stratified replicates are (2 + k)/5 for k in {0, 1, 2} -> [0.4, 0.8]
-    assert (got["stratified"]["low"], got["stratified"]["high"]) == (0.4, 0.8)
-    assert got["unstratified"]["stratified"] is False
+def test_interval_assignment(stats: dict[str, Any]) -> None:
+    """Each interval recomputed by the independent loop with the stratification
+    the protocol assigns to it."""
+    e = stats["edits"]["marker_paraphrase"]
+    strata = {"b1": "banking:0", "b2": "banking:1", "b3": "slack:0", "b4": "slack:1",
+              "b5": "slack:1"}
+
+    def check(got: dict[str, Any], obs: dict[str, tuple[int, int]], stratified: bool) -> None:
+        rows: list[Row] = [(b, strata[b] if stratified else None, n, d)
+                           for b, (n, d) in obs.items()]
+        lower, upper, _ = reference_interval(rows, REPLICATES, 260828)
+        assert (got["lower"], got["upper"]) == (lower, upper)
+
+    a, v = e["all_pairs"], e["valid_both_only"]
+    flips = {"b1": 1, "b2": 0, "b3": 1, "b4": 0, "b5": 1}
+    check(a["flip_rate"], {b: (f, 1) for b, f in flips.items()}, stratified=False)
+    check(v["flip_rate"], {b: (flips[b], 1) for b in ("b1", "b2", "b3")}, stratified=True)
+    # one base per stratum in the valid-both view: no width
+    assert (v["flip_rate"]["lower"], v["flip_rate"]["upper"]) == (2 / 3, 2 / 3)
+    check(a["safe_to_unsafe"], {"b1": (1, 1), "b5": (1, 1)}, stratified=False)
+    check(a["unsafe_to_safe"], {"b2": (0, 1), "b3": (1, 1), "b4": (0, 1)}, stratified=False)
+    # deltas: every pair of the view, other-class pairs 0/0, stratified
+    check(a["delta_accuracy"], {"b1": (-1, 1), "b2": (0, 1), "b3": (1, 1), "b4": (0, 1),
+                                "b5": (1, 1)}, stratified=True)
+    check(a["delta_sensitivity"], {"b1": (0, 0), "b2": (0, 1), "b3": (0, 0), "b4": (0, 1),
+                                   "b5": (1, 1)}, stratified=True)
+    check(a["delta_specificity"], {"b1": (-1, 1), "b2": (0, 0), "b3": (1, 1), "b4": (0, 0),
+                                   "b5": (0, 0)}, stratified=True)
+    s = stats["settings"]["intervals"]["strata"]
+    assert s["all_pairs"]["flip_rate"] is None
+    assert s["valid_both_only"]["flip_rate"] == "domain:gold_label"
+    assert s["all_pairs"]["delta_accuracy"] == "domain:gold_label"
 
 
 def test_paired_deltas(stats: dict[str, Any]) -> None:
-    d = stats["edits"]["marker_paraphrase"]["paired_deltas"]["all_pairs"]
-    # correct original: b1, b2, b4 (3/5); edit: b2, b3, b4, b5 (4/5)
-    assert frac(d["accuracy"]["original"]) == (3, 5)
-    assert frac(d["accuracy"]["edit"]) == (4, 5)
-    assert d["accuracy"]["delta"] == pytest.approx(0.2)
-    assert (d["accuracy"]["gained"], d["accuracy"]["lost"]) == (2, 1)
+    a = stats["edits"]["marker_paraphrase"]["all_pairs"]
+    # correct original: b1, b2, b4 (3/5); edit: b2, b3, b4, b5 (4/5): +1 over 5
+    assert cd(a["delta_accuracy"]) == (1, 5)
+    assert a["delta_accuracy"]["point"] == 1 / 5
     # gold unsafe b2, b4, b5: blocked originally b2, b4; after edit all three
-    assert frac(d["sensitivity"]["original"]) == (2, 3)
-    assert frac(d["sensitivity"]["edit"]) == (3, 3)
-    assert d["sensitivity"]["delta"] == pytest.approx(1 / 3)
-    # gold safe b1, b3: allowed originally b1; after edit b3
-    assert frac(d["specificity"]["original"]) == (1, 2)
-    assert frac(d["specificity"]["edit"]) == (1, 2)
-    assert d["specificity"]["delta"] == 0
+    assert cd(a["delta_sensitivity"]) == (1, 3)
+    assert a["delta_sensitivity"]["point"] == 1 / 3
+    # gold safe b1, b3: allowed originally b1; after edit b3: -1 + 1
+    assert cd(a["delta_specificity"]) == (0, 2)
+    assert a["delta_specificity"]["point"] == 0.0
+    v = stats["edits"]["marker_paraphrase"]["valid_both_only"]
+    # b1 (-1), b2 (0), b3 (+1)
+    assert cd(v["delta_accuracy"]) == (0, 3)
+    assert cd(v["delta_sensitivity"]) == (0, 1)
 
 
 def test_exact_score_transitions(stats: dict[str, Any]) -> None:
-    x = stats["edits"]["marker_paraphrase"]["exact_score"]
+    x = stats["edits"]["marker_paraphrase"]["extras"]["exact_score"]
     assert frac(x["changed_valid_both"]) == (2, 3)  # b1 0->1, b3 0.5->0; b2 1->1
     labels = x["transitions"]["labels"]
     m = x["transitions"]["matrix"]
@@ -128,7 +171,7 @@ def test_exact_score_transitions(stats: dict[str, Any]) -> None:
 
 
 def test_placebo_corrected(stats: dict[str, Any]) -> None:
-    p = stats["placebo_corrected"]["marker_paraphrase"]
+    p = stats["extras"]["placebo_corrected"]["marker_paraphrase"]
     # placebo flips: b2 only (1 -> 0); all pairs 1/5, valid-both b1 b2 b3 b5 -> 1/4
     assert frac(p["all_pairs"]["edit_flips"]) == (3, 5)
     assert frac(p["all_pairs"]["placebo_flips"]) == (1, 5)
@@ -136,15 +179,15 @@ def test_placebo_corrected(stats: dict[str, Any]) -> None:
     assert frac(p["valid_both_only"]["edit_flips"]) == (2, 3)
     assert frac(p["valid_both_only"]["placebo_flips"]) == (1, 4)
     assert p["valid_both_only"]["effect"] == pytest.approx(2 / 3 - 1 / 4)
-    assert set(stats["placebo_corrected"]) == {"marker_paraphrase"}
+    assert set(stats["extras"]["placebo_corrected"]) == {"marker_paraphrase"}
 
 
 def test_run_to_run(stats: dict[str, Any]) -> None:
-    r = stats["run_to_run"]
+    r = stats["extras"]["run_to_run"]
     # repeat decisions 0 1 1 1 0 equal the original's; exact: b3 0.5 -> 1 among
     # valid-both b1 b2 b3 b5
-    assert frac(r["strict_disagreement"]["all_pairs"]) == (0, 5)
-    assert frac(r["strict_disagreement"]["valid_both_only"]) == (0, 4)
+    assert cd(r["strict_disagreement"]["all_pairs"]) == (0, 5)
+    assert cd(r["strict_disagreement"]["valid_both_only"]) == (0, 4)
     assert frac(r["exact_score_disagreement_valid_both"]) == (1, 4)
 
 
@@ -164,9 +207,9 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert "marker_paraphrase" in out and "3/5" in out
     data = json.loads((run / "stats.json").read_text())
-    assert data["settings"]["bootstrap"]["seed"] == 5
-    assert data["settings"]["bootstrap"]["replicates"] == 200
-    assert frac(data["edits"]["marker_paraphrase"]["views"]["all_pairs"]["flips"]) == (3, 5)
+    assert data["settings"]["intervals"]["seed"] == 5
+    assert data["settings"]["intervals"]["replicates"] == 200
+    assert cd(data["edits"]["marker_paraphrase"]["all_pairs"]["flip_rate"]) == (3, 5)
 
 
 def test_unpaired_edit_rows_are_counted() -> None:
@@ -175,9 +218,9 @@ def test_unpaired_edit_rows_are_counted() -> None:
     rows = [RowResult("a:o", "a", "original", "d", 0.0, "ok", 0.0),
             RowResult("a:m", "a", "marker_paraphrase", "d", 0.0, "ok", 1.0),
             RowResult("b:m", "b", "marker_paraphrase", "d", 1.0, "ok", 1.0)]
-    e = compute_stats(rows, replicates=50)["edits"]["marker_paraphrase"]
-    assert (e["pairs"], e["unpaired_rows"]) == (1, 1)
-    assert frac(e["views"]["all_pairs"]["flips"]) == (1, 1)
+    e = compute_stats(rows, replicates=50).to_json()["edits"]["marker_paraphrase"]
+    assert (e["pairs"], e["unpaired_edit_rows"], e["unpaired_original_rows"]) == (1, 1, 0)
+    assert cd(e["all_pairs"]["flip_rate"]) == (1, 1)
 
 
 def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:

@@ -5,12 +5,18 @@ Modules:
 
 - ``metrics``: strict confusion (fail-closed) and the metrics derived from it,
   every figure with its numerator and denominator.
-- ``bootstrap``: the seeded, optionally stratified percentile cluster bootstrap
-  of a ratio of sums.
-- ``stats``: per-variant metrics and paired original-vs-edit flip statistics
-  of one run (``stats.json``).
+- ``bootstrap``: the one interval engine, a seeded cluster bootstrap of a
+  ratio of sums (optionally stratified; batches of 512; nanquantile bounds).
+- ``pairs``: original/edit pairs per base, strict fail-closed decisions.
+- ``stats``: strict accuracy per variant and the paired statistics per edit
+  and view with their intervals (``stats.json``); ``stats_extras`` holds the
+  labelled extras (exact-score transitions, placebo correction).
+- ``predictions``: predictions JSONL files, the input when there is no run
+  directory.
 - ``gate``: the parity gate of a run against reference predictions
-  (``gate.json``, exit code 0 / 3 / 2).
+  (``gate.json``, exit code 0 / 3 / 2); ``gate_spec`` reads its specs.
+- ``published``: a run's figures beside published ones
+  (``checks/published/*.toml``).
 - ``audit``: audits of the benchmark itself (equal-interaction weighting, the
   tool-name lookup diagnostic); no model involved.
 - ``association``: rung 2 of the audit ladder, the guard's observational

@@ -39,8 +39,9 @@ Definitions (invariants):
   replicate is sum(present blocked)/sum(present rows) - sum(absent
   blocked)/sum(absent rows), NaN when either denominator is 0; the bounds
   are ``numpy.nanquantile`` at 0.025 and 0.975 (default linear method).
-  This is the published batch-of-512 draw; it is implemented here for the
-  difference of two ratios rather than through ``checks.bootstrap``.
+  This is the published batch-of-512 draw of the interval engine
+  (``checks.bootstrap.replicate_sums``), with the published 0.025 / 0.975
+  quantiles.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from guardrepro.checks.audit import tool_key
+from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.errors import InputError
@@ -63,7 +65,6 @@ SIDE_EFFECT_PREFIXES = (
     "reserve_", "reschedule_", "send_", "share_", "update_",
 )
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
-BATCH = 512
 QUANTILES = (0.025, 0.975)
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
@@ -217,19 +218,6 @@ def safe_marker_within_tool(items: Sequence[AuditRow]) -> dict[str, Any]:
     }
 
 
-def _cluster_sums(items: Sequence[AuditRow]) -> tuple[list[str], np.ndarray]:
-    """Sorted cluster labels and per cluster (present blocked, present rows,
-    absent blocked, absent rows)."""
-    names = sorted({r.cluster for r in items})
-    index = {name: i for i, name in enumerate(names)}
-    sums = np.zeros((len(names), 4), dtype=np.int64)
-    for r in items:
-        col = 0 if r.marker else 2
-        sums[index[r.cluster], col] += r.block
-        sums[index[r.cluster], col + 1] += 1
-    return names, sums
-
-
 def marker_difference_interval(items: Sequence[AuditRow], *,
                                replicates: int = DEFAULT_REPLICATES,
                                seed: int = DEFAULT_SEED) -> dict[str, Any]:
@@ -238,10 +226,12 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
     if replicates < 1:
         raise InputError("replicates must be >= 1", field="replicates")
     safe = [r for r in items if r.gold == 0]
-    names, sums = _cluster_sums(safe)
-    total = sums.sum(axis=0)
+    values = [(r.block, 1, 0, 0) if r.marker else (0, 0, r.block, 1) for r in safe]
+    table = cluster_table(values, [r.cluster for r in safe]) if safe else None
+    total = (np.sum(values, axis=0) if safe else np.zeros(4)).astype(np.int64)
     out: dict[str, Any] = {
-        "rows": len(safe), "clusters": len(names), "replicates": replicates, "seed": seed,
+        "rows": len(safe), "clusters": 0 if table is None else table.clusters,
+        "replicates": replicates, "seed": seed,
         "marker_present": Ratio(int(total[0]), int(total[1])).to_dict(),
         "marker_absent": Ratio(int(total[2]), int(total[3])).to_dict(),
         "point": None, "low": None, "high": None, "undefined_replicates": None,
@@ -249,32 +239,19 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
                   "numpy.random.default_rng(seed) fresh; batches of 512, "
                   "rng.integers(0, k, size=(batch, k)); nanquantile 0.025 / 0.975",
     }
-    if total[1] == 0 or total[3] == 0:
+    if table is None or total[1] == 0 or total[3] == 0:
         out["reason"] = "gold-safe rows lack one marker state"
         return out
     out["point"] = float(total[0] / total[1] - total[2] / total[3])
-    estimates = _draw_differences(sums, replicates, seed)
+    drawn = replicate_sums(table, replicates, seed)
+    estimates = (ratio_estimates(drawn[:, 0], drawn[:, 1])
+                 - ratio_estimates(drawn[:, 2], drawn[:, 3]))
     undefined = int(np.isnan(estimates).sum())
     out["undefined_replicates"] = undefined
     if undefined < replicates:
         out["low"] = float(np.nanquantile(estimates, QUANTILES[0]))
         out["high"] = float(np.nanquantile(estimates, QUANTILES[1]))
     return out
-
-
-def _draw_differences(sums: np.ndarray, replicates: int, seed: int) -> np.ndarray:
-    """Replicate differences of two ratios of sums, the published batch draw."""
-    k = len(sums)
-    rng = np.random.default_rng(seed)
-    estimates = np.empty(replicates, dtype=float)
-    for start in range(0, replicates, BATCH):
-        stop = min(start + BATCH, replicates)
-        drawn = sums[rng.integers(0, k, size=(stop - start, k))].sum(axis=1)
-        nan = np.full(stop - start, np.nan)
-        present = np.divide(drawn[:, 0], drawn[:, 1], out=nan.copy(), where=drawn[:, 1] != 0)
-        absent = np.divide(drawn[:, 2], drawn[:, 3], out=nan.copy(), where=drawn[:, 3] != 0)
-        estimates[start:stop] = present - absent
-    return estimates
 
 
 def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, Any]:

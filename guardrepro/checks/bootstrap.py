@@ -1,46 +1,49 @@
-"""Seeded percentile cluster bootstrap of a ratio of sums (optionally stratified).
+"""The interval engine: a seeded cluster bootstrap of a ratio of sums.
 
-Input: per-row numerator and denominator values, the row's cluster id
-(``base_sample_id`` for cohort statistics) and optionally the row's stratum
-(``(domain, gold strict label)`` in the published stratified view).
+Every interval guardrepro reports comes from this one engine (the protocol
+account is docs/PROTOCOL.md, section "Interval engine").
 
-Output: an ``Interval`` (percentile bounds, the settings that produced them and
-how many replicates were undefined).
+Input, one entry per observation: a numerator value, a denominator value, a
+cluster id (a string; ``base_sample_id`` for cohort statistics) and
+optionally a stratum id (a string such as ``"banking:0"``; no strata = one
+stratum holding every observation). Settings: replicates (default 10,000),
+seed (default 260828), confidence (default 0.95).
 
-The algorithm, exactly (reproducing an interval depends on every step):
+Output: an ``Interval`` (point estimate, bounds, the counts and settings that
+produced them).
 
-1. Rows are summed per cluster: each cluster contributes one vector
-   ``(sum of numerators, sum of denominators)`` (for a difference of two
-   ratios, four sums). Every row of a cluster must share one stratum.
-2. Strata are ordered by sorting their keys ascending (keys are tuples of
-   strings, so ``("banking", "0") < ("banking", "1") < ("slack", "0")``);
-   the unstratified view is one stratum holding every cluster. Within a
-   stratum, clusters are ordered by sorting their ids ascending.
-3. ``rng = numpy.random.default_rng(seed)`` is created afresh for every
-   interval (each statistic is bootstrapped from the same seed). Draw order
-   ``"stratum"`` (the default, vectorised): for each stratum in order, one
-   call ``rng.integers(0, n_s, size=(replicates, n_s))`` draws, for every
-   replicate at once, ``n_s`` cluster positions with replacement (``n_s`` =
-   clusters in the stratum); replicate ``b`` sums the cluster vectors at row
-   ``b`` of every stratum's draw. Draw order ``"replicate"`` (a plain loop, as
-   hand-written bootstraps usually are; ``rng.choice(ids, n_s)`` makes the same
-   draws): for each replicate, for each stratum in order, one call
-   ``rng.integers(0, n_s, size=n_s)``. The two orders consume the generator
-   differently, so their intervals differ at the edges while having the same
-   distribution; the published implementation's order is not published.
-4. The replicate statistic is the ratio of the summed numerators to the summed
-   denominators (a ratio of sums, not a mean of per-cluster ratios); for a
-   difference, ``sum(a)/sum(b) - sum(c)/sum(d)``. A replicate whose
-   denominator sums to 0 is undefined: it is excluded from the percentiles and
-   counted in ``undefined_replicates`` (never silently).
-5. Bounds are ``numpy.percentile(defined, [2.5, 97.5])`` with NumPy's default
-   ``linear`` interpolation; with no defined replicate both bounds are None.
+The algorithm, step by step (reproducing an interval digit for digit depends
+on every step):
 
-Defaults are the published ones: 10,000 replicates, seed 260828.
+1. Strata are the distinct stratum ids in sorted order (``numpy.unique``).
+   Within a stratum the distinct cluster ids of its observations are sorted
+   (``numpy.unique``), and each cluster is summarised by the sum of its
+   numerators and the sum of its denominators.
+2. ``rng = numpy.random.default_rng(seed)`` is created afresh for every
+   interval.
+3. Replicates are drawn in batches of 512 (the last batch holds the rest).
+   For each batch, for each stratum in order, one call
+   ``rng.integers(0, k, size=(batch, k))`` (k = clusters in the stratum) draws
+   k cluster positions with replacement for every replicate of the batch.
+4. A replicate's estimate is (sum of the drawn clusters' numerator sums) /
+   (sum of their denominator sums) over all strata; NaN when that
+   denominator is 0.
+5. Bounds: ``numpy.nanquantile(estimates, alpha)`` and
+   ``numpy.nanquantile(estimates, 1 - alpha)`` with
+   ``alpha = (1 - confidence) / 2`` computed in floating point and NumPy's
+   default ``linear`` method. Replicates whose estimate is NaN are counted in
+   ``undefined_replicates``; when every replicate is NaN the bounds are None.
+6. Point = total numerator / total denominator (None when that is 0).
+
+A mean is the ratio with denominator 1. ``difference_interval`` resamples the
+same clusters with the same draws for two ratios and reports their
+difference (an extra, used for placebo-corrected effects and pooled
+differences).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,162 +54,191 @@ from guardrepro.errors import InputError
 
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
-DEFAULT_PERCENTILES = (2.5, 97.5)
-DRAW_ORDERS = ("stratum", "replicate")
-DEFAULT_DRAW_ORDER = "stratum"
-
-StratumKey = tuple[str, ...]
+DEFAULT_CONFIDENCE = 0.95
+BATCH = 512
 
 
 @dataclass(frozen=True)
 class Interval:
-    low: float | None
-    high: float | None
-    percentiles: tuple[float, float]
+    """A point estimate with its bootstrap bounds and how they were made."""
+
+    point: float | None
+    lower: float | None
+    upper: float | None
+    numerator: float | None
+    denominator: float | None
+    clusters: int
+    strata: int
     replicates: int
     seed: int
-    stratified: bool
-    strata: int
-    clusters: int
+    confidence: float
     undefined_replicates: int
-    draw_order: str = DEFAULT_DRAW_ORDER
+
+    @property
+    def low(self) -> float | None:
+        """Alias of ``lower`` (the name used before the engine was fixed)."""
+        return self.lower
+
+    @property
+    def high(self) -> float | None:
+        """Alias of ``upper``."""
+        return self.upper
 
     def to_dict(self) -> dict[str, Any]:
+        """``to_json()`` plus the ``low``/``high`` aliases."""
+        return self.to_json() | {"low": self.lower, "high": self.upper}
+
+    def to_json(self) -> dict[str, Any]:
         return {
-            "low": self.low,
-            "high": self.high,
-            "percentiles": list(self.percentiles),
+            "point": self.point,
+            "lower": self.lower,
+            "upper": self.upper,
+            "numerator": _plain(self.numerator),
+            "denominator": _plain(self.denominator),
+            "clusters": self.clusters,
+            "strata": self.strata,
             "replicates": self.replicates,
             "seed": self.seed,
-            "stratified": self.stratified,
-            "strata": self.strata,
-            "clusters": self.clusters,
+            "confidence": self.confidence,
             "undefined_replicates": self.undefined_replicates,
-            "draw_order": self.draw_order,
-            "method": "percentile cluster bootstrap, ratio of sums",
         }
+
+
+def _plain(x: float | None) -> int | float | None:
+    if x is None:
+        return None
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
 
 
 @dataclass(frozen=True)
 class ClusterTable:
-    """Cluster sums in bootstrap order: strata sorted, clusters sorted within."""
+    """Cluster sums in draw order: strata sorted, clusters sorted within each.
 
-    strata: list[StratumKey]
+    ``sums[s]`` is a (clusters in stratum s, width) float64 array; width is 2
+    for a ratio (numerator, denominator) and 4 for a difference of ratios."""
+
+    strata: list[str]
     cluster_ids: list[list[str]]
-    sums: list[np.ndarray]  # one (n_s, k) float64 array per stratum
+    sums: list[np.ndarray]
+
+    @property
+    def clusters(self) -> int:
+        return sum(len(ids) for ids in self.cluster_ids)
+
+
+def check_settings(replicates: int, seed: int, confidence: float) -> None:
+    """Refuse settings the engine cannot honour (InputError naming the setting)."""
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
+        raise InputError(f"must be an integer >= 1, got {replicates!r}", field="replicates")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"must be an integer >= 0, got {seed!r}", field="seed")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not (
+        0 < confidence < 1
+    ):
+        raise InputError(f"must lie strictly between 0 and 1, got {confidence!r}",
+                         field="confidence")
 
 
 def cluster_table(
     values: Sequence[Sequence[float]],
     clusters: Sequence[str],
-    strata: Sequence[StratumKey] | None = None,
+    strata: Sequence[str] | None = None,
 ) -> ClusterTable:
-    """Sum per-row value vectors per cluster and order clusters as documented."""
-    if len(values) != len(clusters) or (strata is not None and len(strata) != len(clusters)):
-        raise InputError("values, clusters and strata must have one entry per row")
-    if not values:
-        raise InputError("no rows to bootstrap")
-    width = len(values[0])
-    sums: dict[str, np.ndarray] = {}
-    stratum_of: dict[str, StratumKey] = {}
-    for i, (vec, cid) in enumerate(zip(values, clusters, strict=True)):
-        if len(vec) != width:
-            raise InputError(f"row has {len(vec)} values, expected {width}", row=i)
-        key: StratumKey = tuple(str(k) for k in strata[i]) if strata is not None else ()
-        if cid in stratum_of and stratum_of[cid] != key:
-            raise InputError(
-                f"cluster {cid!r} spans strata {stratum_of[cid]} and {key}", row=i, field="strata"
-            )
-        stratum_of[cid] = key
-        arr = np.asarray(vec, dtype=np.float64)
-        sums[cid] = sums[cid] + arr if cid in sums else arr.copy()
-    by_stratum: dict[StratumKey, list[str]] = {}
-    for cid, key in stratum_of.items():
-        by_stratum.setdefault(key, []).append(cid)
-    keys = sorted(by_stratum)
-    ids = [sorted(by_stratum[k]) for k in keys]
-    return ClusterTable(
-        strata=keys,
-        cluster_ids=ids,
-        sums=[np.stack([sums[c] for c in group]) for group in ids],
-    )
+    """Sum per-observation value vectors per (stratum, cluster), in draw order."""
+    n = len(values)
+    if len(clusters) != n or (strata is not None and len(strata) != n):
+        raise InputError("values, clusters and strata need one entry per observation")
+    if n == 0:
+        raise InputError("no observations to bootstrap")
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim != 2 or not np.all(np.isfinite(matrix)):
+        raise InputError("every observation needs the same number of finite values")
+    for name, given in (("clusters", clusters), ("strata", strata)):
+        if given is not None:
+            bad = next((i for i, x in enumerate(given) if not isinstance(x, str)), None)
+            if bad is not None:
+                raise InputError(f"ids must be strings, got {given[bad]!r}", row=bad,
+                                 field=name)
+    cluster_arr = np.asarray(list(clusters), dtype=object).astype(str)
+    stratum_arr = (np.full(n, "", dtype=object) if strata is None
+                   else np.asarray(list(strata), dtype=object)).astype(str)
+    keys: list[str] = []
+    ids: list[list[str]] = []
+    sums: list[np.ndarray] = []
+    for stratum in np.unique(stratum_arr):
+        inside = stratum_arr == stratum
+        members, inverse = np.unique(cluster_arr[inside], return_inverse=True)
+        block = np.zeros((len(members), matrix.shape[1]), dtype=np.float64)
+        np.add.at(block, inverse, matrix[inside])
+        keys.append(str(stratum))
+        ids.append([str(m) for m in members])
+        sums.append(block)
+    return ClusterTable(strata=keys, cluster_ids=ids, sums=sums)
 
 
-def replicate_sums(table: ClusterTable, replicates: int, seed: int,
-                   order: str = DEFAULT_DRAW_ORDER) -> np.ndarray:
-    """(replicates, k) array: each replicate's summed cluster vectors (step 3)."""
-    if replicates < 1:
-        raise InputError("replicates must be >= 1", field="replicates")
-    if order not in DRAW_ORDERS:
-        raise InputError(f"draw order must be one of {DRAW_ORDERS}, got {order!r}",
-                         field="draw_order")
+def replicate_sums(table: ClusterTable, replicates: int, seed: int) -> np.ndarray:
+    """(replicates, width) array: each replicate's summed drawn cluster vectors
+    (steps 2 and 3 of the module docstring)."""
+    check_settings(replicates, seed, DEFAULT_CONFIDENCE)
     rng = np.random.default_rng(seed)
     width = table.sums[0].shape[1]
     totals = np.zeros((replicates, width), dtype=np.float64)
-    if order == "replicate":
-        sizes = [block.shape[0] for block in table.sums]
-        for b in range(replicates):
-            for n, block in zip(sizes, table.sums, strict=True):
-                totals[b] += block[rng.integers(0, n, size=n)].sum(axis=0)
-        return totals
-    for block in table.sums:
-        n = block.shape[0]
-        idx = rng.integers(0, n, size=(replicates, n))
-        for j in range(width):
-            totals[:, j] += block[:, j][idx].sum(axis=1)
+    for start in range(0, replicates, BATCH):
+        size = min(BATCH, replicates - start)
+        for block in table.sums:
+            k = block.shape[0]
+            idx = rng.integers(0, k, size=(size, k))
+            for j in range(width):
+                totals[start:start + size, j] += block[:, j][idx].sum(axis=1)
     return totals
 
 
-def _interval(
-    stat: np.ndarray,
-    defined: np.ndarray,
-    table: ClusterTable,
-    *,
-    replicates: int,
-    seed: int,
-    percentiles: tuple[float, float],
-    stratified: bool,
-    order: str,
-) -> Interval:
-    good = stat[defined]
-    low = high = None
-    if good.size:
-        lo, hi = np.percentile(good, list(percentiles))
-        low, high = float(lo), float(hi)
-    return Interval(
-        low=low,
-        high=high,
-        percentiles=(float(percentiles[0]), float(percentiles[1])),
-        replicates=replicates,
-        seed=seed,
-        stratified=stratified,
-        strata=len(table.strata),
-        clusters=sum(len(g) for g in table.cluster_ids),
-        undefined_replicates=int(replicates - good.size),
-        draw_order=order,
-    )
+def ratio_estimates(numerators: np.ndarray, denominators: np.ndarray) -> np.ndarray:
+    """numerators / denominators elementwise, NaN where the denominator is 0."""
+    out = np.full(numerators.shape, np.nan, dtype=np.float64)
+    np.divide(numerators, denominators, out=out, where=denominators != 0)
+    return out
+
+
+def bounds(estimates: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
+    """nanquantile bounds at alpha and 1 - alpha, alpha = (1 - confidence) / 2."""
+    if np.all(np.isnan(estimates)):
+        return None, None
+    alpha = (1 - confidence) / 2
+    return (float(np.nanquantile(estimates, alpha)),
+            float(np.nanquantile(estimates, 1 - alpha)))
+
+
+def _point(num: float, den: float) -> float | None:
+    return None if den == 0 else float(num) / float(den)
 
 
 def ratio_interval(
     numerators: Sequence[float],
     denominators: Sequence[float],
     clusters: Sequence[str],
-    strata: Sequence[StratumKey] | None = None,
+    strata: Sequence[str] | None = None,
     *,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
-    percentiles: tuple[float, float] = DEFAULT_PERCENTILES,
-    order: str = DEFAULT_DRAW_ORDER,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> Interval:
-    """Percentile interval of sum(numerators)/sum(denominators) over resampled
-    clusters; ``strata`` None = unstratified view."""
-    rows = [(float(n), float(d)) for n, d in zip(numerators, denominators, strict=True)]
-    table = cluster_table(rows, clusters, strata)
-    totals = replicate_sums(table, replicates, seed, order)
-    defined = totals[:, 1] != 0
-    stat = np.divide(totals[:, 0], totals[:, 1], out=np.zeros(replicates), where=defined)
-    return _interval(stat, defined, table, replicates=replicates, seed=seed,
-                     percentiles=percentiles, stratified=strata is not None, order=order)
+    """The interval of sum(numerators) / sum(denominators); ``strata`` None =
+    one stratum (unstratified)."""
+    check_settings(replicates, seed, confidence)
+    if len(numerators) != len(denominators):
+        raise InputError("numerators and denominators need one entry per observation")
+    table = cluster_table(list(zip(numerators, denominators, strict=True)), clusters, strata)
+    totals = replicate_sums(table, replicates, seed)
+    estimates = ratio_estimates(totals[:, 0], totals[:, 1])
+    lower, upper = bounds(estimates, confidence)
+    num = math.fsum(float(x) for x in numerators)
+    den = math.fsum(float(x) for x in denominators)
+    return Interval(
+        point=_point(num, den), lower=lower, upper=upper, numerator=num, denominator=den,
+        clusters=table.clusters, strata=len(table.strata), replicates=replicates, seed=seed,
+        confidence=confidence, undefined_replicates=int(np.isnan(estimates).sum()),
+    )
 
 
 def difference_interval(
@@ -215,42 +247,29 @@ def difference_interval(
     num_b: Sequence[float],
     den_b: Sequence[float],
     clusters: Sequence[str],
-    strata: Sequence[StratumKey] | None = None,
+    strata: Sequence[str] | None = None,
     *,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
-    percentiles: tuple[float, float] = DEFAULT_PERCENTILES,
-    order: str = DEFAULT_DRAW_ORDER,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> Interval:
     """Interval of sum(num_a)/sum(den_a) - sum(num_b)/sum(den_b), both ratios
-    taken over the same resampled clusters (a paired difference)."""
-    rows = [
-        (float(a), float(b), float(c), float(d))
-        for a, b, c, d in zip(num_a, den_a, num_b, den_b, strict=True)
-    ]
+    over the same drawn clusters (one draw per replicate, as in
+    ``ratio_interval``). The result's ``numerator`` and ``denominator`` are
+    None: a difference of two ratios is not one ratio."""
+    check_settings(replicates, seed, confidence)
+    rows = list(zip(num_a, den_a, num_b, den_b, strict=True))
     table = cluster_table(rows, clusters, strata)
-    totals = replicate_sums(table, replicates, seed, order)
-    defined = (totals[:, 1] != 0) & (totals[:, 3] != 0)
-    ra = np.divide(totals[:, 0], totals[:, 1], out=np.zeros(replicates), where=defined)
-    rb = np.divide(totals[:, 2], totals[:, 3], out=np.zeros(replicates), where=defined)
-    return _interval(ra - rb, defined, table, replicates=replicates, seed=seed,
-                     percentiles=percentiles, stratified=strata is not None, order=order)
-
-
-def both_views(
-    numerators: Sequence[float],
-    denominators: Sequence[float],
-    clusters: Sequence[str],
-    strata: Sequence[StratumKey],
-    *,
-    replicates: int = DEFAULT_REPLICATES,
-    seed: int = DEFAULT_SEED,
-    order: str = DEFAULT_DRAW_ORDER,
-) -> dict[str, Any]:
-    """{"stratified": ..., "unstratified": ...} interval dicts for one ratio."""
-    return {
-        name: ratio_interval(numerators, denominators, clusters, st, replicates=replicates,
-                             seed=seed, order=order).to_dict()
-        for name, st in (("stratified", strata), ("unstratified", None))
-    }
-
+    totals = replicate_sums(table, replicates, seed)
+    estimates = (ratio_estimates(totals[:, 0], totals[:, 1])
+                 - ratio_estimates(totals[:, 2], totals[:, 3]))
+    lower, upper = bounds(estimates, confidence)
+    sa, sb = math.fsum(map(float, num_a)), math.fsum(map(float, den_a))
+    sc, sd = math.fsum(map(float, num_b)), math.fsum(map(float, den_b))
+    pa, pb = _point(sa, sb), _point(sc, sd)
+    return Interval(
+        point=None if pa is None or pb is None else pa - pb, lower=lower, upper=upper,
+        numerator=None, denominator=None, clusters=table.clusters, strata=len(table.strata),
+        replicates=replicates, seed=seed, confidence=confidence,
+        undefined_replicates=int(np.isnan(estimates).sum()),
+    )

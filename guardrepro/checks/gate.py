@@ -20,16 +20,19 @@ Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
     [bootstrap]                     # optional; used by --conservative
     replicates = 10000
     seed = 260828
-    draw_order = "stratum"          # or "replicate" (see guardrepro.checks.bootstrap)
+    confidence = 0.95
 
 Paths in the spec are relative to the spec file.
 
-Output: the ``gate.json`` object (``evaluate``) with every figure as
-numerator / denominator / value, the checks with their thresholds, exact-score
-agreement among jointly valid rows, the reference-by-local score confusion,
-the disagreeing rows and a one-line verdict.
+Output: a ``GateResult`` (``evaluate``; frozen, ``to_json()`` is the
+``gate.json`` object) with every figure as numerator / denominator / value,
+the checks with their thresholds, exact-score agreement among jointly valid
+rows, the reference-by-local score confusion, the disagreeing rows, a
+one-line verdict and ``causal_interpretation``:
+``eligible_for_frozen_local_q8_reproduction_only`` when the gate passes,
+``exploratory_local_reproduction_only`` when it fails.
 
-Definitions:
+Definitions (docs/PROTOCOL.md, section "Parity gate"):
 
 - The gated row set: with a ``records`` reference, the reference's original
   rows (a local original that is not one of them is an error); with a
@@ -39,46 +42,43 @@ Definitions:
   ``expected_rows`` counts the unknown rest as missing.
 - rows present: local rows with a record / expected_rows (must be 1).
 - coverage: local rows that parsed (status ok) / expected_rows.
-- strict agreement: rows whose local strict decision equals the reference's
-  / expected_rows; both sides fail closed (a parse error or a null released
-  prediction is decision 1); a missing local row always disagrees. Within
-  gold-safe / gold-unsafe: the same over the rows of that gold class.
+- strict agreement: rows where the local and the reference prediction are
+  both valid and their strict decisions (score != 0) are equal /
+  expected_rows. A missing or invalid row on either side (a local parse
+  error, a null released prediction) is a disagreement. Within gold-safe /
+  gold-unsafe: the same over the rows of that gold class. Every threshold is
+  tested with >=.
 - exact-score agreement: local score == reference score over rows where both
   are valid (reported, not gated).
 - ``conservative``: each ratio check tests the lower bound of the stratified
   cluster bootstrap interval (``bootstrap.ratio_interval``; clusters =
   base_sample_id, strata = domain x gold strict label) instead of the point
   estimate. ``expected_rows`` is always an exact count check.
+
+Exit codes of ``guardrepro gate``: 0 pass, 3 fail, 2 unusable input.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.bootstrap import (
-    DEFAULT_DRAW_ORDER,
-    DEFAULT_REPLICATES,
-    DEFAULT_SEED,
-    DRAW_ORDERS,
-    ratio_interval,
-)
+from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.gate_spec import GateSpec, load_spec
+
+__all__ = ["GateResult", "GateSpec", "RefRow", "evaluate", "format_table", "load_spec",
+           "reference_rows", "verdict"]
 from guardrepro.checks.metrics import Ratio, gold_strict, strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
 
-SCHEMA = "guardrepro.gate/1"
-THRESHOLD_KEYS = (
-    "expected_rows",
-    "min_coverage",
-    "min_strict_agreement",
-    "min_strict_agreement_gold_safe",
-    "min_strict_agreement_gold_unsafe",
-)
+SCHEMA = "guardrepro.gate/2"
+ELIGIBLE = "eligible_for_frozen_local_q8_reproduction_only"
+EXPLORATORY = "exploratory_local_reproduction_only"
 # ratio check name -> (threshold key, figure name)
 RATIO_CHECKS = (
     ("coverage", "min_coverage", "coverage"),
@@ -89,113 +89,6 @@ RATIO_CHECKS = (
 )
 REF_LABELS = ("0.0", "0.5", "1.0", "invalid")
 LOCAL_LABELS = ("0.0", "0.5", "1.0", "invalid", "missing")
-
-
-@dataclass(frozen=True)
-class GateSpec:
-    name: str
-    path: Path
-    sha256: str
-    rows: str
-    reference: Mapping[str, Any]
-    thresholds: Mapping[str, float]
-    replicates: int = DEFAULT_REPLICATES
-    seed: int = DEFAULT_SEED
-    draw_order: str = DEFAULT_DRAW_ORDER
-
-    def resolve(self, relative: str) -> Path:
-        return (self.path.parent / relative).resolve()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "rows": self.rows,
-            "reference": dict(self.reference),
-            "thresholds": dict(self.thresholds),
-            "bootstrap": {"replicates": self.replicates, "seed": self.seed,
-                          "draw_order": self.draw_order},
-        }
-
-
-def _need(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], file: str,
-          where: str = "") -> Any:
-    if key not in table:
-        raise InputError("missing key", file=file, field=where + key)
-    value = table[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise InputError(f"wrong type {type(value).__name__}", file=file, field=where + key)
-    return value
-
-
-def _only(table: Mapping[str, Any], allowed: set[str], file: str, where: str = "") -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise InputError(f"unknown key(s) {unknown}", file=file, field=where + unknown[0])
-
-
-def load_spec(path: str | Path) -> GateSpec:
-    """Parse and validate a gate spec strictly (unknown keys are errors)."""
-    path = Path(path)
-    file = str(path)
-    if not path.is_file():
-        raise InputError("gate spec not found", file=file)
-    raw = path.read_bytes()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML: {exc}", file=file) from exc
-    _only(data, {"name", "description", "rows", "reference", "thresholds", "bootstrap"}, file)
-    name = _need(data, "name", str, file)
-    rows = _need(data, "rows", str, file)
-    if rows != "originals":
-        raise InputError(f"rows must be 'originals', got {rows!r}", file=file, field="rows")
-    ref = _need(data, "reference", dict, file)
-    kind = _need(ref, "type", str, file, "reference.")
-    if kind == "released":
-        _only(ref, {"type", "lock", "benchmark"}, file, "reference.")
-        _need(ref, "lock", str, file, "reference.")
-        bench = _need(ref, "benchmark", str, file, "reference.")
-        if bench not in ("agentdojo", "agentharm"):
-            raise InputError(f"unknown benchmark {bench!r}", file=file, field="reference.benchmark")
-    elif kind == "records":
-        _only(ref, {"type", "path"}, file, "reference.")
-        _need(ref, "path", str, file, "reference.")
-    else:
-        raise InputError(f"reference type must be 'released' or 'records', got {kind!r}",
-                         file=file, field="reference.type")
-    thr = _need(data, "thresholds", dict, file)
-    _only(thr, set(THRESHOLD_KEYS), file, "thresholds.")
-    thresholds: dict[str, float] = {}
-    for key in THRESHOLD_KEYS:
-        if key == "expected_rows":
-            value = _need(thr, key, int, file, "thresholds.")
-            if value < 1:
-                raise InputError("must be >= 1", file=file, field="thresholds.expected_rows")
-        else:
-            value = _need(thr, key, (int, float), file, "thresholds.")
-            if not 0 <= value <= 1:
-                raise InputError("must be within [0, 1]", file=file, field=f"thresholds.{key}")
-        thresholds[key] = value
-    boot = data.get("bootstrap", {})
-    if not isinstance(boot, dict):
-        raise InputError("expected a table", file=file, field="bootstrap")
-    _only(boot, {"replicates", "seed", "draw_order"}, file, "bootstrap.")
-    replicates = int(_need(boot, "replicates", int, file, "bootstrap.")) if "replicates" in boot \
-        else DEFAULT_REPLICATES
-    seed = int(_need(boot, "seed", int, file, "bootstrap.")) if "seed" in boot else DEFAULT_SEED
-    order = _need(boot, "draw_order", str, file, "bootstrap.") if "draw_order" in boot \
-        else DEFAULT_DRAW_ORDER
-    if order not in DRAW_ORDERS:
-        raise InputError(f"must be one of {DRAW_ORDERS}", file=file, field="bootstrap.draw_order")
-    if replicates < 1:
-        raise InputError("must be >= 1", file=file, field="bootstrap.replicates")
-    return GateSpec(
-        name=name, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), rows=rows,
-        reference=dict(ref), thresholds=thresholds, replicates=replicates, seed=seed,
-        draw_order=order,
-    )
 
 
 @dataclass(frozen=True)
@@ -250,8 +143,8 @@ def evaluate(
     key_field: str,
     reference: Mapping[str, RefRow],
     conservative: bool = False,
-) -> dict[str, Any]:
-    """The gate.json object for the run's expected ``rows`` against ``reference``."""
+) -> GateResult:
+    """The gate of the run's expected ``rows`` against ``reference``."""
     local = [r for r in rows if r.variant == "original"]
     if key_field == "row_id":
         # the reference names the gated rows; local rows without a record add
@@ -302,7 +195,8 @@ def evaluate(
             raise InputError(f"{key_field} {k!r}: local domain {loc.domain!r} differs from the "
                              f"reference's {ref.domain!r}", field="domain")
         present = status != MISSING
-        strict_agree = present and strict_decision(l_score) == strict_decision(ref.score)
+        strict_agree = (status == "ok" and ref.valid
+                        and strict_decision(l_score) == strict_decision(ref.score))
         table.append({
             "key": k,
             "row_id": loc.row_id if loc is not None else k,
@@ -355,7 +249,7 @@ def evaluate(
     }]
     for name, key, fig in RATIO_CHECKS:
         f = figures[fig]
-        tested = f["interval"]["low"] if conservative and f.get("interval") else f["value"]
+        tested = f["interval"]["lower"] if conservative and f.get("interval") else f["value"]
         checks.append({
             "name": name,
             "figure": fig,
@@ -377,7 +271,7 @@ def evaluate(
     disagreements = [
         {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
                            "reference_score", "local_score", "local_status")}
-        | {"reason": "missing" if not t["present"] else "strict"}
+        | {"reason": _reason(t)}
         for t in table if not t["strict_agree"]
     ]
     exact_diff = [
@@ -385,33 +279,85 @@ def evaluate(
                            "reference_score", "local_score")}
         for t in jointly_valid if not t["exact_agree"]
     ]
-    return {
-        "schema": SCHEMA,
-        "spec": spec.to_dict(),
-        "conservative": conservative,
-        "passed": passed,
-        "verdict": verdict(spec.name, passed, figures, checks),
-        "figures": figures,
-        "checks": checks,
-        "confusion": {"rows": "reference score", "columns": "local score",
-                      "row_labels": list(REF_LABELS), "column_labels": list(LOCAL_LABELS),
-                      "matrix": matrix},
-        "disagreements": disagreements,
-        "exact_disagreements": exact_diff,
-        "rows": [{k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
-                                    "decision_margin")} for t in table if t["present"]],
-    }
+    return GateResult(
+        spec=spec,
+        conservative=conservative,
+        passed=passed,
+        verdict=verdict(spec.name, passed, figures, checks),
+        figures=figures,
+        checks=tuple(checks),
+        confusion={"rows": "reference score", "columns": "local score",
+                   "row_labels": list(REF_LABELS), "column_labels": list(LOCAL_LABELS),
+                   "matrix": matrix},
+        disagreements=tuple(disagreements),
+        exact_disagreements=tuple(exact_diff),
+        rows=tuple({k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
+                                      "decision_margin")} for t in table if t["present"]),
+    )
+
+
+def _reason(t: Mapping[str, Any]) -> str:
+    if not t["present"]:
+        return "missing"
+    if not t["valid"]:
+        return "local_invalid"
+    if not t["reference_valid"]:
+        return "reference_invalid"
+    return "strict"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The outcome of a gate; ``to_json()`` is the gate.json object (``extra``
+    holds what the caller adds: the reference description, the run path)."""
+
+    spec: GateSpec
+    conservative: bool
+    passed: bool
+    verdict: str
+    figures: Mapping[str, Any]
+    checks: tuple[dict[str, Any], ...]
+    confusion: Mapping[str, Any]
+    disagreements: tuple[dict[str, Any], ...]
+    exact_disagreements: tuple[dict[str, Any], ...]
+    rows: tuple[dict[str, Any], ...]
+    extra: Mapping[str, Any] = dc_field(default_factory=dict)
+
+    @property
+    def causal_interpretation(self) -> str:
+        return ELIGIBLE if self.passed else EXPLORATORY
+
+    def with_extra(self, **extra: Any) -> GateResult:
+        return replace(self, extra={**self.extra, **extra})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "spec": self.spec.to_dict(),
+            "conservative": self.conservative,
+            "passed": self.passed,
+            "causal_interpretation": self.causal_interpretation,
+            "verdict": self.verdict,
+            "figures": dict(self.figures),
+            "checks": list(self.checks),
+            "confusion": dict(self.confusion),
+            "disagreements": list(self.disagreements),
+            "exact_disagreements": list(self.exact_disagreements),
+            "rows": list(self.rows),
+            **self.extra,
+        }
 
 
 def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> dict[str, Any] | None:
     if not sub:
         return None
     clusters = [t["base_sample_id"] or t["key"] for t in sub]
-    strata = [(str(t["domain"]), "?" if t["gold_label"] is None else str(gold_strict(
+    strata = [f"{t['domain']}:" + ("?" if t["gold_label"] is None else str(gold_strict(
         t["gold_label"]))) for t in sub]
-    return ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
-                          replicates=spec.replicates, seed=spec.seed,
-                          order=spec.draw_order).to_dict()
+    iv = ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
+                        replicates=spec.replicates, seed=spec.seed, confidence=spec.confidence)
+    return {"point": iv.point, "lower": iv.lower, "upper": iv.upper, "clusters": iv.clusters,
+            "strata": "domain:gold_label"}
 
 
 def _frac(f: Mapping[str, Any]) -> str:
@@ -430,7 +376,8 @@ def verdict(name: str, passed: bool, figures: Mapping[str, Any],
         f"{_frac(figures['exact_agreement'])}"
     )
     failed = [c["name"] for c in checks if not c["passed"]]
-    return head + (f"; failed: {', '.join(failed)}" if failed else "")
+    return (head + (f"; failed: {', '.join(failed)}" if failed else "")
+            + f"; causal_interpretation: {ELIGIBLE if passed else EXPLORATORY}")
 
 
 def format_table(gate: Mapping[str, Any]) -> str:
@@ -445,5 +392,5 @@ def format_table(gate: Mapping[str, Any]) -> str:
     if gate.get("conservative"):
         b = gate["spec"]["bootstrap"]
         lines.append(f"ratio checks test the stratified bootstrap lower bound ({b['replicates']} "
-                     f"replicates, seed {b['seed']}, draw order {b['draw_order']})")
+                     f"replicates, seed {b['seed']}, confidence {b['confidence']})")
     return "\n".join(lines)

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "guardrepro.cli.doctor_cmd:doctor",
     "gate": "guardrepro.cli.checks_cmd:gate",
     "stats": "guardrepro.cli.checks_cmd:stats",
+    "vs-published": "guardrepro.cli.published_cmd:vs_published",
     "audit": "guardrepro.cli.checks_cmd:audit",
     "report": "guardrepro.cli.report_cmd:report",
     "demo": "guardrepro.cli.demo_cmd:demo",

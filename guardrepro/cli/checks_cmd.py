@@ -1,11 +1,18 @@
 """``guardrepro gate``, ``guardrepro stats`` and ``guardrepro audit``.
 
-- ``gate RUN_DIR --spec checks/X.toml [--conservative] [--cohort FILE]``:
-  writes RUN_DIR/gate.json, prints the check table and the one-line verdict;
-  exit 0 when the gate passes, 3 when it fails (``GateFailed``, raised after
-  gate.json is written), 2 on unusable input.
-- ``stats RUN_DIR [--seed N] [--replicates N] [--cohort FILE]``: writes
-  RUN_DIR/stats.json atomically and prints a short table.
+PATH is a run directory or a predictions JSONL file
+(``guardrepro.checks.predictions``).
+
+- ``gate PATH --spec checks/X.toml [--conservative] [--cohort FILE] [--out DIR]``:
+  writes gate.json (into --out, else the run directory, else the directory
+  holding the predictions file), prints the check table and the one-line
+  verdict with its causal interpretation; exit 0 when the gate passes, 3 when
+  it fails (``GateFailed``, raised after gate.json is written), 2 on unusable
+  input.
+- ``stats PATH [--seed N] [--replicates N] [--confidence C] [--cohort FILE]
+  [--out DIR]``: writes stats.json atomically (same place rule) and prints
+  the table. A negative seed, fewer than 1 replicate or a confidence outside
+  (0, 1) is a usage error (exit 2).
 - ``audit interaction --benchmark agentdojo|agentharm [--preds released|RUN_DIR]``
   and ``audit tool-lookup``: benchmark audits; the JSON goes to stdout (and to
   ``--out`` when given), the table to stderr. The benchmark comes from
@@ -26,75 +33,90 @@ from typing import Any
 
 import click
 
-from guardrepro.checks.bootstrap import (
-    DEFAULT_DRAW_ORDER,
-    DEFAULT_REPLICATES,
-    DEFAULT_SEED,
-    DRAW_ORDERS,
-)
+from guardrepro.checks.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.errors import GateFailed
 
-RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+RUN_OR_FILE = click.Path(exists=True, path_type=Path)
 COHORT_OPTION = click.option(
     "--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    help="Cohort file of the run (default: the one its manifest names, if on disk; "
+    help="Cohort file of a run directory (default: the one its manifest names, if on disk; "
     "else every base x every variant seen in the records).",
 )
+OUT_OPTION = click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Directory for the JSON (default: the run directory, or the predictions "
+    "file's directory).",
+)
+
+
+def out_dir(path: Path, out: Path | None) -> Path:
+    """Where a check writes its JSON: --out, else the run directory, else the
+    directory of the predictions file."""
+    if out is not None:
+        return out
+    return path if path.is_dir() else path.parent
 
 
 @click.command()
-@click.argument("run_dir", type=RUN_DIR)
+@click.argument("path", type=RUN_OR_FILE)
 @click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Gate spec (checks/*.toml).")
 @click.option("--conservative", is_flag=True,
               help="Test ratio thresholds against the bootstrap lower bound.")
 @COHORT_OPTION
-def gate(run_dir: Path, spec: Path, conservative: bool, cohort: Path | None) -> None:
-    """Gate the run's original rows against the spec's reference predictions."""
+@OUT_OPTION
+def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
+         out: Path | None) -> None:
+    """Gate the original rows of a run (or predictions file) against the spec's
+    reference predictions."""
     from guardrepro.checks.gate import evaluate, format_table, load_spec, reference_rows
-    from guardrepro.checks.runio import load_run, write_json_atomic
+    from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.runio import write_json_atomic
 
     gate_spec = load_spec(spec)
-    run = load_run(run_dir, cohort)
+    run = load_rows(path, cohort)
     key_field, reference, ref_info = reference_rows(gate_spec)
     result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,
-                      conservative=conservative)
-    result["reference"] = ref_info
-    result["run_dir"] = str(run_dir)
-    result["expected_rows_source"] = run.expected_source
-    path = write_json_atomic(run_dir / "gate.json", result)
-    click.echo(format_table(result))
-    click.echo(f"wrote {path}")
-    click.echo(result["verdict"])
-    if not result["passed"]:
-        raise GateFailed(result["verdict"])
+                      conservative=conservative).with_extra(
+        reference=ref_info, run_dir=str(path), expected_rows_source=run.expected_source)
+    data = result.to_json()
+    written = write_json_atomic(out_dir(path, out) / "gate.json", data)
+    click.echo(format_table(data))
+    click.echo(f"wrote {written}")
+    click.echo(result.verdict)
+    if not result.passed:
+        raise GateFailed(result.verdict)
 
 
 @click.command()
-@click.argument("run_dir", type=RUN_DIR)
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-              help="Bootstrap seed (numpy default_rng).")
+@click.argument("path", type=RUN_OR_FILE)
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
+              help="Bootstrap seed (numpy default_rng, fresh per interval).")
 @click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
               show_default=True, help="Bootstrap replicates.")
-@click.option("--draw-order", type=click.Choice(DRAW_ORDERS), default=DEFAULT_DRAW_ORDER,
-              show_default=True, help="How the bootstrap consumes the generator (see docs).")
+@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=DEFAULT_CONFIDENCE, show_default=True, help="Interval confidence.")
 @COHORT_OPTION
-def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
-          cohort: Path | None) -> None:
-    """Per-variant metrics and paired flip statistics; writes stats.json."""
-    from guardrepro.checks.association import format_rung, interpretation
-    from guardrepro.checks.runio import load_run, write_json_atomic
+@OUT_OPTION
+def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Path | None,
+          out: Path | None) -> None:
+    """Strict accuracy per variant and paired flip statistics with intervals;
+    writes stats.json."""
+    from guardrepro.checks.association import format_rung
+    from guardrepro.checks.ladder import interpretation
+    from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.runio import write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
 
-    run = load_run(run_dir, cohort)
-    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
-                           expected_source=run.expected_source, draw_order=draw_order)
-    result["run_dir"] = str(run_dir)
+    run = load_rows(path, cohort)
+    result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
+                           progress=True, expected_source=run.expected_source).to_json()
+    result["run_dir"] = str(path)
     result["interpretation"] = interpretation(3)
-    path = write_json_atomic(run_dir / "stats.json", result)
+    written = write_json_atomic(out_dir(path, out) / "stats.json", result)
     click.echo(format_table(result))
     click.echo(format_rung(result["interpretation"]))
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {written}")
 
 
 @click.group()

@@ -1,0 +1,139 @@
+"""Gate specs (``checks/*.toml``): read and validated strictly.
+
+Input: a TOML file (layout in ``guardrepro.checks.gate``'s docstring).
+Output: a frozen ``GateSpec``. Unknown keys, missing keys, wrong types and
+out-of-range values are ``InputError``s naming the file and the key; paths
+in the spec resolve relative to the spec file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.bootstrap import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    check_settings,
+)
+from guardrepro.errors import InputError
+
+THRESHOLD_KEYS = (
+    "expected_rows",
+    "min_coverage",
+    "min_strict_agreement",
+    "min_strict_agreement_gold_safe",
+    "min_strict_agreement_gold_unsafe",
+)
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    name: str
+    path: Path
+    sha256: str
+    rows: str
+    reference: Mapping[str, Any]
+    thresholds: Mapping[str, float]
+    replicates: int = DEFAULT_REPLICATES
+    seed: int = DEFAULT_SEED
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def resolve(self, relative: str) -> Path:
+        return (self.path.parent / relative).resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "rows": self.rows,
+            "reference": dict(self.reference),
+            "thresholds": dict(self.thresholds),
+            "bootstrap": {"replicates": self.replicates, "seed": self.seed,
+                          "confidence": self.confidence},
+        }
+
+
+def _need(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], file: str,
+          where: str = "") -> Any:
+    if key not in table:
+        raise InputError("missing key", file=file, field=where + key)
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise InputError(f"wrong type {type(value).__name__}", file=file, field=where + key)
+    return value
+
+
+def _only(table: Mapping[str, Any], allowed: set[str], file: str, where: str = "") -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise InputError(f"unknown key(s) {unknown}", file=file, field=where + unknown[0])
+
+
+def load_spec(path: str | Path) -> GateSpec:
+    """Parse and validate a gate spec strictly (unknown keys are errors)."""
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise InputError("gate spec not found", file=file)
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML: {exc}", file=file) from exc
+    _only(data, {"name", "description", "rows", "reference", "thresholds", "bootstrap"}, file)
+    name = _need(data, "name", str, file)
+    rows = _need(data, "rows", str, file)
+    if rows != "originals":
+        raise InputError(f"rows must be 'originals', got {rows!r}", file=file, field="rows")
+    ref = _need(data, "reference", dict, file)
+    kind = _need(ref, "type", str, file, "reference.")
+    if kind == "released":
+        _only(ref, {"type", "lock", "benchmark"}, file, "reference.")
+        _need(ref, "lock", str, file, "reference.")
+        bench = _need(ref, "benchmark", str, file, "reference.")
+        if bench not in ("agentdojo", "agentharm"):
+            raise InputError(f"unknown benchmark {bench!r}", file=file, field="reference.benchmark")
+    elif kind == "records":
+        _only(ref, {"type", "path"}, file, "reference.")
+        _need(ref, "path", str, file, "reference.")
+    else:
+        raise InputError(f"reference type must be 'released' or 'records', got {kind!r}",
+                         file=file, field="reference.type")
+    thr = _need(data, "thresholds", dict, file)
+    _only(thr, set(THRESHOLD_KEYS), file, "thresholds.")
+    thresholds: dict[str, float] = {}
+    for key in THRESHOLD_KEYS:
+        if key == "expected_rows":
+            value = _need(thr, key, int, file, "thresholds.")
+            if value < 1:
+                raise InputError("must be >= 1", file=file, field="thresholds.expected_rows")
+        else:
+            value = _need(thr, key, (int, float), file, "thresholds.")
+            if not 0 <= value <= 1:
+                raise InputError("must be within [0, 1]", file=file, field=f"thresholds.{key}")
+        thresholds[key] = value
+    boot = data.get("bootstrap", {})
+    if not isinstance(boot, dict):
+        raise InputError("expected a table", file=file, field="bootstrap")
+    _only(boot, {"replicates", "seed", "confidence"}, file, "bootstrap.")
+    replicates = int(_need(boot, "replicates", int, file, "bootstrap.")) if "replicates" in boot \
+        else DEFAULT_REPLICATES
+    seed = int(_need(boot, "seed", int, file, "bootstrap.")) if "seed" in boot else DEFAULT_SEED
+    confidence = float(_need(boot, "confidence", (int, float), file, "bootstrap.")) \
+        if "confidence" in boot else DEFAULT_CONFIDENCE
+    try:
+        check_settings(replicates, seed, confidence)
+    except InputError as exc:
+        raise InputError(exc.message, file=file, field=f"bootstrap.{exc.field}") from None
+    return GateSpec(
+        name=name, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), rows=rows,
+        reference=dict(ref), thresholds=thresholds, replicates=replicates, seed=seed,
+        confidence=confidence,
+    )

@@ -1,0 +1,124 @@
+"""Predictions files: the checks' input when there is no run directory.
+
+Input: a JSONL file, UTF-8, one JSON object per line, each with exactly the
+keys ``base_sample_id`` (non-empty string), ``variant`` (non-empty string),
+``domain`` (non-empty string), ``gold_label`` (0, 0.5 or 1) and ``score``
+(0, 0.5, 1, or null when the prediction is invalid or missing).
+
+Output: ``runio.RowResult`` values in file order (row id
+``"<base_sample_id>:<variant>"``; status ``ok`` for a score, ``invalid`` for
+null, so a null fails closed downstream) and, via ``load_rows``, the
+``RunRows`` of either a run directory or a predictions file.
+
+Invariants: read strictly; any problem is an ``InputError`` naming the file,
+the 1-based line and the field: bytes that are not UTF-8, a blank or
+non-JSON line, a missing or unknown key, a value of the wrong type, a second
+row for the same (base_sample_id, variant), or rows of one base that disagree
+on domain or gold label. An empty file is an error. Nothing is skipped or
+coerced (``true`` is not 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.metrics import check_gold, check_score
+from guardrepro.checks.runio import RowResult, RunRows, load_run
+from guardrepro.errors import InputError
+
+KEYS = ("base_sample_id", "variant", "domain", "gold_label", "score")
+INVALID = "invalid"
+
+
+def _text(obj: dict[str, Any], key: str, file: str, line: int) -> str:
+    value = obj[key]
+    if not isinstance(value, str) or not value:
+        raise InputError(f"expected a non-empty string, got {value!r}", file=file, line=line,
+                         field=key)
+    return value
+
+
+def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
+    """One predictions-file object as a RowResult (strict; see the module docstring)."""
+    if not isinstance(obj, dict):
+        raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=file,
+                         line=line)
+    missing = [k for k in KEYS if k not in obj]
+    if missing:
+        raise InputError("missing key", file=file, line=line, field=missing[0])
+    unknown = sorted(set(obj) - set(KEYS))
+    if unknown:
+        raise InputError(f"unknown key (allowed: {', '.join(KEYS)})", file=file, line=line,
+                         field=unknown[0])
+    base = _text(obj, "base_sample_id", file, line)
+    variant = _text(obj, "variant", file, line)
+    domain = _text(obj, "domain", file, line)
+    try:
+        gold = check_gold(obj["gold_label"], field="gold_label")
+        score = check_score(obj["score"], field="score")
+    except InputError as exc:
+        raise InputError(exc.message, file=file, line=line, field=exc.field) from None
+    return RowResult(
+        row_id=f"{base}:{variant}", base_sample_id=base, variant=variant, domain=domain,
+        gold_label=gold, status="ok" if score is not None else INVALID, score=score,
+    )
+
+
+def load_predictions(path: str | Path) -> list[RowResult]:
+    """Every row of a predictions file, validated (see the module docstring)."""
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise InputError("predictions file not found", file=file)
+    rows: list[RowResult] = []
+    seen: dict[tuple[str, str], int] = {}
+    bases: dict[str, tuple[str, float, int]] = {}
+    raw_lines = path.read_bytes().split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 ({exc.reason} at byte {exc.start})", file=file,
+                             line=number) from None
+        if not text.strip():
+            raise InputError("blank line", file=file, line=number)
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=file,
+                             line=number) from None
+        row = parse_prediction(obj, file=file, line=number)
+        key = (row.base_sample_id, row.variant)
+        if key in seen:
+            raise InputError(f"second row for base {key[0]!r} variant {key[1]!r} (first on "
+                             f"line {seen[key]})", file=file, line=number, field="variant")
+        seen[key] = number
+        first = bases.setdefault(row.base_sample_id, (row.domain, row.gold_label, number))
+        for field, got, want in (("domain", row.domain, first[0]),
+                                 ("gold_label", row.gold_label, first[1])):
+            if got != want:
+                raise InputError(f"base {row.base_sample_id!r} has {field} {want!r} on line "
+                                 f"{first[2]}, {got!r} here", file=file, line=number,
+                                 field=field)
+        rows.append(row)
+    if not rows:
+        raise InputError("no predictions in the file", file=file)
+    return rows
+
+
+def load_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows:
+    """The rows to analyse: a run directory (``runio.load_run``, expected rows
+    from its cohort) or a predictions file (every row listed; ``cohort`` must
+    then be None)."""
+    path = Path(path)
+    if path.is_dir():
+        return load_run(path, cohort)
+    if cohort is not None:
+        raise InputError("--cohort applies to a run directory, not a predictions file",
+                         file=str(path))
+    rows = load_predictions(path)
+    return RunRows(rows, f"predictions:{path}", len(rows))

@@ -1,0 +1,287 @@
+"""A run's figures beside the published ones (``checks/published/*.toml``).
+
+Input: a published-figures spec (TOML; layout documented in
+``checks/published/ts-guard-q8.toml``) and the run's documents by source:
+``stats`` (the ``stats.json`` object computed from the run), ``gate`` (its
+``gate.json`` object, or None when the run has none) and ``audit`` (None:
+audit figures are not part of a run).
+
+Output: a ``Comparison`` (frozen; ``to_json()``), one ``Row`` per published
+figure with the run's value, the difference and a status:
+
+- ``match``: every published field equals the run's (exactly, or after
+  rounding the run's value to the figure's ``decimals``);
+- ``MISMATCH``: some field differs (fails the comparison when the figure's
+  ``match`` is ``exact``; a ``reported`` figure only shows it as ``differs``);
+- ``missing``: the run's statistics lack the figure (for example the run has
+  no ``combined`` rows); fails like a mismatch for an exact figure;
+- ``not computed``: the figure's source document is absent (no gate.json;
+  audit figures).
+
+Invariants: the spec is read strictly (unknown keys, wrong types, a figure
+with no published value: ``InputError`` naming the file and the key).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.stats import fmt_num
+from guardrepro.errors import InputError
+
+SOURCES = ("stats", "gate", "audit")
+MATCHES = ("exact", "reported")
+NUMBERS = ("count", "denominator", "point", "lower", "upper")
+FIGURE_KEYS = {"name", "source", "path", "match", "decimals", "text", *NUMBERS}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published figure: where the run keeps it and its published values."""
+
+    name: str
+    source: str
+    path: str
+    match: str
+    decimals: int | None
+    values: Mapping[str, float | int]
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class PublishedSpec:
+    name: str
+    description: str
+    path: Path
+    figures: tuple[Figure, ...]
+
+
+def _typed(table: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], file: str,
+           where: str) -> Any:
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise InputError(f"wrong type {type(value).__name__}", file=file, field=where + key)
+    return value
+
+
+def _figure(table: Any, index: int, file: str) -> Figure:
+    where = f"figure[{index}]."
+    if not isinstance(table, dict):
+        raise InputError("expected a table", file=file, field=where[:-1])
+    unknown = sorted(set(table) - FIGURE_KEYS)
+    if unknown:
+        raise InputError("unknown key", file=file, field=where + unknown[0])
+    for key in ("name", "source", "path"):
+        if key not in table:
+            raise InputError("missing key", file=file, field=where + key)
+        _typed(table, key, str, file, where)
+    if table["source"] not in SOURCES:
+        raise InputError(f"must be one of {', '.join(SOURCES)}", file=file,
+                         field=where + "source")
+    match = _typed(table, "match", str, file, where) if "match" in table else "exact"
+    if match not in MATCHES:
+        raise InputError(f"must be one of {', '.join(MATCHES)}", file=file, field=where + "match")
+    decimals = _typed(table, "decimals", int, file, where) if "decimals" in table else None
+    if decimals is not None and not 0 <= decimals <= 17:
+        raise InputError("must be within 0..17", file=file, field=where + "decimals")
+    values: dict[str, float | int] = {}
+    for key in NUMBERS:
+        if key in table:
+            kinds = int if key in ("count", "denominator") else (int, float)
+            values[key] = _typed(table, key, kinds, file, where)
+    text = _typed(table, "text", str, file, where) if "text" in table else None
+    if not values and text is None:
+        raise InputError("a figure needs a published value (count, denominator, point, "
+                         "lower, upper or text)", file=file, field=where + "name")
+    return Figure(table["name"], table["source"], table["path"], match, decimals, values, text)
+
+
+def load_published(path: str | Path) -> PublishedSpec:
+    """Read a published-figures spec strictly."""
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise InputError("published-figures spec not found", file=file)
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML: {exc}", file=file) from exc
+    unknown = sorted(set(data) - {"name", "description", "figure"})
+    if unknown:
+        raise InputError("unknown key", file=file, field=unknown[0])
+    for key in ("name", "figure"):
+        if key not in data:
+            raise InputError("missing key", file=file, field=key)
+    name = _typed(data, "name", str, file, "")
+    description = _typed(data, "description", str, file, "") if "description" in data else ""
+    figures = _typed(data, "figure", list, file, "")
+    if not figures:
+        raise InputError("no figures", file=file, field="figure")
+    return PublishedSpec(name, description, path,
+                         tuple(_figure(t, i, file) for i, t in enumerate(figures)))
+
+
+def lookup(document: Mapping[str, Any], dotted: str) -> Any:
+    """The value at a dotted path, or None when any step is absent."""
+    node: Any = document
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def run_values(value: Any) -> dict[str, Any] | None:
+    """The run's figure in the spec's vocabulary (count/denominator/point/
+    lower/upper/text) from a statistic, an accuracy or a ratio object."""
+    if isinstance(value, str):
+        return {"text": value}
+    if not isinstance(value, Mapping):
+        return None
+    out: dict[str, Any] = {}
+    if "numerator" in value:
+        out["count"] = value["numerator"]
+        out["point"] = value.get("value")
+    for key in NUMBERS:
+        if key in value:
+            out[key] = value[key]
+    return out or None
+
+
+def _same(field: str, run: Any, published: Any, decimals: int | None) -> bool:
+    if run is None:
+        return False
+    if field in ("count", "denominator") or decimals is None:
+        return bool(run == published)
+    return f"{run:.{decimals}f}" == f"{published:.{decimals}f}"
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: Figure
+    run: Mapping[str, Any] | None
+    status: str
+    differing: tuple[str, ...]
+
+    @property
+    def fails(self) -> bool:
+        return self.figure.match == "exact" and self.status in ("MISMATCH", "missing")
+
+    @property
+    def difference(self) -> float | int | None:
+        """run minus published: of the point, else of the count."""
+        if self.run is None:
+            return None
+        for key in ("point", "count"):
+            pub, got = self.figure.values.get(key), self.run.get(key)
+            if pub is not None and got is not None:
+                return got - pub
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.figure
+        return {"name": f.name, "source": f.source, "path": f.path, "match": f.match,
+                "decimals": f.decimals,
+                "published": dict(f.values) | ({"text": f.text} if f.text is not None else {}),
+                "run": None if self.run is None else dict(self.run), "status": self.status,
+                "differing": list(self.differing), "difference": self.difference,
+                "fails": self.fails}
+
+
+def compare_figure(figure: Figure, documents: Mapping[str, Mapping[str, Any] | None]) -> Row:
+    document = documents.get(figure.source)
+    if document is None:
+        return Row(figure, None, "not computed", ())
+    run = run_values(lookup(document, figure.path))
+    if run is None:
+        return Row(figure, None, "missing", ())
+    differing = [k for k, v in figure.values.items()
+                 if not _same(k, run.get(k), v, figure.decimals)]
+    if figure.text is not None and run.get("text") != figure.text:
+        differing.append("text")
+    status = "match" if not differing else (
+        "MISMATCH" if figure.match == "exact" else "differs")
+    return Row(figure, run, status, tuple(differing))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    spec: PublishedSpec
+    rows: tuple[Row, ...]
+    sources: Mapping[str, str]
+
+    @property
+    def failed(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.fails)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": "guardrepro.vs_published/1", "spec": str(self.spec.path),
+                "name": self.spec.name, "sources": dict(self.sources),
+                "passed": not self.failed, "rows": [r.to_json() for r in self.rows]}
+
+
+def compare(spec: PublishedSpec, documents: Mapping[str, Mapping[str, Any] | None],
+            sources: Mapping[str, str] | None = None) -> Comparison:
+    """Every figure of ``spec`` against the run's ``documents`` by source."""
+    return Comparison(spec, tuple(compare_figure(f, documents) for f in spec.figures),
+                      dict(sources or {}))
+
+
+def _show(values: Mapping[str, Any] | None, decimals: int | None) -> str:
+    if values is None:
+        return "-"
+    if "text" in values and values["text"] is not None:
+        return str(values["text"])
+
+    def num(x: Any) -> str:
+        if x is None:
+            return "-"
+        return f"{x:.{decimals}f}" if decimals is not None else fmt_num(x)
+
+    parts = []
+    if "count" in values and "denominator" in values:
+        parts.append(f"{values['count']}/{values['denominator']}")
+    if values.get("point") is not None:
+        parts.append(("= " if parts else "") + num(values["point"]))
+    if "lower" in values or "upper" in values:
+        parts.append(f"[{num(values.get('lower'))}, {num(values.get('upper'))}]")
+    return " ".join(parts) if parts else "-"
+
+
+def _shown_run(row: Row) -> dict[str, Any] | None:
+    """The run's value restricted to the fields the figure publishes."""
+    if row.run is None:
+        return None
+    keys = set(row.figure.values) | ({"text"} if row.figure.text is not None else set())
+    if "point" in row.run and row.run["point"] is not None and "count" in keys:
+        keys.add("point")
+    return {k: v for k, v in row.run.items() if k in keys}
+
+
+def format_comparison(comparison: Comparison) -> str:
+    rows = [("figure", "published", "run", "difference", "status")]
+    for r in comparison.rows:
+        diff = r.difference
+        shown = "-" if diff is None else (f"{diff:+d}" if isinstance(diff, int)
+                                          else f"{diff:+.6g}")
+        published: dict[str, Any] = dict(r.figure.values)
+        if r.figure.text is not None:
+            published["text"] = r.figure.text
+        rows.append((r.figure.name, _show(published, r.figure.decimals),
+            "not computed" if r.status == "not computed" else _show(_shown_run(r),
+                                                                   r.figure.decimals),
+            shown, r.status + (f" ({', '.join(r.differing)})" if r.differing else "")
+            + ("" if r.figure.match == "exact" else " [reported]")))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+             for row in rows]
+    failed = comparison.failed
+    lines.append(f"{comparison.spec.name}: {len(comparison.rows)} figures, "
+                 f"{sum(r.status == 'match' for r in comparison.rows)} match, "
+                 f"{len(failed)} exact figure(s) differ or are missing, "
+                 f"{sum(r.status == 'not computed' for r in comparison.rows)} not computed")
+    return "\n".join(lines)

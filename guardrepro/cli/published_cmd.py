@@ -1,0 +1,79 @@
+"""``guardrepro vs-published PATH [--spec FILE] [--gate FILE] [--cohort FILE] [--out FILE]``.
+
+PATH is a run directory or a predictions JSONL file. The run's statistics are
+computed afresh with the published interval settings (10,000 replicates,
+seed 260828, confidence 0.95); the gate figures come from ``--gate`` or
+PATH/gate.json when present. Prints every published figure beside the run's
+with the difference and a status; exit 3 when a figure marked ``exact``
+differs or is missing from the run's statistics, 0 otherwise, 2 on unusable
+input. ``--out`` also writes the comparison as JSON (atomically).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from guardrepro.errors import CheckFailed, InputError
+
+DEFAULT_SPEC = Path("checks/published/ts-guard-q8.toml")
+
+
+def _default_spec() -> Path:
+    if DEFAULT_SPEC.is_file():
+        return DEFAULT_SPEC
+    from guardrepro.demo import repo_root
+
+    return repo_root() / DEFAULT_SPEC
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid JSON: {exc}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", file=str(path))
+    return data
+
+
+@click.command("vs-published")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--spec", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help=f"Published figures (default: {DEFAULT_SPEC}).")
+@click.option("--gate", "gate_file", type=click.Path(exists=True, dir_okay=False,
+                                                     path_type=Path),
+              default=None, help="gate.json of the run (default: PATH/gate.json if present).")
+@click.option("--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Cohort file of a run directory.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the comparison as JSON here.")
+def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: Path | None,
+                 out: Path | None) -> None:
+    """Print the run's figures beside the published ones, row by row."""
+    from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.published import compare, format_comparison, load_published
+    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.stats import compute_stats
+
+    published = load_published(spec if spec is not None else _default_spec())
+    run = load_rows(path, cohort)
+    stats = compute_stats(run.rows, expected_source=run.expected_source).to_json()
+    if gate_file is None and path.is_dir() and (path / "gate.json").is_file():
+        gate_file = path / "gate.json"
+    gate = _load_json(gate_file) if gate_file is not None else None
+    sources = {"stats": f"computed from {path}",
+               "gate": str(gate_file) if gate_file is not None else "not computed",
+               "audit": "not computed"}
+    result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources)
+    click.echo(format_comparison(result))
+    if out is not None:
+        write_json_atomic(out, result.to_json())
+        click.echo(f"wrote {out}")
+    if result.failed:
+        names = ", ".join(r.figure.name for r in result.failed)
+        raise CheckFailed(f"{len(result.failed)} figure(s) differ from {published.name}: "
+                          f"{names}")
