@@ -304,7 +304,8 @@ def run_cohort(
         profile = profile_path
     else:
         profile = RunProfile.load(profile_path)
-    preflight(profile)
+    if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
+        preflight(profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
@@ -344,10 +345,13 @@ def run_cohort(
         else:
             tree_sha = tree_hash(resolved.checkpoint_dir).sha256
         try:
+            options = dict(profile.backend_options)
+            if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
+                options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
             runner = create_runner(
                 profile.backend,
                 resolved.checkpoint_dir,
-                profile.backend_options,
+                options,
                 eos_token_ids=resolved.tokenizer.eos_token_ids,
                 pad_token_id=resolved.tokenizer.pad_token_id,
                 decode=decode,

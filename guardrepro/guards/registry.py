@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from guardrepro.errors import InputError
-from guardrepro.guards.base import GuardAdapter, GuardTemplate, ParseResult
+from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
 from guardrepro.guards.llama_guard import LlamaGuard3Adapter, parse_llama_guard
 from guardrepro.guards.qwen3guard import Qwen3GuardAdapter, parse_qwen3guard
 from guardrepro.guards.rule import RuleAdapter, parse_rule_output
@@ -112,3 +112,11 @@ def get_guard(name: str, template: GuardTemplate | None = None) -> GuardAdapter:
 def get_parser(name: str) -> Callable[[str], ParseResult]:
     """The output parser of guard ``name`` (no template needed)."""
     return adapter_info(name).parser
+
+
+def expected_tokens(name: str) -> ExpectedTokens:
+    """The special tokens guard ``name``'s checkpoint must declare (by token string)."""
+    info = adapter_info(name)
+    if info.needs_template:
+        return info.build(GuardTemplate("", "")).special_tokens
+    return info.build(None).special_tokens

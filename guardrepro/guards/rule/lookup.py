@@ -1,6 +1,7 @@
 """The tool-lookup table: fitted on labelled cohort rows, stored as JSON.
 
-Input: cohort rows (``schema.CohortRow``) with ``original_label``. Output:
+Input: (current_action, gold score) pairs, e.g. benchmark rows outside the
+cohort being scored. Output:
 ``{"version", "table": {tool_key: 0|1}, "fallback": 0|1, "rows": n}``; the
 key of an unparsable tool is ``"<none>"``. Fitting is
 ``checks.audit.fit_lookup`` (per key the majority strict gold label, ties
@@ -17,16 +18,17 @@ from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
-from guardrepro.schema import CohortRow
 
 VERSION = "tool-lookup-table-v1"
 
 
-def fit_table(rows: Sequence[CohortRow]) -> dict[str, Any]:
+def fit_table(rows: Sequence[tuple[Any, float]]) -> dict[str, Any]:
     from guardrepro.checks.audit import fit_lookup, tool_key
 
-    keys = [tool_key(r.sample["current_action"]) for r in rows]
-    labels = [int(r.original_label != 0) for r in rows]
+    if not rows:
+        raise InputError("cannot fit the lookup table on zero rows")
+    keys = [tool_key(action) for action, _ in rows]
+    labels = [int(gold != 0) for _, gold in rows]
     table, fallback = fit_lookup(keys, labels)
     return {"version": VERSION, "rows": len(rows), "fallback": fallback,
             "table": {("<none>" if k is None else k): v for k, v in sorted(
