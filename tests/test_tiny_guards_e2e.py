@@ -15,6 +15,7 @@ from guardrepro.cli import cli
 from guardrepro.records import read_records
 from guardrepro.toy.tiny_guards import build_tiny_guard
 
+
 def write_cohort(path: Path, n: int) -> Path:
     """``n`` rows: base i // 2 as original then a marker-paraphrase edit (same
     gold and domain); even bases carry an <INFORMATION> injection and a send_ tool."""

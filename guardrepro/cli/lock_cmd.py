@@ -54,7 +54,7 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
     try:
         items = HfApi().list_repo_tree(repo, revision=revision, recursive=True)
         return [item.path for item in items if type(item).__name__ == "RepoFile"]
-    except OSError as exc:  # requests/httpx errors derive from OSError
+    except Exception as exc:  # httpx / huggingface_hub errors: no common base class
         raise FetchError(f"{repo}@{revision}: cannot list the files: {exc}") from exc
 
 
@@ -82,8 +82,11 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         raise InputError("lock file exists (use --force to overwrite)", file=str(out))
     name = name or out.stem
     if hub is not None:
-        if revision is None:
-            raise InputError("--hub needs --revision (a 40-hex commit)", field="revision")
+        from guardrepro.locks import HEX40
+
+        if revision is None or not HEX40.match(revision):
+            raise InputError(f"--hub needs --revision as a 40-hex commit, got {revision!r}",
+                             field="revision")
         header = [f"# {hub} at {revision}: file list from the Hub; every sha256 is recorded",
                   "# at its first verified download (`guardrepro fetch`)."]
         result = hub_lock(hub, revision, _hub_paths(hub, revision), name, out,
