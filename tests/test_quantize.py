@@ -338,7 +338,8 @@ def test_qwen3_reads_head_dim_but_qwen2_does_not() -> None:
     qwen3 = _tiny_config("qwen3", **real)
     normalized, _ = normalize_mlx_config(qwen3)
     assert normalized["head_dim"] == 128
-    with pytest.raises(InputError, match=r"head_dim: 128 != hidden_size/num_attention_heads \(64\)"):
+    with pytest.raises(InputError,
+                       match=r"head_dim: 128 != hidden_size/num_attention_heads \(64\)"):
         normalize_mlx_config(_tiny_config("qwen2", **real))
     no_head = dict(qwen3)
     no_head.pop("head_dim")

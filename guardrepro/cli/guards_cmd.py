@@ -8,6 +8,7 @@ line with the same fields plus the parser version.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -19,7 +20,7 @@ def guards(as_json: bool) -> None:
     from guardrepro.guards.base import GuardTemplate
     from guardrepro.guards.registry import ADAPTERS
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for info in ADAPTERS.values():
         adapter = info.build(GuardTemplate("", "") if info.needs_template else None)
         rows.append({"name": info.name, "scoring": info.scoring, "model": info.needs_model,

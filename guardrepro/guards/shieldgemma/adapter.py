@@ -80,7 +80,7 @@ class ShieldGemmaAdapter(ConversationAdapter):
     parser_version = PARSER_VERSION
     max_new_tokens = 1
     scoring = "logit"
-    score_tokens = SCORE_TOKENS
+    score_tokens: tuple[str, ...] = SCORE_TOKENS
     special_tokens = ExpectedTokens(eos=("<end_of_turn>",), pad="<pad>")
     chat_template = CHAT_TEMPLATE
     threshold = DEFAULT_THRESHOLD
