@@ -165,3 +165,20 @@ def test_guard_table_over_three_guards(built: dict[str, Path], tmp_path: Path) -
     assert row.split("|")[4].strip().startswith("1.00 (2/2)")
     flips = next(line for line in out.splitlines() if "marker_paraphrase" in line)
     assert flips.split("|")[4].strip().startswith("0.50 (1/2)")
+
+
+def test_report_shows_the_guard_table(built: dict[str, Path], tmp_path: Path) -> None:
+    rule = tmp_path / "rule.toml"
+    rule.write_text('name = "rule"\nbackend = "rule"\n[guard]\nname = "rule-nuisance"\n',
+                    encoding="utf-8")
+    run = tmp_path / "run-rule"
+    _invoke(["run", "--profile", str(rule), "--cohort", str(built["cohort"]), "--out",
+             str(run), "--no-progress"], tmp_path / "home")
+    other = _lock_and_run(built, "llama-guard-3", "hf", tmp_path)
+    _invoke(["report", str(run), "--guard-run", str(other), "--replicates", "20"],
+            tmp_path / "home")
+    text = (run / "report.md").read_text()
+    assert "## Guards side by side" in text and "llama-guard-3 (hf)" in text
+    assert (run / "guard_table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads((run / "guard_table.json").read_text())
+    assert list(table["guards"]) == ["rule-nuisance (rule)", "llama-guard-3 (hf)"]
