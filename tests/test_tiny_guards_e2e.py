@@ -181,4 +181,34 @@ def test_report_shows_the_guard_table(built: dict[str, Path], tmp_path: Path) ->
     assert "## Guards side by side" in text and "llama-guard-3 (hf)" in text
     assert (run / "guard_table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = json.loads((run / "guard_table.json").read_text())
-    assert list(table["guards"]) == ["rule-nuisance (rule)", "llama-guard-3 (hf)"]
+    assert table["order"] == ["rule-nuisance (rule)", "llama-guard-3 (hf)"]
+
+
+def test_shieldgemma_logits_are_the_models(built: dict[str, Path], tmp_path: Path) -> None:
+    """The recorded (Yes, No) logits equal a plain forward pass of the checkpoint
+    on the same prompt ids, and p_yes is their softmax (computed here with torch)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from guardrepro.guards.registry import get_guard
+    from guardrepro.prompts import PromptTokenizer
+
+    run = _lock_and_run(built, "shieldgemma", "hf", tmp_path)
+    records = {(r.base_sample_id, r.variant): r for r in read_records(run)}
+    guard = get_guard("shieldgemma")
+    tok = PromptTokenizer(built["shieldgemma"])
+    yes, no = tok.single_token_id("Yes"), tok.single_token_id("No")
+    model = AutoModelForCausalLM.from_pretrained(str(built["shieldgemma"]),
+                                                 attn_implementation="eager").float().eval()
+    for line in built["cohort"].read_text().splitlines():
+        row = json.loads(line)
+        ids = tok.encode_messages(guard.messages(row["sample"]))
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1]
+        record = records[(row["base_sample_id"], row["variant"])]
+        assert record.prompt_tokens == len(ids)
+        comp = record.components
+        assert comp["logit_yes"] == pytest.approx(float(logits[yes]), abs=1e-4)
+        assert comp["logit_no"] == pytest.approx(float(logits[no]), abs=1e-4)
+        p = torch.softmax(torch.stack([logits[yes], logits[no]]), dim=0)[0]
+        assert comp["p_yes"] == pytest.approx(float(p), abs=1e-5)

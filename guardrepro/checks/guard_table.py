@@ -118,7 +118,7 @@ def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None,
                          + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
                          field="cohort")
     return {"cohort_sha256": next(iter(cohorts.values())), "replicates": replicates,
-            "seed": seed, "guards": columns}
+            "seed": seed, "order": list(columns), "guards": columns}
 
 
 def _cell(fig: dict[str, Any]) -> str:
@@ -139,7 +139,7 @@ def _num(x: Any) -> str:
 def format_guard_table(table: dict[str, Any]) -> str:
     """Markdown table: one row per figure, one column per guard."""
     guards = table["guards"]
-    names = list(guards)
+    names = list(table.get("order", guards))
     lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     lines.append("| coverage | " + " | ".join(_cell(guards[n]["coverage"]) for n in names) + " |")
     for metric in METRICS:
@@ -159,7 +159,7 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
 
     plt = _pyplot()
     guards = table["guards"]
-    names = list(guards)
+    names = list(table.get("order", guards))
     variants = sorted({v for n in names for v in guards[n]["flips"]})
     labels = list(METRICS) + [f"flip: {v}" for v in variants]
     fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 2, 4))
