@@ -17,7 +17,9 @@ Invariants:
   token strings the adapter expects (``GuardAdapter.special_tokens``);
   otherwise ``PromptError`` before anything is generated.
 - A conversation guard's messages go through the checkpoint's chat
-  template; a logit guard's score tokens must each be one token. A rule
+  template; a system prompt the template adds on its own is reported (a
+  warning naming its text) before anything runs, except for the TS-Guard
+  family, whose upstream setup includes Qwen2.5's default system prompt; a logit guard's score tokens must each be one token. A rule
   guard runs on the ``rule`` backend with no checkpoint and no tokenizer. An unpinned checkpoint
   directory (development and tests, provenance ``"unpinned"``) that differs
   only gets a warning, so test checkpoints may carry extra stop ids.
@@ -223,6 +225,14 @@ def prepare_rows(
     """Render, hash, tokenize and length-check each row (PromptError names the row)."""
     prepared = []
     score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
+    # TS-Guard-family prompts go through Qwen2.5's template, whose default system
+    # prompt is part of the upstream setup: expected there, reported elsewhere.
+    expected = getattr(guard, "default_system_expected", False)
+    if rows and not expected and hasattr(tokenizer, "injected_system_prompt"):
+        injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
+        if injected is not None:
+            warnings.warn(f"the chat template adds a system prompt of its own to guard "
+                          f"{guard.name!r}'s prompt: {injected[:200]!r}", stacklevel=2)
     for index, row in enumerate(rows):
         try:
             text = guard.render(row.sample)

@@ -379,6 +379,32 @@ class PromptTokenizer:
             raise PromptError(f"chat template rendered {type(rendered).__name__}, not a string")
         return rendered
 
+    def injected_system_prompt(self, messages: Sequence[Mapping[str, str]]) -> str | None:
+        """The system text the chat template adds on its own when ``messages``
+        has no system turn (e.g. a default system prompt), else None.
+
+        Found by rendering once with a sentinel system turn and once without:
+        when the second rendering is the first with the sentinel replaced by
+        some text, that text was injected. None as well when the template
+        refuses a system turn or the conversation already has one.
+        """
+        if any(m.get("role") == "system" for m in messages):
+            return None
+        sentinel = "\x00guardrepro-system-sentinel\x00"
+        try:
+            with_system = self.render_messages([{"role": "system", "content": sentinel},
+                                                *messages])
+            without = self.render_messages(messages)
+        except Exception:  # a template that refuses system turns injects none
+            return None
+        if with_system.count(sentinel) != 1:
+            return None
+        prefix, suffix = with_system.split(sentinel)
+        if (without.startswith(prefix) and without.endswith(suffix)
+                and len(without) > len(prefix) + len(suffix)):
+            return without[len(prefix): len(without) - len(suffix)]
+        return None
+
     def encode_chat(self, text: str) -> tuple[int, ...]:
         """Token ids of the chat-templated prompt (no truncation)."""
         return self.encode_messages(self._messages(text))

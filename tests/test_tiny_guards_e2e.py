@@ -212,3 +212,32 @@ def test_shieldgemma_logits_are_the_models(built: dict[str, Path], tmp_path: Pat
         assert comp["logit_no"] == pytest.approx(float(logits[no]), abs=1e-4)
         p = torch.softmax(torch.stack([logits[yes], logits[no]]), dim=0)[0]
         assert comp["p_yes"] == pytest.approx(float(p), abs=1e-5)
+
+
+def test_a_default_system_prompt_is_reported(built: dict[str, Path], tmp_path: Path) -> None:
+    from guardrepro.guards.base import GuardTemplate
+    from guardrepro.guards.registry import get_guard
+    from guardrepro.pipeline import prepare_rows
+    from guardrepro.prompts import PromptTokenizer
+    from guardrepro.schema import read_cohort
+    from guardrepro.toy.tiny import build_tiny_qwen2
+    from guardrepro.toy.tokenizer import DEFAULT_SYSTEM
+
+    chatml = PromptTokenizer(build_tiny_qwen2(tmp_path / "qwen2"))  # injects DEFAULT_SYSTEM
+    user = [{"role": "user", "content": "hello"}]
+    assert chatml.injected_system_prompt(user) == DEFAULT_SYSTEM
+    assert chatml.injected_system_prompt([{"role": "system", "content": "mine"}, *user]) is None
+    rows = read_cohort(built["cohort"])
+    template = GuardTemplate("{user_request}{agent_action}{env_info}", "0" * 64)
+    # a conversation guard on a checkpoint whose template adds its own system turn
+    with pytest.warns(UserWarning, match="careful safety guard"):
+        prepare_rows(get_guard("qwen3guard"), chatml, rows, 4)
+    # the TS-Guard family expects it (Qwen2.5's default system prompt is upstream's setup)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_rows(get_guard("toy-guard", template), chatml, rows, 4)
+    for name in GUARDS:  # the adapters' own templates add nothing
+        tok = PromptTokenizer(built[name])
+        assert tok.injected_system_prompt(get_guard(name).messages(rows[0].sample)) is None

@@ -72,6 +72,9 @@ class TSGuardAdapter:
 
     scoring = "parse"
     score_tokens: tuple[str, ...] = ()
+    # Qwen2.5's chat template adds its default system prompt; the upstream
+    # evaluator's prompts go through it, so that is part of the reproduction.
+    default_system_expected = True
 
     def __init__(
         self,
