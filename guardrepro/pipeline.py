@@ -15,14 +15,16 @@ Invariants:
 - A checkpoint pinned by a lock must declare the guard's special tokens: its
   EOS and pad ids, read from its own (lock-verified) config, must name the
   token strings the adapter expects (``GuardAdapter.special_tokens``);
-  otherwise ``PromptError`` before anything is generated.
+  otherwise ``PromptError`` before anything is generated. An unpinned
+  checkpoint directory (development and tests, provenance ``"unpinned"``)
+  that differs only gets a warning, so test checkpoints may carry extra stop
+  ids.
 - A conversation guard's messages go through the checkpoint's chat
   template; a system prompt the template adds on its own is reported (a
   warning naming its text) before anything runs, except for the TS-Guard
-  family, whose upstream setup includes Qwen2.5's default system prompt; a logit guard's score tokens must each be one token. A rule
-  guard runs on the ``rule`` backend with no checkpoint and no tokenizer. An unpinned checkpoint
-  directory (development and tests, provenance ``"unpinned"``) that differs
-  only gets a warning, so test checkpoints may carry extra stop ids.
+  family, whose upstream setup includes Qwen2.5's default system prompt. A
+  logit guard's score tokens must each be one token. A rule guard runs on
+  the ``rule`` backend with no checkpoint and no tokenizer.
 - The provenance (guard, backend, ``runner.describe()``, artifact tree hash
   -- for a locked checkpoint ``verify.cached_tree_hash`` in the same home, so
   the bytes ``materialize`` just verified are not read again --
