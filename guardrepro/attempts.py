@@ -18,6 +18,8 @@ Invariants:
 - The record's output, status, error type, components and decision margin
   come from the last attempt; its timings are summed over attempts and its
   peak memory is their maximum.
+- A logit guard is scored from the generation's ``score_logits``
+  (``guard.parse_scored``); every other guard parses the text.
 - The decision margin is ``step_margins[i]`` for the generated token ``i``
   whose decoded span contains the first character of the harmfulness rating
   value (``guard.decision_char_offset``): the first ``i`` with
@@ -45,6 +47,8 @@ class PreparedRow:
     text: str
     input_sha256: str
     token_ids: tuple[int, ...]
+    messages: tuple[tuple[str, str], ...] | None = None
+    score_token_ids: tuple[int, ...] = ()
 
 
 def token_index_at(
@@ -100,7 +104,7 @@ def _attempt(
     """One attempt from a generation (or an inference error message), parsed."""
     if isinstance(result, str):
         return Attempt("", [], "error", "inference_error", None, result, None, seed), None
-    parsed = guard.parse(result.text)
+    parsed = guard.parse_scored(result.text, result.score_logits)
     attempt = Attempt(
         text=result.text,
         token_ids=list(result.token_ids),
@@ -136,7 +140,8 @@ def generate_chunk(
             for p in pending
         }
         requests = [
-            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text)
+            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text,
+                              p.messages, p.score_token_ids)
             for p in pending
         ]
         results = _safe_generate(runner, requests, params)

@@ -12,8 +12,10 @@ Invariants:
   is the first index where they differ (the shorter length when one is a
   prefix of the other), ``None`` when identical.
 - Exact-score agreement is defined on jointly valid rows only (both status
-  ``ok``); strict agreement is defined on every row in both and uses the
-  fail-closed strict decision (an invalid record counts as decision 1).
+  ``ok``). Strict agreement follows the parity gate's rule: a row agrees
+  only when both records are valid and their strict decisions
+  (``score != 0``) are equal; its denominator is every row in both runs, so
+  two unparsable outputs never count as agreement.
 - Margins are the records' ``decision_margin`` (top1 - top2 logit at the
   decision position); margin quantiles are reported separately for rows whose
   strict decision agrees and rows where it does not, so one can see whether
@@ -105,7 +107,7 @@ def compare_row(a: Record, b: Record) -> RowComparison:
         exact_agree=(a.score == b.score) if both_valid else None,
         strict_a=a.strict_decision,
         strict_b=b.strict_decision,
-        strict_agree=a.strict_decision == b.strict_decision,
+        strict_agree=both_valid and a.strict_decision == b.strict_decision,
         margin_a=a.decision_margin,
         margin_b=b.decision_margin,
     )
@@ -235,7 +237,7 @@ def format_table(comparison: Comparison) -> str:
         f"valid B            {_fmt_rate(s['valid_b'])}",
         f"identical tokens   {_fmt_rate(s['identical_tokens'])}",
         f"exact score agree  {_fmt_rate(s['exact_score_agreement'])}  (jointly valid rows)",
-        f"strict agree       {_fmt_rate(s['strict_agreement'])}  (fail-closed)",
+        f"strict agree       {_fmt_rate(s['strict_agreement'])}  (both valid, same decision)",
     ]
     if s["input_mismatch"]["count"]:
         lines.append(f"WARNING: input_sha256 differs on {_fmt_rate(s['input_mismatch'])} rows")

@@ -404,3 +404,64 @@ def save_lock(lock: Lock, path: str | os.PathLike[str] | None = None) -> Path:
         raise LockError("internal error: lock does not round-trip", file=str(target))
     atomic_write_bytes(target, text.encode("utf-8"))
     return target
+
+
+# --- writing a lock for a checkpoint ------------------------------------------------
+
+
+def _walk_files(directory: Path) -> list[Path]:
+    """Regular files below ``directory`` (sorted); a symlink is an ``UnsafePathError``."""
+    out = []
+    for path in sorted(directory.rglob("*")):
+        if path.is_symlink():
+            raise UnsafePathError(f"{path}: symbolic links are not locked")
+        if path.is_file():
+            out.append(path)
+    return out
+
+
+def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path, *,
+                   description: str | None = None, header: str = "") -> Lock:
+    """A ``kind = "checkpoint"``, ``type = "local"`` lock pinning every file of
+    ``directory`` by sha256 and size (path relative to the lock's directory
+    when it lies below it, else absolute)."""
+    import hashlib
+
+    root = Path(directory).resolve()
+    if not root.is_dir():
+        raise LockError(f"{root}: not a directory")
+    if not NAME.match(name):
+        raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
+    entries = []
+    for path in _walk_files(root):
+        rel = path.relative_to(root).as_posix()
+        check_relpath(rel)
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        entries.append(LockedFile(path=rel, sha256=digest.hexdigest(), size=path.stat().st_size))
+    if not entries:
+        raise LockError(f"{root}: no files to lock")
+    base = lock_path.resolve().parent
+    try:
+        where = os.path.relpath(root, base)
+    except ValueError:
+        where = str(root)
+    return Lock(name=name, kind="checkpoint", source=LocalSource(path=where),
+                files=tuple(entries), description=description, header=header, path=lock_path)
+
+
+def hub_lock(repo: str, revision: str, paths: list[str], name: str, lock_path: Path, *,
+             description: str | None = None, header: str = "") -> Lock:
+    """A checkpoint lock on a Hub repo at a 40-hex revision whose files are all
+    pending: each sha256 is recorded at its first verified download."""
+    if not HEX40.match(revision):
+        raise LockError(f"revision {revision!r} must be a 40-hex commit", field="revision")
+    if not NAME.match(name):
+        raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
+    if not paths:
+        raise LockError(f"{repo}@{revision}: no files to lock")
+    files = tuple(LockedFile(path=p, pinned_by=FIRST_DOWNLOAD) for p in sorted(paths))
+    return Lock(name=name, kind="checkpoint", source=HfSource(repo=repo, revision=revision),
+                files=files, description=description, header=header, path=lock_path)

@@ -12,11 +12,19 @@ Invariants:
   ids only. ``input_sha256`` is the sha256 of the rendered text (before the
   chat template). A row whose prompt plus ``max_new_tokens`` exceeds the
   model's context is refused up front, before anything is generated.
-- A checkpoint pinned by a lock must declare the guard's EOS id set and pad
-  id (``guards.registry.expected_special_tokens``); otherwise
-  ``PromptError`` before anything is generated. An unpinned checkpoint
-  directory (development and tests, provenance ``"unpinned"``) that differs
-  only gets a warning, so test checkpoints may carry extra stop ids.
+- A checkpoint pinned by a lock must declare the guard's special tokens: its
+  EOS and pad ids, read from its own (lock-verified) config, must name the
+  token strings the adapter expects (``GuardAdapter.special_tokens``);
+  otherwise ``PromptError`` before anything is generated. An unpinned
+  checkpoint directory (development and tests, provenance ``"unpinned"``)
+  that differs only gets a warning, so test checkpoints may carry extra stop
+  ids.
+- A conversation guard's messages go through the checkpoint's chat
+  template; a system prompt the template adds on its own is reported (a
+  warning naming its text) before anything runs, except for the TS-Guard
+  family, whose upstream setup includes Qwen2.5's default system prompt. A
+  logit guard's score tokens must each be one token. A rule guard runs on
+  the ``rule`` backend with no checkpoint and no tokenizer.
 - The provenance (guard, backend, ``runner.describe()``, artifact tree hash
   -- for a locked checkpoint ``verify.cached_tree_hash`` in the same home, so
   the bytes ``materialize`` just verified are not read again --
@@ -125,12 +133,72 @@ def _model_revision(lock_path: Path) -> str:
     return f"{source.type}:{lock.name}"
 
 
+class RuleTokenizer:
+    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
+    backend): no chat template, no token ids, nothing to decode."""
+
+    def __init__(self) -> None:
+        self.chat_template_sha256: str | None = None
+        self.eos_token_ids: list[int] = []
+        self.pad_token_id: int | None = None
+
+    def single_token_id(self, text: str) -> int:
+        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        return ()
+
+    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        return None
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return ""
+
+
+def _template(spec: Any, home: str | Path | None) -> GuardTemplate | None:
+    from guardrepro.prompts import check_placeholders, load_template
+
+    if spec.template_path is not None:
+        text = spec.template_path.read_text(encoding="utf-8")
+        check_placeholders(text, source=str(spec.template_path))
+        return GuardTemplate(text=text, sha256=sha256_text(text))
+    if spec.template_lock is not None and spec.template_file is not None:
+        return load_template(spec.template_lock, spec.template_file, home)
+    return None
+
+
+def _guard(profile: RunProfile, home: str | Path | None) -> tuple[GuardAdapter, GuardTemplate]:
+    from guardrepro.guards.registry import adapter_info, get_guard
+
+    spec = profile.guard
+    try:
+        info = adapter_info(spec.name)
+        template = _template(spec, home)
+        if template is not None and not info.needs_template:
+            raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
+                             "keys from [guard]", field="guard")
+        if info.needs_model != (profile.backend != "rule"):
+            what = "needs a model" if info.needs_model else "runs no model"
+            raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
+                             "not fit", field="backend")
+        guard = get_guard(spec.name, template)
+    except InputError as exc:
+        message = str(exc)
+        if exc.field is not None:
+            message = message.removeprefix(f"field {exc.field!r}: ")
+        field = "guard.name" if exc.field == "guard" else exc.field
+        raise InputError(message, file=str(profile.path), field=field) from exc
+    return guard, guard.template
+
+
 def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
     """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
     profile.check_paths()
-    from guardrepro.guards.registry import expected_special_tokens, get_guard
-    from guardrepro.prompts import PromptTokenizer, check_placeholders, load_template
+    from guardrepro.prompts import PromptTokenizer
 
+    guard, template = _guard(profile, home)
+    if profile.backend == "rule":
+        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer())
     if profile.checkpoint.lock is not None:
         from guardrepro.fetch import materialize
 
@@ -139,21 +207,8 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     else:
         assert profile.checkpoint.dir is not None
         checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
-    spec = profile.guard
-    if spec.template_path is not None:
-        text = spec.template_path.read_text(encoding="utf-8")
-        check_placeholders(text, source=str(spec.template_path))
-        template = GuardTemplate(text=text, sha256=sha256_text(text))
-    else:
-        assert spec.template_lock is not None and spec.template_file is not None
-        template = load_template(spec.template_lock, spec.template_file, home)
-    try:
-        guard = get_guard(spec.name, template)
-    except InputError as exc:
-        raise InputError(str(exc), file=str(profile.path), field="guard.name") from exc
     tokenizer = PromptTokenizer(checkpoint_dir)
-    expected = expected_special_tokens(spec.name)
-    mismatch = tokenizer.special_token_mismatch(expected, guard=spec.name)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
     if mismatch is not None:
         if profile.checkpoint.lock is not None:
             raise PromptError(mismatch)
@@ -171,15 +226,26 @@ def prepare_rows(
 ) -> list[PreparedRow]:
     """Render, hash, tokenize and length-check each row (PromptError names the row)."""
     prepared = []
+    score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
+    # TS-Guard-family prompts go through Qwen2.5's template, whose default system
+    # prompt is part of the upstream setup: expected there, reported elsewhere.
+    expected = getattr(guard, "default_system_expected", False)
+    if rows and not expected and hasattr(tokenizer, "injected_system_prompt"):
+        injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
+        if injected is not None:
+            warnings.warn(f"the chat template adds a system prompt of its own to guard "
+                          f"{guard.name!r}'s prompt: {injected[:200]!r}", stacklevel=2)
     for index, row in enumerate(rows):
         try:
             text = guard.render(row.sample)
-            ids = tuple(tokenizer.encode_chat(text))
+            messages = guard.messages(row.sample)
+            ids = tuple(tokenizer.encode_messages(messages))
             tokenizer.check_length(len(ids), max_new_tokens)
         except (PromptError, KeyError, ValueError) as exc:
             where = f"{cohort_path}: " if cohort_path is not None else ""
             raise PromptError(f"{where}row {index} ({row.row_id}): {exc}") from exc
-        prepared.append(PreparedRow(row, text, sha256_text(text), ids))
+        pairs = tuple((m["role"], m["content"]) for m in messages)
+        prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids))
     return prepared
 
 
@@ -250,7 +316,8 @@ def run_cohort(
         profile = profile_path
     else:
         profile = RunProfile.load(profile_path)
-    preflight(profile)
+    if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
+        preflight(profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
@@ -283,15 +350,20 @@ def run_cohort(
         from guardrepro.runners.registry import create_runner
         from guardrepro.verify import cached_tree_hash, tree_hash
 
-        if profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
-            tree = cached_tree_hash(resolved.checkpoint_dir, home)
+        if profile.backend == "rule":  # no model, no checkpoint
+            tree_sha = "none"
+        elif profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
+            tree_sha = cached_tree_hash(resolved.checkpoint_dir, home).sha256
         else:
-            tree = tree_hash(resolved.checkpoint_dir)
+            tree_sha = tree_hash(resolved.checkpoint_dir).sha256
         try:
+            options = dict(profile.backend_options)
+            if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
+                options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
             runner = create_runner(
                 profile.backend,
                 resolved.checkpoint_dir,
-                profile.backend_options,
+                options,
                 eos_token_ids=resolved.tokenizer.eos_token_ids,
                 pad_token_id=resolved.tokenizer.pad_token_id,
                 decode=decode,
@@ -304,7 +376,7 @@ def run_cohort(
                 message = message.removeprefix(f"field {exc.field!r}: ")
             raise InputError(message, file=str(profile.path), field=exc.field) from exc
         try:
-            provenance = build_provenance(resolved, runner, tree.sha256)
+            provenance = build_provenance(resolved, runner, tree_sha)
             prov_sha = provenance.sha256
             manifest = RunManifest(
                 run_id=existing_manifest.run_id if existing_manifest else run_dir.name,

@@ -20,7 +20,11 @@ Invariants:
 - The tokenizer is loaded from local files only, without remote code.
 - The EOS ids come from ``generation_config.json`` (else ``config.json``),
   the pad id from the same files (else the tokenizer's pad token);
-  ``check_special_tokens`` compares them with a guard's pin.
+  ``special_token_mismatch`` compares the token strings those ids name with
+  the guard's ``ExpectedTokens`` (and any upstream id pin).
+- A conversation guard's messages go to the chat template as they are
+  (``encode_messages``); a one-message guard's rendered text is the only
+  message.
 """
 
 from __future__ import annotations
@@ -35,8 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError, PromptError
-from guardrepro.guards.base import GuardAdapter, GuardTemplate, render_ts_guard_prompt
-from guardrepro.guards.ts_guard import SpecialTokens
+from guardrepro.guards.base import (
+    ExpectedTokens,
+    GuardAdapter,
+    GuardTemplate,
+    render_ts_guard_prompt,
+)
 from guardrepro.schema import sha256_text
 
 PLACEHOLDERS = frozenset({"user_request", "agent_action", "env_info"})
@@ -303,20 +311,44 @@ class PromptTokenizer:
             raise PromptError(f"{self.checkpoint_dir}: config.json lacks max_position_embeddings")
         self.max_context: int = max_context
 
-    def special_token_mismatch(self, expected: SpecialTokens, *, guard: str) -> str | None:
-        """None when the EOS id set and pad id are the guard's pin, else a
-        message naming the file(s), expected and observed."""
+    def token_name(self, token_id: int | None) -> str | None:
+        """The token string of ``token_id`` (None for None or an unknown id)."""
+        if token_id is None:
+            return None
+        name = self._tok.convert_ids_to_tokens(int(token_id))
+        return name if isinstance(name, str) else None
+
+    def single_token_id(self, text: str) -> int:
+        """The id of ``text`` when it is exactly one token (no special tokens added)."""
+        ids = self._tok.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise PromptError(f"{self.checkpoint_dir}: {text!r} is {len(ids)} tokens, "
+                              "expected exactly one")
+        return int(ids[0])
+
+    def special_token_mismatch(self, expected: ExpectedTokens, *, guard: str) -> str | None:
+        """None when the checkpoint's EOS ids and pad id name the guard's
+        expected tokens (and match any upstream id pin), else a message naming
+        the file(s), expected and observed."""
         problems = []
-        if set(self.eos_token_ids) != expected.eos_token_ids:
-            problems.append(
-                f"{self.eos_source}: eos_token_id {sorted(set(self.eos_token_ids))}, "
-                f"expected {sorted(expected.eos_token_ids)}"
-            )
-        if self.pad_token_id != expected.pad_token_id:
-            problems.append(
-                f"{self.pad_source}: pad_token_id {self.pad_token_id}, "
-                f"expected {expected.pad_token_id}"
-            )
+        eos_ids = sorted(set(self.eos_token_ids))
+        names = {self.token_name(i) for i in eos_ids}
+        missing = [t for t in expected.eos if t not in names]
+        extra = sorted(str(n) for n in names - set(expected.eos)) if expected.exact_eos else []
+        if missing or extra:
+            problems.append(f"{self.eos_source}: eos_token_id {eos_ids} names "
+                            f"{sorted(str(n) for n in names)}, expected "
+                            f"{'exactly ' if expected.exact_eos else 'to include '}"
+                            f"{list(expected.eos)}")
+        if expected.pad is not None and self.token_name(self.pad_token_id) != expected.pad:
+            problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id} names "
+                            f"{self.token_name(self.pad_token_id)}, expected {expected.pad}")
+        if expected.upstream_eos_ids is not None and set(eos_ids) != expected.upstream_eos_ids:
+            problems.append(f"{self.eos_source}: eos_token_id {eos_ids}, expected "
+                            f"{sorted(expected.upstream_eos_ids)}")
+        if expected.upstream_pad_id is not None and self.pad_token_id != expected.upstream_pad_id:
+            problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id}, expected "
+                            f"{expected.upstream_pad_id}")
         if not problems:
             return None
         return (
@@ -324,8 +356,8 @@ class PromptTokenizer:
             f"tokens ({expected.describe()}): " + "; ".join(problems)
         )
 
-    def check_special_tokens(self, expected: SpecialTokens, *, guard: str) -> None:
-        """``PromptError`` unless the EOS id set and pad id are the guard's pin."""
+    def check_special_tokens(self, expected: ExpectedTokens, *, guard: str) -> None:
+        """``PromptError`` unless the EOS ids and pad id are what the guard expects."""
         message = self.special_token_mismatch(expected, guard=guard)
         if message is not None:
             raise PromptError(message)
@@ -336,18 +368,59 @@ class PromptTokenizer:
 
     def render_chat(self, text: str) -> str:
         """The chat-templated prompt string (user turn + generation prompt)."""
+        return self.render_messages(self._messages(text))
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The chat-templated prompt string of a conversation + generation prompt."""
         rendered = self._tok.apply_chat_template(
-            self._messages(text), add_generation_prompt=True, tokenize=False
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
         )
         if not isinstance(rendered, str):
             raise PromptError(f"chat template rendered {type(rendered).__name__}, not a string")
         return rendered
 
+    def injected_system_prompt(self, messages: Sequence[Mapping[str, str]]) -> str | None:
+        """The system text the chat template adds on its own when ``messages``
+        has no system turn (e.g. a default system prompt), else None.
+
+        Found by rendering once with a sentinel system turn and once without:
+        when the second rendering is the first with the sentinel replaced by
+        some text, that text was injected. None as well when the template
+        refuses a system turn or the conversation already has one.
+        """
+        if any(m.get("role") == "system" for m in messages):
+            return None
+        sentinel = "\x00guardrepro-system-sentinel\x00"
+        try:
+            with_system = self.render_messages([{"role": "system", "content": sentinel},
+                                                *messages])
+            without = self.render_messages(messages)
+        except Exception:  # a template that refuses system turns injects none
+            return None
+        if with_system.count(sentinel) != 1:
+            return None
+        prefix, suffix = with_system.split(sentinel)
+        if (without.startswith(prefix) and without.endswith(suffix)
+                and len(without) > len(prefix) + len(suffix)):
+            return without[len(prefix): len(without) - len(suffix)]
+        return None
+
     def encode_chat(self, text: str) -> tuple[int, ...]:
         """Token ids of the chat-templated prompt (no truncation)."""
-        out = self._tok.apply_chat_template(
-            self._messages(text), add_generation_prompt=True, tokenize=True, truncation=False
-        )
+        return self.encode_messages(self._messages(text))
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        """Token ids of a chat-templated conversation + generation prompt (no truncation)."""
+        try:
+            out = self._tok.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True,
+                truncation=False,
+            )
+        except Exception as exc:  # jinja's TemplateError (raise_exception) and friends
+            if isinstance(exc, PromptError):
+                raise
+            raise PromptError(f"{self.checkpoint_dir}: the chat template refused the "
+                              f"conversation: {exc}") from exc
         ids: Any = out
         if not isinstance(ids, list):  # transformers 5: a BatchEncoding
             try:

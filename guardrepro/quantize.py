@@ -80,7 +80,8 @@ def normalize_mlx_config(config: Mapping[str, Any], *, file: str = "config.json"
     transformers 5 nests ``rope_theta`` in ``rope_parameters`` and writes
     ``dtype``; mlx-lm reads only a top-level ``rope_theta`` (defaulting to
     1e6 for Qwen2: silently wrong) and ``torch_dtype``. Settings mlx-lm's
-    Qwen2 cannot honour are refused rather than ignored.
+    model for the architecture cannot honour are refused rather than
+    ignored (``runners.mlx_config``: qwen2, qwen3, llama, gemma, gemma2).
     """
     out = dict(config)
     changes: list[str] = []
@@ -97,9 +98,6 @@ def normalize_mlx_config(config: Mapping[str, Any], *, file: str = "config.json"
                 f"top-level rope_theta {out['rope_theta']!r} disagrees with "
                 f"rope_parameters.rope_theta {rope['rope_theta']!r}", file=file,
                 field="rope_theta")
-    if "rope_theta" not in out and out.get("model_type") in ("qwen2", "llama", "mistral"):
-        raise InputError("no rope_theta (top level or in rope_parameters); mlx-lm would "
-                         "silently use its own default", file=file, field="rope_theta")
     rope_type = rope.get("rope_type", "default")
     if rope_type not in ("default", None) and "rope_scaling" not in out:
         raise InputError(f"rope_parameters.rope_type {rope_type!r} has no top-level "
@@ -112,15 +110,14 @@ def normalize_mlx_config(config: Mapping[str, Any], *, file: str = "config.json"
     if torch_dtype is None and dtype is not None:
         out["torch_dtype"] = dtype
         changes.append(f"torch_dtype={dtype!r} (from dtype)")
-    if out.get("use_sliding_window"):
-        raise InputError("use_sliding_window is true; mlx-lm's model ignores it", file=file,
-                         field="use_sliding_window")
-    heads, hidden, head_dim = (out.get("num_attention_heads"), out.get("hidden_size"),
-                               out.get("head_dim"))
-    if head_dim is not None and heads and hidden and hidden // heads != head_dim:
-        raise InputError(f"head_dim {head_dim} != hidden_size/num_attention_heads "
-                         f"({hidden}/{heads}); mlx-lm derives it from the latter", file=file,
-                         field="head_dim")
+    from guardrepro.runners.mlx_config import architecture_problems
+
+    problems = architecture_problems(out)
+    if problems:
+        field, message = problems[0]
+        more = f" (and {len(problems) - 1} more: {', '.join(f for f, _ in problems[1:])})" \
+            if len(problems) > 1 else ""
+        raise InputError(f"{field}: {message}{more}", file=file, field=field)
     return out, changes
 
 

@@ -10,8 +10,9 @@ counts),
 ``score_confusion.png`` (reference vs local scores, only with gate.json),
 ``margin_hist.png`` (decision-margin histogram split by agreement with the
 reference when gate.json exists, else by whether the row's edit pair flipped)
-and ``report.md`` linking them. Figures use matplotlib's Agg backend; every
-file is written atomically.
+and ``report.md`` linking them; with other guards' runs of the same cohort,
+``guard_table.png`` and a side-by-side table (``checks.guard_table``).
+Figures use matplotlib's Agg backend; every file is written atomically.
 
 The plotting functions take the JSON objects (and rows) and are what the
 notebooks call, so a notebook reproduces the same figures.
@@ -45,6 +46,8 @@ from guardrepro.records import write_atomic
 FLIP_PNG = "flip_rates.png"
 CONFUSION_PNG = "score_confusion.png"
 MARGIN_PNG = "margin_hist.png"
+GUARD_TABLE_PNG = "guard_table.png"
+GUARD_TABLE_JSON = "guard_table.json"
 
 
 def _pyplot() -> Any:
@@ -315,8 +318,12 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
-                 cohort: str | Path | None = None) -> Path:
-    """Write report.md and the figures into ``run_dir``; returns report.md."""
+                 cohort: str | Path | None = None,
+                 other_guards: Sequence[str | Path] = ()) -> Path:
+    """Write report.md and the figures into ``run_dir``; returns report.md.
+
+    ``other_guards``: runs of other guards on the same cohort; the report then
+    adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``)."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
@@ -329,6 +336,19 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
     figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
     text = render_markdown(manifest.run_id, stats, gate, figures)
+    if other_guards:
+        from guardrepro.checks.guard_table import (
+            format_guard_table,
+            guard_table,
+            guard_table_figure,
+        )
+
+        table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
+                            seed=seed)
+        write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
+        guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
+        text += ("\n## Guards side by side\n\n" + format_guard_table(table)
+                 + f"\n\n![{GUARD_TABLE_PNG}]({GUARD_TABLE_PNG})\n")
     path = run_dir / "report.md"
     write_atomic(path, text)
     return path

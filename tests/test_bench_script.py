@@ -87,8 +87,9 @@ def test_ratios_and_agreement_against_the_baseline(tmp_path: Path) -> None:
     base, other = results
     assert (base.ratio, base.gen_ratio, base.strict_agree, base.compared) == (1.0, 1.0, 4, 4)
     assert other.ratio == pytest.approx(2.5) and other.gen_ratio == pytest.approx(0.5)
-    # strict decisions 0,1,1,1 vs 0,0,1,1 (a parse error is fail-closed 1); no tokens at all
-    assert (other.strict_agree, other.identical_tokens, other.compared) == (3, 4, 4)
+    # strict decisions 0,1,1,1 vs 0,0,1,- : rows a and c agree; d is a parse error in the
+    # other run, and agreement needs both rows valid (the gate's rule); no tokens at all
+    assert (other.strict_agree, other.identical_tokens, other.compared) == (2, 4, 4)
 
 
 def test_table_has_a_header_and_one_aligned_line_per_profile(tmp_path: Path) -> None:

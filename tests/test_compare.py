@@ -82,7 +82,7 @@ def test_compare_finds_exactly_the_known_divergences(runs: tuple[Path, Path]) ->
     assert {rid: r.exact_agree for rid, r in rows.items()} == {
         "r1": True, "r2": False, "r3": False, "r4": None, "r5": None}
     assert {rid: r.strict_agree for rid, r in rows.items()} == {
-        "r1": True, "r2": False, "r3": True, "r4": False, "r5": True}
+        "r1": True, "r2": False, "r3": True, "r4": False, "r5": False}  # r5: both invalid
     assert (rows["r4"].strict_a, rows["r4"].strict_b) == (0, 1)  # parse error fails closed
     assert (rows["r2"].margin_a, rows["r2"].margin_b) == (0.1, 0.2)
 
@@ -92,17 +92,27 @@ def test_compare_finds_exactly_the_known_divergences(runs: tuple[Path, Path]) ->
     assert s["identical_tokens"] == {"count": 2, "denominator": 5, "rate": 0.4}
     assert s["exact_score_agreement"]["count"] == 1
     assert s["exact_score_agreement"]["denominator"] == 3
-    assert s["strict_agreement"] == {"count": 3, "denominator": 5, "rate": 0.6}
-    assert s["strict_disagreements"] == ["r2", "r4"]
+    assert s["strict_agreement"] == {"count": 2, "denominator": 5, "rate": 0.4}
+    assert s["strict_disagreements"] == ["r2", "r4", "r5"]
     assert s["score_disagreements"] == ["r2", "r3"]
     assert s["token_divergences"] == ["r2", "r3", "r4"]
     assert s["valid_b"]["count"] == 3
-    # Margins of A: agreeing rows r1 (5.0), r3 (1.0), r5 (missing); disagreeing r2 (0.1), r4 (0.3)
+    # Margins of A: agreeing rows r1 (5.0), r3 (1.0); disagreeing r2 (0.1), r4 (0.3), r5 (missing)
     agree_a = s["margins"]["strict_agree"]["a"]
-    assert (agree_a["n"], agree_a["missing"], agree_a["q50"]) == (2, 1, 3.0)
+    assert (agree_a["n"], agree_a["missing"], agree_a["q50"]) == (2, 0, 3.0)
     disagree_a = s["margins"]["strict_disagree"]["a"]
-    assert disagree_a["n"] == 2 and disagree_a["q50"] == pytest.approx(0.2)
+    assert (disagree_a["n"], disagree_a["missing"]) == (2, 1)
+    assert disagree_a["q50"] == pytest.approx(0.2)
     assert disagree_a["q100"] == 0.3
+
+
+def test_unparsable_on_both_sides_never_agrees(tmp_path: Path) -> None:
+    # 8 rows, every output unparsable in both runs: 0/8 valid, so 0/8 agree
+    bad = {f"r{i}": ([i], "parse_error", None) for i in range(8)}
+    comparison = compare_runs(_write_run(tmp_path / "a", bad), _write_run(tmp_path / "b", bad))
+    s = comparison.summary()
+    assert s["valid_a"]["count"] == 0 and s["identical_tokens"]["count"] == 8
+    assert s["strict_agreement"] == {"count": 0, "denominator": 8, "rate": 0.0}
 
 
 def test_quantiles_by_hand() -> None:
@@ -126,9 +136,9 @@ def test_cli_table_and_json(runs: tuple[Path, Path], tmp_path: Path) -> None:
                                       "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "identical tokens   2/5 (40.0%)" in result.output
-    assert "strict agree       3/5 (60.0%)" in result.output
+    assert "strict agree       2/5 (40.0%)" in result.output
     assert "exact score agree  1/3 (33.3%)" in result.output
     assert "only in A: r6" in result.output and "only in B: r7" in result.output
     data = json.loads(out.read_text())
-    assert data["summary"]["strict_disagreements"] == ["r2", "r4"]
+    assert data["summary"]["strict_disagreements"] == ["r2", "r4", "r5"]
     assert [r["row_id"] for r in data["rows"]] == ["r1", "r2", "r3", "r4", "r5"]

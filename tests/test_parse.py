@@ -238,6 +238,10 @@ def test_registry_and_adapter() -> None:
         get_guard("ts_guard", template)
     with pytest.raises(InputError, match="did you mean 'toy-guard'"):
         get_parser("toy")
+    with pytest.raises(InputError) as info:  # nothing close: no suggestion
+        get_parser("granite")
+    assert "did you mean" not in str(info.value)
+    assert str(info.value).count("guard") >= 1 and str(info.value).count("field") == 1
 
 
 def test_decoding_defaults() -> None:

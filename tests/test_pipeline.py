@@ -337,7 +337,8 @@ def test_checkpoint_special_tokens_must_match_the_guard_pin(
     assert "generation_config.json: pad_token_id 0, expected 151643" in message
     assert read_manifest(run) is None and read_records(run) == []
 
-    # toy-guard pins eos {2, 0} and pad 0, as the shipped toy guard declares
+    # toy-guard expects ChatML's tokens by name; in the shipped toy guard they are
+    # eos {2, 0} and pad 0
     shipped = json.loads(
         (Path(__file__).parents[1] / "guardrepro/data/toy_guard/generation_config.json").read_text()
     )
@@ -352,7 +353,9 @@ def test_checkpoint_special_tokens_must_match_the_guard_pin(
     gen["pad_token_id"] = 2
     (copy / "generation_config.json").write_text(json.dumps(gen))
     profile = _locked_profile(tmp_path, "padck", copy, setup["template"], "toy-guard")
-    with pytest.raises(PromptError, match=r"pad_token_id 2, expected 0") as info:
+    # the ids are read from the checkpoint and named by its tokenizer: id 2 is <|im_end|>
+    with pytest.raises(PromptError, match=r"pad_token_id 2 names <\|im_end\|>, "
+                       r"expected <\|endoftext\|>") as info:
         run_cohort(profile, setup["cohort"], tmp_path / "refused2", progress=False, home=home)
     assert "eos_token_id" not in str(info.value)
     assert read_manifest(tmp_path / "refused2") is None

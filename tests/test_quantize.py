@@ -301,3 +301,65 @@ def test_stage_source_links_files_copies_config_and_refuses_symlinks(tmp_path: P
     (src / "link.json").symlink_to(src / "config.json")
     with pytest.raises(UnsafePathError, match="symlink"):
         stage_source(src, tmp_path / "staged2")
+
+
+def _tiny_config(model_type: str, **extra: object) -> dict[str, object]:
+    """A small config as transformers 5 writes it (rope_theta nested)."""
+    import transformers
+
+    cls = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
+           "llama": transformers.LlamaConfig, "gemma": transformers.GemmaConfig,
+           "gemma2": transformers.Gemma2Config}[model_type]
+    settings: dict[str, object] = dict(vocab_size=64, hidden_size=128, intermediate_size=256,
+                                       num_hidden_layers=1, num_attention_heads=2,
+                                       num_key_value_heads=1, head_dim=64,
+                                       max_position_embeddings=512, rope_theta=10000.0)
+    settings.update(extra)
+    return cls(**settings).to_dict()
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3", "llama", "gemma", "gemma2"])
+def test_normalisation_per_architecture_accepts_tiny_configs(model_type: str) -> None:
+    extra: dict[str, object] = {}
+    if model_type == "gemma":
+        extra["hidden_activation"] = "gelu"
+    if model_type == "gemma2":
+        extra["sliding_window"] = 512
+    config = _tiny_config(model_type, **extra)
+    normalized, changes = normalize_mlx_config(config)
+    assert normalized["rope_theta"] == 10000.0
+    if "rope_theta" not in config:
+        assert any(c.startswith("rope_theta=") for c in changes)
+
+
+def test_qwen3_reads_head_dim_but_qwen2_does_not() -> None:
+    # Qwen3Guard-0.6B: hidden 1024 / 16 heads = 64, head_dim 128
+    real = {"num_attention_heads": 16, "hidden_size": 1024, "head_dim": 128}
+    qwen3 = _tiny_config("qwen3", **real)
+    normalized, _ = normalize_mlx_config(qwen3)
+    assert normalized["head_dim"] == 128
+    with pytest.raises(InputError,
+                       match=r"head_dim: 128 != hidden_size/num_attention_heads \(64\)"):
+        normalize_mlx_config(_tiny_config("qwen2", **real))
+    no_head = dict(qwen3)
+    no_head.pop("head_dim")
+    with pytest.raises(InputError, match="head_dim: missing"):
+        normalize_mlx_config(no_head)
+
+
+def test_architecture_specific_refusals() -> None:
+    with pytest.raises(InputError, match="hidden_activation"):  # tanh GELU vs mlx-lm's exact
+        normalize_mlx_config(_tiny_config("gemma", hidden_activation="gelu_pytorch_tanh"))
+    with pytest.raises(InputError, match="sliding_window"):
+        normalize_mlx_config(_tiny_config("gemma2", sliding_window=128))
+    gemma2 = _tiny_config("gemma2", sliding_window=512)
+    gemma2.pop("query_pre_attn_scalar")
+    with pytest.raises(InputError, match="query_pre_attn_scalar"):
+        normalize_mlx_config(gemma2)
+    llama = _tiny_config("llama")
+    llama.pop("rope_parameters", None)
+    llama.pop("rope_theta", None)
+    with pytest.raises(InputError, match="rope_theta"):
+        normalize_mlx_config(llama)
+    with pytest.raises(InputError, match="model_type"):
+        normalize_mlx_config({**_tiny_config("llama"), "model_type": "phi3"})

@@ -37,6 +37,9 @@ COMMANDS: dict[str, str] = {
     "audit": "guardrepro.cli.checks_cmd:audit",
     "report": "guardrepro.cli.report_cmd:report",
     "demo": "guardrepro.cli.demo_cmd:demo",
+    "lock": "guardrepro.cli.lock_cmd:lock",
+    "guards": "guardrepro.cli.guards_cmd:guards",
+    "guard-table": "guardrepro.cli.guard_table_cmd:guard_table",
 }
 
 

@@ -23,13 +23,17 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
               show_default=True, help="Bootstrap replicates when stats.json is computed.")
 @click.option("--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Cohort file of the run (default: from its manifest).")
-def report(run_dir: Path, recompute: bool, seed: int, replicates: int,
-           cohort: Path | None) -> None:
+@click.option("--guard-run", "guard_runs", multiple=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Another guard's run of the same cohort (repeatable): adds the side-by-side "
+              "guard table and its figure.")
+def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
+           guard_runs: tuple[Path, ...]) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
     from guardrepro.report import build_report
 
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
-                        cohort=cohort)
+                        cohort=cohort, other_guards=guard_runs)
     click.echo(f"wrote {path}")
     for png in sorted(run_dir.glob("*.png")):
         click.echo(f"  {png}")

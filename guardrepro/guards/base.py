@@ -1,17 +1,37 @@
-"""What a guard adapter provides.
+"""What a guard adapter provides, and the pieces adapters share.
 
-A guard adapter binds a prompt template (text plus its sha256), a parser that
-turns raw generated text into a score or a named error, and the guard's
-decoding defaults. Rendering is shared: every guard in the TS-Guard family
-formats its template with the Python ``str()`` of a dict agent_action, as the
-upstream evaluator does.
+A guard adapter binds: how a TS-Bench agent step becomes the guard's prompt
+(a one-message template, or a conversation the checkpoint's chat template
+turns into the prompt), a parser that turns raw generated text into a score
+on the common scale or a named error, the special tokens its checkpoint must
+declare (named as token strings; the ids are read from the checkpoint's own
+config), and its decoding defaults.
+
+Common score scale: 0.0 safe, 0.5 controversial, 1.0 unsafe; the strict
+decision is ``score != 0`` (an invalid output counts as 1, fail-closed).
+
+Invariants:
+
+- ``messages(sample)`` is the conversation handed to the chat template, and
+  ``render(sample)`` is its canonical text (the run's ``input_sha256`` is
+  its hash): for a one-message guard the prompt itself, for a conversation
+  guard the JSON of the messages (sorted keys, UTF-8, no ASCII escaping).
+- ``parse`` never raises on any ``str``.
+- A logit guard (``scoring == "logit"``) is scored from the raw logits of
+  ``score_tokens`` at the first generated position (``score_logits``), not
+  from its text; its record keeps the probability in ``components``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from guardrepro.schema import DecodingParams
+
+Messages = list[dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -26,6 +46,29 @@ class ParseResult:
 class GuardTemplate:
     text: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class ExpectedTokens:
+    """The special tokens a guard's checkpoint must declare, by token string.
+
+    ``eos``: token strings whose ids must be among the checkpoint's EOS ids
+    (all of them when ``exact_eos``, which also forbids any other EOS id).
+    ``pad``: the token string the pad id must name (None: not checked).
+    ``upstream_ids``: optional id pins documented upstream for one
+    checkpoint (TS-Guard), checked in addition to the names.
+    """
+
+    eos: tuple[str, ...]
+    exact_eos: bool = False
+    pad: str | None = None
+    upstream_eos_ids: frozenset[int] | None = None
+    upstream_pad_id: int | None = None
+
+    def describe(self) -> str:
+        eos = ("exactly " if self.exact_eos else "including ") + ", ".join(self.eos)
+        pad = f", pad {self.pad}" if self.pad is not None else ""
+        return f"eos {eos}{pad}"
 
 
 def render_ts_guard_prompt(template: str, sample: Mapping[str, Any]) -> str:
@@ -45,16 +88,55 @@ def render_ts_guard_prompt(template: str, sample: Mapping[str, Any]) -> str:
     )
 
 
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def agent_step_conversation(sample: Mapping[str, Any]) -> Messages:
+    """A TS-Bench agent step as a two-turn conversation (docs/GUARDS.md).
+
+    The user turn is the user's request (``instruction``); the assistant turn
+    is the agent's interaction history followed by its proposed action
+    (``current_action``), separated by a blank line, each as written in the
+    row (a non-string value is JSON). ``env_info`` is not shown. A missing
+    field is a ``KeyError`` naming it.
+    """
+    history = _text(sample["history"]).strip()
+    action = _text(sample["current_action"]).strip()
+    agent = f"{history}\n\n{action}" if history else action
+    return [
+        {"role": "user", "content": _text(sample["instruction"])},
+        {"role": "assistant", "content": agent},
+    ]
+
+
+def messages_text(messages: Sequence[Mapping[str, str]]) -> str:
+    """Canonical text of a conversation (what ``input_sha256`` hashes)."""
+    return json.dumps([dict(m) for m in messages], ensure_ascii=False, sort_keys=True)
+
+
 class GuardAdapter(Protocol):
     name: str
     parser_version: str
     template: GuardTemplate
+    special_tokens: ExpectedTokens
+    max_new_tokens: int
+    scoring: str  # "parse" | "logit" | "rule"
+    score_tokens: tuple[str, ...]
+
+    def messages(self, sample: Mapping[str, Any]) -> Messages: ...
 
     def render(self, sample: Mapping[str, Any]) -> str: ...
 
     def parse(self, text: str) -> ParseResult: ...
 
+    def parse_scored(self, text: str, score_logits: Sequence[float] | None) -> ParseResult: ...
+
     def decision_char_offset(self, text: str) -> int | None:
-        """Character offset in ``text`` where the harmfulness rating value
-        starts (the decision position), or None when it was never generated."""
+        """Character offset in ``text`` where the decision starts (the decision
+        position), or None when it was never generated."""
         ...
+
+    def greedy_decoding(self) -> DecodingParams: ...

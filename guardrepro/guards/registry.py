@@ -1,71 +1,122 @@
-"""Guard names -> adapters.
+"""The guard registry: one table row per adapter.
 
-Input: a guard name and its verified template. Output: a ``GuardAdapter``.
-Known names: ``ts-guard`` (TS-Guard, ``docs/PROTOCOL.md``) and ``toy-guard`` (the
-shipped toy guard: same output format and parser, its own template, a
-256-token generation budget). An unknown name is an ``InputError`` that
-suggests the closest known name. ``get_parser`` gives a guard's parser alone,
-for verbs that never render a prompt (``parse``, ``reparse``).
+Input: a guard name (and, for a guard prompted by a one-message template,
+its verified template). Output: a ``GuardAdapter``, or its parser alone
+(``get_parser``, for verbs that never render a prompt: ``parse``,
+``reparse``), or the table itself (``ADAPTERS``, listed by
+``guardrepro guards``).
 
-``expected_special_tokens(name)`` is the EOS id set and pad id the guard's
-checkpoint must declare: ts-guard {151645, 151643} / 151643 (``docs/PROTOCOL.md``);
-toy-guard {2, 0} / 0 (the values shipped in
-``guardrepro/data/toy_guard/generation_config.json``, pinned here as literals,
-and the ids ``toy.tiny.build_tiny_qwen2`` writes, which is why tests run
-tiny checkpoints under the toy-guard name). ``pipeline.resolve_profile``
-enforces the pin for checkpoints from a lock and only warns for an unpinned
-checkpoint directory.
+Each ``AdapterInfo`` declares: the adapter factory, whether it needs a
+template from the profile (``needs_template``: the TS-Guard family) or
+builds its own prompt (conversation guards, rule guards), how it is scored
+(``parse``, ``logit`` or ``rule``), whether it needs a model, its parser,
+its score mapping onto the common scale (safe 0, controversial 0.5, unsafe
+1; strict = score != 0), and its source. An unknown name is an
+``InputError`` on field ``guard`` that suggests a close name only when one
+is close.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from guardrepro.errors import InputError
-from guardrepro.guards.base import GuardAdapter, GuardTemplate, ParseResult
-from guardrepro.guards.ts_guard import TS_GUARD_SPECIAL_TOKENS, SpecialTokens, TSGuardAdapter
+from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
+from guardrepro.guards.llama_guard import LlamaGuard3Adapter, parse_llama_guard
+from guardrepro.guards.qwen3guard import Qwen3GuardAdapter, parse_qwen3guard
+from guardrepro.guards.rule import RuleAdapter, parse_rule_output
+from guardrepro.guards.shieldgemma import ShieldGemmaAdapter
+from guardrepro.guards.ts_guard import CHATML_TOKENS, TS_GUARD_EXPECTED, TSGuardAdapter
 from guardrepro.parse import parse_ts_guard
 
 TOY_GUARD_MAX_NEW_TOKENS = 256
-TOY_GUARD_SPECIAL_TOKENS = SpecialTokens.of((2, 0), 0)
 
-GUARD_NAMES = ("ts-guard", "toy-guard")
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str
+    build: Callable[[GuardTemplate | None], GuardAdapter]
+    parser: Callable[[str], ParseResult]
+    needs_template: bool
+    needs_model: bool
+    scoring: str
+    scores: str
+    source: str
+
+
+def _ts(template: GuardTemplate | None) -> GuardAdapter:
+    assert template is not None
+    return TSGuardAdapter(template, name="ts-guard", special_tokens=TS_GUARD_EXPECTED)
+
+
+def _toy(template: GuardTemplate | None) -> GuardAdapter:
+    assert template is not None
+    return TSGuardAdapter(template, name="toy-guard", max_new_tokens=TOY_GUARD_MAX_NEW_TOKENS,
+                          special_tokens=CHATML_TOKENS)
+
+
+_SHIELD = ShieldGemmaAdapter()
+_TS_SCORES = "tags -> composite: 0 / 0.5 / 1 (docs/PROTOCOL.md)"
+
+ADAPTERS: Mapping[str, AdapterInfo] = {
+    info.name: info
+    for info in (
+        AdapterInfo("ts-guard", _ts, parse_ts_guard, True, True, "parse", _TS_SCORES,
+                    "TS-Guard paper and evaluator (docs/PROTOCOL.md)"),
+        AdapterInfo("toy-guard", _toy, parse_ts_guard, True, True, "parse", _TS_SCORES,
+                    "guardrepro toy guard (guardrepro/data/toy_guard)"),
+        AdapterInfo("llama-guard-3", LlamaGuard3Adapter, parse_llama_guard, False, True,
+                    "parse", "safe 0 / unsafe 1 (+ categories)",
+                    "Llama Guard 3 1B/8B model card (meta-llama)"),
+        AdapterInfo("qwen3guard", Qwen3GuardAdapter, parse_qwen3guard, False, True, "parse",
+                    "Safe 0 / Controversial 0.5 / Unsafe 1",
+                    "Qwen3Guard-Gen 0.6B/4B/8B model card (Qwen)"),
+        AdapterInfo("shieldgemma", ShieldGemmaAdapter, _SHIELD.parse, False, True, "logit",
+                    f"P(Yes) >= {_SHIELD.threshold} -> 1 else 0 (probability kept)",
+                    "ShieldGemma 2B model card (google)"),
+        AdapterInfo("rule-nuisance", lambda _t: RuleAdapter("nuisance"), parse_rule_output,
+                    False, False, "rule", "rule fires 1 else 0",
+                    "frozen nuisance rule (<information> + action-verb tool prefix)"),
+        AdapterInfo("rule-tool-lookup", lambda _t: RuleAdapter("tool-lookup"),
+                    parse_rule_output, False, False, "rule", "table label 0 / 1",
+                    "tool-name lookup fitted on labelled rows (guards/rule/lookup.py)"),
+    )
+}
+GUARD_NAMES = tuple(ADAPTERS)
 
 
 def _unknown(name: str) -> InputError:
-    close = difflib.get_close_matches(name, GUARD_NAMES, n=1, cutoff=0.0)
+    close = difflib.get_close_matches(name, GUARD_NAMES, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return InputError(
-        f"unknown guard {name!r} (known: {', '.join(GUARD_NAMES)}){hint}", field="guard"
-    )
+    return InputError(f"unknown guard {name!r} (known: {', '.join(GUARD_NAMES)}){hint}",
+                      field="guard")
 
 
-def get_guard(name: str, template: GuardTemplate) -> GuardAdapter:
-    """The adapter for guard ``name`` bound to ``template``."""
-    if name == "ts-guard":
-        return TSGuardAdapter(template, name="ts-guard")
-    if name == "toy-guard":
-        return TSGuardAdapter(
-            template,
-            name="toy-guard",
-            max_new_tokens=TOY_GUARD_MAX_NEW_TOKENS,
-            special_tokens=TOY_GUARD_SPECIAL_TOKENS,
-        )
-    raise _unknown(name)
+def adapter_info(name: str) -> AdapterInfo:
+    if name not in ADAPTERS:
+        raise _unknown(name)
+    return ADAPTERS[name]
 
 
-def expected_special_tokens(name: str) -> SpecialTokens:
-    """The EOS id set and pad id guard ``name``'s checkpoint must declare."""
-    if name == "ts-guard":
-        return TS_GUARD_SPECIAL_TOKENS
-    if name == "toy-guard":
-        return TOY_GUARD_SPECIAL_TOKENS
-    raise _unknown(name)
+def get_guard(name: str, template: GuardTemplate | None = None) -> GuardAdapter:
+    """The adapter for guard ``name`` (bound to ``template`` when it takes one)."""
+    info = adapter_info(name)
+    if info.needs_template and template is None:
+        raise InputError(f"guard {name!r} needs a prompt template (template_lock + "
+                         "template_file, or template_path)", field="guard")
+    return info.build(template if info.needs_template else None)
 
 
 def get_parser(name: str) -> Callable[[str], ParseResult]:
     """The output parser of guard ``name`` (no template needed)."""
-    if name in GUARD_NAMES:
-        return parse_ts_guard
-    raise _unknown(name)
+    return adapter_info(name).parser
+
+
+def expected_tokens(name: str) -> ExpectedTokens:
+    """The special tokens guard ``name``'s checkpoint must declare (by token string)."""
+    info = adapter_info(name)
+    if info.needs_template:
+        return info.build(GuardTemplate("", "")).special_tokens
+    return info.build(None).special_tokens

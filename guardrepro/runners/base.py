@@ -31,6 +31,12 @@ class GenerationRequest:
     prompt_token_ids: tuple[int, ...]
     seed: int | None = None
     prompt_text: str | None = None
+    # A conversation guard's messages (role, content): a backend with its own
+    # tokenizer checks these instead of ``prompt_text`` as one user message.
+    prompt_messages: tuple[tuple[str, str], ...] | None = None
+    # A logit guard's score tokens: a backend that supports it returns their raw
+    # logits at the first generated position in ``Generation.score_logits``.
+    score_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class Generation:
     step_margins: tuple[float, ...]
     timings: Timings
     peak_memory_bytes: int | None = None
+    score_logits: tuple[float, ...] | None = None
 
 
 @runtime_checkable

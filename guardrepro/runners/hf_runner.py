@@ -19,6 +19,9 @@ Invariants and choices:
 - Stops on any of the EOS ids passed in (the checkpoint's; both for TS-Guard);
   ``finish_reason`` is ``"stop"`` when an EOS id was generated (it is kept as
   the last of ``token_ids``), ``"length"`` at ``max_new_tokens``.
+- ``score_logits``: when the requests name ``score_token_ids`` (a logit
+  guard such as ShieldGemma), the raw logits of those ids at the first
+  generated position, per request (one chunk shares one id set).
 - ``step_margins[i]``: top-1 minus top-2 of the raw logits (the ``lm_head``
   output, before temperature or any processor) at generated position ``i``,
   captured by a forward hook so that no full logit history is kept.
@@ -46,6 +49,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -166,6 +170,8 @@ class HFRunner:
         # unset generation setting from them (see the module docstring).
         self.model.generation_config = GenerationConfig()
         self._step_margins: list[torch.Tensor] = []
+        self._score_ids: list[int] = []
+        self._score_logits: torch.Tensor | None = None
         head = self.model.get_output_embeddings()
         if head is None:
             raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
@@ -174,7 +180,10 @@ class HFRunner:
     def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         # The last position's logits of this forward pass are one decoding
         # step; keep only their top-1 minus top-2 gap, not the whole vocabulary.
-        top2 = torch.topk(output[:, -1, :].detach().float(), k=2, dim=-1).values
+        last = output[:, -1, :].detach().float()
+        top2 = torch.topk(last, k=2, dim=-1).values
+        if not self._step_margins and self._score_ids:  # first step: a logit guard's tokens
+            self._score_logits = last[:, self._score_ids].cpu()
         self._step_margins.append((top2[:, 0] - top2[:, 1]).cpu())
 
     def describe(self) -> dict[str, Any]:
@@ -260,6 +269,10 @@ class HFRunner:
             mask[row, width - n :] = 1
         clock = _FirstTokenClock(self._sync)
         self._step_margins = []
+        score_sets = {r.score_token_ids for r in chunk}
+        if len(score_sets) != 1:
+            raise InferenceError(f"requests {ids} ask for different score tokens")
+        self._score_ids, self._score_logits = list(score_sets.pop()), None
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         if seed is not None:
@@ -291,10 +304,14 @@ class HFRunner:
                 f"captured {len(steps)} logit steps for {len(generated[0])} tokens of {ids}"
             )
         margins = self._margins(steps[: len(generated[0])])
-        return [
+        scores = self._score_logits.tolist() if self._score_logits is not None else None
+        out = [
             self._one(request, generated[row], margins[row], timings, peak)
             for row, request in enumerate(chunk)
         ]
+        if scores is None:
+            return out
+        return [replace(g, score_logits=tuple(scores[row])) for row, g in enumerate(out)]
 
     @staticmethod
     def _margins(steps: list[torch.Tensor]) -> list[list[float]]:

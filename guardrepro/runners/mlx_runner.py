@@ -151,7 +151,10 @@ class MLXRunner:
                  params: DecodingParams) -> list[Generation]:
         out = []
         for request in requests:
-            if request.prompt_text is not None:
+            if request.prompt_messages is not None:
+                self.check_prompt(request.prompt_messages, request.prompt_token_ids,
+                                  row_id=request.row_id)
+            elif request.prompt_text is not None:
                 self.check_prompt(request.prompt_text, request.prompt_token_ids,
                                   row_id=request.row_id)
             out.append(self._generate_one(request, params))
@@ -166,15 +169,19 @@ class MLXRunner:
 
     # ------------------------------------------------------------ checks
 
-    def chat_ids(self, text: str) -> tuple[int, ...]:
-        """The rendered prompt tokenized by mlx-lm's tokenizer wrapper."""
+    def chat_ids(self, text: str | Sequence[tuple[str, str]]) -> tuple[int, ...]:
+        """The rendered prompt (one user message, or a conversation of
+        (role, content) pairs) tokenized by mlx-lm's tokenizer wrapper."""
+        messages = ([{"role": "user", "content": text}] if isinstance(text, str)
+                    else [{"role": r, "content": c} for r, c in text])
         ids = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, Mapping):
             ids = ids["input_ids"]
         return tuple(int(i) for i in ids)
 
-    def check_prompt(self, text: str, token_ids: Sequence[int], *, row_id: str = "") -> bool:
+    def check_prompt(self, text: str | Sequence[tuple[str, str]], token_ids: Sequence[int],
+                     *, row_id: str = "") -> bool:
         """Raise InferenceError unless mlx-lm tokenizes ``text`` to ``token_ids``."""
         mine = self.chat_ids(text)
         given = tuple(int(i) for i in token_ids)

@@ -20,8 +20,10 @@ Format::
     template_file = "src/agent/agent_prompts.py"
     # or unpinned: a local UTF-8 text file used verbatim (its sha256 is recorded)
     # template_path = "my_template.txt"
+    # or neither, for a guard that builds its own prompt (a conversation guard
+    # such as llama-guard-3, or a rule guard); see `guardrepro guards`
 
-    [checkpoint]
+    [checkpoint]                       # absent for backend = "rule" (no model)
     lock = "../locks/ts-guard.toml"    # pinned: materialized and verified via fetch
     # or dir = "/path/to/checkpoint"   # unpinned local directory (tree hash recorded,
                                        # model_revision "unpinned")
@@ -59,7 +61,7 @@ from typing import Any
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.schema import DecodingParams, sha256_text
 
-BACKENDS = ("hf", "mlx", "vllm")
+BACKENDS = ("hf", "mlx", "vllm", "rule")
 # The authors' sampling mode (UPSTREAM.md "Parser and score").
 AUTHORS_SAMPLED_DEFAULTS: Mapping[str, Any] = {"temperature": 0.1, "top_p": 0.9, "max_attempts": 3}
 
@@ -73,7 +75,7 @@ _TOP_KEYS = {
     "backend_options",
     "decoding",
 }
-_TOP_REQUIRED = {"name", "backend", "guard", "checkpoint"}
+_TOP_REQUIRED = {"name", "backend", "guard"}
 _GUARD_KEYS = {"name", "template_lock", "template_file", "template_path"}
 _DECODING_TYPES: Mapping[str, tuple[type, ...]] = {
     "mode": (str,),
@@ -172,7 +174,7 @@ class RunProfile:
             name=name,
             backend=backend,
             guard=_guard(data["guard"], base, file=file),
-            checkpoint=_checkpoint(data["checkpoint"], base, file=file),
+            checkpoint=_checkpoint(data.get("checkpoint"), base, file=file, backend=backend),
             backend_options=dict(options),
             decoding=_decoding(data.get("decoding", {}), file=file),
             description=description,
@@ -253,6 +255,8 @@ def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
         value = _string(data, "template_path", file=file, where="guard")
         path = _resolve(base, value)
         return GuardSpec(name=name, template_path=path)
+    if not has_lock:  # the adapter builds its own prompt (checked when resolved)
+        return GuardSpec(name=name)
     for key in ("template_lock", "template_file"):
         if key not in data:
             raise InputError(
@@ -268,7 +272,14 @@ def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
     )
 
 
-def _checkpoint(data: Any, base: Path, *, file: str) -> CheckpointSpec:
+def _checkpoint(data: Any, base: Path, *, file: str, backend: str) -> CheckpointSpec:
+    if backend == "rule":  # the rule backend runs no model
+        if data is not None:
+            raise InputError("the rule backend runs no model: remove [checkpoint]", file=file,
+                             field="checkpoint")
+        return CheckpointSpec()
+    if data is None:
+        raise InputError("missing required key", file=file, field="checkpoint")
     _keys(data, {"lock", "dir"}, set(), file=file, where="checkpoint")
     if ("lock" in data) == ("dir" in data):
         raise InputError(

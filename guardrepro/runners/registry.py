@@ -8,7 +8,7 @@ profile's ``[backend_options]`` table and what the prompt tokenizer knows
 Constructor contract every runner class in ``RUNNERS`` implements::
 
     class SomeRunner:
-        backend: str                      # "hf" | "mlx" | "vllm"
+        backend: str                      # "hf" | "mlx" | "vllm" | "rule" (no model)
 
         def __init__(
             self,
@@ -54,14 +54,16 @@ RUNNERS: Mapping[str, str] = {
     "hf": "guardrepro.runners.hf_runner:HFRunner",
     "mlx": "guardrepro.runners.mlx_runner:MLXRunner",
     "vllm": "guardrepro.runners.vllm_runner:VLLMRunner",
+    "rule": "guardrepro.runners.rule_runner:RuleRunner",
 }
 # Top-level modules each backend needs, and the extra that installs them.
 DEPENDENCIES: Mapping[str, tuple[str, ...]] = {
     "hf": ("torch", "transformers", "safetensors", "tokenizers"),
     "mlx": ("mlx", "mlx_lm"),
     "vllm": ("vllm", "torch", "transformers"),
+    "rule": (),
 }
-EXTRAS: Mapping[str, str] = {"hf": "hf", "mlx": "mlx", "vllm": "vllm"}
+EXTRAS: Mapping[str, str] = {"hf": "hf", "mlx": "mlx", "vllm": "vllm", "rule": ""}
 
 
 def _check_name(backend: str) -> None:

@@ -6,26 +6,33 @@ TS-Guard-family renderer (Python ``str()`` of a dict agent_action); parsing is
 ``guardrepro.parse.parse_ts_guard``; the decision position is where the
 harmfulness rating value starts.
 
-Decoding defaults (``docs/PROTOCOL.md``, "Decoding"): greedy, one attempt, 2048 new tokens; the
+Decoding defaults (UPSTREAM.md): greedy, one attempt, 2048 new tokens; the
 authors' sampled mode is temperature 0.1, top_p 0.9, up to 3 attempts until
 one parses, 2048 new tokens. The same class serves the toy guard, which
 shares the output format and parser but has its own template, name and a
 shorter generation budget.
 
-Special token ids: each guard pins the end-of-sequence id set and the pad id
-its checkpoint must declare (``SpecialTokens``). TS-Guard (``docs/PROTOCOL.md``): EOS
-{151645, 151643}, pad 151643. ``pipeline.resolve_profile`` refuses a
-locked checkpoint whose ``generation_config.json`` (or ``config.json``)
+Special tokens: the checkpoint's EOS ids must name exactly ``<|im_end|>`` and
+``<|endoftext|>`` and its pad id ``<|endoftext|>`` (``ExpectedTokens``; the
+ids are read from the checkpoint's own config). TS-Guard additionally pins
+the ids documented upstream (docs/PROTOCOL.md): EOS {151645, 151643}, pad
+151643. ``pipeline.resolve_profile`` refuses a locked checkpoint that
 declares anything else, before any row is generated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guardrepro.guards.base import GuardTemplate, ParseResult, render_ts_guard_prompt
+from guardrepro.guards.base import (
+    ExpectedTokens,
+    GuardTemplate,
+    Messages,
+    ParseResult,
+    render_ts_guard_prompt,
+)
 from guardrepro.parse import PARSER_VERSION, decision_char_offset, parse_ts_guard
 from guardrepro.schema import DecodingParams
 
@@ -51,10 +58,23 @@ class SpecialTokens:
 
 
 TS_GUARD_SPECIAL_TOKENS = SpecialTokens.of((151645, 151643), 151643)
+CHATML_TOKENS = ExpectedTokens(eos=("<|im_end|>", "<|endoftext|>"), exact_eos=True,
+                               pad="<|endoftext|>")
+TS_GUARD_EXPECTED = ExpectedTokens(
+    eos=CHATML_TOKENS.eos, exact_eos=True, pad=CHATML_TOKENS.pad,
+    upstream_eos_ids=TS_GUARD_SPECIAL_TOKENS.eos_token_ids,
+    upstream_pad_id=TS_GUARD_SPECIAL_TOKENS.pad_token_id,
+)
 
 
 class TSGuardAdapter:
     """Template + TS-Guard parser + decoding defaults for one guard name."""
+
+    scoring = "parse"
+    score_tokens: tuple[str, ...] = ()
+    # Qwen2.5's chat template adds its default system prompt; the upstream
+    # evaluator's prompts go through it, so that is part of the reproduction.
+    default_system_expected = True
 
     def __init__(
         self,
@@ -62,7 +82,7 @@ class TSGuardAdapter:
         *,
         name: str = "ts-guard",
         max_new_tokens: int = TS_GUARD_MAX_NEW_TOKENS,
-        special_tokens: SpecialTokens = TS_GUARD_SPECIAL_TOKENS,
+        special_tokens: ExpectedTokens = TS_GUARD_EXPECTED,
     ) -> None:
         self.name = name
         self.parser_version = PARSER_VERSION
@@ -76,7 +96,14 @@ class TSGuardAdapter:
     def render(self, sample: Mapping[str, Any]) -> str:
         return render_ts_guard_prompt(self.template.text, sample)
 
+    def messages(self, sample: Mapping[str, Any]) -> Messages:
+        """The rendered prompt as the only message (role user, no system message)."""
+        return [{"role": "user", "content": self.render(sample)}]
+
     def parse(self, text: str) -> ParseResult:
+        return parse_ts_guard(text)
+
+    def parse_scored(self, text: str, score_logits: Sequence[float] | None) -> ParseResult:
         return parse_ts_guard(text)
 
     def decision_char_offset(self, text: str) -> int | None:

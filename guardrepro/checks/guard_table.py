@@ -1,0 +1,182 @@
+"""Side-by-side guard table: several runs of one cohort, one column block per guard.
+
+Input: run directories (``checks.runio.load_run``) that ran the same cohort
+(same cohort sha256 in their manifests, else ``InputError``), each labelled
+by its guard (the manifest's provenance) or an explicit label. Output: a
+JSON-ready dict and a text table with, per guard:
+
+- coverage (valid original rows / original rows);
+- accuracy, precision, recall and F1 of the strict decision on the original
+  rows, fail-closed (``checks.metrics.confusion``: an invalid row is
+  decision 1 and counts against coverage);
+- per edit (every non-original variant): the flip rate, pairs whose strict
+  decision differs / pairs where both the original and the edited row are
+  valid (the gate's agreement rule: an invalid side is neither a flip nor a
+  non-flip, and the pairs left out are counted).
+
+Every figure carries numerator and denominator; each has a percentile
+cluster-bootstrap interval (``checks.bootstrap.ratio_interval``: clusters =
+base sample id, strata = domain x gold strict label, ratio of sums), with
+the same seed for every guard so the columns are comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
+from guardrepro.checks.runio import RowResult, load_manifest, load_run
+from guardrepro.errors import InputError
+
+ORIGINAL = "original"
+METRICS = ("accuracy", "precision", "recall", "f1")
+Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
+
+
+def _cells(r: RowResult) -> Cells:
+    d, y = strict_decision(r.score if r.valid else None), gold_strict(r.gold_label)
+    return (int(d and y), int(d and not y), int(not d and not y), int(not d and y))
+
+
+_PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
+    "accuracy": lambda c: (c[0] + c[2], 1),
+    "precision": lambda c: (c[0], c[0] + c[1]),
+    "recall": lambda c: (c[0], c[0] + c[3]),
+    "f1": lambda c: (2 * c[0], 2 * c[0] + c[1] + c[3]),
+}
+
+
+def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
+            replicates: int, seed: int) -> dict[str, Any]:
+    out = Ratio(sum(nums), sum(dens)).to_dict()
+    if replicates > 0 and rows:
+        strata = [(r.domain, str(gold_strict(r.gold_label))) for r in rows]
+        iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
+                            replicates=replicates, seed=seed)
+        out["interval"] = {"low": iv.low, "high": iv.high, "replicates": replicates,
+                           "seed": seed}
+    return out
+
+
+def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> dict[str, Any]:
+    """Coverage, metrics on the originals and flip rates per edit for one run."""
+    originals = [r for r in rows if r.variant == ORIGINAL]
+    if not originals:
+        raise InputError("the run has no original rows", field="variant")
+    conf = confusion([r.gold_label for r in originals],
+                     [r.score if r.valid else None for r in originals])
+    cells = [_cells(r) for r in originals]
+    column: dict[str, Any] = {"rows": len(originals),
+                              "coverage": conf.coverage.to_dict(), "metrics": {}, "flips": {}}
+    for name in METRICS:
+        parts = [_PARTS[name](c) for c in cells]
+        column["metrics"][name] = _figure([p[0] for p in parts], [p[1] for p in parts],
+                                          originals, replicates, seed)
+    by_base = {r.base_sample_id: r for r in originals}
+    for variant in sorted({r.variant for r in rows} - {ORIGINAL}):
+        pairs = [(by_base[r.base_sample_id], r) for r in rows
+                 if r.variant == variant and r.base_sample_id in by_base]
+        both = [(o, e) for o, e in pairs if o.valid and e.valid]
+        flips = [int(strict_decision(o.score) != strict_decision(e.score)) for o, e in both]
+        fig = _figure(flips, [1] * len(both), [o for o, _ in both], replicates, seed)
+        fig["pairs"] = len(pairs)
+        fig["pairs_not_both_valid"] = len(pairs) - len(both)
+        column["flips"][variant] = fig
+    return column
+
+
+def _label(run_dir: Path) -> str:
+    manifest = load_manifest(run_dir)
+    guard = manifest.provenance.get("guard", "?")
+    backend = manifest.provenance.get("backend", "?")
+    return f"{guard} ({backend})"
+
+
+def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
+                replicates: int = 2000, seed: int = 260828) -> dict[str, Any]:
+    """The table over ``runs`` (see the module docstring)."""
+    if not runs:
+        raise InputError("give at least one run directory")
+    if labels is not None and len(labels) != len(runs):
+        raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
+    cohorts = {}
+    columns: dict[str, Any] = {}
+    for i, run in enumerate(runs):
+        run_dir = Path(run)
+        manifest = load_manifest(run_dir)
+        cohorts[str(run_dir)] = manifest.cohort.get("sha256")
+        label = labels[i] if labels is not None else _label(run_dir)
+        if label in columns:
+            raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
+        columns[label] = guard_column(load_run(run_dir).rows, replicates=replicates, seed=seed)
+        columns[label]["run"] = str(run_dir)
+    if len(set(cohorts.values())) != 1:
+        raise InputError("the runs did not score the same cohort (cohort sha256: "
+                         + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
+                         field="cohort")
+    return {"cohort_sha256": next(iter(cohorts.values())), "replicates": replicates,
+            "seed": seed, "order": list(columns), "guards": columns}
+
+
+def _cell(fig: dict[str, Any]) -> str:
+    value = fig.get("value")
+    if value is None:
+        return f"-- ({fig['numerator']}/{fig['denominator']})"
+    iv = fig.get("interval")
+    ci = ""
+    if iv is not None and iv["low"] is not None:
+        ci = f" [{iv['low']:.2f},{iv['high']:.2f}]"
+    return f"{value:.2f} ({_num(fig['numerator'])}/{_num(fig['denominator'])}){ci}"
+
+
+def _num(x: Any) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def format_guard_table(table: dict[str, Any]) -> str:
+    """Markdown table: one row per figure, one column per guard."""
+    guards = table["guards"]
+    names = list(table.get("order", guards))
+    lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines.append("| coverage | " + " | ".join(_cell(guards[n]["coverage"]) for n in names) + " |")
+    for metric in METRICS:
+        lines.append(f"| {metric} | "
+                     + " | ".join(_cell(guards[n]["metrics"][metric]) for n in names) + " |")
+    variants = sorted({v for n in names for v in guards[n]["flips"]})
+    for v in variants:
+        cells = [_cell(guards[n]["flips"][v]) if v in guards[n]["flips"] else "n/a"
+                 for n in names]
+        lines.append(f"| flip rate: {v} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
+    """Grouped bars: each figure per guard, with its interval as an error bar."""
+    from guardrepro.report import _pyplot, _save
+
+    plt = _pyplot()
+    guards = table["guards"]
+    names = list(table.get("order", guards))
+    variants = sorted({v for n in names for v in guards[n]["flips"]})
+    labels = list(METRICS) + [f"flip: {v}" for v in variants]
+    fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 2, 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        figs = [guards[name]["metrics"][m] for m in METRICS] + [
+            guards[name]["flips"].get(v, {"value": None}) for v in variants]
+        xs = [j + i * width for j in range(len(labels))]
+        ys = [f.get("value") or 0.0 for f in figs]
+        lo = [max(0.0, y - (f.get("interval") or {}).get("low", y) or 0.0)
+              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
+        hi = [max(0.0, ((f.get("interval") or {}).get("high", y) or y) - y)
+              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
+                  rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("value (cluster-bootstrap interval)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)

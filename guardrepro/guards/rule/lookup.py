@@ -1,0 +1,51 @@
+"""The tool-lookup table: fitted on labelled cohort rows, stored as JSON.
+
+Input: (current_action, gold score) pairs, e.g. benchmark rows outside the
+cohort being scored. Output:
+``{"version", "table": {tool_key: 0|1}, "fallback": 0|1, "rows": n}``; the
+key of an unparsable tool is ``"<none>"``. Fitting is
+``checks.audit.fit_lookup`` (per key the majority strict gold label, ties
+unsafe; fallback the global majority) on the rows given: fit on rows other
+than the ones you score, or the baseline is in-sample.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.cache import atomic_write_bytes
+from guardrepro.errors import InputError
+
+VERSION = "tool-lookup-table-v1"
+
+
+def fit_table(rows: Sequence[tuple[Any, float]]) -> dict[str, Any]:
+    from guardrepro.checks.audit import fit_lookup, tool_key
+
+    if not rows:
+        raise InputError("cannot fit the lookup table on zero rows")
+    keys = [tool_key(action) for action, _ in rows]
+    labels = [int(gold != 0) for _, gold in rows]
+    table, fallback = fit_lookup(keys, labels)
+    return {"version": VERSION, "rows": len(rows), "fallback": fallback,
+            "table": {("<none>" if k is None else k): v for k, v in sorted(
+                table.items(), key=lambda kv: "" if kv[0] is None else kv[0])}}
+
+
+def save_table(table: dict[str, Any], path: Path) -> None:
+    atomic_write_bytes(path, (json.dumps(table, indent=2, sort_keys=True) + "\n").encode())
+
+
+def load_table(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read the lookup table: {exc}", file=str(path)) from exc
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        raise InputError(f"not a {VERSION} file", file=str(path), field="version")
+    if data.get("fallback") not in (0, 1) or not isinstance(data.get("table"), dict):
+        raise InputError("expected 'fallback' 0|1 and a 'table' object", file=str(path))
+    return data
