@@ -5,7 +5,8 @@
   exit 0 when the gate passes, 3 when it fails (``GateFailed``, raised after
   gate.json is written), 2 on unusable input.
 - ``stats RUN_DIR [--seed N] [--replicates N] [--cohort FILE]``: writes
-  RUN_DIR/stats.json atomically and prints a short table.
+  RUN_DIR/stats.json atomically and prints a short table; ``--export`` also
+  writes every figure as a CSV or Parquet table.
 - ``audit interaction --benchmark agentdojo|agentharm [--preds released|RUN_DIR]``
   and ``audit tool-lookup``: benchmark audits; the JSON goes to stdout (and to
   ``--out`` when given), the table to stderr. The benchmark comes from
@@ -73,8 +74,11 @@ def gate(run_dir: Path, spec: Path, conservative: bool, cohort: Path | None) -> 
 @click.option("--draw-order", type=click.Choice(DRAW_ORDERS), default=DEFAULT_DRAW_ORDER,
               show_default=True, help="How the bootstrap consumes the generator (see docs).")
 @COHORT_OPTION
+@click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
+              multiple=True, help="Also write every figure as one table row, CSV or "
+              "Parquet by the suffix (.csv, .parquet); repeatable.")
 def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
-          cohort: Path | None) -> None:
+          cohort: Path | None, exports: tuple[Path, ...]) -> None:
     """Per-variant metrics and paired flip statistics; writes stats.json."""
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
@@ -86,6 +90,11 @@ def stats(run_dir: Path, seed: int, replicates: int, draw_order: str,
     path = write_json_atomic(run_dir / "stats.json", result)
     click.echo(format_table(result))
     click.echo(f"wrote {path}")
+    if exports:
+        from guardrepro.checks.frames import StatsResult
+
+        for out in exports:
+            click.echo(f"wrote {StatsResult(result).export(out)}")
 
 
 @click.group()
