@@ -114,7 +114,7 @@ def run_demo(
     from guardrepro.cohort import build_cohort_file
     from guardrepro.fetch import fetch_lock
     from guardrepro.pipeline import run_cohort
-    from guardrepro.report import build_report
+    from guardrepro.report import FIGURES_NOTE, build_report, figures_available
     from guardrepro.verify import verify_lock
 
     root = repo_root()
@@ -197,6 +197,8 @@ def run_demo(
                                  expected_source=run.expected_source)
     write_json_atomic(hf_dir / "stats.json", result.stats)
     result.report = build_report(hf_dir)
+    if not figures_available():
+        say(FIGURES_NOTE)
     mark("stats_report")
     return result
 

@@ -9,8 +9,10 @@ stratified 95% bootstrap intervals, by edit and by edit x domain),
 ``score_confusion.png`` (reference vs local scores, only with gate.json),
 ``margin_hist.png`` (decision-margin histogram split by agreement with the
 reference when gate.json exists, else by whether the row's edit pair flipped)
-and ``report.md`` linking them. Figures use matplotlib's Agg backend; every
-file is written atomically.
+and ``report.md`` linking them. Figures use matplotlib's Agg backend; without
+matplotlib (the ``report`` extra) the tables are still written and the report
+says which extra adds the figures. Variants are listed in cohort order with
+``original`` first. Every file is written atomically.
 
 The plotting functions take the JSON objects (and rows) and are what the
 notebooks call, so a notebook reproduces the same figures.
@@ -18,9 +20,11 @@ notebooks call, so a notebook reproduces the same figures.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +36,10 @@ from guardrepro.checks.runio import (
     RunRows,
     load_manifest,
     load_run,
+    variant_order,
     write_json_atomic,
 )
 from guardrepro.checks.stats import ORIGINAL, compute_stats
-from guardrepro.checks.stats import format_table as stats_table
 from guardrepro.errors import DependencyMissingError, InputError
 from guardrepro.records import write_atomic
 
@@ -238,8 +242,66 @@ def _frac(f: Mapping[str, Any]) -> str:
     return f"{f['numerator']}/{f['denominator']}" + ("" if v is None else f" ({v:.4f})")
 
 
+@dataclass(frozen=True)
+class Table:
+    """One report table, rendered as Markdown or HTML from the same cells."""
+
+    key: str
+    title: str
+    header: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+                  variants: Sequence[str] | None = None) -> list[Table]:
+    """The report's tables (gate checks, variants, flips) from the checks' JSON;
+    ``variants`` gives the row order (cohort order, original first)."""
+    tables = []
+    if gate is not None:
+        tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
+                                                    "result"),
+                            [(c["name"], _frac(gate["figures"][c["figure"]]), str(c["tested"]),
+                              str(c["threshold"]), "pass" if c["passed"] else "FAIL")
+                             for c in gate["checks"]]))
+    order = [v for v in (variants or []) if v in stats["variants"]]
+    order += [v for v in stats["variants"] if v not in order]
+    rows = []
+    for v in order:
+        s = stats["variants"][v]
+        m = s["metrics"]
+        rows.append((v, _frac(s["coverage"]), _frac(m["accuracy"]), _frac(m["f1"]),
+                     _num(m["balanced_accuracy"]["value"]), _num(m["mcc"]["value"])))
+    tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
+                                                 "balanced acc.", "MCC"), rows))
+    if stats["edits"]:
+        rows = []
+        for e in [v for v in order if v in stats["edits"]] + [
+                e for e in stats["edits"] if e not in order]:
+            s = stats["edits"][e]
+            a, vb = s["views"]["all_pairs"], s["views"]["valid_both_only"]
+            iv = a["intervals"]["flips"]["stratified"]
+            ci = "-" if not iv or iv["low"] is None else f"[{iv['low']:.4f}, {iv['high']:.4f}]"
+            rows.append((e, _frac(a["flips"]), ci, _frac(vb["flips"]), _frac(a["safe_to_unsafe"]),
+                         _frac(a["unsafe_to_safe"]),
+                         _frac(s["exact_score"]["changed_valid_both"])))
+        tables.append(Table("flips", "Flips vs original", (
+            "edit", "flips (all pairs)", "95% CI (stratified)", "flips (valid both)",
+            "safe->unsafe", "unsafe->safe", "exact-score changes"), rows))
+    return tables
+
+
+def _md_table(table: Table) -> list[str]:
+    return ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header),
+            *("| " + " | ".join(row) + " |" for row in table.rows)]
+
+
 def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
-                    figures: Sequence[str]) -> str:
+                    figures: Sequence[str], variants: Sequence[str] | None = None,
+                    figures_note: str | None = None) -> str:
     lines = [f"# guardrepro report: {run_id}", ""]
     lines.append(f"Expected rows: {stats['rows']['expected']} "
                  f"({stats['settings']['expected_rows']}); by status: "
@@ -248,12 +310,9 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
     lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
               f"draw order {b.get('draw_order', 'stratum')}, clusters {b['clusters']}, "
               f"strata {b['strata']}.", ""]
+    tables = {t.key: t for t in report_tables(stats, gate, variants)}
     if gate is not None:
-        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "",
-                  "| check | figure | tested | threshold | result |", "|---|---|---|---|---|"]
-        for c in gate["checks"]:
-            lines.append(f"| {c['name']} | {_frac(gate['figures'][c['figure']])} | {c['tested']} "
-                         f"| {c['threshold']} | {'pass' if c['passed'] else 'FAIL'} |")
+        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "", *_md_table(tables["gate"])]
         lines += ["", f"Exact-score agreement (jointly valid rows): "
                   f"{_frac(gate['figures']['exact_agreement'])}", ""]
         if gate["disagreements"]:
@@ -263,26 +322,9 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
                              f"{d['reference_score']}, local {d['local_score']} "
                              f"[{d['local_status']}, {d['reason']}]")
             lines.append("")
-    lines += ["## Variants", "", "| variant | coverage | accuracy | F1 | balanced acc. | MCC |",
-              "|---|---|---|---|---|---|"]
-    for v, s in stats["variants"].items():
-        m = s["metrics"]
-        bal, mcc = m["balanced_accuracy"]["value"], m["mcc"]["value"]
-        lines.append(f"| {v} | {_frac(s['coverage'])} | {_frac(m['accuracy'])} | "
-                     f"{_frac(m['f1'])} | {'-' if bal is None else f'{bal:.4f}'} | "
-                     f"{'-' if mcc is None else f'{mcc:.4f}'} |")
-    if stats["edits"]:
-        lines += ["", "## Flips vs original", "",
-                  "| edit | flips (all pairs) | 95% CI (stratified) | flips (valid both) | "
-                  "safe->unsafe | unsafe->safe | exact-score changes |",
-                  "|---|---|---|---|---|---|---|"]
-        for e, s in stats["edits"].items():
-            a, vb = s["views"]["all_pairs"], s["views"]["valid_both_only"]
-            iv = a["intervals"]["flips"]["stratified"]
-            ci = "-" if not iv or iv["low"] is None else f"[{iv['low']:.4f}, {iv['high']:.4f}]"
-            lines.append(f"| {e} | {_frac(a['flips'])} | {ci} | {_frac(vb['flips'])} | "
-                         f"{_frac(a['safe_to_unsafe'])} | {_frac(a['unsafe_to_safe'])} | "
-                         f"{_frac(s['exact_score']['changed_valid_both'])} |")
+    lines += ["## Variants", "", *_md_table(tables["variants"])]
+    if "flips" in tables:
+        lines += ["", "## Flips vs original", "", *_md_table(tables["flips"])]
     if stats.get("placebo_corrected"):
         lines += ["", "Placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
         for e, p in stats["placebo_corrected"].items():
@@ -298,14 +340,26 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
                   f"{_frac(r['strict_disagreement']['all_pairs'])}; exact-score: "
                   f"{_frac(r['exact_score_disagreement_valid_both'])}"]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
-    lines += ["", "```", stats_table(dict(stats)), "```", ""]
+    if figures_note:
+        lines.append(figures_note)
+    lines.append("")
     return "\n".join(lines)
+
+
+def figures_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) can be imported."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrepro[report]')"
 
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                  draw_order: str = DEFAULT_DRAW_ORDER, cohort: str | Path | None = None) -> Path:
-    """Write report.md and the figures into ``run_dir``; returns report.md."""
+    """Write report.md and (with matplotlib) the figures into ``run_dir``;
+    returns report.md. Without matplotlib the tables are still written and
+    report.md says which extra adds the figures (``FIGURES_NOTE``)."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
@@ -313,11 +367,15 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                                   seed=seed, draw_order=draw_order, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     rows = run.rows
-    figures = [plot_flip_rates(stats, run_dir / FLIP_PNG).name]
-    if gate is not None:
-        figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
-    figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
-    text = render_markdown(manifest.run_id, stats, gate, figures)
+    figures: list[str] = []
+    if figures_available():
+        figures.append(plot_flip_rates(stats, run_dir / FLIP_PNG).name)
+        if gate is not None:
+            figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
+        figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
+    text = render_markdown(manifest.run_id, stats, gate, figures,
+                           variants=variant_order([r.variant for r in rows]),
+                           figures_note=None if figures else FIGURES_NOTE)
     path = run_dir / "report.md"
     write_atomic(path, text)
     return path

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.runio import variant_order
 from guardrepro.compare import Comparison, RowComparison
 from guardrepro.errors import DependencyMissingError, InputError
 
-ORIGINAL = "original"
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
     "gold_label": "float64", "status": "category", "score": "Float64", "valid": "bool",
@@ -44,12 +44,6 @@ def _pd() -> Any:
     except ImportError as exc:  # pragma: no cover - pandas is a core dependency
         raise DependencyMissingError("the Python API needs pandas: pip install pandas") from exc
     return pd
-
-
-def variant_order(variants: Sequence[str]) -> list[str]:
-    """Distinct variants in first-seen (cohort) order, ``original`` first."""
-    seen = list(dict.fromkeys(variants))
-    return ([ORIGINAL] if ORIGINAL in seen else []) + [v for v in seen if v != ORIGINAL]
 
 
 def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:

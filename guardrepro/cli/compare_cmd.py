@@ -2,8 +2,8 @@
 
 Input: two run directories (or records.jsonl files). Output: a readable
 summary and the rows that moved on stdout; the full comparison as JSON with
-``--json``; the per-row table as CSV or Parquet with ``--export``. Exit code 0 whatever the agreement: comparing is measurement,
-not a gate.
+``--json``; the per-row table as CSV or Parquet with ``--export``. Exit
+code 0 whatever the agreement: comparing is measurement, not a gate.
 """
 
 from __future__ import annotations
