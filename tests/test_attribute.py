@@ -119,7 +119,7 @@ def test_noise_floor_and_margins(runs: dict) -> None:
 
 
 def test_missing_rows_are_listed(runs: dict, tmp_path: Path) -> None:
-    short = _write(tmp_path / "short", Q8[:6] + [None])
+    short = _write(tmp_path / "short", [*Q8[:6], None])
     ref, key_field, _ = load_reference(runs["ref"])
     att = attribute(ref, key_field=key_field, quantized=[load_run_input(short, key_field)],
                     replicates=200)

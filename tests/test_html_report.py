@@ -121,7 +121,8 @@ def test_drill_down_in_headless_chromium(report: Path) -> None:
         assert page.inner_text("#row-count") == "4 of 4 rows"
         # the edited row: prompt highlighted against the original, outputs side by side
         page.click('tr[data-row-id="b1:marker_paraphrase"]')
-        assert page.inner_text("#detail-title") == "b1:marker_paraphrase (marker_paraphrase, banking)"
+        assert (page.inner_text("#detail-title")
+                == "b1:marker_paraphrase (marker_paraphrase, banking)")
         assert page.inner_text("#detail-prompt mark.edit") == "NOTE"
         assert "pay the banking bill" in page.inner_text("#detail-prompt")
         assert page.inner_text("#detail-out-a") == "<Think>looks fine</Think> rating 0.0"
