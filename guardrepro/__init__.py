@@ -6,7 +6,8 @@ The Python API (``import guardrepro as gr``) is loaded lazily from
 - ``gr.load_run(path, cohort=None)``: DataFrame, one row per expected cohort row.
 - ``gr.load_cohort(path)``: DataFrame, one row per cohort line.
 - ``gr.stats(run_or_df)`` -> ``StatsResult``; ``gr.gate(run, spec)`` -> ``GateResult``
-  (``.passed``, ``.verdict``, ``.to_json()``, ``.to_frame()``).
+  (``.passed``, ``.verdict``, ``.to_json()``, ``.to_frame()``); ``gr.load_gate(run)``
+  reads the gate.json that ``guardrepro gate`` wrote.
 - ``gr.compare(a, b)``: DataFrame, one row per row in both runs.
 - ``gr.attribute(reference, bf16=..., quantized=[...], sampled=[...])``: DataFrame,
   one row per disagreement with its cause.
@@ -19,7 +20,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-API = ("load_run", "load_cohort", "stats", "gate", "compare", "attribute",
+API = ("load_run", "load_cohort", "stats", "gate", "load_gate", "compare", "attribute",
        "export", "StatsResult", "GateResult")
 __all__ = ["__version__", *API]
 

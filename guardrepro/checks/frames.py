@@ -10,6 +10,8 @@ Invariants:
   a row without a record is present with ``status == "missing"`` and null
   score, never dropped. Variants are an ordered categorical in cohort order
   with ``original`` first.
+- ``strict_decision`` is fail-closed: invalid and missing rows count as
+  unsafe (1), exactly as in the checks.
 - Nullable columns use pandas' nullable dtypes (``Float64``, ``Int64``,
   ``boolean``, ``string``), so a missing score stays missing, never NaN-coerced
   into a number or a boolean.
@@ -64,7 +66,7 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
             "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
             "domain": r.domain, "gold_label": r.gold_label, "status": r.status,
             "score": r.score, "valid": r.valid,
-            "strict_decision": None if not r.present else int(r.score is None or r.score != 0),
+            "strict_decision": int(r.score is None or r.score != 0),  # fail-closed
             "decision_margin": r.decision_margin,
             "error_type": rec.error_type if rec else None,
             "output_text": rec.output_text if rec else None,
@@ -184,8 +186,19 @@ class GateResult:
         return self.data
 
     def to_frame(self) -> Any:
-        """The gated rows (one per reference row) as a DataFrame."""
-        return _pd().DataFrame(self.data["rows"])
+        """The gated rows that are present locally: agreement and margin."""
+        return _pd().DataFrame(self.data["rows"], columns=[
+            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
+
+    def disagreements(self) -> Any:
+        """Rows whose strict decision disagrees or that are missing, with scores
+        and (when present) the local decision margin."""
+        pd = _pd()
+        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
+                "local_score", "local_status", "reason"]
+        rows = pd.DataFrame(self.data["disagreements"], columns=cols)
+        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
+                          how="left")
 
 
 def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
@@ -212,6 +225,14 @@ def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
 
 def _is_na(value: Any) -> bool:
     return value is None or bool(_pd().isna(value))
+
+
+def load_gate(run: str | Path) -> GateResult | None:
+    """The run directory's gate.json (written by ``guardrepro gate``), or None."""
+    from guardrepro.report import load_gate as read_gate
+
+    data = read_gate(run)
+    return None if data is None else GateResult(data)
 
 
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
