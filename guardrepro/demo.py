@@ -153,7 +153,7 @@ def run_demo(
     mark("run_hf")
 
     if use_mlx:
-        from guardrepro.compare import compare_runs
+        from guardrepro.checks.compare import compare_runs
         from guardrepro.quantize import quantize
         from guardrepro.runners.profile import RunProfile
 

@@ -10,9 +10,9 @@ hand-made run.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-import json
 from typing import Any
 
 import pytest

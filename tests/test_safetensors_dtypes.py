@@ -35,10 +35,10 @@ def test_shipped_toy_guard_is_bfloat16() -> None:
 @pytest.mark.parametrize("content", [b"\x01\x02", b"\x10\x00\x00\x00\x00\x00\x00\x00{not json"])
 def test_bad_file_names_the_file(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "bad.safetensors").write_bytes(content)
-    with pytest.raises(InputError, match="bad.safetensors"):
+    with pytest.raises(InputError, match=r"bad\.safetensors"):
         safetensors_dtypes(tmp_path)
 
 
 def test_no_weights(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no \\*.safetensors"):
+    with pytest.raises(InputError, match=r"no \*\.safetensors"):
         safetensors_dtypes(tmp_path)

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
-from guardrepro.compare import quantiles
+from guardrepro.checks.compare import quantiles
 from guardrepro.errors import InputError
 from guardrepro.schema import Record
 

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.compare import Comparison, RowComparison
 from guardrepro.checks.runio import variant_order
-from guardrepro.compare import Comparison, RowComparison
 from guardrepro.errors import DependencyMissingError, InputError
 
 RUN_DTYPES = {
@@ -252,7 +252,7 @@ def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
 
 def compare(a: str | Path, b: str | Path) -> Any:
     """Row-by-row comparison of two runs; the summary is in ``df.attrs``."""
-    from guardrepro.compare import compare_runs
+    from guardrepro.checks.compare import compare_runs
 
     return comparison_frame(compare_runs(a, b))
 

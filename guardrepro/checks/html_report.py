@@ -33,6 +33,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from guardrepro.checks.compare import first_divergence
 from guardrepro.checks.runio import (
     ORIGINAL,
     RowResult,
@@ -42,7 +43,6 @@ from guardrepro.checks.runio import (
     manifest_cohort_path,
     variant_order,
 )
-from guardrepro.compare import first_divergence
 from guardrepro.errors import DependencyMissingError, GuardreproError, InputError
 from guardrepro.records import RunManifest, write_atomic
 from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.attribute import RefValue, RunInput, reference_from_records
-from guardrepro.compare import records_path
+from guardrepro.checks.compare import records_path
 from guardrepro.records import read_records
 
 

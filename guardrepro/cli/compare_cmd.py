@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.compare import compare_runs, format_table, write_json
+from guardrepro.checks.compare import compare_runs, format_table, write_json
 
 
 @click.command()
