@@ -249,7 +249,7 @@ class Table:
     key: str
     title: str
     header: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
 
 
 def _num(value: float | None) -> str:
@@ -269,7 +269,7 @@ def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
                              for c in gate["checks"]]))
     order = [v for v in (variants or []) if v in stats["variants"]]
     order += [v for v in stats["variants"] if v not in order]
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for v in order:
         s = stats["variants"][v]
         m = s["metrics"]

@@ -163,6 +163,7 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
     if prompt is not None and rec is not None and ctx["rendered"]:
         hash_ok = sha256_text(prompt) == rec.input_sha256
     ref = ctx["reference"].get(r.row_id)
+    other_label: str | None
     if r.variant == ORIGINAL and ref is not None:
         other, other_label = ref, "reference"
     else:
@@ -254,12 +255,13 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     att_path = Path(attribution) if attribution else run_dir / "attribution.json"
     causes, cause_note = _causes(_load_json(att_path), run_dir.name)
     notes.append(cause_note)
-    ctx = {"originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
-           "prompts": _prompts(rows_c, render), "rendered": render is not None,
-           "records": {r.row_id: r for r in load_records(run_dir)},
-           "reference": _reference_records(gate), "causes": causes,
-           "gate_agree": {g["row_id"]: g["strict_agree"] for g in (gate or {}).get("rows", [])}}
-    items = [_row_item(r, ctx["records"].get(r.row_id), ctx) for r in run.rows]
+    records = {r.row_id: r for r in load_records(run_dir)}
+    ctx: dict[str, Any] = {
+        "originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
+        "prompts": _prompts(rows_c, render), "rendered": render is not None,
+        "records": records, "reference": _reference_records(gate), "causes": causes,
+        "gate_agree": {g["row_id"]: g["strict_agree"] for g in (gate or {}).get("rows", [])}}
+    items = [_row_item(r, records.get(r.row_id), ctx) for r in run.rows]
     html = _environment().get_template("report.html.j2").render(
         run_id=manifest.run_id, manifest=manifest, gate=gate, notes=notes,
         tables=report_tables(stats, gate, variant_order([r.variant for r in run.rows])),
