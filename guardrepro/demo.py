@@ -194,8 +194,9 @@ def run_demo(
     say(f"[{next(step)}/{steps}] parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
-    key_field, reference, _ = reference_rows(spec, home)
+    key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference)
+    result.gate["reference"] = ref_info  # as `guardrepro gate` writes it
     write_json_atomic(hf_dir / "gate.json", result.gate)
     mark("gate")
 
