@@ -158,6 +158,9 @@ class StatsResult:
     def to_frame(self) -> Any:
         """One row per figure (count/denominator or interval), dotted path first."""
         df = _pd().DataFrame(flatten_leaves(self.data))
+        first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
+                             "low", "lower", "high", "upper") if c in df.columns]
+        df = df[first + [c for c in df.columns if c not in first]]
         for col in ("numerator", "count", "denominator"):
             values = df[col].dropna() if col in df else None
             if values is not None and bool((values == values.round()).all()):
