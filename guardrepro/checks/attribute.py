@@ -324,7 +324,8 @@ def format_table(att: Attribution) -> str:
     lines = []
     if att.sampled_runs:
         nf = att.noise_floor
-        lines.append(f"sampling-noise floor ({len(att.sampled_runs)} sampled repeats): "
+        n = len(att.sampled_runs)
+        lines.append(f"sampling-noise floor ({n} sampled repeat{'' if n == 1 else 's'}): "
                      f"strict {_fmt_count(nf['strict'])}, exact {_fmt_count(nf['exact'])}")
     else:
         lines.append("sampling-noise floor: no sampled runs given (the sampling cause "
