@@ -146,3 +146,21 @@ def test_cli(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "sampling-noise floor (5 sampled repeats): strict 1/7" in text
     assert "b2:original  strict quantization" in text
     assert out.is_file()
+
+
+def test_released_style_reference_keys_by_base(runs: dict) -> None:
+    """A released reference is keyed by base sample id over the original rows."""
+    from guardrepro.checks.attribute import RefValue, RunInput
+    from guardrepro.records import read_records
+
+    ref = {b: RefValue(b, float(s), b) for b, s in zip(BASES, REF, strict=True)}
+    q8 = RunInput.from_records("q8", read_records(runs["q8"] / "records.jsonl"),
+                               "base_sample_id")
+    bf16 = RunInput.from_records("bf16", read_records(runs["bf16"] / "records.jsonl"),
+                                 "base_sample_id")
+    assert set(q8.records) == set(BASES)
+    att = attribute(ref, key_field="base_sample_id", bf16=bf16, quantized=[q8],
+                    replicates=200)
+    # no sampled runs: b1 (bf16 differs from the reference) becomes backend
+    assert att.causes_by_key("strict")["q8"] == {"b1": "backend", "b2": "quantization",
+                                                 "b3": "backend", "b4": "backend"}
