@@ -1,3 +1,33 @@
-"""guardrepro: reproduce safety guard outputs, gate parity, measure counterfactual flips."""
+"""guardrepro: reproduce safety guard outputs, gate parity, measure counterfactual flips.
+
+The Python API (``import guardrepro as gr``) is loaded lazily from
+``guardrepro.checks.frames`` so that importing the package stays light:
+
+- ``gr.load_run(path, cohort=None)``: DataFrame, one row per expected cohort row.
+- ``gr.load_cohort(path)``: DataFrame, one row per cohort line.
+- ``gr.stats(run_or_df)`` -> ``StatsResult``; ``gr.gate(run, spec)`` -> ``GateResult``
+  (``.passed``, ``.verdict``, ``.to_json()``, ``.to_frame()``); ``gr.load_gate(run)``
+  reads the gate.json that ``guardrepro gate`` wrote.
+- ``gr.compare(a, b)``: DataFrame, one row per row in both runs.
+- ``gr.attribute(reference, bf16=..., quantized=[...], sampled=[...])``: DataFrame,
+  one row per disagreement with its cause.
+- ``gr.export(df, path)``: any of these DataFrames as CSV or Parquet (by suffix).
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+API = ("load_run", "load_cohort", "stats", "gate", "load_gate", "compare", "attribute",
+       "export", "StatsResult", "GateResult")
+__all__ = ["__version__", *API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from guardrepro.checks import frames
+
+        return getattr(frames, name)
+    raise AttributeError(f"module 'guardrepro' has no attribute {name!r}")

@@ -5,9 +5,10 @@ the package, pinned by ``locks/toy-guard.toml`` and ``locks/toy-bench.toml``).
 Output: a demo directory holding the toy cohort, a transformers run and (when
 MLX is installed) an MLX Q8 group-64 run of the toy guard, their comparison,
 and on the transformers run the parity gate against the shipped reference
-run, ``stats.json`` and the report. Every step goes through the same public
-functions as the CLI verbs; the demo only wires them together and prints a
-short summary.
+run, ``stats.json``, the report and the HTML report; with ``sampled=K``, K
+seeded sampled runs and the attribution of every disagreement. Every step
+goes through the same public functions as the CLI verbs; the demo only wires
+them together and prints a short summary.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class DemoResult:
     gate: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
     report: Path | None = None
+    html: Path | None = None
+    attribution: dict[str, Any] | None = None
+    attribution_table: str | None = None
     mlx_plan: MlxPlan | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -101,12 +105,15 @@ def run_demo(
     replicates: int = 2000,
     progress: bool = True,
     say: Say = print,
+    sampled: int = 0,
 ) -> DemoResult:
     """Run the whole pipeline on the embedded default into ``out_dir``.
 
     ``out_dir`` must not hold an earlier demo's records of another
     provenance (runs resume; a mismatch is refused). ``with_mlx=None``
-    runs the MLX Q8 step when mlx and mlx-lm are importable.
+    runs the MLX Q8 step when mlx and mlx-lm are importable. ``sampled=K``
+    adds K seeded sampled runs of the originals and the attribution of every
+    disagreement with the reference (``attribute_step``).
     """
     from guardrepro.checks.gate import evaluate, load_spec, reference_rows
     from guardrepro.checks.runio import load_run, write_json_atomic
@@ -114,7 +121,7 @@ def run_demo(
     from guardrepro.cohort import build_cohort_file
     from guardrepro.fetch import fetch_lock
     from guardrepro.pipeline import run_cohort
-    from guardrepro.report import build_report
+    from guardrepro.report import FIGURES_NOTE, build_report, figures_available
     from guardrepro.verify import verify_lock
 
     root = repo_root()
@@ -153,7 +160,7 @@ def run_demo(
     mark("run_hf")
 
     if use_mlx:
-        from guardrepro.compare import compare_runs
+        from guardrepro.checks.compare import compare_runs
         from guardrepro.quantize import quantize
         from guardrepro.runners.profile import RunProfile
 
@@ -187,8 +194,9 @@ def run_demo(
     say(f"[{next(step)}/{steps}] parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
-    key_field, reference, _ = reference_rows(spec, home)
+    key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference).to_json()
+    result.gate["reference"] = ref_info  # as `guardrepro gate` writes it
     write_json_atomic(hf_dir / "gate.json", result.gate)
     mark("gate")
 
@@ -197,8 +205,53 @@ def run_demo(
                                  expected_source=run.expected_source).to_json()
     write_json_atomic(hf_dir / "stats.json", result.stats)
     result.report = build_report(hf_dir)
+    if not figures_available():
+        say(FIGURES_NOTE)
     mark("stats_report")
+    if sampled:
+        say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
+            "on the 64 original rows, then attribution of every disagreement")
+        result.attribution = attribute_step(root, out, result, sampled, replicates=replicates,
+                                            progress=progress, home=home)
+        mark("sampled_attribution")
+    from guardrepro.checks.html_report import build_html
+
+    result.html = build_html(hf_dir)
     return result
+
+
+def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replicates: int,
+                   progress: bool, home: str | Path | None) -> dict[str, Any]:
+    """K seeded sampled runs of the originals, then ``guardrepro attribute``
+    against the shipped reference; writes ``hf-fp32/attribution.json``."""
+    import dataclasses
+
+    from guardrepro.checks.attribute import attribute, format_table
+    from guardrepro.checks.loaders import load_reference, load_run_input
+    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.pipeline import run_cohort
+    from guardrepro.runners.profile import RunProfile
+
+    originals = out / "cohort-originals.jsonl"
+    if not originals.exists():
+        write_originals(result.cohort, originals)
+    profile = RunProfile.load(root / "runners/toy-hf-sampled.toml")
+    dirs = []
+    for seed in range(1, k + 1):
+        seeded = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
+        run_dir = out / f"sampled-s{seed}"
+        run_cohort(seeded, originals, run_dir, progress=progress, home=home)
+        dirs.append(run_dir)
+    ref, key_field, info = load_reference(root / "checks/toy-guard.toml", home)
+    quantized = [result.runs["mlx-q8"]] if "mlx-q8" in result.runs else []
+    att = attribute(ref, key_field=key_field, reference_info=info,
+                    bf16=load_run_input(result.runs["hf-fp32"], key_field),
+                    quantized=[load_run_input(q, key_field) for q in quantized],
+                    sampled=[load_run_input(d, key_field) for d in dirs],
+                    replicates=replicates)
+    write_json_atomic(result.runs["hf-fp32"] / "attribution.json", att.to_dict())
+    result.attribution_table = format_table(att)
+    return att.to_dict()
 
 
 def _rate(figure: dict[str, Any] | None) -> str:
@@ -242,8 +295,13 @@ def summary_lines(result: DemoResult) -> list[str]:
         lines.append(f"gate: {result.gate['verdict']}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")
     lines.append(f"demo directory: {result.out_dir}")
+    if result.attribution_table is not None:
+        lines.append("attribution against the shipped reference:")
+        lines.extend(f"  {line}" for line in result.attribution_table.splitlines())
     if result.report is not None:
         lines.append(f"report: {result.report}")
+    if result.html is not None:
+        lines.append(f"html report: {result.html}")
     return lines
 
 

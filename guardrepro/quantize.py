@@ -32,7 +32,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -122,24 +121,24 @@ def normalize_mlx_config(config: Mapping[str, Any], *, file: str = "config.json"
 
 
 def safetensors_dtypes(directory: Path) -> dict[str, str]:
-    """Tensor name -> safetensors dtype code, read from the file headers only."""
+    """Tensor name -> safetensors dtype code (``"BF16"``, ``"F32"`` ...), read
+    with the safetensors library from the file headers only (no tensor data)."""
+    try:
+        from safetensors import SafetensorError, safe_open
+    except ImportError as exc:  # pragma: no cover - safetensors comes with mlx-lm
+        raise DependencyMissingError(
+            "reading weights needs safetensors: pip install 'guardrepro[mlx]'") from exc
     out: dict[str, str] = {}
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise InputError("no *.safetensors weights", file=str(directory))
     for path in files:
-        with path.open("rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise InputError("truncated safetensors header", file=str(path))
-            (length,) = struct.unpack("<Q", head)
-            try:
-                header = json.loads(fh.read(length))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(f"bad safetensors header: {exc}", file=str(path)) from exc
-        for name, info in header.items():
-            if name != "__metadata__":
-                out[name] = str(info["dtype"])
+        try:
+            with safe_open(str(path), framework="numpy") as fh:
+                for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    out[name] = str(fh.get_slice(name).get_dtype())
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"bad safetensors file: {exc}", file=str(path)) from exc
     return out
 
 

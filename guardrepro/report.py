@@ -12,7 +12,10 @@ counts),
 reference when gate.json exists, else by whether the row's edit pair flipped)
 and ``report.md`` linking them; with other guards' runs of the same cohort,
 ``guard_table.png`` and a side-by-side table (``checks.guard_table``).
-Figures use matplotlib's Agg backend; every file is written atomically.
+Figures use matplotlib's Agg backend; without matplotlib (the ``report``
+extra) the tables are still written and the report says which extra adds
+the figures. Variants are listed in cohort order with ``original`` first.
+Every file is written atomically.
 
 The plotting functions take the JSON objects (and rows) and are what the
 notebooks call, so a notebook reproduces the same figures.
@@ -20,9 +23,11 @@ notebooks call, so a notebook reproduces the same figures.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +40,11 @@ from guardrepro.checks.runio import (
     RunRows,
     load_manifest,
     load_run,
+    variant_order,
     write_json_atomic,
 )
 from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import STATISTICS, VIEWS, compute_stats, fmt_num
-from guardrepro.checks.stats import format_table as stats_table
 from guardrepro.errors import DependencyMissingError, InputError
 from guardrepro.records import write_atomic
 
@@ -244,8 +249,66 @@ def _frac(f: Mapping[str, Any]) -> str:
     return f"{f['numerator']}/{f['denominator']}" + ("" if v is None else f" ({v:.4f})")
 
 
+@dataclass(frozen=True)
+class Table:
+    """One report table, rendered as Markdown or HTML from the same cells."""
+
+    key: str
+    title: str
+    header: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+                  variants: Sequence[str] | None = None) -> list[Table]:
+    """The report's tables (gate checks, variants, paired statistics) from the
+    checks' JSON; ``variants`` gives the row order (cohort order, original first)."""
+    tables = []
+    if gate is not None:
+        tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
+                                                    "result"),
+                            [(c["name"], _frac(gate["figures"][c["figure"]]), str(c["tested"]),
+                              str(c["threshold"]), "pass" if c["passed"] else "FAIL")
+                             for c in gate["checks"]]))
+    order = [v for v in (variants or []) if v in stats["variants"]]
+    order += [v for v in stats["variants"] if v not in order]
+    rows: list[tuple[str, ...]] = []
+    for v in order:
+        s = stats["variants"][v]
+        m = s["metrics"]
+        rows.append((v, _frac(s["coverage"]), _frac(m["accuracy"]), _frac(m["f1"]),
+                     _num(m["balanced_accuracy"]["value"]), _num(m["mcc"]["value"])))
+    tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
+                                                 "balanced acc.", "MCC"), rows))
+    edits = [v for v in order if v in stats["edits"]]
+    edits += [e for e in stats["edits"] if e not in edits]
+    if edits:
+        rows = []
+        for e in edits:
+            for view in VIEWS:
+                for name in STATISTICS:
+                    st = stats["edits"][e][view][name]
+                    ci = "-" if st["lower"] is None else (
+                        f"[{fmt_num(st['lower'])}, {fmt_num(st['upper'])}]")
+                    rows.append((e, view, name, f"{st['count']}/{st['denominator']}",
+                                 fmt_num(st["point"]), ci, str(st["clusters"])))
+        tables.append(Table("flips", "Paired statistics vs original", (
+            "edit", "view", "statistic", "count", "point", "interval", "clusters"), rows))
+    return tables
+
+
+def _md_table(table: Table) -> list[str]:
+    return ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header),
+            *("| " + " | ".join(row) + " |" for row in table.rows)]
+
+
 def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
-                    figures: Sequence[str]) -> str:
+                    figures: Sequence[str], variants: Sequence[str] | None = None,
+                    figures_note: str | None = None) -> str:
     lines = [f"# guardrepro report: {run_id}", ""]
     lines.append(f"Expected rows: {stats['rows']['expected']} "
                  f"({stats['settings']['expected_rows']}); by status: "
@@ -255,12 +318,9 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
               f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
               f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
               "deltas stratified in both views, the rest unstratified.", ""]
+    tables = {t.key: t for t in report_tables(stats, gate, variants)}
     if gate is not None:
-        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "",
-                  "| check | figure | tested | threshold | result |", "|---|---|---|---|---|"]
-        for c in gate["checks"]:
-            lines.append(f"| {c['name']} | {_frac(gate['figures'][c['figure']])} | {c['tested']} "
-                         f"| {c['threshold']} | {'pass' if c['passed'] else 'FAIL'} |")
+        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "", *_md_table(tables["gate"])]
         lines += ["", f"Exact-score agreement (jointly valid rows): "
                   f"{_frac(gate['figures']['exact_agreement'])}",
                   f"Causal interpretation: `{gate.get('causal_interpretation')}`", ""]
@@ -271,26 +331,9 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
                              f"{d['reference_score']}, local {d['local_score']} "
                              f"[{d['local_status']}, {d['reason']}]")
             lines.append("")
-    lines += ["## Variants", "", "| variant | coverage | accuracy | F1 | balanced acc. | MCC |",
-              "|---|---|---|---|---|---|"]
-    for v, s in stats["variants"].items():
-        m = s["metrics"]
-        bal, mcc = m["balanced_accuracy"]["value"], m["mcc"]["value"]
-        lines.append(f"| {v} | {_frac(s['coverage'])} | {_frac(m['accuracy'])} | "
-                     f"{_frac(m['f1'])} | {'-' if bal is None else f'{bal:.4f}'} | "
-                     f"{'-' if mcc is None else f'{mcc:.4f}'} |")
-    if stats["edits"]:
-        lines += ["", "## Paired statistics vs original", "",
-                  "| edit | view | statistic | count | point | interval | clusters |",
-                  "|---|---|---|---|---|---|---|"]
-        for e, block in stats["edits"].items():
-            for view in VIEWS:
-                for name in STATISTICS:
-                    st = block[view][name]
-                    ci = "-" if st["lower"] is None else (
-                        f"[{fmt_num(st['lower'])}, {fmt_num(st['upper'])}]")
-                    lines.append(f"| {e} | {view} | {name} | {st['count']}/{st['denominator']} "
-                                 f"| {fmt_num(st['point'])} | {ci} | {st['clusters']} |")
+    lines += ["## Variants", "", *_md_table(tables["variants"])]
+    if "flips" in tables:
+        lines += ["", "## Paired statistics vs original", "", *_md_table(tables["flips"])]
         lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
         for e, block in stats["edits"].items():
             lines.append(f"- {e}: {_frac(block['extras']['exact_score']['changed_valid_both'])}")
@@ -312,8 +355,18 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
                   f"{d['count']}/{d['denominator']}; exact-score: "
                   f"{_frac(r['exact_score_disagreement_valid_both'])}"]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
-    lines += ["", "```", stats_table(dict(stats)), "```", ""]
+    if figures_note:
+        lines.append(figures_note)
+    lines.append("")
     return "\n".join(lines)
+
+
+def figures_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) can be imported."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrepro[report]')"
 
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
@@ -331,11 +384,15 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                                   seed=seed, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     rows = run.rows
-    figures = [plot_flip_rates(stats, run_dir / FLIP_PNG).name]
-    if gate is not None:
-        figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
-    figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
-    text = render_markdown(manifest.run_id, stats, gate, figures)
+    figures: list[str] = []
+    if figures_available():
+        figures.append(plot_flip_rates(stats, run_dir / FLIP_PNG).name)
+        if gate is not None:
+            figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
+        figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
+    text = render_markdown(manifest.run_id, stats, gate, figures,
+                           variants=variant_order([r.variant for r in rows]),
+                           figures_note=None if figures else FIGURES_NOTE)
     if other_guards:
         from guardrepro.checks.guard_table import (
             format_guard_table,
@@ -346,9 +403,10 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
                             seed=seed)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
-        guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
-        text += ("\n## Guards side by side\n\n" + format_guard_table(table)
-                 + f"\n\n![{GUARD_TABLE_PNG}]({GUARD_TABLE_PNG})\n")
+        text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
+        if figures_available():
+            guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
+            text += f"\n![{GUARD_TABLE_PNG}]({GUARD_TABLE_PNG})\n"
     path = run_dir / "report.md"
     write_atomic(path, text)
     return path

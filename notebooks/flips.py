@@ -14,63 +14,76 @@
 # %% [markdown]
 # # Decision flips under counterfactual edits
 #
-# Reads one run directory (environment variable `GUARDREPRO_RUN_DIR`) and
-# reproduces the report's flip figures with guardrepro's own functions. The
-# run's `stats.json` is used when present; otherwise the statistics are
-# computed here in memory (`GUARDREPRO_REPLICATES`, default 10,000; seed
-# 260828) and nothing is written to the run directory. Figures go to
-# `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
+# Reads one run directory (environment variable `GUARDREPRO_RUN_DIR`) through
+# the Python API (`import guardrepro as gr`) and reproduces the report's flip
+# figures. The run's `stats.json` is used when present; otherwise the
+# statistics are computed here in memory (`GUARDREPRO_REPLICATES`, default
+# 10,000; seed 260828) and nothing is written to the run directory. Figures go
+# to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
 
 # %%
-import json
 import os
 import tempfile
 from pathlib import Path
 
 from IPython.display import Image, display
 
-from guardrepro.checks.runio import load_run
-from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
-from guardrepro.checks.stats import compute_stats, format_table
-from guardrepro.report import load_gate, plot_flip_rates, plot_margin_histogram
+import guardrepro as gr
+from guardrepro.report import plot_flip_rates, plot_margin_histogram
 
 RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
 REPLICATES = int(os.environ.get("GUARDREPRO_REPLICATES", "10000"))
-run = load_run(RUN_DIR)
-print(f"{len(run.rows)} expected rows ({run.expected_source}), {run.records} records")
+runs = gr.load_run(RUN_DIR)
+print(f"{len(runs)} expected rows ({runs.attrs['expected_source']}), "
+      f"{runs.attrs['records']} records")
+print(runs.groupby("variant", observed=True)["status"].value_counts().unstack(fill_value=0))
 
 # %%
-stats_path = RUN_DIR / "stats.json"
-stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else None
-if stats is not None and stats.get("schema") == STATS_SCHEMA:
-    print(f"loaded {stats_path}")
-else:  # none yet, or written by an older guardrepro
-    stats = compute_stats(run.rows, replicates=REPLICATES,
-                          expected_source=run.expected_source).to_json()
+if (RUN_DIR / "stats.json").is_file():
+    stats = gr.stats(RUN_DIR)
+    print("loaded stats.json")
+else:
+    stats = gr.stats(runs, replicates=REPLICATES)
     print(f"computed in memory with {REPLICATES} replicates")
-print(format_table(stats))
+figures = stats.to_frame()
+flip_figures = figures[figures["path"].str.match(r"edits\.[^.]+\.[^.]+\.flip_rate$")]
+print(flip_figures[["path", "count", "denominator", "point", "lower", "upper"]]
+      .to_string(index=False))
 
 # %% [markdown]
 # ## Flip rates by edit (95% cluster bootstrap; all pairs unstratified, valid both
 # stratified by domain:gold) and by domain
 
 # %%
-display(Image(filename=str(plot_flip_rates(stats, FIG_DIR / "flip_rates.png"))))
+display(Image(filename=str(plot_flip_rates(stats.to_json(), FIG_DIR / "flip_rates.png"))))
 
 # %% [markdown]
-# ## Directions: the guard's original decision is the denominator
+# ## Paired decisions: one row per base sample, one column per variant
+#
+# Strict decisions are fail-closed (an invalid or missing row counts as unsafe).
+# A flip is an edited variant whose decision differs from the original's.
 
 # %%
-for edit, block in stats["edits"].items():
-    s2u, u2s = block["all_pairs"]["safe_to_unsafe"], block["all_pairs"]["unsafe_to_safe"]
-    print(f"{edit:<20} safe->unsafe {s2u['count']}/{s2u['denominator']} "
-          f"[{s2u['lower']}, {s2u['upper']}]  "
-          f"unsafe->safe {u2s['count']}/{u2s['denominator']} [{u2s['lower']}, {u2s['upper']}]")
+decisions = runs.pivot(index="base_sample_id", columns="variant", values="strict_decision")
+edits = [v for v in decisions.columns if v != "original"]
+flips = decisions[edits].ne(decisions["original"], axis=0)
+directions = {
+    e: {"flips": int(flips[e].sum()), "pairs": len(flips),
+        "safe_to_unsafe": int(((decisions["original"] == 0) & (decisions[e] == 1)).sum()),
+        "unsafe_to_safe": int(((decisions["original"] == 1) & (decisions[e] == 0)).sum())}
+    for e in edits}
+for e, d in directions.items():
+    print(f"{e:<20} flips {d['flips']}/{d['pairs']}  safe->unsafe {d['safe_to_unsafe']}  "
+          f"unsafe->safe {d['unsafe_to_safe']}")
 
 # %% [markdown]
 # ## Decision margins (split by agreement with the reference when gate.json exists)
 
 # %%
-gate = load_gate(RUN_DIR)
-display(Image(filename=str(plot_margin_histogram(run.rows, gate, FIG_DIR / "margin_hist.png"))))
+from guardrepro.checks.runio import load_run  # noqa: E402  (the histogram takes row results)
+
+gate = gr.load_gate(RUN_DIR)
+display(Image(filename=str(plot_margin_histogram(
+    load_run(RUN_DIR).rows, None if gate is None else gate.to_json(),
+    FIG_DIR / "margin_hist.png"))))

@@ -14,10 +14,10 @@
 # %% [markdown]
 # # Parity with the reference predictions
 #
-# Reads `gate.json` of the run in `GUARDREPRO_RUN_DIR` (written by
-# `guardrepro gate RUN_DIR --spec checks/...toml`) and shows its figures, the
-# reference-vs-local score confusion and the disagreeing rows. Figures go to
-# `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
+# Reads the gate of the run in `GUARDREPRO_RUN_DIR` (its `gate.json`, written
+# by `guardrepro gate RUN_DIR --spec checks/...toml`) through the Python API
+# and shows the reference-vs-local score confusion and the disagreeing rows.
+# Figures go to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
 
 # %%
 import os
@@ -26,32 +26,34 @@ from pathlib import Path
 
 from IPython.display import Image, display
 
-from guardrepro.checks.gate import format_table
-from guardrepro.report import load_gate, plot_score_confusion
+import guardrepro as gr
+from guardrepro.report import plot_score_confusion
 
 RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
-gate = load_gate(RUN_DIR)
+gate = gr.load_gate(RUN_DIR)
 if gate is None:
     print("no gate.json in this run: run `guardrepro gate` first")
 else:
-    print(gate["verdict"])
-    print(format_table(gate))
+    print(gate.verdict)
+    gated = gate.to_frame()
+    print(f"{len(gated)} gated rows, strict agreement {int(gated['strict_agree'].sum())}"
+          f"/{len(gated)}")
 
 # %% [markdown]
 # ## Reference score (rows) by local score (columns)
 
 # %%
 if gate is not None:
-    display(Image(filename=str(plot_score_confusion(gate, FIG_DIR / "score_confusion.png"))))
+    display(Image(filename=str(plot_score_confusion(gate.to_json(),
+                                                    FIG_DIR / "score_confusion.png"))))
 
 # %% [markdown]
-# ## Rows whose strict decision disagrees (or that are missing)
+# ## Rows whose strict decision disagrees (or that are missing), with their margins
 
 # %%
 if gate is not None:
-    for d in gate["disagreements"]:
-        print(f"{d['row_id']}  {d['domain']}  gold {d['gold_label']}  reference "
-              f"{d['reference_score']}  local {d['local_score']} ({d['local_status']}, "
-              f"{d['reason']})")
-    print(f"{len(gate['disagreements'])} disagreeing row(s)")
+    disagreements = gate.disagreements()
+    print(disagreements[["row_id", "domain", "gold_label", "reference_score", "local_score",
+                         "local_status", "decision_margin"]].to_string(index=False))
+    print(f"{len(disagreements)} disagreeing row(s)")

@@ -9,7 +9,7 @@ Output: a table on stdout, a line per profile: rows, generated tokens (all
 attempts), wall seconds of ``run_cohort`` (model load included), rows/s and
 tokens/s on it, generation-only tokens/s (records' summed ``timings.total_s``),
 both tokens/s as ratios to the baseline, peak memory, agreement with the baseline
-(identical token ids, strict decisions; ``guardrepro.compare``); ``--json`` too.
+(identical token ids, strict decisions; ``guardrepro.checks.compare``); ``--json`` too.
 
 Invariants:
 - The baseline (``hf-b1``: ``runners/toy-hf.toml`` at batch 1, after an untimed
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
+from guardrepro.checks.compare import compare_runs
 from guardrepro.cohort import build_cohort_file
-from guardrepro.compare import compare_runs
 from guardrepro.errors import DependencyMissingError, InferenceError, InputError
 from guardrepro.fetch import fetch_lock
 from guardrepro.pipeline import run_cohort

@@ -1,4 +1,4 @@
-"""guardrepro.compare and `guardrepro compare` on two hand-made runs with known divergences.
+"""guardrepro.checks.compare and `guardrepro compare` on two hand-made runs with known divergences.
 
 Expected values below are worked out by hand from the row table, not by the code.
 """
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from guardrepro.checks.compare import compare_runs, first_divergence, load_records, quantiles
 from guardrepro.cli import cli
-from guardrepro.compare import compare_runs, first_divergence, load_records, quantiles
 from guardrepro.errors import InputError
 from guardrepro.schema import Record
 

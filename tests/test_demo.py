@@ -39,6 +39,7 @@ def test_demo_writes_every_stage(demo: tuple[Path, str]) -> None:
     out, stdout = demo
     hf = out / "hf-fp32"
     for name in ("manifest.json", "records.jsonl", "gate.json", "stats.json", "report.md",
+                 "report.html",
                  "flip_rates.png", "margin_hist.png", "score_confusion.png"):
         assert (hf / name).is_file(), name
     assert len(_lines(out / "cohort.jsonl")) == 256

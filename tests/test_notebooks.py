@@ -2,11 +2,15 @@
 
 The run is a hand-made one built here (with a gate.json from a records
 reference), or the directory named by ``GUARDREPRO_TEST_RUN_DIR`` (e.g. the
-demo run) when that is set.
+demo run) when that is set. After the notebook's own cells, one cell is
+appended that saves the notebook's DataFrames (``df.to_json``) so the test
+asserts on their contents, with expectations worked out by hand from the
+hand-made run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from guardrepro.cli import main
 
 jupytext = pytest.importorskip("jupytext", reason="notebook tests need the report extra")
 nbclient = pytest.importorskip("nbclient", reason="notebook tests need the report extra")
+nbformat = pytest.importorskip("nbformat", reason="notebook tests need the report extra")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.py"))
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
@@ -58,6 +63,14 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
     monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = jupytext.read(notebook)
+    dump = tmp_path / "frames"
+    nb.cells.append(nbformat.v4.new_code_cell(
+        f"from pathlib import Path as _P\n_d = _P({str(dump)!r}); _d.mkdir()\n"
+        "for _n, _v in list(globals().items()):\n"
+        "    if type(_v).__name__ == 'DataFrame' and not _n.startswith('_'):\n"
+        "        _v.reset_index().to_json(_d / f'{_n}.json', orient='records')\n"
+        "if 'directions' in globals():\n"
+        "    import json as _j; (_d / 'directions.json').write_text(_j.dumps(directions))\n"))
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
@@ -66,15 +79,40 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
         for out in cell.get("outputs", []) if out.get("output_type") == "stream"
     )
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    frames = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in dump.glob("*.json")}
+    own = not os.environ.get("GUARDREPRO_TEST_RUN_DIR")
     if notebook.name == "flips.py":
         assert pngs == ["flip_rates.png", "margin_hist.png"]
-        if not os.environ.get("GUARDREPRO_TEST_RUN_DIR"):
-            # marker: b1 flips 0 -> 1 (b4's parse error fails closed: no flip)
-            assert "safe->unsafe 1/2" in text
+        assert {"runs", "decisions", "flips", "figures"} <= set(frames)
+        if own:
+            # marker: b1 flips 0 -> 1 (b4's parse error fails closed: no flip);
+            # tool_alias: b2 flips 1 -> 0
+            assert frames["directions"] == {
+                "marker_paraphrase": {"flips": 1, "pairs": 4, "safe_to_unsafe": 1,
+                                      "unsafe_to_safe": 0},
+                "tool_alias": {"flips": 1, "pairs": 4, "safe_to_unsafe": 0,
+                               "unsafe_to_safe": 1}}
+            runs = {r["row_id"]: r for r in frames["runs"]}
+            assert len(runs) == 12
+            assert runs["b4:marker_paraphrase"]["status"] == "parse_error"
+            assert runs["b4:marker_paraphrase"]["score"] is None
+            assert runs["b4:marker_paraphrase"]["strict_decision"] == 1  # fail-closed
+            assert runs["b2:tool_alias"]["score"] == 0.0
+            flips = {f["path"]: (f["count"], f["denominator"])
+                     for f in frames["flip_figures"]}
+            # the API's stats agree with the pandas pivot above, over the same pairs
+            assert flips["edits.marker_paraphrase.all_pairs.flip_rate"] == (1, 4)
+            assert flips["edits.tool_alias.all_pairs.flip_rate"] == (1, 4)
+            assert flips["edits.marker_paraphrase.valid_both_only.flip_rate"] == (1, 3)
             assert not (run_dir / "stats.json").exists()  # computed in memory only
     else:
         has_gate = (run_dir / "gate.json").is_file()
         assert pngs == (["score_confusion.png"] if has_gate else [])
-        if not os.environ.get("GUARDREPRO_TEST_RUN_DIR"):
+        if own:
             assert "FAIL nb-gate" in text
-            assert "b3:original" in text
+            gated = {r["row_id"]: r for r in frames["gated"]}
+            assert set(gated) == {"b1:original", "b2:original", "b3:original", "b4:original"}
+            assert [r["row_id"] for r in frames["disagreements"]] == ["b3:original"]
+            d = frames["disagreements"][0]
+            assert (d["reference_score"], d["local_score"], d["decision_margin"]) == (1.0, 0.0,
+                                                                                      1.0)

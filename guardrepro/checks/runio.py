@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from guardrepro.schema import Record, read_cohort
 from guardrepro.shard import parse_shard, select_shard
 
 MISSING = "missing"
+ORIGINAL = "original"
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,12 @@ class RowResult:
     @property
     def present(self) -> bool:
         return self.status != MISSING
+
+
+def variant_order(variants: Sequence[str]) -> list[str]:
+    """Distinct variants in first-seen (cohort) order, ``original`` first."""
+    seen = list(dict.fromkeys(variants))
+    return ([ORIGINAL] if ORIGINAL in seen else []) + [v for v in seen if v != ORIGINAL]
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:

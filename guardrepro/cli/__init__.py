@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "reparse": "guardrepro.cli.parse_cmd:reparse",
     "run": "guardrepro.cli.run_cmd:run",
     "compare": "guardrepro.cli.compare_cmd:compare",
+    "attribute": "guardrepro.cli.attribute_cmd:attribute",
     "merge": "guardrepro.cli.shard_cmd:merge",
     "check-invariance": "guardrepro.cli.invariance_cmd:check_invariance",
     "doctor": "guardrepro.cli.doctor_cmd:doctor",

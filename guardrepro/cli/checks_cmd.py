@@ -13,6 +13,8 @@ PATH is a run directory or a predictions JSONL file
   [--out DIR]``: writes stats.json atomically (same place rule) and prints
   the table. A negative seed, fewer than 1 replicate or a confidence outside
   (0, 1) is a usage error (exit 2).
+  ``--export FILE`` (repeatable) also writes every figure as a CSV or Parquet
+  table.
 - ``audit interaction --benchmark agentdojo|agentharm [--preds released|RUN_DIR]``
   and ``audit tool-lookup``: benchmark audits; the JSON goes to stdout (and to
   ``--out`` when given), the table to stderr. The benchmark comes from
@@ -98,8 +100,11 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
               default=DEFAULT_CONFIDENCE, show_default=True, help="Interval confidence.")
 @COHORT_OPTION
 @OUT_OPTION
+@click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
+              multiple=True, help="Also write every figure as one table row, CSV or "
+              "Parquet by the suffix (.csv, .parquet); repeatable.")
 def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Path | None,
-          out: Path | None) -> None:
+          out: Path | None, exports: tuple[Path, ...]) -> None:
     """Strict accuracy per variant and paired flip statistics with intervals;
     writes stats.json."""
     from guardrepro.checks.association import format_rung
@@ -117,6 +122,11 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     click.echo(format_table(result))
     click.echo(format_rung(result["interpretation"]))
     click.echo(f"wrote {written}")
+    if exports:
+        from guardrepro.checks.frames import StatsResult
+
+        for target in exports:
+            click.echo(f"wrote {StatsResult(result).export(target)}")
 
 
 @click.group()

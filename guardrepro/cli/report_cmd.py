@@ -2,7 +2,8 @@
 
 Uses RUN_DIR/stats.json (computed first when missing, or with
 ``--recompute``) and RUN_DIR/gate.json when present. Prints the path of
-report.md and the figures written.
+report.md and the figures written. ``--html`` also writes the self-contained
+``report.html`` (``guardrepro.checks.html_report``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,26 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Another guard's run of the same cohort (repeatable): adds the side-by-side "
               "guard table and its figure.")
+@click.option("--html", is_flag=True,
+              help="Also write RUN_DIR/report.html: one self-contained file (no network) with "
+              "the verdict, tables, figures and a per-row drill-down.")
+@click.option("--attribution", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="attribution JSON (`guardrepro attribute --json`) whose "
+              "causes the drill-down shows (default: RUN_DIR/attribution.json when present).")
 def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
-           guard_runs: tuple[Path, ...]) -> None:
+           guard_runs: tuple[Path, ...], html: bool, attribution: Path | None) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.report import build_report
+    from guardrepro.report import FIGURES_NOTE, build_report, figures_available
 
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs)
     click.echo(f"wrote {path}")
-    for png in sorted(run_dir.glob("*.png")):
-        click.echo(f"  {png}")
+    if figures_available():
+        for png in sorted(run_dir.glob("*.png")):
+            click.echo(f"  {png}")
+    else:
+        click.echo(FIGURES_NOTE)
+    if html:
+        from guardrepro.checks.html_report import build_html
+
+        click.echo(f"wrote {build_html(run_dir, cohort=cohort, attribution=attribution)}")

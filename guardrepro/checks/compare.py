@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
 from guardrepro.records import RECORDS_FILE, read_records
@@ -114,20 +116,14 @@ def compare_row(a: Record, b: Record) -> RowComparison:
 
 
 def quantiles(values: Iterable[float | None]) -> dict[str, Any]:
-    """Count of present values, count of missing ones, linear-interpolated quantiles."""
+    """Count of present values, count of missing ones, and ``numpy.quantile``
+    (linear interpolation) at ``QUANTILES``."""
     items = list(values)
-    present = sorted(v for v in items if v is not None)
-    missing = len(items) - len(present)
-    out: dict[str, Any] = {"n": len(present), "missing": missing}
-    for q in QUANTILES:
-        key = f"q{int(q * 100):02d}"
-        if not present:
-            out[key] = None
-            continue
-        pos = q * (len(present) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(present) - 1)
-        out[key] = present[lo] + (present[hi] - present[lo]) * (pos - lo)
+    present = [v for v in items if v is not None]
+    out: dict[str, Any] = {"n": len(present), "missing": len(items) - len(present)}
+    qs = np.quantile(np.asarray(present, dtype=float), QUANTILES) if present else None
+    for i, q in enumerate(QUANTILES):
+        out[f"q{int(q * 100):02d}"] = None if qs is None else float(qs[i])
     return out
 
 

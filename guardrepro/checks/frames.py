@@ -1,0 +1,300 @@
+"""The pandas face of guardrepro (``import guardrepro as gr``).
+
+Input: run directories (``records.jsonl`` + ``manifest.json``), cohort JSONL
+files, gate specs. Output: pandas DataFrames with typed columns and small
+typed result objects (``StatsResult``, ``GateResult``) that keep the JSON the
+CLI writes and export tables to CSV or Parquet.
+
+Invariants:
+- ``load_run`` has one row per *expected* cohort row (the checks' row set):
+  a row without a record is present with ``status == "missing"`` and null
+  score, never dropped. Variants are an ordered categorical in cohort order
+  with ``original`` first.
+- ``strict_decision`` is fail-closed: invalid and missing rows count as
+  unsafe (1), exactly as in the checks.
+- Nullable columns use pandas' nullable dtypes (``Float64``, ``Int64``,
+  ``boolean``, ``string``), so a missing score stays missing, never NaN-coerced
+  into a number or a boolean.
+- Nothing here computes a statistic of its own: stats, gate, compare and
+  attribution come from the same functions as the CLI verbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.compare import Comparison, RowComparison
+from guardrepro.checks.runio import variant_order
+from guardrepro.errors import DependencyMissingError, InputError
+
+RUN_DTYPES = {
+    "row_id": "string", "base_sample_id": "string", "domain": "string",
+    "gold_label": "float64", "status": "category", "score": "Float64", "valid": "bool",
+    "strict_decision": "Int8", "decision_margin": "Float64", "error_type": "string",
+    "output_text": "string", "output_tokens": "Int64", "prompt_tokens": "Int64",
+    "input_sha256": "string", "output_token_ids": "object", "components": "object",
+    "backend": "string", "run_id": "string",
+}
+
+
+def _pd() -> Any:
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas is a core dependency
+        raise DependencyMissingError("the Python API needs pandas: pip install pandas") from exc
+    return pd
+
+
+def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
+    """DataFrame of a run: one row per expected cohort row (see module docstring).
+
+    ``path`` is a run directory; ``cohort`` overrides the cohort named in its
+    manifest (without either, the expected rows are the records' grid)."""
+    from guardrepro.checks.runio import load_records
+    from guardrepro.checks.runio import load_run as load_rows
+
+    pd = _pd()
+    rows = load_rows(path, cohort)
+    records = {r.row_id: r for r in load_records(path)}
+    out = []
+    for r in rows.rows:
+        rec = records.get(r.row_id)
+        out.append({
+            "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
+            "domain": r.domain, "gold_label": r.gold_label, "status": r.status,
+            "score": r.score, "valid": r.valid,
+            "strict_decision": int(r.score is None or r.score != 0),  # fail-closed
+            "decision_margin": r.decision_margin,
+            "error_type": rec.error_type if rec else None,
+            "output_text": rec.output_text if rec else None,
+            "output_tokens": len(rec.output_token_ids) if rec else None,
+            "prompt_tokens": rec.prompt_tokens if rec else None,
+            "input_sha256": rec.input_sha256 if rec else None,
+            "output_token_ids": list(rec.output_token_ids) if rec else None,
+            "components": dict(rec.components) if rec and rec.components else None,
+            "backend": str(rec.provenance.get("backend")) if rec else None,
+            "run_id": rec.run_id if rec else None,
+        })
+    df = pd.DataFrame(out, columns=["row_id", "base_sample_id", "variant", *[
+        c for c in RUN_DTYPES if c not in ("row_id", "base_sample_id")]])
+    df = df.astype(RUN_DTYPES)
+    order = variant_order([r.variant for r in rows.rows])
+    df["variant"] = pd.Categorical(df["variant"], categories=order, ordered=True)
+    df.attrs.update({"run_dir": str(path), "expected_source": rows.expected_source,
+                     "records": rows.records})
+    return df
+
+
+def load_cohort(path: str | Path) -> Any:
+    """DataFrame of a cohort file: one row per line, the row's top-level fields
+    plus each ``sample`` field as ``sample.<name>``; ``row_id`` first."""
+    from guardrepro.schema import read_cohort
+
+    pd = _pd()
+    out = []
+    for row in read_cohort(path):
+        data = row.to_dict()
+        sample = data.pop("sample")
+        out.append({"row_id": row.row_id, **data,
+                    **{f"sample.{k}": v for k, v in sample.items()}})
+    df = pd.DataFrame(out)
+    df["variant"] = pd.Categorical(df["variant"], categories=variant_order(list(df["variant"])),
+                                   ordered=True)
+    df.attrs["cohort_path"] = str(path)
+    return df
+
+
+def flatten_leaves(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every figure of a nested JSON result as one row: ``path`` (dotted) and
+    its scalar fields. A figure is an object holding ``denominator`` (a count
+    with its denominator) or ``low`` (an interval)."""
+    out: list[dict[str, Any]] = []
+    for key, val in data.items():
+        if not isinstance(val, Mapping):
+            continue
+        path = (*prefix, str(key))
+        if "denominator" in val or "low" in val:
+            out.append({"path": ".".join(path),
+                        **{k: v for k, v in val.items()
+                           if v is None or isinstance(v, str | int | float | bool)}})
+        out.extend(flatten_leaves(val, path))
+    return out
+
+
+def write_table(df: Any, path: str | Path) -> Path:
+    """CSV or Parquet by the file's suffix, written atomically."""
+    import io
+
+    from guardrepro.cache import atomic_write_bytes
+
+    path = Path(path)
+    buffer = io.BytesIO()
+    if path.suffix == ".csv":
+        buffer.write(df.to_csv(index=False).encode("utf-8"))
+    elif path.suffix == ".parquet":
+        try:
+            df.to_parquet(buffer, index=False)
+        except ImportError as exc:
+            raise DependencyMissingError(
+                "Parquet export needs pyarrow: pip install 'guardrepro[report]'") from exc
+    else:
+        raise InputError("table export needs a .csv or .parquet file name", file=str(path))
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+@dataclass(frozen=True)
+class StatsResult:
+    """A run's statistics: ``data`` is the stats.json object."""
+
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.data
+
+    def to_frame(self) -> Any:
+        """One row per figure (count/denominator or interval), dotted path first."""
+        df = _pd().DataFrame(flatten_leaves(self.data))
+        first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
+                             "low", "lower", "high", "upper") if c in df.columns]
+        df = df[first + [c for c in df.columns if c not in first]]
+        for col in ("numerator", "count", "denominator"):
+            values = df[col].dropna() if col in df else None
+            if values is not None and bool((values == values.round()).all()):
+                df[col] = df[col].astype("Int64")
+        return df
+
+    def export(self, path: str | Path) -> Path:
+        return write_table(self.to_frame(), path)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """A gate verdict: ``data`` is the gate.json object."""
+
+    data: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.data["passed"])
+
+    @property
+    def verdict(self) -> str:
+        return str(self.data["verdict"])
+
+    def to_json(self) -> dict[str, Any]:
+        return self.data
+
+    def to_frame(self) -> Any:
+        """The gated rows that are present locally: agreement and margin."""
+        return _pd().DataFrame(self.data["rows"], columns=[
+            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
+
+    def disagreements(self) -> Any:
+        """Rows whose strict decision disagrees or that are missing, with scores
+        and (when present) the local decision margin."""
+        pd = _pd()
+        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
+                "local_score", "local_status", "reason"]
+        rows = pd.DataFrame(self.data["disagreements"], columns=cols)
+        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
+                          how="left")
+
+
+def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
+          cohort: str | Path | None = None) -> StatsResult:
+    """Statistics of a run directory (its stats.json when current, else
+    computed in memory) or of a ``load_run`` DataFrame (always computed)."""
+    from guardrepro.checks.runio import RowResult
+    from guardrepro.checks.stats import compute_stats
+
+    if isinstance(run, str | Path):
+        from guardrepro.report import load_or_compute_stats
+
+        return StatsResult(load_or_compute_stats(run, replicates=replicates, seed=seed,
+                                                 cohort=cohort))
+    rows = [RowResult(r.row_id, r.base_sample_id, str(r.variant), r.domain,
+                      float(r.gold_label), r.status,
+                      None if _is_na(r.score) else float(r.score),
+                      None if _is_na(r.decision_margin) else float(r.decision_margin))
+            for r in run.itertuples(index=False)]
+    source = run.attrs.get("expected_source", "dataframe")
+    return StatsResult(compute_stats(rows, replicates=replicates, seed=seed,
+                                     expected_source=source).to_json())
+
+
+def _is_na(value: Any) -> bool:
+    return value is None or bool(_pd().isna(value))
+
+
+def load_gate(run: str | Path) -> GateResult | None:
+    """The run directory's gate.json (written by ``guardrepro gate``), or None."""
+    from guardrepro.report import load_gate as read_gate
+
+    data = read_gate(run)
+    return None if data is None else GateResult(data)
+
+
+def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
+         conservative: bool = False) -> GateResult:
+    """The parity gate of a run directory against a spec (nothing is written)."""
+    from guardrepro.checks.gate import evaluate, load_spec, reference_rows
+    from guardrepro.checks.runio import load_run as load_rows
+
+    gate_spec = load_spec(spec)
+    rows = load_rows(run, cohort)
+    key_field, reference, info = reference_rows(gate_spec)
+    result = evaluate(gate_spec, rows.rows, key_field=key_field, reference=reference,
+                      conservative=conservative).to_json()
+    result["reference"] = info
+    return GateResult(result)
+
+
+def compare(a: str | Path, b: str | Path) -> Any:
+    """Row-by-row comparison of two runs; the summary is in ``df.attrs``."""
+    from guardrepro.checks.compare import compare_runs
+
+    return comparison_frame(compare_runs(a, b))
+
+
+def comparison_frame(comparison: Comparison) -> Any:
+    """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs``."""
+    cols = [f.name for f in fields(RowComparison)]
+    df = _pd().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
+    for col in ("score_a", "score_b", "margin_a", "margin_b"):
+        df[col] = df[col].astype("Float64")
+    df["first_divergence"] = df["first_divergence"].astype("Int64")
+    df["exact_agree"] = df["exact_agree"].astype("boolean")
+    df.attrs["summary"] = comparison.summary()
+    return df
+
+
+def export(df: Any, path: str | Path) -> Path:
+    """Write a DataFrame from this API as CSV or Parquet (by suffix), atomically."""
+    return write_table(df, path)
+
+
+def attribute(reference: str | Path, *, bf16: str | Path | None = None,
+              quantized: Sequence[str | Path] = (), sampled: Sequence[str | Path] = (),
+              replicates: int = 10_000, seed: int = 260828) -> Any:
+    """Attribution of every disagreement (one row per run, row and level);
+    the full ``Attribution`` is in ``df.attrs["attribution"]``."""
+    from guardrepro.checks.attribute import attribute as run_attribution
+    from guardrepro.checks.loaders import load_reference, load_run_input
+
+    ref, key_field, info = load_reference(reference)
+    att = run_attribution(
+        ref, key_field=key_field, reference_info=info,
+        bf16=None if bf16 is None else load_run_input(bf16, key_field),
+        quantized=[load_run_input(q, key_field) for q in quantized],
+        sampled=[load_run_input(s, key_field) for s in sampled],
+        replicates=replicates, seed=seed)
+    cols = ["run", "key", "row_id", "base_sample_id", "domain", "level", "cause",
+            "reference", "local", "bf16", "sampled", "margin", "bf16_margin", "sampled_margins"]
+    df = _pd().DataFrame([asdict(r) for run in att.runs for r in run.rows], columns=cols)
+    df["margin"] = df["margin"].astype("Float64")
+    df.attrs["attribution"] = att.to_dict()
+    return df

@@ -1,0 +1,272 @@
+"""The self-contained HTML report: one file that opens offline.
+
+Input: a run directory (records, manifest, ``stats.json``, optional
+``gate.json`` and figures written by ``guardrepro.report.build_report``), the
+run's cohort (for the prompts), optionally an attribution JSON
+(``guardrepro attribute --json``) and the reference records named in gate.json.
+
+Output: ``report.html`` in the run directory, rendered with Jinja2 from
+``guardrepro/templates/report.html.j2``: the gate verdict, the report tables
+(``guardrepro.report.report_tables``), the PNG figures inlined as data URIs,
+and a per-row drill-down (filter by disagreement, flip and attribution cause;
+open a row to see its rendered prompt with the spans edited against the
+original variant highlighted, its output beside the comparison output with
+the first divergent token marked, the parsed components, score and margin).
+
+Invariants: the file references nothing outside itself (no CDN, no network:
+styles, script, data and images are inline); every text from a record or
+the cohort is HTML-escaped (Jinja2 autoescape, ``markupsafe.escape`` for the
+pre-highlighted fragments); a prompt that cannot be rendered with the run's
+guard template shows the row's fields instead, with the reason; a rendered
+prompt whose hash differs from the record's ``input_sha256`` is flagged.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from guardrepro.checks.compare import first_divergence
+from guardrepro.checks.runio import (
+    ORIGINAL,
+    RowResult,
+    load_manifest,
+    load_records,
+    load_run,
+    manifest_cohort_path,
+    variant_order,
+)
+from guardrepro.errors import DependencyMissingError, GuardreproError, InputError
+from guardrepro.records import RunManifest, write_atomic
+from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text
+
+HTML_FILE = "report.html"
+FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png")
+_WORDS = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def highlight_edits(original: str, edited: str) -> Markup:
+    """``edited`` with the spans that differ from ``original`` marked
+    (``<mark class="edit">`` for inserted or replaced text, ``<del>`` for
+    removed text); word-level diff, everything escaped."""
+    a, b = _WORDS.findall(original), _WORDS.findall(edited)
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            out.append(str(escape("".join(b[j1:j2]))))
+            continue
+        if i2 > i1:
+            out.append(f'<del class="edit">{escape("".join(a[i1:i2]))}</del>')
+        if j2 > j1:
+            out.append(f'<mark class="edit">{escape("".join(b[j1:j2]))}</mark>')
+    return Markup("".join(out))
+
+
+def mark_divergence(text: str, other: str) -> Markup:
+    """``text`` with everything from its first character that differs from
+    ``other`` wrapped in ``<span class="diverge">``."""
+    k = 0
+    for x, y in zip(text, other, strict=False):
+        if x != y:
+            break
+        k += 1
+    if text == other:
+        return Markup(escape(text))
+    return Markup(f'{escape(text[:k])}<span class="diverge">{escape(text[k:])}</span>')
+
+
+def fields_text(sample: Mapping[str, Any]) -> str:
+    """The prompt's inputs when the template is unavailable: one block per field."""
+    parts = []
+    for key, val in sample.items():
+        if key == "sample_id":
+            continue
+        shown = val if isinstance(val, str) else json.dumps(val, ensure_ascii=False)
+        parts.append(f"{key}:\n{shown}")
+    return "\n\n".join(parts)
+
+
+def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
+    """(render(sample) -> text, None) with the run's guard template, or
+    (None, reason) when the profile or its template cannot be loaded here."""
+    raw = manifest.profile.get("path")
+    try:
+        from guardrepro.guards.registry import get_guard
+        from guardrepro.prompts import load_template
+        from guardrepro.runners.profile import RunProfile
+
+        if not isinstance(raw, str) or not Path(raw).is_file():
+            return None, f"run profile {raw!r} not found"
+        spec = RunProfile.load(raw).guard
+        if spec.template_path is not None:
+            from guardrepro.guards.base import GuardTemplate
+
+            text = spec.template_path.read_text(encoding="utf-8")
+            template = GuardTemplate(text=text, sha256=sha256_text(text))
+        else:
+            assert spec.template_lock is not None and spec.template_file is not None
+            template = load_template(spec.template_lock, spec.template_file)
+        return get_guard(spec.name, template).render, None
+    except (GuardreproError, OSError) as exc:
+        return None, f"guard template unavailable ({exc})"
+
+
+def _prompts(cohort: Sequence[CohortRow], render: Any) -> dict[str, str]:
+    out = {}
+    for row in cohort:
+        out[row.row_id] = render(row.sample) if render else fields_text(row.sample)
+    return out
+
+
+def _output_pair(rec: Record | None, other: Record | None) -> dict[str, Any]:
+    if rec is None:
+        return {"a": Markup(""), "b": Markup(""), "token": None, "identical": None}
+    if other is None:
+        return {"a": Markup(escape(rec.output_text)), "b": None, "token": None,
+                "identical": None}
+    token = first_divergence(rec.output_token_ids, other.output_token_ids)
+    return {"a": mark_divergence(rec.output_text, other.output_text),
+            "b": mark_divergence(other.output_text, rec.output_text), "token": token,
+            "identical": token is None}
+
+
+def _strict(score: float | None, status: str) -> int | None:
+    if status == "missing":
+        return None
+    return int(score is None or score != 0)
+
+
+def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """One drill-down row: flags, texts (pre-escaped HTML) and numbers."""
+    originals: dict[str, RowResult] = ctx["originals"]
+    orig = originals.get(r.base_sample_id)
+    flip = (r.variant != ORIGINAL and orig is not None and orig.present and r.present
+            and _strict(r.score, r.status) != _strict(orig.score, orig.status))
+    prompts: dict[str, str] = ctx["prompts"]
+    prompt = prompts.get(r.row_id)
+    orig_prompt = prompts.get(orig.row_id) if orig is not None else None
+    if prompt is None:
+        prompt_html = Markup("")
+    elif r.variant != ORIGINAL and orig_prompt is not None:
+        prompt_html = highlight_edits(orig_prompt, prompt)
+    else:
+        prompt_html = Markup(escape(prompt))
+    hash_ok = None
+    if prompt is not None and rec is not None and ctx["rendered"]:
+        hash_ok = sha256_text(prompt) == rec.input_sha256
+    ref = ctx["reference"].get(r.row_id)
+    other_label: str | None
+    if r.variant == ORIGINAL and ref is not None:
+        other, other_label = ref, "reference"
+    else:
+        other = ctx["records"].get(orig.row_id) if orig is not None and orig is not r else None
+        other_label = "original variant" if other is not None else None
+    pair = _output_pair(rec, other)
+    gate_agree = ctx["gate_agree"].get(r.row_id)
+    return {
+        "row_id": r.row_id, "base": r.base_sample_id, "variant": r.variant,
+        "domain": r.domain, "gold": r.gold_label, "status": r.status, "score": r.score,
+        "margin": r.decision_margin, "disagree": gate_agree is False, "flip": bool(flip),
+        "cause": ctx["causes"].get(r.row_id), "components": json.dumps(
+            dict(rec.components) if rec and rec.components else None, indent=1),
+        "prompt": str(prompt_html), "prompt_hash_ok": hash_ok,
+        "out_a": str(pair["a"]), "out_b": None if pair["b"] is None else str(pair["b"]),
+        "out_b_label": other_label, "diverge_token": pair["token"],
+        "other_score": None if other is None else other.score,
+        "other_margin": None if other is None else other.decision_margin,
+    }
+
+
+def _causes(attribution: Mapping[str, Any] | None, label: str) -> tuple[dict[str, str], str]:
+    if attribution is None:
+        return {}, "no attribution (run `guardrepro attribute --json RUN_DIR/attribution.json`)"
+    runs = {r["label"]: r for r in attribution["runs"]}
+    if label not in runs:
+        return {}, f"attribution has no run labelled {label!r} (runs: {sorted(runs)})"
+    causes: dict[str, str] = {}
+    for row in runs[label]["rows"]:  # strict cause first, exact-only rows after
+        if row["level"] == "strict" or row["row_id"] not in causes:
+            causes[row["row_id"]] = row["cause"]
+    return causes, f"causes from the attribution of run {label!r}"
+
+
+def _reference_records(gate: Mapping[str, Any] | None) -> dict[str, Record]:
+    ref = (gate or {}).get("reference") or {}
+    path = ref.get("path") if ref.get("type") == "records" else None
+    if not path or not Path(path).is_file():
+        return {}
+    return {r.row_id: r for r in load_records(path)}
+
+
+def _figures(run_dir: Path) -> list[dict[str, str]]:
+    out = []
+    for name in FIGURES:
+        path = run_dir / name
+        if path.is_file():
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+            out.append({"name": name, "src": f"data:image/png;base64,{data}"})
+    return out
+
+
+def _load_json(path: Path | None) -> dict[str, Any] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    return data
+
+
+def _environment() -> Any:
+    try:
+        import jinja2
+    except ImportError as exc:  # pragma: no cover - jinja2 is a core dependency
+        raise DependencyMissingError("the HTML report needs jinja2: pip install jinja2") from exc
+    return jinja2.Environment(loader=jinja2.PackageLoader("guardrepro", "templates"),
+                              autoescape=jinja2.select_autoescape(["html", "j2"]),
+                              undefined=jinja2.StrictUndefined)
+
+
+def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
+               attribution: str | Path | None = None, out: str | Path | None = None) -> Path:
+    """Write the run's self-contained ``report.html``; returns its path."""
+    from guardrepro.report import load_gate, load_or_compute_stats, report_tables
+
+    run_dir = Path(run_dir)
+    manifest = load_manifest(run_dir)
+    run = load_run(run_dir, cohort)
+    stats = load_or_compute_stats(run_dir, cohort=cohort, run=run)
+    gate = load_gate(run_dir)
+    cohort_path = Path(cohort) if cohort is not None else manifest_cohort_path(run_dir, manifest)
+    render, why = _renderer(manifest)
+    rows_c = read_cohort(cohort_path) if cohort_path is not None else []
+    notes = [] if cohort_path else ["cohort file not found: prompts are not shown"]
+    if cohort_path and why:
+        notes.append(f"{why}: the drill-down shows the prompt's fields, not the rendered prompt")
+    att_path = Path(attribution) if attribution else run_dir / "attribution.json"
+    causes, cause_note = _causes(_load_json(att_path), run_dir.name)
+    notes.append(cause_note)
+    records = {r.row_id: r for r in load_records(run_dir)}
+    ctx: dict[str, Any] = {
+        "originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
+        "prompts": _prompts(rows_c, render), "rendered": render is not None,
+        "records": records, "reference": _reference_records(gate), "causes": causes,
+        "gate_agree": {g["row_id"]: g["strict_agree"] for g in (gate or {}).get("rows", [])}}
+    items = [_row_item(r, records.get(r.row_id), ctx) for r in run.rows]
+    html = _environment().get_template("report.html.j2").render(
+        run_id=manifest.run_id, manifest=manifest, gate=gate, notes=notes,
+        tables=report_tables(stats, gate, variant_order([r.variant for r in run.rows])),
+        figures=_figures(run_dir), rows=items, causes=sorted(set(causes.values())),
+        variants=variant_order([r.variant for r in run.rows]))
+    path = Path(out) if out is not None else run_dir / HTML_FILE
+    write_atomic(path, html)
+    return path
