@@ -124,7 +124,7 @@ def test_body_with_content_length_is_pinned(server, env, tmp_path, capsys):
 def test_resume_across_a_server_change_restarts_with_if_range(server, env, tmp_path, capsys):
     server.route(media("w.bin"), serve_changing(OLD, NEW, cut=3000))
     lock = write_lock(tmp_path / "l.toml", None)
-    code, out, err = cli(capsys, "fetch", str(lock), "--no-progress")
+    code, _, err = cli(capsys, "fetch", str(lock), "--no-progress")
     assert code == 0, err
     requests = server.requests_for(media("w.bin"))
     assert len(requests) == 2
