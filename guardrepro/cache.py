@@ -180,8 +180,9 @@ def describe_os_error(exc: OSError) -> str:
 def output_error(path: Path, exc: OSError) -> OutputError:
     """OutputError for writing ``path`` (the offending path is named when it differs)."""
     where = str(path)
-    if exc.filename is not None and str(exc.filename) != where:
-        where += f" ({exc.filename})"
+    culprit = None if exc.filename is None else Path(os.fsdecode(exc.filename))
+    if culprit is not None and culprit != path and culprit.parent != path.parent:
+        where += f" ({culprit})"  # e.g. a parent that is a regular file; not our temp file
     return OutputError(f"cannot write {where}: {describe_os_error(exc)}")
 
 

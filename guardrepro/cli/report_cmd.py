@@ -22,7 +22,7 @@ from guardrepro.checks.bootstrap import (
 @click.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--recompute", is_flag=True, help="Recompute stats.json even if present.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed when stats.json is computed.")
 @click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
               show_default=True, help="Bootstrap replicates when stats.json is computed.")
