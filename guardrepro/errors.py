@@ -29,6 +29,7 @@ class InputError(GuardreproError, ValueError):
         row: int | None = None,
         field: str | None = None,
     ) -> None:
+        self.message = message
         self.file = file
         self.row = row
         self.field = field

@@ -42,6 +42,7 @@ from typing import Any
 
 from guardrepro.cache import atomic_write_bytes, describe_os_error, fsync_dir, output_error
 from guardrepro.errors import InputError, OutputError, ProvenanceError
+from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Record
 
 RECORDS_FILE = "records.jsonl"
@@ -201,7 +202,9 @@ def _parse_line(line: bytes, *, file: str, row: int) -> Record:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"invalid JSON record: {exc}", file=file, row=row) from exc
-    return Record.from_dict(data, file=file, row=row)
+    record = Record.from_dict(data, file=file, row=row)
+    check_record(record, file=file, row=row)
+    return record
 
 
 def _parse_records(data: bytes, *, file: str) -> list[Record]:
