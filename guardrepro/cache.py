@@ -27,6 +27,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -184,6 +185,34 @@ def output_error(path: Path, exc: OSError) -> OutputError:
     if culprit is not None and culprit != path and culprit.parent != path.parent:
         where += f" ({culprit})"  # e.g. a parent that is a regular file; not our temp file
     return OutputError(f"cannot write {where}: {describe_os_error(exc)}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_dirs(parent: Path, tag: str) -> list[Path]:
+    """Remove the directories ``.<name><tag><pid>-<random>`` in ``parent`` whose
+    process ``pid`` no longer exists (temp dirs of a killed run); return them."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(parent.iterdir()):
+            name = entry.name
+            if not name.startswith(".") or tag not in name or entry.is_symlink():
+                continue
+            pid_text = name.rsplit(tag, 1)[1].split("-", 1)[0]
+            if not pid_text.isdigit() or not entry.is_dir() or int(pid_text) == os.getpid():
+                continue
+            if not _pid_alive(int(pid_text)):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
 
 
 def walk_files(root: Path) -> Iterator[tuple[str, Path]]:
