@@ -101,7 +101,7 @@ def test_refetch_after_deleting_a_corrupt_blob_replaces_the_old_hardlink(fetched
     old_inode = os.stat(linked).st_ino
     flip_keep_mtime(blob, 0)
     blob.unlink()
-    code, out, err = cli(capsys, "fetch", str(LOCK), "--no-progress")
+    code, _out, err = cli(capsys, "fetch", str(LOCK), "--no-progress")
     assert code == 0, err
     assert os.stat(linked).st_ino != old_inode
     code, _, err = cli(capsys, "verify", str(LOCK))

@@ -124,14 +124,15 @@ def test_read_only_run_dir_stats_and_report(ro, capsys, verb):
 def test_read_only_run_dir_gate_prints_exit_2_with_path(ro, tmp_path, capsys):
     source, view = ro
     spec = self_gate(tmp_path / "gate.toml", source / "run")
-    code, out, err = cli(capsys, "gate", str(view / "run"), "--spec", str(spec))
+    code, _out, err = cli(capsys, "gate", str(view / "run"), "--spec", str(spec))
     assert_clean_exit_2(code, err, str(view / "run"), "read-only")
 
 
 def test_read_only_compare_json(ro, capsys):
     _, view = ro
     target = view / "cmp.json"
-    code, _, err = cli(capsys, "compare", str(view / "run"), str(view / "run"), "--json", str(target))
+    run = str(view / "run")
+    code, _, err = cli(capsys, "compare", run, run, "--json", str(target))
     assert_clean_exit_2(code, err, str(target), "read-only")
 
 
@@ -240,7 +241,7 @@ def test_cohort_build_out_under_a_regular_file(tmp_path, capsys):
 def test_non_utf8_parse_input_names_file_and_line(tmp_path, capsys):
     bad = tmp_path / "outputs.jsonl"
     bad.write_bytes(b'{"id": 1, "text": "fine"}\n{"id": 2, "text": "caf\xe9"}\n')
-    code, out, err = cli(capsys, "parse", "--input", str(bad))
+    code, _out, err = cli(capsys, "parse", "--input", str(bad))
     assert_clean_exit_2(code, err, str(bad), "line 2", "UTF-8", "0xe9")
 
 

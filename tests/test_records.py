@@ -59,7 +59,9 @@ def record(row_id: str, **changes: Any) -> Record:
 def test_append_then_read_back(tmp_path: Path) -> None:
     with RecordWriter(tmp_path / "run") as writer:
         writer.append(record("a"))
-        writer.append(record("b", status="parse_error", score=None, error_type="x", output_text="no tags"))
+        writer.append(
+            record("b", status="parse_error", score=None, error_type="x", output_text="no tags")
+        )
     data = (tmp_path / "run" / RECORDS_FILE).read_bytes()
     lines = data.split(b"\n")
     assert lines[-1] == b"" and len(lines) == 3  # two complete lines, nothing else
