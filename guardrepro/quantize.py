@@ -173,6 +173,7 @@ def stage_source(source: Path, staging: Path) -> list[str]:
     filesystems), a private copy of ``config.json``. Symlinks inside the source are
     refused. Returns the staged names."""
     names: list[str] = []
+    staging.mkdir(parents=True, exist_ok=True)
     for rel, path in walk_files(source):  # sorted; UnsafePathError on a symlink
         if not _staged(rel):
             continue

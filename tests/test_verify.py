@@ -125,7 +125,7 @@ def test_package_lock_fetch_verify_tamper_repair(tmp_path):
 
     # fetch repairs the cache from the package
     fixed = fetch_lock(lock, home, progress=False)
-    assert [f.action for f in fixed.files] == ["copied", "cached"]
+    assert [f.action for f in fixed.files] == ["repaired", "cached"]  # the corrupt blob was replaced
     assert verify_lock(lock, home).ok
     assert (fixed.directory / "errors.py").read_bytes() == good
 
