@@ -246,6 +246,14 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     """(Re)build the lock's materialized directory from blobs; return it."""
     target = artifact_dir(home, lock)
     parent = ensure_dir(home, f"artifacts/{lock.name}")
+    # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
+    # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
+    trusted = [
+        entry
+        for entry in lock.files
+        if entry.sha256 is not None
+        and stamp_matches(home, blob_path(home, entry.sha256), entry.sha256, entry.size)
+    ]
     tmp = safe_join(parent, f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -273,6 +281,10 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    for entry in trusted:
+        assert entry.sha256 is not None
+        with contextlib.suppress(OSError):
+            write_stamp(home, blob_path(home, entry.sha256), entry.sha256)
     return target
 
 

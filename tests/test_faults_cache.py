@@ -96,6 +96,34 @@ def test_bit_rot_is_refused_by_run_and_verify_and_repaired_by_fetch(fetched, tmp
     assert os.stat(fetched["blob"]).st_ino == os.stat(fetched["linked"]).st_ino
 
 
+def _bytes_read() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_first_fetch_does_not_hash_the_weights_again_after_linking(tmp_path, monkeypatch):
+    """Linking a blob into the directory moves its ctime; fetch re-stamps the blobs it
+    has just verified, so it reads each file twice (hash the package file, copy it)
+    and not a third time to re-check its own hardlinks (15 GB for TS-Guard)."""
+    if not Path("/proc/self/io").exists():
+        pytest.skip("no /proc/self/io to count the bytes read")
+    from guardrepro.cache import stamp_matches
+    from guardrepro.fetch import fetch_lock
+
+    home = tmp_path / "home"
+    total = sum(entry.size or 0 for entry in load_lock(LOCK).files)
+    before = _bytes_read()
+    fetch_lock(LOCK, home, progress=False)
+    read = _bytes_read() - before
+    assert 2 * total <= read < 3 * total, (read, total)  # two full reads + sampled blocks
+    for entry in load_lock(LOCK).files:
+        assert entry.sha256 is not None
+        blob = home / "blobs/sha256" / entry.sha256
+        assert stamp_matches(home, blob, entry.sha256, entry.size), entry.path
+
+
 def test_refetch_after_deleting_a_corrupt_blob_replaces_the_old_hardlink(fetched, capsys):
     blob, linked = fetched["blob"], fetched["linked"]
     old_inode = os.stat(linked).st_ino
