@@ -256,11 +256,16 @@ def test_report_negative_seed(tmp_path, capsys):
     reason="stats --seed is validated by the stats CLI rewrite on another branch; this"
     " test passes once it is merged",
 )
-def test_stats_negative_seed_and_zero_replicates(tmp_path, capsys):
+def test_stats_negative_seed(tmp_path, capsys):
     run = small_run(tmp_path / "run")
     code, _, err = cli(capsys, "stats", str(run), "--seed", "-1")
     assert_clean_exit_2(code, err, "seed")
-    code, _, err = cli(capsys, "stats", str(run), "--replicates", "0")
+
+
+@pytest.mark.parametrize("verb", ["stats", "report"])
+def test_zero_replicates(tmp_path, capsys, verb):
+    run = small_run(tmp_path / "run")
+    code, _, err = cli(capsys, verb, str(run), "--replicates", "0")
     assert_clean_exit_2(code, err, "--replicates")
 
 
