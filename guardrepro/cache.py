@@ -163,9 +163,8 @@ _REASONS = {
     errno.EROFS: "the file system is read-only",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
-    errno.ENOSPC: "no space left on the device (the disk is full); nothing partial was"
-    " placed under the final name",
-    errno.EDQUOT: "the disk quota is exhausted; nothing partial was placed under the final name",
+    errno.ENOSPC: "no space left on the device (the disk is full)",
+    errno.EDQUOT: "the disk quota is exhausted",
     errno.ENOTDIR: "a component of the path is a regular file, not a directory",
     errno.EEXIST: "a component of the path exists and is not a directory",
     errno.EISDIR: "the path is a directory",
@@ -184,7 +183,10 @@ def output_error(path: Path, exc: OSError) -> OutputError:
     culprit = None if exc.filename is None else Path(os.fsdecode(exc.filename))
     if culprit is not None and culprit != path and culprit.parent != path.parent:
         where += f" ({culprit})"  # e.g. a parent that is a regular file; not our temp file
-    return OutputError(f"cannot write {where}: {describe_os_error(exc)}")
+    text = f"cannot write {where}: {describe_os_error(exc)}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += "; nothing partial was placed under the final name"
+    return OutputError(text)
 
 
 def _pid_alive(pid: int) -> bool:

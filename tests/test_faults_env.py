@@ -62,8 +62,9 @@ def read_only_view(source: Path, view: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def full_disk(where: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs at ``where``, filled until writing fails."""
+def full_disk(where: Path, leave: int = 0) -> Iterator[Path]:
+    """A 1 MiB tmpfs at ``where``, filled until writing fails, then ``leave`` bytes
+    given back."""
     where.mkdir(parents=True, exist_ok=True)
     _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where))
     try:
@@ -72,6 +73,8 @@ def full_disk(where: Path) -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 while os.write(fd, b"\0" * 4096):
                     pass
+            if leave:
+                os.ftruncate(fd, os.fstat(fd).st_size - leave)
         finally:
             os.close(fd)
         yield where
@@ -216,6 +219,30 @@ def test_full_disk_run_manifest(tmp_path, capsys, monkeypatch):
             str(cohort), "--out", str(disk / "run"), "--no-progress",
         )  # fmt: skip
     assert_clean_exit_2(code, err, str(disk / "run"), "disk is full")
+
+
+def test_full_disk_during_a_run_says_the_record_was_not_written(tmp_path, capsys, monkeypatch):
+    """Room for the manifest (one page), none for the first record: the append fails,
+    the message says so, and a resume on a disk with room finishes the run."""
+    pytest.importorskip("torch")
+    from runner_helpers import write_cohort
+
+    monkeypatch.setenv("GUARDREPRO_HOME", str(tmp_path / "home"))
+    code, _, err = cli(capsys, "fetch", str(ROOT / "locks/toy-guard.toml"), "--no-progress")
+    assert code == 0, err
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
+    args = ["run", "--profile", str(ROOT / "runners/toy-hf.toml"), "--cohort", str(cohort),
+            "--no-progress"]  # fmt: skip
+    with full_disk(tmp_path / "full", leave=4096) as disk:
+        code, _, err = cli(capsys, *args, "--out", str(disk / "run"))
+        assert_clean_exit_2(code, err, str(disk / "run"), "disk is full")
+        assert "cannot append the record of row 'row000'" in err
+        assert "torn final line is removed when the run resumes" in err
+        (disk / "filler").unlink()  # room again: the same command resumes
+        code, _, err = cli(capsys, *args, "--out", str(disk / "run"))
+        assert code == 0, err
+        lines = (disk / "run" / "records.jsonl").read_text().splitlines()
+        assert len(lines) == 2
 
 
 def test_out_under_a_regular_file(tmp_path, capsys):
