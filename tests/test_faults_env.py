@@ -61,6 +61,17 @@ def read_only_view(source: Path, view: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(view)], check=False)
 
 
+def fill(path: Path) -> None:
+    """Write zeros to ``path`` until the file system refuses."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def full_disk(where: Path, leave: int = 0) -> Iterator[Path]:
     """A 1 MiB tmpfs at ``where``, filled until writing fails, then ``leave`` bytes
@@ -68,15 +79,9 @@ def full_disk(where: Path, leave: int = 0) -> Iterator[Path]:
     where.mkdir(parents=True, exist_ok=True)
     _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where))
     try:
-        fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            with contextlib.suppress(OSError):
-                while os.write(fd, b"\0" * 4096):
-                    pass
-            if leave:
-                os.ftruncate(fd, os.fstat(fd).st_size - leave)
-        finally:
-            os.close(fd)
+        fill(where / "filler")
+        if leave:
+            os.truncate(where / "filler", (where / "filler").stat().st_size - leave)
         yield where
     finally:
         subprocess.run(["umount", str(where)], check=False)
@@ -222,8 +227,9 @@ def test_full_disk_run_manifest(tmp_path, capsys, monkeypatch):
 
 
 def test_full_disk_during_a_run_says_the_record_was_not_written(tmp_path, capsys, monkeypatch):
-    """Room for the manifest (one page), none for the first record: the append fails,
-    the message says so, and a resume on a disk with room finishes the run."""
+    """The run directory (manifest, no records) is made first; then the disk fills up:
+    the first append fails, the message says which record and what happens next, and
+    the same command finishes the run once there is room."""
     pytest.importorskip("torch")
     from runner_helpers import write_cohort
 
@@ -231,15 +237,19 @@ def test_full_disk_during_a_run_says_the_record_was_not_written(tmp_path, capsys
     code, _, err = cli(capsys, "fetch", str(ROOT / "locks/toy-guard.toml"), "--no-progress")
     assert code == 0, err
     cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
-    args = ["run", "--profile", str(ROOT / "runners/toy-hf.toml"), "--cohort", str(cohort),
-            "--no-progress"]  # fmt: skip
-    with full_disk(tmp_path / "full", leave=4096) as disk:
-        code, _, err = cli(capsys, *args, "--out", str(disk / "run"))
+    with full_disk(tmp_path / "full", leave=1 << 19) as disk:
+        args = ["run", "--profile", str(ROOT / "runners/toy-hf.toml"), "--cohort",
+                str(cohort), "--no-progress", "--out", str(disk / "run")]  # fmt: skip
+        code, _, err = cli(capsys, *args, "--limit", "0")  # the manifest, no record
+        assert code == 0, err
+        fill(disk / "filler2")
+        code, _, err = cli(capsys, *args)
         assert_clean_exit_2(code, err, str(disk / "run"), "disk is full")
         assert "cannot append the record of row 'row000'" in err
         assert "torn final line is removed when the run resumes" in err
-        (disk / "filler").unlink()  # room again: the same command resumes
-        code, _, err = cli(capsys, *args, "--out", str(disk / "run"))
+        for name in ("filler", "filler2"):
+            (disk / name).unlink()  # room again: the same command resumes
+        code, _, err = cli(capsys, *args)
         assert code == 0, err
         lines = (disk / "run" / "records.jsonl").read_text().splitlines()
         assert len(lines) == 2
