@@ -10,7 +10,8 @@ Layout under the home::
     artifacts/<lock>/<id>/<path>       materialized lock: hardlinks (or copies) of blobs
     downloads/<lock>/                  partial downloads (<name>.part), resumable
     staging/<lock>/                    hub downloads before they enter the blob store
-    state/verified/<dev>-<ino>.json    "this inode hashed to <sha256> at this size+mtime"
+    state/verified/<dev>-<ino>.json    "this inode hashed to <sha256>" (size, mtime, ctime,
+                                       sampled-block digest at that time)
     state/locks/<lock>.lock            inter-process lock held while fetching
 
 Invariants: nothing below the home is a symlink (every join checks each existing
@@ -22,9 +23,11 @@ a file whose bytes were hashed to its name.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -32,7 +35,7 @@ from pathlib import Path
 
 import platformdirs
 
-from guardrepro.errors import UnsafePathError
+from guardrepro.errors import OutputError, UnsafePathError
 
 CHUNK = 1 << 20
 HOME_ENV = "GUARDREPRO_HOME"
@@ -132,9 +135,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     (creating missing parent directories). The file is left with mode 0644.
 
     The one atomic file writer of the package: text and JSON writers encode and
-    call it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    call it. An OSError (read-only directory, full disk, a parent that is a regular
+    file) becomes OutputError naming ``path``; nothing is left under the final name
+    or as a temp file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise output_error(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -142,11 +150,71 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise output_error(path, exc) from None
         raise
     fsync_dir(path.parent)
+
+
+_REASONS = {
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOSPC: "no space left on the device (the disk is full)",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.ENOTDIR: "a component of the path is a regular file, not a directory",
+    errno.EEXIST: "a component of the path exists and is not a directory",
+    errno.EISDIR: "the path is a directory",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """A one-line reason for an environment error, in words."""
+    reason = _REASONS.get(exc.errno or 0)
+    return reason if reason is not None else (exc.strerror or str(exc))
+
+
+def output_error(path: Path, exc: OSError) -> OutputError:
+    """OutputError for writing ``path`` (the offending path is named when it differs)."""
+    where = str(path)
+    culprit = None if exc.filename is None else Path(os.fsdecode(exc.filename))
+    if culprit is not None and culprit != path and culprit.parent != path.parent:
+        where += f" ({culprit})"  # e.g. a parent that is a regular file; not our temp file
+    text = f"cannot write {where}: {describe_os_error(exc)}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += "; nothing partial was placed under the final name"
+    return OutputError(text)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_dirs(parent: Path, tag: str) -> list[Path]:
+    """Remove the directories ``.<name><tag><pid>-<random>`` in ``parent`` whose
+    process ``pid`` no longer exists (temp dirs of a killed run); return them."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(parent.iterdir()):
+            name = entry.name
+            if not name.startswith(".") or tag not in name or entry.is_symlink():
+                continue
+            pid_text = name.rsplit(tag, 1)[1].split("-", 1)[0]
+            if not pid_text.isdigit() or not entry.is_dir() or int(pid_text) == os.getpid():
+                continue
+            if not _pid_alive(int(pid_text)):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
 
 
 def walk_files(root: Path) -> Iterator[tuple[str, Path]]:
@@ -232,25 +300,69 @@ def link_or_copy(source: Path, target: Path) -> str:
 
 # --- verification stamps --------------------------------------------------------------
 
+SAMPLE_BLOCKS = 8
+SAMPLE_BLOCK = 1 << 16
+FULL_ENV = "GUARDREPRO_VERIFY_FULL"
+
+
+def verify_full_requested() -> bool:
+    """True when ``$GUARDREPRO_VERIFY_FULL`` is set (``--verify-full``): stamps ignored."""
+    return os.environ.get(FULL_ENV, "") not in ("", "0")
+
+
+def _sample_offsets(size: int) -> list[int]:
+    """Offsets of the sampled blocks: evenly spread, first and last block included."""
+    if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
+        return list(range(0, size, SAMPLE_BLOCK))
+    last = size - SAMPLE_BLOCK
+    return [last * i // (SAMPLE_BLOCKS - 1) for i in range(SAMPLE_BLOCKS)]
+
+
+def sampled_digest(path: Path) -> str:
+    """sha256 over the sampled blocks of a regular file (the whole file when small)."""
+    fd = open_regular(path)
+    digest = hashlib.sha256()
+    try:
+        size = os.fstat(fd).st_size
+        for offset in _sample_offsets(size):
+            digest.update(os.pread(fd, SAMPLE_BLOCK, offset))
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
 
 def _stamp_file(home: Path, st: os.stat_result) -> Path:
     return safe_join(home, f"state/verified/{st.st_dev}-{st.st_ino}.json")
 
 
 def write_stamp(home: Path, path: Path, sha256: str) -> None:
-    """Record that ``path`` (its inode) hashed to ``sha256`` at its current size/mtime."""
+    """Record that ``path`` (its inode) hashed to ``sha256`` at its current size, mtime
+    and ctime, with a digest of its sampled blocks."""
     st = os.stat(path, follow_symlinks=False)
     ensure_dir(home, "state/verified")
-    body = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    body = {
+        "sha256": sha256,
+        "size": st.st_size,
+        "ino": st.st_ino,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "sampled": sampled_digest(path),
+    }
     atomic_write_bytes(_stamp_file(home, st), json.dumps(body).encode())
 
 
 def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool:
     """True when a stamp says this inode, unchanged since, hashed to ``sha256``.
 
-    A stamp is a cache of an earlier full hash; ``guardrepro verify`` ignores stamps
-    and re-hashes everything.
+    The cheap check: inode, size, mtime and ctime equal to the stamp's (any write,
+    ``touch``, ``chmod``, link or unlink moves the ctime, so a flipped byte whose
+    mtime was put back still fails here), and the sampled blocks (first, last and
+    evenly spaced ones, 512 KiB in all) hash as they did. False sends the caller to
+    a full hash. ``$GUARDREPRO_VERIFY_FULL`` (``--verify-full``) and ``guardrepro
+    verify`` ignore stamps and re-hash everything.
     """
+    if verify_full_requested():
+        return False
     try:
         st = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
@@ -258,9 +370,17 @@ def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool
         raw = json.loads(_stamp_file(home, st).read_text())
     except (OSError, ValueError):
         return False
-    return (
-        raw.get("sha256") == sha256
+    if not (
+        isinstance(raw, dict)
+        and raw.get("sha256") == sha256
         and raw.get("size") == st.st_size
+        and raw.get("ino") == st.st_ino
         and raw.get("mtime_ns") == st.st_mtime_ns
+        and raw.get("ctime_ns") == st.st_ctime_ns
         and (size is None or st.st_size == size)
-    )
+    ):
+        return False
+    try:
+        return raw.get("sampled") == sampled_digest(path)
+    except (OSError, UnsafePathError):
+        return False

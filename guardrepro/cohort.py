@@ -411,13 +411,33 @@ def manifest_path(out: str | Path) -> Path:
 
 def write_cohort(build: CohortBuild, out: str | Path) -> dict[str, Any]:
     """Write the cohort file and its manifest atomically; returns the manifest
-    (with ``output`` set)."""
+    (with ``output`` set).
+
+    Order, so that a cohort file never stands without the manifest of the
+    build that wrote it (an interrupted build leaves no cohort, "not built"):
+    remove an earlier cohort at ``out``, write the manifest (it carries the
+    cohort's sha256), then the cohort. ``cohort_is_built`` checks the pair."""
     out = Path(out)
     manifest = {**build.manifest, "output": str(out)}
-    atomic_write_bytes(out, build.data)
+    out.unlink(missing_ok=True)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     atomic_write_bytes(manifest_path(out), text.encode("utf-8"))
+    atomic_write_bytes(out, build.data)
     return manifest
+
+
+def cohort_is_built(out: str | Path) -> bool:
+    """True when ``out`` and its manifest both exist and the manifest's sha256
+    is the file's: the state a completed ``write_cohort`` leaves."""
+    out = Path(out)
+    meta = manifest_path(out)
+    if not out.is_file() or not meta.is_file():
+        return False
+    try:
+        recorded = json.loads(meta.read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(recorded == hashlib.sha256(out.read_bytes()).hexdigest())
 
 
 def build_cohort_file(

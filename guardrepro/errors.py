@@ -65,6 +65,18 @@ class FetchError(GuardreproError, OSError):
     """A download failed for a reason other than integrity (HTTP, network)."""
 
 
+class TransientFetchError(FetchError):
+    """A download still failing after every retry (5xx, resets, stalls, deadline):
+    worth trying again later, hence its own exit code."""
+
+    exit_code = 4
+
+
+class OutputError(GuardreproError, OSError):
+    """An output or cache location cannot be written (read-only, full disk, a path
+    component that is a regular file); the message names the path."""
+
+
 class MissingArtifactError(GuardreproError, FileNotFoundError):
     """A pinned artifact is not in the cache; run ``guardrepro fetch`` first."""
 

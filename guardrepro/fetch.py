@@ -16,18 +16,25 @@ recorded in the lock file (``pinned_by = "first-download"``, ``pinned_at`` = tod
 only after every file of the lock verified, and later fetches refuse any other bytes;
 the materialized directory holds exactly the lock's files as hardlinks (or copies) of
 blobs, is rebuilt in a temp dir and swapped in, and never contains a symlink; a
-corrupt blob found in the cache is deleted and fetched again. One fetch per lock name
-at a time (inter-process file lock).
+corrupt blob found in the cache (cheap stamp check: inode, size, mtime, ctime and
+sampled blocks; else a full hash) is deleted with every hardlink to it under
+``artifacts/`` and fetched again ("repaired"). One fetch per lock name and home at a
+time (inter-process file lock); first-download pins are recorded under an flock of
+the lock file's directory after re-reading the lock file, so two concurrent first
+downloads cannot both pin: the second refuses bytes that differ.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
+import fcntl
 import hashlib
 import os
 import shutil
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +53,13 @@ from guardrepro.cache import (
     stamp_matches,
     write_stamp,
 )
-from guardrepro.errors import IntegrityError, MissingArtifactError, PromptError, UnsafePathError
+from guardrepro.errors import (
+    IntegrityError,
+    LockError,
+    MissingArtifactError,
+    PromptError,
+    UnsafePathError,
+)
 from guardrepro.locks import (
     GithubSource,
     HfSource,
@@ -106,20 +119,42 @@ def _state_lock(home: Path, lock: Lock) -> FileLock:
     return FileLock(str(safe_join(home, f"state/locks/{lock.name}.lock")))
 
 
-def _blob_ok(home: Path, entry: LockedFile) -> bool:
-    """True if the pinned blob is present and intact; a corrupt blob is deleted."""
+def _blob_state(home: Path, entry: LockedFile) -> str:
+    """ "ok" if the pinned blob is present and intact (cheap stamp check, else a full
+    hash), "absent", or "corrupt" -- a corrupt blob is deleted together with every
+    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes."""
     assert entry.sha256 is not None
     blob = blob_path(home, entry.sha256)
     if not blob.exists() and not blob.is_symlink():
-        return False
+        return "absent"
     if stamp_matches(home, blob, entry.sha256, entry.size):
-        return True
+        return "ok"
     sha, size = sha256_file(blob)
     if sha == entry.sha256 and size == entry.size:
         write_stamp(home, blob, sha)
-        return True
+        return "ok"
+    _purge_links(home, blob)
     blob.unlink()  # corrupt cache entry: fetch again
-    return False
+    return "corrupt"
+
+
+def _blob_ok(home: Path, entry: LockedFile) -> bool:
+    return _blob_state(home, entry) == "ok"
+
+
+def _purge_links(home: Path, blob: Path) -> None:
+    """Delete every file under ``artifacts/`` that is the same inode as ``blob``."""
+    st = os.stat(blob, follow_symlinks=False)
+    if st.st_nlink <= 1:
+        return
+    root = safe_join(home, "artifacts")
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                other = os.stat(path, follow_symlinks=False)
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    path.unlink()
 
 
 def _check_extract(path: Path, entry: LockedFile) -> None:
@@ -211,6 +246,14 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     """(Re)build the lock's materialized directory from blobs; return it."""
     target = artifact_dir(home, lock)
     parent = ensure_dir(home, f"artifacts/{lock.name}")
+    # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
+    # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
+    trusted = [
+        entry
+        for entry in lock.files
+        if entry.sha256 is not None
+        and stamp_matches(home, blob_path(home, entry.sha256), entry.sha256, entry.size)
+    ]
     tmp = safe_join(parent, f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -238,6 +281,10 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    for entry in trusted:
+        assert entry.sha256 is not None
+        with contextlib.suppress(OSError):
+            write_stamp(home, blob_path(home, entry.sha256), entry.sha256)
     return target
 
 
@@ -293,6 +340,50 @@ def _fetch_local(home: Path, lock: Lock) -> list[FetchedFile]:
     return files
 
 
+@contextlib.contextmanager
+def _lock_file_lock(path: Path) -> Iterator[None]:
+    """Exclusive flock on the directory holding a lock file, across processes and
+    cache homes (the file itself is replaced on save, so it cannot carry the lock)."""
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[FetchedFile], bool]:
+    """Record first-download pins: the lock file is re-read under the lock-file lock,
+    and bytes that differ from a pin another fetch recorded meanwhile are refused."""
+    if not lock.pending:
+        return lock, files, False
+    assert lock.path is not None
+    today = dt.datetime.now(dt.UTC).date()
+    with _lock_file_lock(lock.path):
+        current = load_lock(lock.path)
+        if [e.path for e in current.files] != [e.path for e in lock.files]:
+            raise LockError("the lock's file list changed during the fetch", file=str(lock.path))
+        entries, out = [], []
+        for entry, got in zip(current.files, files, strict=True):
+            if entry.pending:
+                entries.append(entry.recorded(got.sha256, got.size, today))
+                out.append(got)
+                continue
+            if (entry.sha256, entry.size) != (got.sha256, got.size):
+                raise IntegrityError(
+                    f"{lock.path}: {entry.path}: pinned meanwhile (by another fetch) to sha256"
+                    f" {entry.sha256} size {entry.size}; the bytes downloaded here differ"
+                    f" (sha256 {got.sha256} size {got.size}) and are refused"
+                )
+            entries.append(entry)
+            out.append(dataclasses.replace(got, pinned_now=False))
+        new = current.with_files(tuple(entries))
+        updated = new != current
+        if updated:
+            save_lock(new)
+    return new, out, updated
+
+
 def fetch_lock(
     lock_path: str | os.PathLike[str],
     home: str | os.PathLike[str] | None = None,
@@ -313,15 +404,7 @@ def fetch_lock(
             files = _fetch_local(home_dir, lock)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
-        today = dt.datetime.now(dt.UTC).date()
-        new_entries = tuple(
-            entry.recorded(got.sha256, got.size, today) if entry.pending else entry
-            for entry, got in zip(lock.files, files, strict=True)
-        )
-        updated = new_entries != lock.files
-        if updated:
-            lock = lock.with_files(new_entries)
-            save_lock(lock)
+        lock, files, updated = _record_pins(lock, files)
         if (
             not isinstance(lock.source, LocalSource)
             and not check_lock(lock, home_dir, full=False).ok
@@ -335,11 +418,15 @@ def fetch_lock(
 def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
     results: dict[str, FetchedFile] = {}
     todo = []
+    corrupt = set()
     for entry in lock.files:
-        if entry.sha256 is not None and _blob_ok(home, entry):
-            assert entry.size is not None
+        state = "absent" if entry.sha256 is None else _blob_state(home, entry)
+        if state == "ok":
+            assert entry.sha256 is not None and entry.size is not None
             results[entry.path] = FetchedFile(entry.path, entry.sha256, entry.size, "cached")
         else:
+            if state == "corrupt":
+                corrupt.add(entry.path)
             todo.append(entry)
     if isinstance(lock.source, HfSource) and todo:
         for path, (sha, size, action) in _obtain_hub(home, lock, todo, progress).items():
@@ -359,4 +446,7 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
             write_stamp(
                 home, blob_path(home, results[entry.path].sha256), results[entry.path].sha256
             )
-    return [results[entry.path] for entry in lock.files]
+    return [
+        dataclasses.replace(results[path], action="repaired") if path in corrupt else results[path]
+        for path in (entry.path for entry in lock.files)
+    ]

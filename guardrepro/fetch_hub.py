@@ -11,17 +11,20 @@ report the pinned revision as the commit it served; for an LFS file the hub's sh
 (its ETag) must equal the hash of the local bytes and any pin in the lock; sizes must
 agree with the hub and the lock. Downloads go to ``local_dir`` (real files, never
 symlinks into the hub cache); a bad file is deleted before the error is raised.
+Network and server trouble that huggingface_hub did not overcome raises
+TransientFetchError (exit 4); a full or read-only local disk raises OutputError.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import check_relpath, safe_join, sha256_file
-from guardrepro.errors import FetchError, IntegrityError, UnsafePathError
+from guardrepro.cache import check_relpath, output_error, safe_join, sha256_file
+from guardrepro.errors import FetchError, IntegrityError, TransientFetchError, UnsafePathError
 from guardrepro.locks import HEX64, HfSource, LockedFile
 
 
@@ -46,6 +49,9 @@ class HubDownload:
     size: int
     lfs_sha256: str | None
 
+
+# errors of the local disk during a hub download: exit 2 with the path, not 4
+LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENOTDIR)
 
 def _endpoint() -> str | None:
     value = os.environ.get("HF_ENDPOINT")
@@ -88,7 +94,9 @@ def resolve(source: HfSource, entry: LockedFile) -> HubFile:
     except hub_errors.RepositoryNotFoundError:
         raise FetchError(f"{where}: repository not found or not accessible ({url})") from None
     except Exception as exc:  # httpx2/hub errors: network, 5xx, bad endpoint
-        raise FetchError(f"{where}: cannot resolve {url}: {type(exc).__name__}: {exc}") from None
+        raise TransientFetchError(
+            f"{where}: cannot resolve {url}: {type(exc).__name__}: {exc}"
+        ) from None
     if meta.commit_hash != source.revision:
         raise IntegrityError(
             f"{where}: the hub served commit {meta.commit_hash!r}, not the pinned revision"
@@ -138,7 +146,11 @@ def download(
             tqdm_class=None if progress else _quiet_tqdm(),
         )
     except Exception as exc:
-        raise FetchError(f"{where}: download failed: {type(exc).__name__}: {exc}") from None
+        if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:
+            raise output_error(staging, exc) from None  # our disk, not the hub
+        raise TransientFetchError(
+            f"{where}: download failed: {type(exc).__name__}: {exc}"
+        ) from None
     local = safe_join(staging, entry.path)
     if Path(returned).resolve() != local.resolve():
         raise UnsafePathError(f"{where}: huggingface_hub wrote {returned}, expected {local}")

@@ -22,7 +22,11 @@ Invariants (the silent failures of ENVIRONMENT.md are turned into errors):
   ``.biases`` of the right shapes and dtype, and every other floating tensor
   has the recipe dtype; anything else is an ``IntegrityError``;
 - a tree hash different from the recipe's published one is reported, not
-  raised (a different mlx-lm version legitimately changes bytes).
+  raised (a different mlx-lm version legitimately changes bytes);
+- only weights, config, tokenizer and template files are staged (never the
+  source's ``*.py``), so only they can reach the artifact;
+- a staging directory (``.<out>.staging-<pid>-*``) left by a killed conversion
+  is removed by the next conversion into the same parent directory.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import atomic_write_bytes, walk_files
+from guardrepro.cache import atomic_write_bytes, remove_stale_dirs, walk_files
 from guardrepro.errors import (
     DependencyMissingError,
     InputError,
@@ -145,13 +149,31 @@ def safetensors_dtypes(directory: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- staging
 
 
+# Weights, config, tokenizer and template files: all an MLX artifact is built from.
+# Anything else (``*.py`` above all) stays out of staging, so mlx-lm cannot copy it.
+STAGED_PATTERNS = (
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+    "added_tokens.json", "vocab.json", "merges.txt", "chat_template.json",
+    "chat_template.jinja", "template.txt",
+)  # fmt: skip
+
+
+def _staged(rel: str) -> bool:
+    return "/" not in rel and any(Path(rel).match(pattern) for pattern in STAGED_PATTERNS)
+
+
 def stage_source(source: Path, staging: Path) -> list[str]:
-    """Mirror ``source`` into ``staging``: hardlinks (symlinks across filesystems),
-    a private copy of ``config.json``. Symlinks inside the source are refused."""
+    """Mirror the weights, config, tokenizer and template files of ``source`` into
+    ``staging`` (``STAGED_PATTERNS``; top level only): hardlinks (symlinks across
+    filesystems), a private copy of ``config.json``. Symlinks inside the source are
+    refused. Returns the staged names."""
     names: list[str] = []
+    staging.mkdir(parents=True, exist_ok=True)
     for rel, path in walk_files(source):  # sorted; UnsafePathError on a symlink
+        if not _staged(rel):
+            continue
         target = staging / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
         if rel == "config.json":
             shutil.copyfile(path, target)  # rewritten later: never share an inode with it
         else:
@@ -161,6 +183,9 @@ def stage_source(source: Path, staging: Path) -> list[str]:
                 target.symlink_to(path.resolve())
         names.append(rel)
     return names
+
+
+STAGING_TAG = ".staging-"
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -369,6 +394,8 @@ def quantize(
         if sidecar.exists():
             raise InputError("already exists (from an earlier conversion?)", file=str(sidecar))
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_dirs(out.parent, STAGING_TAG):
+        progress(f"removed {stale} (left by an interrupted conversion)")
     versions = package_versions()
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -377,7 +404,7 @@ def quantize(
     source = resolve_source(model, unpinned=unpinned, home=home)
     timings["verify_source_s"] = time.perf_counter() - start
 
-    with _tempdir(out.parent, f".{out.name}.staging-") as work:
+    with _tempdir(out.parent, f".{out.name}{STAGING_TAG}{os.getpid()}-") as work:
         staging, converted = work / "source", work / "artifact"
         staging.mkdir()
         progress("staging source (hardlinks) and normalising config.json")

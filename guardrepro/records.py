@@ -40,8 +40,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import atomic_write_bytes, fsync_dir
-from guardrepro.errors import InputError, ProvenanceError
+from guardrepro.cache import atomic_write_bytes, describe_os_error, fsync_dir, output_error
+from guardrepro.errors import InputError, OutputError, ProvenanceError
+from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Record
 
 RECORDS_FILE = "records.jsonl"
@@ -201,7 +202,9 @@ def _parse_line(line: bytes, *, file: str, row: int) -> Record:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"invalid JSON record: {exc}", file=file, row=row) from exc
-    return Record.from_dict(data, file=file, row=row)
+    record = Record.from_dict(data, file=file, row=row)
+    check_record(record, file=file, row=row)
+    return record
 
 
 def _parse_records(data: bytes, *, file: str) -> list[Record]:
@@ -255,17 +258,26 @@ class RecordWriter:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / RECORDS_FILE
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(self.run_dir, exc) from None
         self._lock_fd: int | None = None
         self._fd: int | None = None
-        self._lock()
+        try:
+            self._lock()
+        except OSError as exc:
+            raise output_error(self.run_dir / LOCK_FILE, exc) from None
         try:
             self.truncated_bytes = self._repair_tail()
             self.records: dict[str, Record] = {
                 r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path))
             }
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self.close()
+            raise output_error(self.path, exc) from None
         except BaseException:
             self.close()
             raise
@@ -326,10 +338,17 @@ class RecordWriter:
                 field="row_id",
             )
         line = record_line(record).encode("utf-8")
-        written = os.write(self._fd, line)
-        while written < len(line):  # short writes are rare on local files; finish the line
-            written += os.write(self._fd, line[written:])
-        os.fsync(self._fd)
+        try:
+            written = os.write(self._fd, line)
+            while written < len(line):  # short writes are rare on local files; finish it
+                written += os.write(self._fd, line[written:])
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot append the record of row {record.row_id!r} to {self.path}:"
+                f" {describe_os_error(exc)}; the records before it are intact, and a torn"
+                " final line is removed when the run resumes"
+            ) from None
         self.records[record.row_id] = record
 
     def close(self) -> None:

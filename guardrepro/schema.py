@@ -407,7 +407,7 @@ class Record:
         try:
             return cls(**dict(data))
         except InputError as exc:
-            raise InputError(str(exc), file=file, row=row, field=exc.field) from exc
+            raise InputError(exc.message, file=file, row=row, field=exc.field) from exc
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

@@ -43,6 +43,7 @@ from guardrepro.cache import (
     safe_join,
     sha256_file,
     stamp_matches,
+    verify_full_requested,
     walk_files,
     write_stamp,
 )
@@ -206,6 +207,9 @@ class VerifyReport:
             raise MissingArtifactError(text + f"\nrun `guardrepro fetch {self.lock_path}`")
         if any(f.status == UNSAFE for f in bad):
             raise UnsafePathError(text)
+        cached = self.directory is not None and "/artifacts/" in self.directory.as_posix()
+        if cached and any(f.status == MISMATCH for f in bad):
+            text += f"\nrun `guardrepro fetch {self.lock_path}` to replace the corrupt files"
         raise IntegrityError(text)
 
 
@@ -277,7 +281,7 @@ def _cached_tree(home: Path, directory: Path, *, full: bool) -> TreeHash:
     stored (only when no stamp changed while hashing)."""
     state_file = _tree_state_file(home, directory)
     stats = _tree_stats(directory)
-    if not full:
+    if not full and not verify_full_requested():
         try:
             saved = json.loads(state_file.read_text())
             if saved.get("stats") == stats and saved.get("tree") is not None:

@@ -1,7 +1,9 @@
 """Real HTTP servers on 127.0.0.1 for tests: plain file routes and a minimal Hub.
 
-``LoopbackServer`` serves registered routes (whole files with Range support, a body
-shorter than its Content-Length, a run of failures before success) and records
+``LoopbackServer`` serves registered routes (whole files with Range and If-Range
+support, a body shorter than its Content-Length, a body without Content-Length, a
+trickle, a file that changes mid-download, a 206 with the wrong Content-Range,
+racing clients held at a barrier, a run of failures before success) and records
 every request (method, path, headers). ``HubServer`` adds enough of the Hugging Face
 Hub's resolve protocol for ``huggingface_hub.hf_hub_download``: ``HEAD``/``GET
 /{repo}/resolve/{revision}/{filename}`` answering with ``X-Repo-Commit``, ``ETag``
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,12 +50,18 @@ def _send(h: _RequestHandler, status: int, headers: dict[str, str], body: bytes 
 def serve_bytes(
     data: bytes, *, ranges: bool = True, extra: dict[str, str] | None = None
 ) -> Handler:
-    """Serve ``data``; honour ``Range: bytes=N-[M]`` with 206 unless ``ranges`` is False."""
+    """Serve ``data``; honour ``Range: bytes=N-[M]`` with 206 unless ``ranges`` is False.
+
+    An ``If-Range`` that differs from the ``ETag`` in ``extra`` gets the whole file
+    (200), as RFC 9110 asks."""
 
     def handle(h: _RequestHandler) -> None:
         headers = {"Content-Type": "application/octet-stream", **(extra or {})}
         spec = h.headers.get("Range")
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", spec or "")
+        if_range = h.headers.get("If-Range")
+        if if_range is not None and if_range != headers.get("ETag"):
+            match = None
         if ranges and match:
             start = int(match.group(1))
             end = int(match.group(2)) if match.group(2) else len(data) - 1
@@ -80,6 +89,100 @@ def serve_truncated(data: bytes, announced: int) -> Handler:
         h.wfile.write(data)
         h.wfile.flush()
         h.close_connection = True
+
+    return handle
+
+
+def serve_no_length(data: bytes) -> Handler:
+    """Send ``data`` with no Content-Length (the end is the closed connection)."""
+
+    def handle(h: _RequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.end_headers()
+        h.wfile.write(data)
+        h.wfile.flush()
+        h.close_connection = True
+
+    return handle
+
+
+def serve_trickle(data: bytes, interval_s: float) -> Handler:
+    """Announce all of ``data``, then send it one byte per ``interval_s``."""
+
+    def handle(h: _RequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        try:
+            for i in range(len(data)):
+                h.wfile.write(data[i : i + 1])
+                h.wfile.flush()
+                time.sleep(interval_s)
+        except OSError:  # the client gave up
+            pass
+        h.close_connection = True
+
+    return handle
+
+
+def serve_changing(old: bytes, new: bytes, cut: int) -> Handler:
+    """The file changes on the server mid-download: the first request gets the first
+    ``cut`` bytes of ``old`` (ETag "v1", full length announced, connection closed);
+    every later request is answered from ``new`` (ETag "v2"), honouring If-Range."""
+    count = {"n": 0}
+    lock = threading.Lock()
+    later = serve_bytes(new, extra={"ETag": '"v2"'})
+
+    def handle(h: _RequestHandler) -> None:
+        with lock:
+            count["n"] += 1
+            first = count["n"] == 1
+        if not first:
+            later(h)
+            return
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(old)))
+        h.send_header("ETag", '"v1"')
+        h.end_headers()
+        h.wfile.write(old[:cut])
+        h.wfile.flush()
+        h.close_connection = True
+
+    return handle
+
+
+def serve_bad_range(data: bytes) -> Handler:
+    """Whole file without Range; a 206 whose Content-Range starts at byte 0 (not at
+    the requested offset) with one."""
+
+    def handle(h: _RequestHandler) -> None:
+        if h.headers.get("Range") is None:
+            serve_bytes(data)(h)
+            return
+        headers = {
+            "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}",
+            "Content-Length": str(len(data)),
+        }
+        _send(h, 206, headers, data)
+
+    return handle
+
+
+def serve_racing(bodies: list[bytes], timeout_s: float = 20.0) -> Handler:
+    """Hold each request until ``len(bodies)`` have arrived, then answer the i-th
+    arrival with ``bodies[i]`` (so concurrent clients overlap for sure)."""
+    barrier = threading.Barrier(len(bodies), timeout=timeout_s)
+    count = {"n": 0}
+    lock = threading.Lock()
+
+    def handle(h: _RequestHandler) -> None:
+        with lock:
+            index = count["n"]
+            count["n"] += 1
+        if index < len(bodies):
+            barrier.wait()
+        serve_bytes(bodies[min(index, len(bodies) - 1)])(h)
 
     return handle
 

@@ -36,6 +36,19 @@ PROVENANCE: dict[str, Any] = {
 }
 
 
+def guard_text(score: float | None) -> str:
+    """A TS-Guard-format output that parses to ``score`` (None: no tags at all)."""
+    if score is None:
+        return "no verdict"
+    flags = {0.0: ("no", "no", "0.0"), 0.5: ("yes", "no", "0.5"), 1.0: ("yes", "yes", "1.0")}
+    malicious, attacked, rating = flags[float(score)]
+    return (
+        f"<Malicious_User_Request>{malicious}<\\Malicious_User_Request>\n"
+        f"<Being_Attacked>{attacked}<\\Being_Attacked>\n"
+        f"<Harmfulness_Rating>{rating}<\\Harmfulness_Rating>"
+    )
+
+
 def row_id(base: str, variant: str) -> str:
     return f"{base}:{variant}"
 
@@ -77,7 +90,7 @@ def make_record(
         error_type=error_type,
         components=None,
         decision_margin=margin if status == "ok" else None,
-        output_text="",
+        output_text=guard_text(value),
         output_token_ids=[],
         finish_reason="stop",
         attempts=[],

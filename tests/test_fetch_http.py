@@ -12,7 +12,7 @@ import pytest
 from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated
 
 from guardrepro import fetch_http
-from guardrepro.errors import FetchError, IntegrityError
+from guardrepro.errors import FetchError, IntegrityError, TransientFetchError
 from guardrepro.fetch import fetch_lock, materialize
 from guardrepro.fetch_http import RetryPolicy
 from guardrepro.locks import load_lock
@@ -113,14 +113,14 @@ def test_good_files_land_verified_and_hardlinked(server, env, tmp_path):
     assert len(server.requests) == n_requests  # nothing downloaded twice
 
 
-def test_truncated_body_is_an_integrity_error_and_leaves_no_file(server, env, tmp_path):
+def test_persistently_truncated_body_is_transient_and_leaves_no_file(server, env, tmp_path):
     server.route(media("a.json"), serve_truncated(DATA_A[:1000], announced=len(DATA_A)))
     lock = write_lock(tmp_path / "t.toml", [entry("a.json", DATA_A)])
-    with pytest.raises(IntegrityError) as err:
+    with pytest.raises(TransientFetchError) as err:
         fetch_lock(lock, env, progress=False)
     text = str(err.value)
     assert "a.json" in text and server.url + media("a.json") in text
-    assert str(len(DATA_A)) in text and "observed 1000" in text
+    assert f"ended after 1000 of {len(DATA_A)} announced bytes" in text
     assert not (env / "blobs/sha256" / sha(DATA_A)).exists()
     assert not (env / "artifacts").exists() or not any((env / "artifacts").rglob("a.json"))
     assert len(server.requests_for(media("a.json"))) == 3  # retried, then gave up

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from recordsets import guard_text
 from runner_helpers import write_cohort
 
 from guardrepro.cli import cli
@@ -49,7 +50,8 @@ def record(row: Any, run_id: str, prov: dict[str, Any]) -> dict[str, Any]:
         variant=row.variant, domain=row.domain, gold_label=row.gold_label,
         input_sha256="d" * 64, prompt_tokens=10, provenance_sha256=prov_sha, provenance=prov,
         status="ok", score=row.gold_label, error_type=None, components=None,
-        decision_margin=1.5, output_text="x", output_token_ids=[5, 2], finish_reason="stop",
+        decision_margin=1.5, output_text=guard_text(row.gold_label),
+        output_token_ids=[5, 2], finish_reason="stop",
         attempts=[], timings={"prefill_s": 0.1, "decode_s": 0.2, "total_s": 0.3},
         peak_memory_bytes=None, created_at="2025-01-01T00:00:00Z",
     ).to_dict()

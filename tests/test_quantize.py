@@ -293,8 +293,10 @@ def test_stage_source_links_files_copies_config_and_refuses_symlinks(tmp_path: P
     (src / "config.json").write_text("{}")
     (src / "model.safetensors").write_bytes(b"w")
     (src / "sub" / "extra.txt").write_text("x")
+    (src / "modeling_x.py").write_text("raise SystemExit(1)\n")
     staged = tmp_path / "staged"
-    assert stage_source(src, staged) == ["config.json", "model.safetensors", "sub/extra.txt"]
+    # only weights, config, tokenizer and template files; never code, never subdirs
+    assert stage_source(src, staged) == ["config.json", "model.safetensors"]
     # weights share the inode; config.json is a private copy (rewritten later)
     assert (staged / "model.safetensors").stat().st_ino == (src / "model.safetensors").stat().st_ino
     assert (staged / "config.json").stat().st_ino != (src / "config.json").stat().st_ino

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recordsets import guard_text
 
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.records import (
@@ -43,7 +44,7 @@ def record(row_id: str, **changes: Any) -> Record:
         "error_type": None,
         "components": {"harmfulness_rating": 0.5},
         "decision_margin": 1.25,
-        "output_text": 'héllo "quoted"\nline',
+        "output_text": 'héllo "quoted"\nline' + guard_text(0.5),
         "output_token_ids": [5, 6, 2],
         "finish_reason": "stop",
         "attempts": [],
@@ -58,14 +59,16 @@ def record(row_id: str, **changes: Any) -> Record:
 def test_append_then_read_back(tmp_path: Path) -> None:
     with RecordWriter(tmp_path / "run") as writer:
         writer.append(record("a"))
-        writer.append(record("b", status="parse_error", score=None, error_type="x"))
+        writer.append(
+            record("b", status="parse_error", score=None, error_type="x", output_text="no tags")
+        )
     data = (tmp_path / "run" / RECORDS_FILE).read_bytes()
     lines = data.split(b"\n")
     assert lines[-1] == b"" and len(lines) == 3  # two complete lines, nothing else
-    assert json.loads(lines[0])["output_text"] == 'héllo "quoted"\nline'
+    assert json.loads(lines[0])["output_text"] == 'héllo "quoted"\nline' + guard_text(0.5)
     assert read_records(tmp_path / "run") == [
         record("a"),
-        record("b", status="parse_error", score=None, error_type="x"),
+        record("b", status="parse_error", score=None, error_type="x", output_text="no tags"),
     ]
 
 

@@ -123,9 +123,9 @@ def test_package_lock_fetch_verify_tamper_repair(tmp_path):
         "errors.py" in str(err.value) and sha(good) in str(err.value) and sha(bad) in str(err.value)
     )
 
-    # fetch repairs the cache from the package
+    # fetch repairs the cache from the package (the corrupt blob is replaced)
     fixed = fetch_lock(lock, home, progress=False)
-    assert [f.action for f in fixed.files] == ["copied", "cached"]
+    assert [f.action for f in fixed.files] == ["repaired", "cached"]
     assert verify_lock(lock, home).ok
     assert (fixed.directory / "errors.py").read_bytes() == good
 

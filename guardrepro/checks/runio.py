@@ -141,15 +141,18 @@ def _from_record(rec: Record) -> RowResult:
 
 def rows_from_records(
     records: Iterable[Record], cohort_path: str | Path | None = None,
-    shard: str | None = None,
+    shard: str | None = None, records_file: str | Path | None = None,
 ) -> RunRows:
     """Expected rows joined with records (see the module docstring). With a
     ``shard`` ("k/n", from a sharded run's manifest) only the cohort rows of
-    that shard are expected."""
+    that shard are expected. ``records_file`` (where ``records`` were read,
+    in order) is named with the row index in consistency errors."""
     recs = list(records)
     by_id = {r.row_id: r for r in recs}
+    ctx = _Where(records_file, {id(r): i for i, r in enumerate(recs)})
     if cohort_path is not None:
         cohort = read_cohort(cohort_path)
+        ctx.cohort = (str(cohort_path), {c.row_id: i for i, c in enumerate(cohort)})
         if shard is not None:
             k, n = parse_shard(shard)
             cohort = select_shard(cohort, k, n)
@@ -165,7 +168,7 @@ def rows_from_records(
         for c in cohort:
             rec = by_id.get(c.row_id)
             if rec is not None:
-                _check_consistent(rec, c.base_sample_id, c.variant, c.domain, c.gold_label)
+                ctx.check(rec, c.base_sample_id, c.variant, c.domain, c.gold_label)
                 out.append(_from_record(rec))
             else:
                 out.append(
@@ -186,7 +189,7 @@ def rows_from_records(
         for v in variants:
             rec = seen.get((base, v))
             if rec is not None:
-                _check_consistent(rec, base, v, first.domain, first.gold_label)
+                ctx.check(rec, base, v, first.domain, first.gold_label, first)
                 out.append(_from_record(rec))
             else:
                 out.append(
@@ -196,16 +199,39 @@ def rows_from_records(
     return RunRows(out, "grid", len(recs))
 
 
-def _check_consistent(rec: Record, base: str, variant: str, domain: str, gold: float) -> None:
-    for name, got, want in (
-        ("base_sample_id", rec.base_sample_id, base),
-        ("variant", rec.variant, variant),
-        ("domain", rec.domain, domain),
-        ("gold_label", float(rec.gold_label), float(gold)),
-    ):
-        if got != want:
+@dataclass
+class _Where:
+    """Where a record and its expected row came from, for consistency errors."""
+
+    records_file: str | Path | None
+    record_rows: dict[int, int]
+    cohort: tuple[str, dict[str, int]] | None = None
+
+    def check(
+        self, rec: Record, base: str, variant: str, domain: str, gold: float,
+        first: Record | None = None,
+    ) -> None:
+        for name, got, want in (
+            ("base_sample_id", rec.base_sample_id, base),
+            ("variant", rec.variant, variant),
+            ("domain", rec.domain, domain),
+            ("gold_label", float(rec.gold_label), float(gold)),
+        ):
+            if got == want:
+                continue
+            if self.cohort is not None:
+                cohort_file, rows = self.cohort
+                source = f"the cohort ({cohort_file}, row {rows.get(rec.row_id)})"
+            elif first is not None:
+                source = (f"the first record of base {base!r} (row "
+                          f"{self.record_rows.get(id(first))})")
+            else:
+                source = "the expected row"
             raise InputError(
-                f"record {rec.row_id!r} has {name} {got!r}, expected {want!r}", field=name
+                f"record {rec.row_id!r} has {name} {got!r}, but {source} has {want!r}",
+                file=None if self.records_file is None else str(self.records_file),
+                row=self.record_rows.get(id(rec)),
+                field=name,
             )
 
 
@@ -227,10 +253,12 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
     if cohort_path is None:
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:
-            rows = rows_from_records(records, None)
+            rows = rows_from_records(records, None, records_file=run_dir / RECORDS_FILE)
             return RunRows(
                 rows.rows,
                 f"grid (cohort {manifest.cohort.get('path')!r} not found on disk)",
                 rows.records,
             )
-    return rows_from_records(records, cohort_path, manifest.shard)
+    return rows_from_records(
+        records, cohort_path, manifest.shard, records_file=run_dir / RECORDS_FILE
+    )

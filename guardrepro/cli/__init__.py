@@ -4,7 +4,11 @@ Each verb lives in its own module under ``guardrepro.cli`` and exposes a
 click command; ``COMMANDS`` maps the verb to ``"module:attribute"`` so a
 missing optional dependency only matters when that verb runs. Errors from
 ``guardrepro.errors`` become a one-line message and the error's exit code
-(2 for unusable input, 3 for a failed parity gate) here and nowhere else.
+(2 for unusable input or an integrity failure, 3 for a failed check, 4 for a
+download still failing after its retries) here and nowhere else. Environment
+problems that reach this boundary as a plain OSError (a read-only or full disk, a
+path under a regular file) or UnicodeDecodeError exit 2 with the path named,
+never with a traceback.
 """
 
 from __future__ import annotations
@@ -99,5 +103,21 @@ def main(argv: list[str] | None = None) -> Any:
     except GuardreproError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except UnicodeDecodeError as exc:
+        # readers name the file and line themselves; this is the last line of defence
+        click.echo(f"error: input is not valid UTF-8: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"error: {_os_error_text(exc)}", err=True)
+        sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+def _os_error_text(exc: OSError) -> str:
+    """An environment problem (read-only or full disk, missing or odd path) in words."""
+    from guardrepro.cache import describe_os_error
+
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    where = " -> ".join(paths) if paths else "(no path reported)"
+    return f"{where}: {describe_os_error(exc)}"

@@ -3,15 +3,17 @@
 Input: a lock file (TOML, see ``guardrepro.locks``) and an optional cache root.
 Output (stdout): one line per file (action, path, size, sha256; first-download pins
 flagged), then the verified directory. Errors (exit 2) name the file, URL, expected
-and observed sha256/size.
+and observed sha256/size; a download still failing after every retry exits 4.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from guardrepro.cache import FULL_ENV
 from guardrepro.fetch import fetch_lock
 
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
@@ -21,7 +23,12 @@ HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + gu
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
 @click.option("--no-progress", is_flag=True, help="Do not draw progress bars on stderr.")
-def fetch(lock: Path, home: Path | None, no_progress: bool) -> None:
+@click.option(
+    "--verify-full",
+    is_flag=True,
+    help="Re-hash every cached file instead of the cheap stamp + sampled-block check.",
+)
+def fetch(lock: Path, home: Path | None, no_progress: bool, verify_full: bool) -> None:
     """Download the files pinned by LOCK into the content-addressed cache.
 
     GitHub files come from the LFS media URL or the raw URL at the pinned commit,
@@ -31,8 +38,15 @@ def fetch(lock: Path, home: Path | None, no_progress: bool) -> None:
     before it enters the cache. Pins marked pinned_by = "first-download" are
     recorded into LOCK after the first verified download and enforced afterwards.
 
+    A cached file is trusted when its inode, size, mtime and ctime match the stamp
+    of its last full hash and its sampled blocks hash as then; anything else is
+    re-hashed in full, and a corrupt blob is replaced ("repaired") together with
+    every hardlink to it. --verify-full re-hashes everything.
+
     Prints one line per file and, last, the directory holding the lock's files.
     """
+    if verify_full:
+        os.environ[FULL_ENV] = "1"
     report = fetch_lock(lock, home, progress=not no_progress)
     for item in report.files:
         flag = "  [pinned now: first download]" if item.pinned_now else ""

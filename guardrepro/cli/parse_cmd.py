@@ -19,7 +19,7 @@ measurement, not a gate.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -93,18 +93,32 @@ def parse_lines(
 @click.option(
     "--input",
     "input_file",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),
     default="-",
     show_default=True,
     help="JSON-lines input ('-' is stdin).",
 )
-def parse(guard_name: str, input_file: IO[str]) -> None:
+def parse(guard_name: str, input_file: IO[bytes]) -> None:
     """Parse guard outputs given as JSON lines {"id", "text"} and write one
     JSON line {"id", "status", "score", "error_type", "components"} each."""
     parser = get_parser(guard_name)
-    source = "<stdin>" if input_file.name in ("-", "<stdin>") else str(input_file.name)
-    for record in parse_lines(input_file, parser, source=source):
+    name = getattr(input_file, "name", "-")
+    source = "<stdin>" if name in ("-", "<stdin>") else str(name)
+    for record in parse_lines(utf8_lines(input_file, source), parser, source=source):
         click.echo(_dumps(record))
+
+
+def utf8_lines(raw: Iterable[bytes], source: str) -> Iterator[str]:
+    """Decode lines as UTF-8; a bad byte is an InputError naming file, line and column."""
+    for lineno, line in enumerate(raw, start=1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"line {lineno}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at column"
+                f" {exc.start + 1})",
+                file=source,
+            ) from None
 
 
 def _load_set(

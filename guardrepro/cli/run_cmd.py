@@ -15,9 +15,12 @@ stderr.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import click
+
+from guardrepro.cache import FULL_ENV
 
 
 @click.command("run")
@@ -63,6 +66,11 @@ import click
     "appends ':r<N>' to that string); recorded in the provenance. Refused for greedy profiles.",
 )
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@click.option(
+    "--verify-full",
+    is_flag=True,
+    help="Re-hash every checkpoint file instead of the cheap stamp + sampled-block check.",
+)
 def run(
     profile_path: Path,
     cohort_path: Path,
@@ -71,6 +79,7 @@ def run(
     limit: int | None,
     seed: int | None,
     progress: bool,
+    verify_full: bool,
 ) -> None:
     """Run a cohort with a profile: one record per row in RUN_DIR (resumable).
 
@@ -87,6 +96,8 @@ def run(
       guardrepro compare runs/sampled-s0 runs/sampled-s1
     Rerunning with the same seed into the same directory resumes it.
     """
+    if verify_full:
+        os.environ[FULL_ENV] = "1"
     from guardrepro.errors import InputError
     from guardrepro.pipeline import run_cohort
     from guardrepro.runners.profile import RunProfile

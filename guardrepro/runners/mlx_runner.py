@@ -41,6 +41,7 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
@@ -92,6 +93,7 @@ class MLXRunner:
             raise InputError(f"device must be one of {_DEVICES}, got {device!r}",
                              field="backend_options.device")
         self.checkpoint_dir = Path(checkpoint_dir)
+        require_safetensors(self.checkpoint_dir, "mlx")
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
         if not self.eos_token_ids:
             raise InputError("the EOS id set is empty", field="eos_token_ids")

@@ -7,7 +7,8 @@ request order (the ``Runner`` protocol of ``guardrepro.runners.base``).
 
 Invariants:
 
-- Local files only: the model and its config are read from the directory
+- Local files only, safetensors only (``require_safetensors`` before vLLM is
+  imported, and ``load_format="safetensors"``): the model and its config are read from the directory
   (``HF_HUB_OFFLINE=1``, no remote code); vLLM's tokenizer is not loaded
   (``skip_tokenizer_init``) because prompts arrive as token ids rendered once
   by ``guardrepro.prompts``, and output text comes from the project's
@@ -57,6 +58,7 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -259,6 +261,7 @@ class VLLMRunner:
             raise InputError(
                 "not a checkpoint directory (no config.json)", file=str(self.checkpoint_dir)
             )
+        require_safetensors(self.checkpoint_dir, "vllm")
         if not eos_token_ids:
             raise InputError("the checkpoint has no EOS ids; generation could not stop")
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
@@ -290,6 +293,7 @@ class VLLMRunner:
             "tokenizer": str(self.checkpoint_dir),
             "skip_tokenizer_init": True,
             "trust_remote_code": False,
+            "load_format": "safetensors",  # never fall back to pytorch_model.bin
             "dtype": self.options.dtype,
             "seed": self.options.seed,
             "tensor_parallel_size": self.options.tensor_parallel_size,

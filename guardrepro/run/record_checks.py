@@ -1,0 +1,141 @@
+"""Field-level checks of a record read back from ``records.jsonl``.
+
+Input: a ``schema.Record`` built from one JSON line, the file and row it came from.
+Output: nothing, or an error naming the file, row and field.
+
+Invariants (checked on every read, so no check, merge or comparison sees them
+broken): ``gold_label`` is 0, 0.5 or 1; ``prompt_tokens`` is a non-negative integer;
+``output_token_ids`` is a list of non-negative integers; ``decision_margin`` is
+null or a finite number; every attempt has the ``schema.Attempt`` keys with the same
+types, a known status, a score of null/0/0.5/1 set exactly when its status is ok.
+For a known guard (``provenance.guard``), re-parsing ``output_text`` -- and each
+attempt's ``text`` -- must give back the recorded status and score: a record whose
+score contradicts its own output is an IntegrityError (exit 2), not a silently
+trusted value. The re-parse is a few regular-expression searches over the output
+text, cheap next to reading the line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from guardrepro.errors import InputError, IntegrityError
+from guardrepro.guards.registry import GUARD_NAMES, get_parser
+from guardrepro.schema import GOLD_SCORES, RECORD_STATUSES, Attempt, Record
+
+ATTEMPT_STATUSES = ("ok", "parse_error", "inference_error")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: Any, where: dict[str, Any], name: str) -> None:
+    if not _is_int(value) or value < 0:
+        raise InputError(f"expected a non-negative integer, got {value!r}", field=name, **where)
+
+
+def _token_ids(value: Any, where: dict[str, Any], name: str) -> None:
+    if not isinstance(value, list):
+        raise InputError(f"expected a list of token ids, got {value!r:.60}", field=name, **where)
+    for i, token in enumerate(value):
+        if not _is_int(token) or token < 0:
+            raise InputError(
+                f"token id {i} is {token!r}, expected a non-negative integer",
+                field=name,
+                **where,
+            )
+
+
+def _margin(value: Any, where: dict[str, Any], name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(
+            f"expected null or a finite number, got {value!r:.60}", field=name, **where
+        )
+
+
+def _score(value: Any, where: dict[str, Any], name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
+        raise InputError(f"expected null, 0, 0.5 or 1, got {value!r:.60}", field=name, **where)
+
+
+def _string(value: Any, where: dict[str, Any], name: str) -> None:
+    if not isinstance(value, str):
+        raise InputError(f"expected a string, got {value!r:.60}", field=name, **where)
+
+
+def _attempt(data: Any, where: dict[str, Any], prefix: str) -> Attempt:
+    if not isinstance(data, Mapping):
+        raise InputError(f"expected an object, got {data!r:.60}", field=prefix, **where)
+    try:
+        attempt = Attempt.from_dict(data)
+    except InputError as exc:
+        raise InputError(exc.message, field=f"{prefix}.{exc.field}", **where) from None
+    _string(attempt.text, where, f"{prefix}.text")
+    _token_ids(attempt.token_ids, where, f"{prefix}.token_ids")
+    _string(attempt.finish_reason, where, f"{prefix}.finish_reason")
+    if attempt.status not in ATTEMPT_STATUSES:
+        raise InputError(
+            f"expected one of {ATTEMPT_STATUSES}, got {attempt.status!r:.60}",
+            field=f"{prefix}.status",
+            **where,
+        )
+    _score(attempt.score, where, f"{prefix}.score")
+    if (attempt.status == "ok") != (attempt.score is not None):
+        raise InputError(
+            "score is set exactly when status is ok", field=f"{prefix}.score", **where
+        )
+    _margin(attempt.decision_margin, where, f"{prefix}.decision_margin")
+    if attempt.seed is not None and not _is_int(attempt.seed):
+        raise InputError(f"expected null or an integer, got {attempt.seed!r:.60}",
+                         field=f"{prefix}.seed", **where)
+    return attempt
+
+
+def _consistent(
+    text: str, status: str, score: float | None, guard: str, where: dict[str, Any], name: str
+) -> None:
+    """Re-parse ``text``; the recorded status/score must be what the parser gives."""
+    if status == "inference_error":
+        return
+    parsed = get_parser(guard)(text)
+    expected = "ok" if parsed.status == "ok" else "parse_error"
+    if (status, score) != (expected, parsed.score):
+        file, row = where.get("file"), where.get("row")
+        place = ", ".join(str(x) for x in (file, None if row is None else f"row {row}") if x)
+        raise IntegrityError(
+            f"{place}: field {name!r}: the record says status {status!r} score {score!r}, but"
+            f" its output text parses ({guard} parser) to status {expected!r} score"
+            f" {parsed.score!r}: the record contradicts its own output"
+        )
+
+
+def check_record(record: Record, *, file: str | None, row: int | None) -> None:
+    """Raise InputError / IntegrityError (file, row, field named) on a bad record."""
+    where: dict[str, Any] = {"file": file, "row": row}
+    _score(record.gold_label, where, "gold_label")
+    if record.gold_label is None:
+        raise InputError("expected 0, 0.5 or 1, got null", field="gold_label", **where)
+    _count(record.prompt_tokens, where, "prompt_tokens")
+    _token_ids(record.output_token_ids, where, "output_token_ids")
+    _margin(record.decision_margin, where, "decision_margin")
+    _string(record.output_text, where, "output_text")
+    if record.status not in RECORD_STATUSES:  # also enforced by Record itself
+        raise InputError(f"unknown status {record.status!r}", field="status", **where)
+    if not isinstance(record.attempts, list):
+        raise InputError("expected a list", field="attempts", **where)
+    attempts = [_attempt(a, where, f"attempts[{i}]") for i, a in enumerate(record.attempts)]
+    guard = record.provenance.get("guard") if isinstance(record.provenance, Mapping) else None
+    if guard not in GUARD_NAMES:
+        return
+    assert isinstance(guard, str)
+    _consistent(record.output_text, record.status, record.score, guard, where, "score")
+    for i, attempt in enumerate(attempts):
+        _consistent(attempt.text, attempt.status, attempt.score, guard, where,
+                    f"attempts[{i}].score")
