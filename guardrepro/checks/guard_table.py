@@ -53,7 +53,7 @@ def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
             replicates: int, seed: int) -> dict[str, Any]:
     out = Ratio(sum(nums), sum(dens)).to_dict()
     if replicates > 0 and rows:
-        strata = [(r.domain, str(gold_strict(r.gold_label))) for r in rows]
+        strata = [f"{r.domain}:{gold_strict(r.gold_label)}" for r in rows]
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
         out["interval"] = {"low": iv.low, "high": iv.high, "replicates": replicates,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.errors import InputError, IntegrityError
-from guardrepro.guards.registry import GUARD_NAMES, get_parser
+from guardrepro.guards.registry import GUARD_NAMES, adapter_info, get_parser
 from guardrepro.schema import GOLD_SCORES, RECORD_STATUSES, Attempt, Record
 
 ATTEMPT_STATUSES = ("ok", "parse_error", "inference_error")
@@ -101,8 +101,10 @@ def _attempt(data: Any, where: dict[str, Any], prefix: str) -> Attempt:
 def _consistent(
     text: str, status: str, score: float | None, guard: str, where: dict[str, Any], name: str
 ) -> None:
-    """Re-parse ``text``; the recorded status/score must be what the parser gives."""
-    if status == "inference_error":
+    """Re-parse ``text``; the recorded status/score must be what the parser gives.
+    Only for guards scored by parsing their output: a logit guard's score comes
+    from its recorded probability and a rule guard's from its rule."""
+    if status == "inference_error" or adapter_info(guard).scoring != "parse":
         return
     parsed = get_parser(guard)(text)
     expected = "ok" if parsed.status == "ok" else "parse_error"
