@@ -116,23 +116,24 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -
     return out
 
 
-def preds_from_records(rows: Sequence[BenchRow], records: Sequence[Record]) -> list[float | None]:
+def preds_from_records(rows: Sequence[BenchRow], records: Sequence[Record],
+                       file: str | None = None) -> list[float | None]:
     """One prediction per benchmark row from a run's ``original`` records,
     matched by base_sample_id; a row without a record is None (missing, fails
     closed). Records of edited variants are not benchmark rows and are not
     used; an original record matching no benchmark row is an error."""
     index = {r.base_sample_id: i for i, r in enumerate(rows)}
     preds: list[float | None] = [None] * len(rows)
-    for rec in records:
+    for n, rec in enumerate(records):
         if rec.variant != "original":
             continue
         i = index.get(rec.base_sample_id)
         if i is None:
-            raise InputError(f"record {rec.row_id!r} matches no benchmark row",
-                             field="base_sample_id")
+            raise InputError(f"record {rec.row_id!r} matches no benchmark row", file=file,
+                             row=n, field="base_sample_id")
         if float(rec.gold_label) != rows[i].score:
             raise InputError(f"record {rec.row_id!r} has gold {rec.gold_label}, the benchmark "
-                             f"row has {rows[i].score}", field="gold_label")
+                             f"row has {rows[i].score}", file=file, row=n, field="gold_label")
         preds[i] = rec.score
     return preds
 

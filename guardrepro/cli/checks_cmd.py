@@ -82,10 +82,12 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
                       conservative=conservative).with_extra(
         reference=ref_info, run_dir=str(path), expected_rows_source=run.expected_source)
     data = result.to_json()
-    written = write_json_atomic(out_dir(path, out) / "gate.json", data)
+    # the verdict is printed before gate.json is written, so an unwritable
+    # output directory (exit 2) still shows it
     click.echo(format_table(data))
-    click.echo(f"wrote {written}")
     click.echo(result.verdict)
+    written = write_json_atomic(out_dir(path, out) / "gate.json", data)
+    click.echo(f"wrote {written}")
     if not result.passed:
         raise GateFailed(result.verdict)
 
@@ -178,9 +180,11 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> lis
         from guardrepro.released import load_released
 
         return released_preds(rows, load_released(root, benchmark))
-    from guardrepro.checks.runio import load_records
+    from guardrepro.checks.runio import RECORDS_FILE, load_records
 
-    return preds_from_records(rows, load_records(Path(preds)))
+    path = Path(preds)
+    file = path / RECORDS_FILE if path.is_dir() else path
+    return preds_from_records(rows, load_records(path), file=str(file))
 
 
 @audit.command("interaction")
