@@ -33,6 +33,11 @@ Invariants:
   inference errors and decision margins: ``guardrepro.attempts``). Any
   exception other than ``InferenceError`` stops the run; the records already
   appended stay valid and a rerun resumes.
+- A profile with ``sort_by_length = true`` hands the rows to the runner
+  ordered by prompt length (stable; less padding per batch). Records are
+  appended as chunks finish and, once every selected row has one, the
+  records file is rewritten atomically in cohort order, so the file's order
+  never depends on the batching.
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ class RunSummary:
     remaining: int
     counts: Mapping[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # wall-clock (time.time) span of generation: runner loaded -> last record
+    generation_started: float = 0.0
+    generation_finished: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -330,6 +338,9 @@ def run_cohort(
             _check_existing(writer, rows, prepared, prov_sha)
             already = sum(1 for p in prepared if p.row.row_id in writer.records)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
+            if profile.sort_by_length:
+                todo.sort(key=lambda p: len(p.token_ids))
+            generation_started = time.time()
             chunk_size = int(profile.backend_options.get("batch_size", 1))
             bar = tqdm(
                 total=len(todo), desc=f"run {manifest.run_id}", unit="row", disable=not progress
@@ -349,6 +360,9 @@ def run_cohort(
                     bar.update(len(chunk))
             finally:
                 bar.close()
+            generation_finished = time.time()
+            if profile.sort_by_length:
+                writer.rewrite_in_order([r.row_id for r in rows])
         finally:
             runner.close()
         selected_ids = {r.row_id for r in rows}
@@ -367,6 +381,8 @@ def run_cohort(
             remaining=len(rows) - done,
             counts=counts,
             elapsed_s=time.perf_counter() - started,
+            generation_started=generation_started,
+            generation_finished=generation_finished,
         )
 
 

@@ -4,7 +4,9 @@ Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 (the run directory), optional ``--shard k/n``, ``--limit N`` and ``--seed N``
 (replaces the profile's decoding seed; sampled mode only, refused with an
 ``InputError`` for a greedy profile; it is part of the recorded decoding, so
-it changes the provenance hash). Output: the
+it changes the provenance hash) and ``--workers N`` (worker processes over
+deterministic shards, merged in cohort order: ``runners.workers``; default:
+the profile's ``workers``, else 1). Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
@@ -59,6 +61,14 @@ import click
     help="Sampled profiles only: replace the profile's decoding seed (the base of the "
     "per-row, per-attempt seeds); recorded in the provenance. Refused for greedy profiles.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: the profile's `workers`, else 1). Each runs a "
+    "deterministic shard with its share of the CPU cores; the records are merged into "
+    "--out in cohort order with one provenance.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 def run(
     profile_path: Path,
@@ -67,6 +77,7 @@ def run(
     shard: str | None,
     limit: int | None,
     seed: int | None,
+    workers: int | None,
     progress: bool,
 ) -> None:
     """Run a cohort with a profile: one record per row in RUN_DIR (resumable).
@@ -84,8 +95,8 @@ def run(
     Rerunning with the same seed into the same directory resumes it.
     """
     from guardrepro.errors import InputError
-    from guardrepro.pipeline import run_cohort
     from guardrepro.runners.profile import RunProfile
+    from guardrepro.runners.workers import run_with_workers
 
     profile = RunProfile.load(profile_path)
     if seed is not None:
@@ -97,11 +108,23 @@ def run(
                 field="decoding.mode",
             )
         profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
-    summary = run_cohort(
-        profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
-    )
+    n_workers = profile.workers if workers is None else workers
+    if shard is not None:
+        if workers is not None and workers > 1:
+            raise InputError("--shard and --workers > 1 cannot be combined", field="workers")
+        from guardrepro.pipeline import run_cohort
+
+        summary = run_cohort(
+            profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
+        )
+    else:
+        summary = run_with_workers(
+            profile, cohort_path, run_dir, workers=n_workers, limit=limit, progress=progress
+        )
     counts = summary.counts
     shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""
+    if shard is None and n_workers > 1:
+        shard_note = f" ({n_workers} workers)"
     click.echo(
         f"run {summary.run_id}: {summary.rows_selected} rows selected{shard_note}; "
         f"{summary.already_done} already done, {summary.generated} generated, "
