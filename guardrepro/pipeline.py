@@ -46,7 +46,7 @@ import importlib.metadata
 import platform
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,8 +242,13 @@ def run_cohort(
     limit: int | None = None,
     progress: bool = True,
     home: str | Path | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> RunSummary:
     """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
+
+    ``on_ready`` is called once the runner is loaded and the run directory
+    checked, right before the first row is generated (``run --workers``
+    lines its workers up there).
 
     ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
     selected rows for this invocation (a later run without it resumes the
@@ -340,6 +345,8 @@ def run_cohort(
             todo = [p for p in prepared if p.row.row_id not in writer.records]
             if profile.sort_by_length:
                 todo.sort(key=lambda p: len(p.token_ids))
+            if on_ready is not None:
+                on_ready()
             generation_started = time.time()
             chunk_size = int(profile.backend_options.get("batch_size", 1))
             bar = tqdm(

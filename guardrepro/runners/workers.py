@@ -20,7 +20,11 @@ Invariants:
   the provenance). A run directory that already holds a run (a finished or
   partly resumed merge) is resumed in one process with that same profile.
 - Workers are started with the ``spawn`` method (no state inherited from the
-  parent, whatever it imported). A worker's ``GuardreproError`` is re-raised
+  parent, whatever it imported). Each loads its runner, then waits at a
+  barrier until all have, so they generate side by side (and the run's
+  generation span, ``RunSummary.generation_started`` to ``_finished``, is
+  not a measure of how long one process took to import torch); a worker that
+  fails before the barrier breaks it, releasing the others. A worker's ``GuardreproError`` is re-raised
   in the parent with its class and message; any other failure becomes an
   ``InferenceError`` naming the shard.
 - ``--limit`` is refused with more than one worker (a limit per shard would
@@ -77,14 +81,40 @@ def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
     return [base / f"{k}-of-{workers}" / run_dir.name for k in range(1, workers + 1)]
 
 
+_BARRIER: Any = None  # set in each worker process by _init
+BARRIER_TIMEOUT_S = 3600.0
+BROKEN = "another worker failed before generating"
+
+
+def _init(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _ready() -> None:
+    if _BARRIER is not None:
+        _BARRIER.wait(BARRIER_TIMEOUT_S)
+
+
 def _work(profile: RunProfile, cohort: Path, out: Path, shard: str, home: str | None) -> Any:
     """One worker (runs in a spawned process): its shard's summary, or the error."""
+    from threading import BrokenBarrierError
+
     from guardrepro.pipeline import run_cohort
 
     try:
-        return run_cohort(profile, cohort, out, shard=shard, progress=False, home=home)
+        return run_cohort(profile, cohort, out, shard=shard, progress=False, home=home,
+                          on_ready=_ready)
     except GuardreproError as exc:
+        if _BARRIER is not None:
+            _BARRIER.abort()
         return ("error", type(exc).__name__, str(exc))
+    except BrokenBarrierError:
+        return ("error", "InferenceError", BROKEN)
+    except BaseException:
+        if _BARRIER is not None:
+            _BARRIER.abort()
+        raise
 
 
 def _raise(shard: str, kind: str, message: str) -> None:
@@ -124,15 +154,18 @@ def run_with_workers(
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    barrier = context.Barrier(workers)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init,
+                             initargs=(barrier,)) as pool:
         futures = [
             pool.submit(_work, shared, cohort, d, s, home_s)
             for d, s in zip(dirs, shards, strict=True)
         ]
         results = [f.result() for f in futures]
-    for shard, result in zip(shards, results, strict=True):
-        if isinstance(result, tuple):
-            _raise(shard, result[1], result[2])
+    failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
+    failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
+    for shard, result in failed:
+        _raise(shard, result[1], result[2])
     merge_runs(dirs, out, cohort_path=cohort)
     shutil.rmtree(dirs[0].parent.parent)
     counts: dict[str, int] = {}
