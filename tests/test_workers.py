@@ -15,14 +15,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile  # noqa: E402
+from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
 
-from guardrepro.errors import InputError  # noqa: E402
-from guardrepro.pipeline import run_cohort  # noqa: E402
-from guardrepro.records import read_manifest, read_records  # noqa: E402
-from guardrepro.runners.profile import RunProfile  # noqa: E402
-from guardrepro.runners.workers import physical_cores, run_with_workers  # noqa: E402
-from guardrepro.schema import read_cohort  # noqa: E402
+from guardrepro.errors import InputError
+from guardrepro.pipeline import run_cohort
+from guardrepro.records import read_manifest, read_records
+from guardrepro.runners.profile import RunProfile
+from guardrepro.runners.workers import physical_cores, run_with_workers
+from guardrepro.schema import read_cohort
 
 CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status", "score",
            "error_type", "components", "input_sha256", "prompt_tokens")

@@ -52,6 +52,7 @@ from transformers import DynamicCache
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
 
 
 @dataclass(frozen=True)
@@ -97,17 +98,17 @@ class _Batch:
     """The unfinished sequences: KV buffers (layer, batch, kv_head, column, dim)
     with prompts right-aligned at ``width``, a key mask and next positions."""
 
-    def __init__(self, caches: list[DynamicCache], lengths: list[int], layers: int) -> None:
+    def __init__(self, caches: list[KV], lengths: list[int], layers: int) -> None:
         self.width = max(lengths)
-        first = caches[0].layers[0].keys
+        first = caches[0][0][0]
         _, kv_heads, _, dim = first.shape
         shape = (layers, len(caches), kv_heads, self.width + GROW, dim)
         self.keys = first.new_zeros(shape)
         self.values = first.new_zeros(shape)
         for row, (cache, n) in enumerate(zip(caches, lengths, strict=True)):
             for i in range(layers):
-                self.keys[i, row, :, self.width - n : self.width] = cache.layers[i].keys[0]
-                self.values[i, row, :, self.width - n : self.width] = cache.layers[i].values[0]
+                self.keys[i, row, :, self.width - n : self.width] = cache[i][0][0]
+                self.values[i, row, :, self.width - n : self.width] = cache[i][1][0]
         self.used = self.width
         pad = torch.tensor([self.width - n for n in lengths], device=first.device)
         cols = torch.arange(self.keys.shape[3], device=first.device)
@@ -150,7 +151,7 @@ class LeanDecoder:
         self.layers = list(self.inner.layers)[: config.num_hidden_layers]
         self.device = next(model.parameters()).device
 
-    def _prefill(self, prompt: Sequence[int]) -> tuple[DynamicCache, torch.Tensor]:
+    def _prefill(self, prompt: Sequence[int]) -> tuple[KV, torch.Tensor]:
         ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
         cache = DynamicCache(config=self.model.config)
         out = self.model(
@@ -161,9 +162,10 @@ class LeanDecoder:
             use_cache=True,
             logits_to_keep=1,
         )
-        return cache, out.logits[:, -1, :]
+        layers: Any = cache.layers
+        return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
 
-    def _attend(self, layer: Any, h: torch.Tensor, batch: _Batch, cos: Any, sin: Any) -> Any:
+    def _attend(self, layer: Any, h: torch.Tensor, cos: Any, sin: Any) -> Any:
         rows = h.shape[0]
         attn = layer.self_attn
         q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(rows, 1, -1, self.head_dim)
@@ -191,7 +193,7 @@ class LeanDecoder:
         for i, layer in enumerate(self.layers):
             residual = h
             x = _rms(h, layer.input_layernorm.weight, self.eps)
-            q, k, v = self._attend(layer, x, batch, cos, sin)
+            q, k, v = self._attend(layer, x, cos, sin)
             batch.keys[i, :, :, col : col + 1] = k
             batch.values[i, :, :, col : col + 1] = v
             keys, values = batch.keys[i, :, :, : col + 1], batch.values[i, :, :, : col + 1]

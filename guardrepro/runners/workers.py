@@ -24,9 +24,9 @@ Invariants:
   barrier until all have, so they generate side by side (and the run's
   generation span, ``RunSummary.generation_started`` to ``_finished``, is
   not a measure of how long one process took to import torch); a worker that
-  fails before the barrier breaks it, releasing the others. A worker's ``GuardreproError`` is re-raised
-  in the parent with its class and message; any other failure becomes an
-  ``InferenceError`` naming the shard.
+  fails before the barrier breaks it, releasing the others. A worker's
+  ``GuardreproError`` is re-raised in the parent with its class and message;
+  any other failure becomes an ``InferenceError`` naming the shard.
 - ``--limit`` is refused with more than one worker (a limit per shard would
   not be the first N rows of the cohort).
 """
