@@ -41,8 +41,9 @@ Invariants and choices:
   own weights, finished sequences dropped at once. Same tokens as
   ``generate`` at batch 1 (tests; ``guardrepro check-invariance``); margins
   equal up to float32 rounding of batched kernels (as with ``generate``'s own
-  left-padded batches). Llama-family models only (qwen2, llama); others are
-  refused at load time with the reason.
+  left-padded batches). Verified in float32; in bf16/fp16 batched rows can
+  differ from batch 1 as they do with ``generate``. Llama-family models only
+  (qwen2, llama); others are refused at load time with the reason.
 
 Options (``[backend_options]``): ``dtype`` (float32 | bfloat16 | float16,
 default float32), ``device`` (cpu | cuda | cuda:N | mps, default cpu),
