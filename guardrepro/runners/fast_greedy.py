@@ -215,6 +215,12 @@ class LeanDecoder:
         batch.positions = batch.positions + 1
         return self.model.lm_head(h[:, -1, :])
 
+    def warm_up(self, token_id: int) -> None:
+        """Run two tiny prompts through both paths (prefill, padded batch step)
+        once, so first-call costs (lazy imports, kernel selection) are paid at
+        load time, not by the first rows. Outputs are discarded."""
+        self.decode([[token_id] * 3, [token_id] * 5], eos_token_ids=[], max_new_tokens=3)
+
     @torch.inference_mode()
     def decode(
         self,

@@ -198,6 +198,7 @@ class HFRunner:
             if reason is not None:
                 raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
             self._lean = LeanDecoder(self.model)
+            self._lean.warm_up(self.pad_token_id)
 
     def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         # The last position's logits of this forward pass are one decoding
