@@ -198,7 +198,9 @@ class HFRunner:
             if reason is not None:
                 raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
             self._lean = LeanDecoder(self.model)
+            self._hook.remove()  # the lean decoder computes margins itself
             self._lean.warm_up(self.pad_token_id)
+            self._hook = head.register_forward_hook(self._capture)
 
     def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         # The last position's logits of this forward pass are one decoding
