@@ -23,7 +23,8 @@ Invariants:
 - The decision margin is ``step_margins[i]`` for the generated token ``i``
   whose decoded span contains the first character of the harmfulness rating
   value (``guard.decision_char_offset``): the first ``i`` with
-  ``len(decode(ids[:i+1])) > offset``. None when no rating was generated.
+  ``len(decode(ids[:i+1])) > offset`` (found by bisection, see
+  ``token_index_at``). None when no rating was generated.
 """
 
 from __future__ import annotations
@@ -55,11 +56,24 @@ def token_index_at(
     token_ids: Sequence[int], char_offset: int, decode: Callable[[Sequence[int]], str]
 ) -> int | None:
     """Index of the token whose decoded span contains ``char_offset`` of
-    ``decode(token_ids)``: the first ``i`` with ``len(decode(ids[:i+1])) > offset``."""
-    for i in range(len(token_ids)):
-        if len(decode(token_ids[: i + 1])) > char_offset:
-            return i
-    return None
+    ``decode(token_ids)``: the first ``i`` with ``len(decode(ids[:i+1])) > offset``.
+
+    Found by bisection: O(log n) prefix decodes instead of one per token (n
+    decodes of up to n tokens each was quadratic in the output length). Exact
+    because a decoded prefix never gets shorter when a token is appended
+    (byte-level decoders append bytes; an incomplete UTF-8 sequence shows as
+    one replacement character until its last byte arrives), so the predicate
+    is monotone in ``i``. ``tests/test_attempts_margin.py`` checks it against
+    the linear scan.
+    """
+    lo, hi = 0, len(token_ids)  # answer in [lo, hi); hi = len means "none"
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decode(token_ids[: mid + 1])) > char_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < len(token_ids) else None
 
 
 def decision_margin(

@@ -155,14 +155,18 @@ def run_demo(
 
     say(f"[{next(step)}/{steps}] run the toy guard with transformers (runners/toy-hf.toml)")
     hf_dir = out / "hf-fp32"
-    run_cohort(root / "runners/toy-hf.toml", result.cohort, hf_dir, progress=progress, home=home)
+    from guardrepro.runners.profile import RunProfile
+    from guardrepro.runners.workers import run_with_workers
+
+    hf_profile = RunProfile.load(root / "runners/toy-hf.toml")
+    run_with_workers(hf_profile, result.cohort, hf_dir, workers=hf_profile.workers,
+                     progress=progress, home=home)
     result.runs["hf-fp32"] = hf_dir
     mark("run_hf")
 
     if use_mlx:
         from guardrepro.checks.compare import compare_runs
         from guardrepro.quantize import quantize
-        from guardrepro.runners.profile import RunProfile
 
         plan = mlx_plan()
         result.mlx_plan = plan

@@ -41,6 +41,11 @@ Invariants:
   inference errors and decision margins: ``guardrepro.attempts``). Any
   exception other than ``InferenceError`` stops the run; the records already
   appended stay valid and a rerun resumes.
+- A profile with ``sort_by_length = true`` hands the rows to the runner
+  ordered by prompt length (stable; less padding per batch). Records are
+  appended as chunks finish and, once every selected row has one, the
+  records file is rewritten atomically in cohort order, so the file's order
+  never depends on the batching.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import importlib.metadata
 import platform
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +114,9 @@ class RunSummary:
     remaining: int
     counts: Mapping[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # wall-clock (time.time) span of generation: runner loaded -> last record
+    generation_started: float = 0.0
+    generation_finished: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -300,8 +308,13 @@ def run_cohort(
     limit: int | None = None,
     progress: bool = True,
     home: str | Path | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> RunSummary:
     """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
+
+    ``on_ready`` is called once the runner is loaded and the run directory
+    checked, right before the first row is generated (``run --workers``
+    lines its workers up there).
 
     ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
     selected rows for this invocation (a later run without it resumes the
@@ -402,6 +415,11 @@ def run_cohort(
             _check_existing(writer, rows, prepared, prov_sha)
             already = sum(1 for p in prepared if p.row.row_id in writer.records)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
+            if profile.sort_by_length:
+                todo.sort(key=lambda p: len(p.token_ids))
+            if on_ready is not None:
+                on_ready()
+            generation_started = time.time()
             chunk_size = int(profile.backend_options.get("batch_size", 1))
             bar = tqdm(
                 total=len(todo), desc=f"run {manifest.run_id}", unit="row", disable=not progress
@@ -421,6 +439,9 @@ def run_cohort(
                     bar.update(len(chunk))
             finally:
                 bar.close()
+            generation_finished = time.time()
+            if profile.sort_by_length:
+                writer.rewrite_in_order([r.row_id for r in rows])
         finally:
             runner.close()
         selected_ids = {r.row_id for r in rows}
@@ -439,6 +460,8 @@ def run_cohort(
             remaining=len(rows) - done,
             counts=counts,
             elapsed_s=time.perf_counter() - started,
+            generation_started=generation_started,
+            generation_finished=generation_finished,
         )
 
 

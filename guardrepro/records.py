@@ -35,7 +35,7 @@ import json
 import os
 import subprocess
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -350,6 +350,27 @@ class RecordWriter:
                 " final line is removed when the run resumes"
             ) from None
         self.records[record.row_id] = record
+
+    def rewrite_in_order(self, row_ids: Sequence[str]) -> bool:
+        """Atomically rewrite the records file with its lines (bytes unchanged)
+        in the order of ``row_ids`` (ids without a record are skipped); every
+        record must be named. Returns whether the file changed."""
+        if self._fd is None:
+            raise InputError("record writer is closed", file=str(self.path))
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        by_id = {json.loads(line)["row_id"]: line for line in lines}
+        unnamed = sorted(set(by_id) - set(row_ids))
+        if unnamed:
+            raise InputError(f"records of rows not in the order given: {unnamed[:5]}",
+                             file=str(self.path))
+        ordered = [by_id[i] for i in row_ids if i in by_id]
+        if ordered == lines:
+            return False
+        os.close(self._fd)
+        self._fd = None
+        atomic_write_bytes(self.path, b"".join(ordered))
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        return True
 
     def close(self) -> None:
         if self._fd is not None:

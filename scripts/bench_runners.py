@@ -1,210 +1,220 @@
-"""Benchmark the toy guard's run profiles against a baseline measured in the same run.
+"""Benchmark run configurations of the toy guard against the naive per-row loop, in one invocation.
 
-Input: ``--rows N`` (first N toy-cohort rows, default 16), ``--profiles`` (comma
-list of ``PROFILES`` names; default all but ``vllm``), ``--vllm`` (add vLLM CPU,
-run by ``.venv-vllm/bin/python`` in a child process), ``--home`` (guardrepro
-cache), ``--work`` (keep cohort, artifacts, runs; both default to a temp dir), ``--json OUT``.
+Input: ``--rows N`` (the first N rows of the toy cohort ``cohorts/toy-64.toml``,
+256 rows; default 64), ``--repeats R`` (default 3), ``--configs`` (comma list
+of ``CONFIGS`` names; default ``DEFAULT_CONFIGS``; ``naive`` is always
+added), ``--home`` / ``--work`` (guardrepro cache, scratch; default a temp
+dir), ``--json OUT``.
 
-Output: a table on stdout, a line per profile: rows, generated tokens (all
-attempts), wall seconds of ``run_cohort`` (model load included), rows/s and
-tokens/s on it, generation-only tokens/s (records' summed ``timings.total_s``),
-both tokens/s as ratios to the baseline, peak memory, agreement with the baseline
-(identical token ids, strict decisions; ``guardrepro.checks.compare``); ``--json`` too.
+Output: one table on stdout, a line per configuration: rows, best (min) and
+median generation seconds over the repeats, rows/s at the best, the ratio to
+the naive loop (naive min / config min) and the median of the paired
+per-repeat ratios, and how many rows have exactly the naive loop's output
+(token ids and finish reason). ``--json OUT`` writes a list of objects, one
+per configuration, with at least ``name``, ``rows``, ``rows_per_s``,
+``vs_naive`` and ``identical``.
 
 Invariants:
-- The baseline (``hf-b1``: ``runners/toy-hf.toml`` at batch 1, after an untimed
-  one-row warm-up) is measured first in the same invocation and again last
-  (``hf-b1-end``: its ratio shows load drift); never against stored numbers.
-- MLX artifacts are quantized on the fly from ``locks/toy-guard.toml``; the
-  quantization time is reported apart, never inside a profile's wall time.
-- Peak memory: records' ``peak_memory_bytes`` if set (hf CPU: process max RSS, monotone;
-  MLX: allocator peak), else the process's max RSS. Compare it within a backend only.
+
+- The baseline ``naive`` (transformers ``generate`` once per row: batch 1,
+  float32, one thread, one process) is measured in the same invocation as
+  every configuration; configurations are interleaved within each repeat
+  (naive, A, B, ..., naive, A, B, ...), so a load change on the machine hits
+  all of them alike; an untimed one-row warm-up runs first.
+- Every configuration runs ``guardrepro``'s own run path (``run_with_workers``
+  -> ``run_cohort``) into a fresh run directory on the same cohort file (its
+  first N rows). The time measured is the generation span: from the moment
+  the runner(s) are loaded to the last record written (for several workers:
+  first worker ready to last worker done); process start, imports and model
+  loading are reported apart (``wall_s``).
+- ``identical`` counts rows whose token ids and finish reason equal the
+  naive loop's in every repeat; a configuration that changes any row's
+  tokens is reported, never hidden.
+- MLX configurations quantize ``locks/toy-guard.toml`` first (untimed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import resource
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guardrepro.cache import atomic_write_bytes
-from guardrepro.checks.compare import compare_runs
 from guardrepro.cohort import build_cohort_file
-from guardrepro.errors import DependencyMissingError, InferenceError, InputError
+from guardrepro.errors import InferenceError
 from guardrepro.fetch import fetch_lock
-from guardrepro.pipeline import run_cohort
 from guardrepro.quantize import quantize
 from guardrepro.records import read_records
 from guardrepro.runners.profile import RunProfile
 from guardrepro.runners.registry import runner_class
+from guardrepro.runners.workers import run_with_workers
 
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-BASELINE = "hf-b1"
-# name -> (runner profile, quantize recipe or None, batch-size override or None)
-PROFILES: dict[str, tuple[str, str | None, int | None]] = {
-    "hf-b1": ("runners/toy-hf.toml", None, 1),
-    "hf": ("runners/toy-hf.toml", None, None),
-    "mlx-q8": ("runners/toy-mlx-q8.toml", "quantize/q8-g64.toml", None),
-    "mlx-q8-f32": ("runners/toy-mlx-q8.toml", "quantize/q8-g64-f32.toml", None),
-    "mlx-bf16": ("runners/toy-mlx-bf16.toml", "quantize/bf16.toml", None),
-    "vllm": ("runners/toy-vllm.toml", None, None),
+BASELINE = "naive"
+
+
+@dataclass(frozen=True)
+class Config:
+    profile: str
+    options: dict[str, Any] = field(default_factory=dict)  # backend_options overrides
+    workers: int | None = None  # None: the profile's
+    sort_by_length: bool | None = None  # None: the profile's
+    recipe: str | None = None  # MLX: quantize recipe
+    note: str = ""
+
+
+HF = "runners/toy-hf.toml"
+ONE_THREAD = {"threads": 1}
+CONFIGS: dict[str, Config] = {
+    "naive": Config(HF, {"decode_loop": "generate", "batch_size": 1, **ONE_THREAD}, 1, False,
+                    note="generate per row, 1 thread"),
+    "generate-b16": Config(HF, {"decode_loop": "generate", "batch_size": 16, **ONE_THREAD}, 1,
+                           False, note="generate, left-padded batches of 16"),
+    "generate-b16-sorted": Config(HF, {"decode_loop": "generate", "batch_size": 16,
+                                       **ONE_THREAD}, 1, True, note="+ sorted by length"),
+    "lean-b16": Config(HF, {"decode_loop": "lean", "batch_size": 16, **ONE_THREAD}, 1, True,
+                       note="lean decoder, sorted, 1 process"),
+    "naive-2threads": Config(HF, {"decode_loop": "generate", "batch_size": 1, "threads": 2}, 1,
+                             False, note="generate per row, 2 threads"),
+    "toy-hf": Config(HF, note="runners/toy-hf.toml as shipped"),
+    "mlx-q8": Config("runners/toy-mlx-q8.toml", recipe="quantize/q8-g64.toml",
+                     note="MLX Q8 g64, batch 1"),
 }
-DEFAULT_PROFILES = ("hf", "mlx-q8", "mlx-q8-f32", "mlx-bf16")
+DEFAULT_CONFIGS = ("generate-b16", "lean-b16", "toy-hf")
 
 
 @dataclass
-class Result:
-    profile: str
-    runner: str
-    recipe: str | None
-    batch_size: int
+class Sample:
+    name: str
+    repeat: int
     rows: int
-    tokens: int
-    wall_s: float
     gen_s: float
-    quantize_s: float
-    peak_memory_bytes: int
-    memory_source: str
-    run_dir: str
-    rows_per_s: float
-    tokens_per_s: float  # over wall time
-    gen_tokens_per_s: float  # over the records' summed generation time
-    ratio: float | None = None  # tokens_per_s / the baseline's
-    gen_ratio: float | None = None  # gen_tokens_per_s / the baseline's
-    identical_tokens: int | None = None
-    strict_agree: int | None = None
-    compared: int | None = None
+    wall_s: float
+    run_dir: Path
 
 
-def _profile_list(text: str) -> list[str]:
+def _config_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PROFILES]
+    unknown = [n for n in names if n not in CONFIGS]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown profile(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(PROFILES)}")
+            f"unknown configuration(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(CONFIGS)}")
     return names
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--profiles", type=_profile_list, default=list(DEFAULT_PROFILES))
-    parser.add_argument("--vllm", action="store_true", help="add the vllm profile")
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--configs", type=_config_list, default=list(DEFAULT_CONFIGS))
     for option in ("--json", "--home", "--work"):
         parser.add_argument(option, type=Path)
-    for hidden in ("--cohort", "--worker-json"):  # used by the vllm child process
-        parser.add_argument(hidden, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rows < 1:
         parser.error(f"--rows must be >= 1, got {args.rows}")
-    names = [*args.profiles, *(["vllm"] if args.vllm else [])]
-    if args.worker_json is None:  # the parent always measures the baseline first
-        names = [BASELINE, *names]
-    args.profiles = list(dict.fromkeys(names))
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    args.configs = list(dict.fromkeys([BASELINE, *args.configs]))
     return args
 
 
-def measure(name: str, cohort: Path, work: Path, rows: int, home: Path, label: str = "") -> Result:
-    """Quantize if the profile needs it, then time one ``run_cohort`` on ``rows`` rows."""
-    label = label or name
-    runner, recipe, batch = PROFILES[name]
-    profile = RunProfile.load(ROOT / runner)
-    quantize_s = 0.0
-    if recipe is not None:
-        start = time.perf_counter()
-        made = quantize(ROOT / recipe, ROOT / "locks/toy-guard.toml",
-                        work / "artifacts" / name, home=home)
-        quantize_s = time.perf_counter() - start
-        profile = profile.with_checkpoint_lock(made.lock_path)
-    if batch is not None:
-        profile = profile.with_backend_options(batch_size=batch)
-    run_dir = work / "runs" / label
-    if run_dir.exists():
-        raise InputError("run directory exists; benchmarks need a fresh run", file=str(run_dir))
-    runner_class(profile.backend)  # import the backend (torch, mlx) outside the timed part
+def profile_for(name: str, work: Path, home: Path) -> RunProfile:
+    """The run profile of configuration ``name`` (MLX: quantized on first use)."""
+    config = CONFIGS[name]
+    profile = RunProfile.load(ROOT / config.profile)
+    if config.recipe is not None:
+        lock = work / "artifacts" / f"{name}.lock.toml"
+        if not lock.exists():
+            made = quantize(ROOT / config.recipe, ROOT / "locks/toy-guard.toml",
+                            work / "artifacts" / name, home=home)
+            lock = made.lock_path
+        profile = profile.with_checkpoint_lock(lock)
+    if config.options:
+        profile = profile.with_backend_options(**config.options)
+    if config.workers is not None:
+        profile = profile.with_workers(config.workers)
+    if config.sort_by_length is not None:
+        profile = dataclasses.replace(profile, sort_by_length=config.sort_by_length)
+    return profile
+
+
+def measure(name: str, profile: RunProfile, cohort: Path, run_dir: Path, home: Path,
+            repeat: int) -> Sample:
+    runner_class(profile.backend)  # import the backend outside the timed part
     start = time.perf_counter()
-    summary = run_cohort(profile, cohort, run_dir, limit=rows, progress=False, home=home)
+    summary = run_with_workers(profile, cohort, run_dir, workers=profile.workers,
+                               progress=False, home=home)
     wall_s = time.perf_counter() - start
-    records = read_records(run_dir)
-    if summary.generated != len(records) or not records:
-        raise InferenceError(f"{name}: generated {summary.generated}, recorded {len(records)}")
-    peaks = [r.peak_memory_bytes for r in records if r.peak_memory_bytes is not None]
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    tokens = sum(len(a["token_ids"]) for r in records for a in r.attempts)
-    gen_s = sum(float(r.timings["total_s"]) for r in records)
-    return Result(
-        profile=label, runner=runner, recipe=recipe,
-        batch_size=int(profile.backend_options.get("batch_size", 1)), rows=len(records),
-        tokens=tokens, wall_s=wall_s, gen_s=gen_s, quantize_s=quantize_s,
-        peak_memory_bytes=max(peaks) if peaks else maxrss,
-        memory_source=f"records ({profile.backend})" if peaks else "process max RSS",
-        run_dir=str(run_dir), rows_per_s=len(records) / wall_s, tokens_per_s=tokens / wall_s,
-        gen_tokens_per_s=tokens / gen_s if gen_s else 0.0,
-    )
+    if summary.remaining or not summary.generated:
+        raise InferenceError(f"{name}: {summary.remaining} rows left, {summary.generated} made")
+    gen_s = summary.generation_finished - summary.generation_started
+    return Sample(name, repeat, summary.generated, gen_s, wall_s, run_dir)
 
 
-def measure_in_vllm_env(args: argparse.Namespace, cohort: Path, work: Path, home: Path) -> Result:
-    """Run the ``vllm`` profile with the vLLM venv's Python, in a child process."""
-    if not VLLM_PYTHON.is_file():
-        raise DependencyMissingError(f"{VLLM_PYTHON} not found (bash scripts/setup_vllm.sh)")
-    out = work / "vllm-result.json"
-    command = [str(VLLM_PYTHON), str(Path(__file__).resolve()), "--rows", str(args.rows),
-               "--profiles", "vllm", "--home", str(home), "--work", str(work),
-               "--cohort", str(cohort), "--worker-json", str(out)]
-    done = subprocess.run(command, check=False)
-    if done.returncode != 0:
-        raise InferenceError(f"vllm child exited {done.returncode}: {' '.join(command)}")
-    return Result(**json.loads(out.read_text(encoding="utf-8"))[0])
+def outputs(run_dir: Path) -> dict[str, tuple[tuple[int, ...], str | None]]:
+    return {r.row_id: (tuple(r.output_token_ids), r.finish_reason)
+            for r in read_records(run_dir)}
 
 
-def compare_with_baseline(results: list[Result]) -> None:
-    """Fill ratios and agreement counts against ``results[0]`` (the baseline)."""
-    base = results[0]
-    for r in results:
-        r.ratio = r.tokens_per_s / base.tokens_per_s if base.tokens_per_s else None
-        r.gen_ratio = r.gen_tokens_per_s / base.gen_tokens_per_s if base.gen_tokens_per_s else None
-        summary = compare_runs(base.run_dir, r.run_dir).summary()
-        r.identical_tokens = summary["identical_tokens"]["count"]
-        r.strict_agree = summary["strict_agreement"]["count"]
-        r.compared = summary["rows_in_both"]
+def summarise(samples: list[Sample]) -> list[dict[str, Any]]:
+    """One object per configuration: times, rates, ratios, identical rows."""
+    by_name: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    base = by_name[BASELINE]
+    reference = outputs(base[0].run_dir)
+    base_min = min(s.gen_s for s in base)
+    out = []
+    for name, runs in by_name.items():
+        times = [s.gen_s for s in runs]
+        paired = [b.gen_s / s.gen_s for b, s in zip(base, runs, strict=True) if s.gen_s > 0]
+        identical = min(
+            sum(1 for row, value in outputs(s.run_dir).items() if reference.get(row) == value)
+            for s in runs)
+        rows = runs[0].rows
+        out.append({
+            "name": name, "note": CONFIGS[name].note, "rows": rows, "repeats": len(runs),
+            "min_s": min(times), "median_s": statistics.median(times),
+            "rows_per_s": rows / min(times), "rows_per_s_median": rows / statistics.median(times),
+            "vs_naive": base_min / min(times),
+            "vs_naive_median_paired": statistics.median(paired) if paired else None,
+            "identical": identical,
+            "wall_s_median": statistics.median(s.wall_s for s in runs),
+        })
+    return out
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _agree(count: int | None, total: int | None) -> str:
-    return "-" if count is None else f"{count}/{total}"
-
-
-def format_table(results: list[Result]) -> str:
-    header = ("profile", "batch", "rows", "tokens", "wall_s", "rows/s", "tok/s", "vs base",
-              "gen tok/s", "vs base", "peak MiB", "identical", "strict", "quant_s")
+def format_table(results: list[dict[str, Any]]) -> str:
+    header = ("config", "rows", "min_s", "median_s", "rows/s", "vs naive", "paired med",
+              "identical", "wall_s", "what")
     lines = [header]
     for r in results:
-        lines.append((r.profile, str(r.batch_size), str(r.rows), str(r.tokens),
-                      f"{r.wall_s:.2f}", f"{r.rows_per_s:.2f}", f"{r.tokens_per_s:.1f}",
-                      _ratio(r.ratio), f"{r.gen_tokens_per_s:.1f}", _ratio(r.gen_ratio),
-                      f"{r.peak_memory_bytes / 2**20:.0f}", _agree(r.identical_tokens, r.compared),
-                      _agree(r.strict_agree, r.compared), f"{r.quantize_s:.2f}"))
+        paired = r["vs_naive_median_paired"]
+        lines.append((r["name"], str(r["rows"]), f"{r['min_s']:.2f}", f"{r['median_s']:.2f}",
+                      f"{r['rows_per_s']:.2f}", f"{r['vs_naive']:.2f}x",
+                      "-" if paired is None else f"{paired:.2f}x",
+                      f"{r['identical']}/{r['rows']}", f"{r['wall_s_median']:.2f}", r["note"]))
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+    return "\n".join("  ".join(c.ljust(w) if i in (0, len(header) - 1) else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
                      for row in lines)
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+def first_rows(cohort: Path, rows: int, out: Path) -> Path:
+    lines = cohort.read_bytes().splitlines(keepends=True)
+    if rows > len(lines):
+        raise SystemExit(f"--rows {rows}: the cohort has {len(lines)} rows")
+    atomic_write_bytes(out, b"".join(lines[:rows]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,32 +224,30 @@ def main(argv: list[str] | None = None) -> int:
         work = (args.work or Path(tmp) / "work").resolve()
         work.mkdir(parents=True, exist_ok=True)
         os.environ["GUARDREPRO_HOME"] = str(home)  # build_cohort_file materializes from it
-        cohort = args.cohort or work / "cohort.jsonl"
-        if args.cohort is None:
-            for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
-                fetch_lock(ROOT / lock, home, progress=False)
-            build_cohort_file(ROOT / "cohorts/toy-64.toml", None, cohort)
-        if args.worker_json is None:  # untimed: first-call costs (lazy imports, kernels)
-            measure(BASELINE, cohort, work, 1, home, "warm-up")
-        results: list[Result] = []
-        for name in args.profiles:
-            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-            if name == "vllm" and args.worker_json is None:
-                results.append(measure_in_vllm_env(args, cohort, work, home))
-            else:
-                results.append(measure(name, cohort, work, args.rows, home))
-        if args.worker_json is not None:
-            write_json(args.worker_json, [asdict(r) for r in results])
-            return 0
-        if len(results) > 1:  # the baseline again: did the machine's load drift meanwhile?
-            results.append(measure(BASELINE, cohort, work, args.rows, home, f"{BASELINE}-end"))
-        compare_with_baseline(results)
-    print(f"toy guard, first {args.rows} rows of cohorts/toy-64.toml; baseline {BASELINE} "
-          "(runners/toy-hf.toml, batch 1) measured in this run")
+        for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
+            fetch_lock(ROOT / lock, home, progress=False)
+        full = work / "cohort-full.jsonl"
+        if not full.exists():
+            build_cohort_file(ROOT / "cohorts/toy-64.toml", None, full)
+        cohort = first_rows(full, args.rows, work / f"cohort-{args.rows}.jsonl")
+        profiles = {name: profile_for(name, work, home) for name in args.configs}
+        runs = work / f"runs-{time.strftime('%Y%m%dT%H%M%S')}"
+        warm = first_rows(full, 1, work / "cohort-1.jsonl")
+        measure("warm-up", profiles[BASELINE], warm, runs / "warm-up", home, 0)
+        samples = []
+        for repeat in range(args.repeats):
+            for name in args.configs:
+                print(f"[bench] repeat {repeat + 1}/{args.repeats} {name} ...", file=sys.stderr,
+                      flush=True)
+                samples.append(measure(name, profiles[name], cohort,
+                                       runs / f"{name}-{repeat}", home, repeat))
+        results = summarise(samples)
+    print(f"toy guard, first {args.rows} rows of cohorts/toy-64.toml, {args.repeats} interleaved "
+          f"repeats, {os.cpu_count()} CPUs; baseline {BASELINE} measured in this run; "
+          "times = generation span (model loaded -> last record)")
     print(format_table(results))
     if args.json is not None:
-        write_json(args.json, {"rows": args.rows, "baseline": BASELINE,
-                               "results": [asdict(r) for r in results]})
+        atomic_write_bytes(args.json, (json.dumps(results, indent=2) + "\n").encode("utf-8"))
     return 0
 
 

@@ -14,6 +14,12 @@ runner describes.
 ``summarize --dir DIR --out FILE``: compares the configurations: repeat
 agreement, batch 1 vs batched, and each vLLM configuration against the
 transformers runner of the same dtype; writes the JSON summary.
+
+``cohort --run RUN_DIR --invariance FILE --wall-s S --into FILE``: the
+TS-Guard cohort stage: from the run's records (rows, generated tokens, the
+generation time = the records' summed ``timings.total_s``) and the
+``check-invariance`` report (batch 1 vs batched identical rows), adds a
+``cohort`` entry to the summary JSON and prints it.
 """
 
 from __future__ import annotations
@@ -190,6 +196,33 @@ def summarize(directory: Path, out: Path) -> dict[str, Any]:
     return summary
 
 
+def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[str, Any]:
+    """Wall time, tokens/s and batch-1 agreement of the TS-Guard cohort run."""
+    from guardrepro.records import read_manifest, read_records
+
+    records = read_records(run_dir)
+    manifest = read_manifest(run_dir)
+    tokens = sum(len(a["token_ids"]) for r in records for a in r.attempts)
+    gen_s = sum(float(r.timings["total_s"]) for r in records)
+    entry: dict[str, Any] = {
+        "run_dir": str(run_dir), "rows": len(records), "generated_tokens": tokens,
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "wall_s": round(wall_s, 2), "generation_s": round(gen_s, 2),
+        "tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
+        "statuses": {s: sum(1 for r in records if r.status == s)
+                     for s in sorted({r.status for r in records})},
+        "backend_config": dict(manifest.provenance["backend_config"]) if manifest else None,
+    }
+    if invariance is not None and invariance.is_file():
+        report = json.loads(invariance.read_text())
+        entry["batch1_vs_batched"] = {
+            "rows": len(report["rows"]), "identical": report["identical_sequences"],
+            "token_agreement": report["token_agreement"], "batch_size": report["batch_size"],
+            "seconds_batch1": report["seconds_batch1"],
+            "seconds_batched": report["seconds_batched"]}
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -202,8 +235,23 @@ def main(argv: list[str] | None = None) -> int:
     summ = sub.add_parser("summarize")
     summ.add_argument("--dir", type=Path, required=True)
     summ.add_argument("--out", type=Path, required=True)
+    coh = sub.add_parser("cohort")
+    coh.add_argument("--run", type=Path, required=True)
+    coh.add_argument("--invariance", type=Path)
+    coh.add_argument("--wall-s", type=float, required=True)
+    coh.add_argument("--into", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.verb == "run":
+    if args.verb == "cohort":
+        entry = cohort_stage(args.run, args.invariance, args.wall_s)
+        data = json.loads(args.into.read_text()) if args.into.is_file() else {}
+        data["cohort"] = entry
+        args.into.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        b = entry.get("batch1_vs_batched")
+        same = f"{b['identical']}/{b['rows']}" if b else "not measured"
+        print(f"cohort: {entry['rows']} rows, wall {entry['wall_s']} s (generation "
+              f"{entry['generation_s']} s), {entry['generated_tokens']} tokens, "
+              f"{entry['tokens_per_s']} tokens/s; batch 1 vs batched identical {same}")
+    elif args.verb == "run":
         run_config(args.config, args.out, args.work, args.max_new_tokens, args.allow_cpu)
     else:
         summary = summarize(args.dir, args.out)

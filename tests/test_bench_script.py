@@ -1,4 +1,4 @@
-"""scripts/bench_runners.py: argument handling, baseline ratios/agreement, table format.
+"""scripts/bench_runners.py: arguments, ratios against the naive loop, identical rows, table.
 
 No model runs here (the benchmark itself is run by hand); expectations are by hand.
 """
@@ -6,11 +6,10 @@ No model runs here (the benchmark itself is run by hand); expectations are by ha
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 from recordsets import write_run
@@ -28,33 +27,30 @@ def _load() -> ModuleType:
 
 
 bench = _load()
+SPECS = [("a", "original", "banking", 0.0, 0), ("b", "original", "banking", 1.0, 1),
+         ("c", "original", "slack", 1.0, 0.5), ("d", "original", "slack", 1.0, 1)]
 
 
-def test_defaults_put_the_baseline_first_and_leave_vllm_out() -> None:
+def test_defaults_put_the_naive_baseline_first() -> None:
     args = bench.parse_args([])
-    assert args.rows == 16
-    assert args.profiles == ["hf-b1", "hf", "mlx-q8", "mlx-q8-f32", "mlx-bf16"]
-    assert args.json is None and args.home is None and args.work is None
+    assert (args.rows, args.repeats) == (64, 3)
+    assert args.configs == ["naive", "generate-b16", "lean-b16", "toy-hf"]
+    args = bench.parse_args(["--configs", "toy-hf, naive,toy-hf", "--repeats", "1"])
+    assert args.configs == ["naive", "toy-hf"] and args.repeats == 1
 
 
-def test_profiles_are_deduplicated_baseline_first_and_vllm_appended() -> None:
-    args = bench.parse_args(["--rows", "8", "--profiles", "mlx-q8, hf-b1,mlx-q8", "--vllm"])
-    assert args.rows == 8
-    assert args.profiles == ["hf-b1", "mlx-q8", "vllm"]
-
-
-def test_the_vllm_child_measures_only_what_it_is_given() -> None:
-    args = bench.parse_args(["--profiles", "vllm", "--worker-json", "out.json"])
-    assert args.profiles == ["vllm"]
+def test_the_naive_configuration_is_the_per_row_generate_loop() -> None:
+    naive = bench.CONFIGS["naive"]
+    assert naive.options == {"decode_loop": "generate", "batch_size": 1, "threads": 1}
+    assert (naive.workers, naive.sort_by_length) == (1, False)
+    assert bench.CONFIGS["toy-hf"].options == {}  # the shipped profile, untouched
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [
-        (["--rows", "0"], "must be >= 1"),
-        (["--profiles", "hf,mlx-q4"], "unknown profile(s) mlx-q4; choose from hf-b1, hf,"),
-        (["--profiles", ","], "(none given)"),
-    ],
+    [(["--rows", "0"], "must be >= 1"), (["--repeats", "0"], "must be >= 1"),
+     (["--configs", "hf,mlx-q4"], "unknown configuration(s) hf, mlx-q4; choose from naive,"),
+     (["--configs", ","], "(none given)")],
 )
 def test_bad_arguments_exit_2_naming_the_problem(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
@@ -65,40 +61,36 @@ def test_bad_arguments_exit_2_naming_the_problem(
     assert message in capsys.readouterr().err
 
 
-def _result(name: str, run_dir: Path, tokens_per_s: float, gen_tokens_per_s: float) -> Any:
-    return bench.Result(
-        profile=name, runner="runners/toy-hf.toml", recipe=None, batch_size=1, rows=4,
-        tokens=40, wall_s=40 / tokens_per_s, gen_s=40 / gen_tokens_per_s, quantize_s=0.0,
-        peak_memory_bytes=3 * 2**20, memory_source="records (hf)", run_dir=str(run_dir),
-        rows_per_s=4 * tokens_per_s / 40, tokens_per_s=tokens_per_s,
-        gen_tokens_per_s=gen_tokens_per_s,
-    )
+def _run(path: Path, tokens: dict[str, list[int]]) -> Path:
+    run = write_run(path, SPECS)
+    lines = (run / "records.jsonl").read_text().splitlines()
+    out = []
+    for line in lines:
+        record = json.loads(line)
+        record["output_token_ids"] = tokens.get(record["base_sample_id"], [1, 2])
+        out.append(json.dumps(record))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    return run
 
 
-def test_ratios_and_agreement_against_the_baseline(tmp_path: Path) -> None:
-    base_dir = write_run(tmp_path / "base", [
-        ("a", "original", "banking", 0.0, 0), ("b", "original", "banking", 1.0, 1),
-        ("c", "original", "slack", 1.0, 0.5), ("d", "original", "slack", 1.0, 1)])
-    other_dir = write_run(tmp_path / "other", [
-        ("a", "original", "banking", 0.0, 0), ("b", "original", "banking", 1.0, 0),
-        ("c", "original", "slack", 1.0, 0.5), ("d", "original", "slack", 1.0, "parse")])
-    results = [_result("hf-b1", base_dir, 10.0, 20.0), _result("mlx-q8", other_dir, 25.0, 10.0)]
-    bench.compare_with_baseline(results)
-    base, other = results
-    assert (base.ratio, base.gen_ratio, base.strict_agree, base.compared) == (1.0, 1.0, 4, 4)
-    assert other.ratio == pytest.approx(2.5) and other.gen_ratio == pytest.approx(0.5)
-    # strict decisions 0,1,1,1 vs 0,0,1,- : rows a and c agree; d is a parse error in the
-    # other run, and agreement needs both rows valid (the gate's rule); no tokens at all
-    assert (other.strict_agree, other.identical_tokens, other.compared) == (2, 4, 4)
-
-
-def test_table_has_a_header_and_one_aligned_line_per_profile(tmp_path: Path) -> None:
-    done = replace(_result("hf", tmp_path, 25.0, 10.0), ratio=2.5, gen_ratio=0.5,
-                   identical_tokens=7, strict_agree=8, compared=8)
-    pending = _result("mlx-bf16", tmp_path, 10.0, 20.0)
-    lines = bench.format_table([done, pending]).splitlines()
-    assert len(lines) == 3 and len({len(line) for line in lines}) == 1
-    assert lines[0].split()[:4] == ["profile", "batch", "rows", "tokens"]
-    assert lines[1].split() == ["hf", "1", "4", "40", "1.60", "2.50", "25.0", "2.50x", "10.0",
-                                "0.50x", "3", "7/8", "8/8", "0.00"]
-    assert lines[2].split()[7] == "-" and lines[2].split()[-3:-1] == ["-", "-"]
+def test_ratios_min_median_and_identical_rows(tmp_path: Path) -> None:
+    same = _run(tmp_path / "n0", {})
+    changed = _run(tmp_path / "t1", {"c": [1, 3]})  # one row's tokens moved in repeat 2
+    samples = [
+        bench.Sample("naive", 0, 4, 10.0, 11.0, same),
+        bench.Sample("toy-hf", 0, 4, 2.0, 5.0, _run(tmp_path / "t0", {})),
+        bench.Sample("naive", 1, 4, 12.0, 13.0, _run(tmp_path / "n1", {})),
+        bench.Sample("toy-hf", 1, 4, 2.5, 5.5, changed),
+    ]
+    naive, fast = bench.summarise(samples)
+    assert (naive["name"], naive["vs_naive"], naive["identical"]) == ("naive", 1.0, 4)
+    assert (fast["min_s"], fast["median_s"]) == (2.0, 2.25)
+    assert fast["rows_per_s"] == 2.0 and fast["vs_naive"] == 5.0  # 10 s / 2 s
+    assert fast["vs_naive_median_paired"] == pytest.approx(4.9)  # median(10/2, 12/2.5)
+    assert fast["identical"] == 3  # the worst repeat counts
+    for key in ("name", "rows", "rows_per_s", "vs_naive", "identical"):
+        assert key in fast
+    lines = bench.format_table([naive, fast]).splitlines()
+    assert lines[0].split()[:6] == ["config", "rows", "min_s", "median_s", "rows/s", "vs"]
+    assert lines[2].split()[:8] == ["toy-hf", "4", "2.00", "2.25", "2.00", "5.00x", "4.90x",
+                                    "3/4"]

@@ -6,7 +6,9 @@ Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 0 = the published per-base seeds, N > 0 = repeat N, see
 ``schema.sampled_seed``; sampled mode only, refused with an ``InputError`` for
 a greedy profile; it is part of the recorded decoding, so it changes the
-provenance hash). Output: the
+provenance hash) and ``--workers N`` (worker processes over
+deterministic shards, merged in cohort order: ``runners.workers``; default:
+the profile's ``workers``, else 1). Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
@@ -65,6 +67,14 @@ from guardrepro.cache import FULL_ENV
     "(0 = the published seeds sha256('260828:<base>:<serialization>:<attempt>'), N > 0 "
     "appends ':r<N>' to that string); recorded in the provenance. Refused for greedy profiles.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: the profile's `workers`, else 1). Each runs a "
+    "deterministic shard with its share of the CPU cores; the records are merged into "
+    "--out in cohort order with one provenance.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.option(
     "--verify-full",
@@ -78,6 +88,7 @@ def run(
     shard: str | None,
     limit: int | None,
     seed: int | None,
+    workers: int | None,
     progress: bool,
     verify_full: bool,
 ) -> None:
@@ -99,8 +110,8 @@ def run(
     if verify_full:
         os.environ[FULL_ENV] = "1"
     from guardrepro.errors import InputError
-    from guardrepro.pipeline import run_cohort
     from guardrepro.runners.profile import RunProfile
+    from guardrepro.runners.workers import run_with_workers
 
     profile = RunProfile.load(profile_path)
     if seed is not None:
@@ -112,11 +123,23 @@ def run(
                 field="decoding.mode",
             )
         profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
-    summary = run_cohort(
-        profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
-    )
+    n_workers = profile.workers if workers is None else workers
+    if shard is not None:
+        if workers is not None and workers > 1:
+            raise InputError("--shard and --workers > 1 cannot be combined", field="workers")
+        from guardrepro.pipeline import run_cohort
+
+        summary = run_cohort(
+            profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
+        )
+    else:
+        summary = run_with_workers(
+            profile, cohort_path, run_dir, workers=n_workers, limit=limit, progress=progress
+        )
     counts = summary.counts
     shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""
+    if shard is None and n_workers > 1:
+        shard_note = f" ({n_workers} workers)"
     click.echo(
         f"run {summary.run_id}: {summary.rows_selected} rows selected{shard_note}; "
         f"{summary.already_done} already done, {summary.generated} generated, "

@@ -37,10 +37,23 @@ Invariants and choices:
   ``peak_memory_bytes``: ``torch.cuda.max_memory_allocated`` for the chunk on
   CUDA, else the process's peak resident set size (``getrusage``).
 
+- ``decode_loop = "lean"`` (greedy only; sampled mode always uses
+  ``generate``): ``runners.fast_greedy.LeanDecoder`` instead of ``generate``:
+  each prompt prefilled alone exactly as ``generate`` does at batch 1, then
+  the chunk decoded as one batch by a hand-written forward over the model's
+  own weights, finished sequences dropped at once. Same tokens as
+  ``generate`` at batch 1 (tests; ``guardrepro check-invariance``); margins
+  equal up to float32 rounding of batched kernels (as with ``generate``'s own
+  left-padded batches). Verified in float32; in bf16/fp16 batched rows can
+  differ from batch 1 as they do with ``generate``. Llama-family models only
+  (qwen2, llama); others are refused at load time with the reason.
+
 Options (``[backend_options]``): ``dtype`` (float32 | bfloat16 | float16,
 default float32), ``device`` (cpu | cuda | cuda:N | mps, default cpu),
-``batch_size`` (default 1), ``threads`` (torch CPU threads; default torch's),
-``attn_implementation`` (sdpa | eager, default sdpa).
+``batch_size`` (default 1), ``threads`` (torch CPU threads: an integer, or
+``"auto"`` = the physical cores this process may use; default torch's),
+``attn_implementation`` (sdpa | eager, default sdpa), ``decode_loop``
+(generate | lean, default generate).
 """
 
 from __future__ import annotations
@@ -60,6 +73,7 @@ from transformers.utils import logging as hf_logging
 
 from guardrepro.errors import InferenceError, InputError, MissingArtifactError
 from guardrepro.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.runners.fast_greedy import LeanDecoder, unsupported_reason
 from guardrepro.schema import DecodingParams
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -67,7 +81,7 @@ DTYPES: Mapping[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-OPTIONS = ("dtype", "device", "batch_size", "threads", "attn_implementation")
+OPTIONS = ("dtype", "device", "batch_size", "threads", "attn_implementation", "decode_loop")
 
 
 def _option_error(key: str, message: str) -> InputError:
@@ -84,7 +98,12 @@ def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
         "batch_size": options.get("batch_size", 1),
         "threads": options.get("threads"),
         "attn_implementation": options.get("attn_implementation", "sdpa"),
+        "decode_loop": options.get("decode_loop", "generate"),
     }
+    if out["threads"] == "auto":
+        from guardrepro.runners.workers import physical_cores
+
+        out["threads"] = physical_cores()
     if out["dtype"] not in DTYPES:
         raise _option_error("dtype", f"expected one of {list(DTYPES)}, got {out['dtype']!r}")
     device = out["device"]
@@ -97,9 +116,12 @@ def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
         if value is None and key == "threads":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _option_error(key, f"expected an integer >= 1, got {value!r}")
+            extra = ' or "auto"' if key == "threads" else ""
+            raise _option_error(key, f"expected an integer >= 1{extra}, got {value!r}")
     if out["attn_implementation"] not in ("sdpa", "eager"):
         raise _option_error("attn_implementation", "expected sdpa or eager")
+    if out["decode_loop"] not in ("generate", "lean"):
+        raise _option_error("decode_loop", f"expected generate or lean, got {out['decode_loop']!r}")
     return out
 
 
@@ -176,6 +198,15 @@ class HFRunner:
         if head is None:
             raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
         self._hook = head.register_forward_hook(self._capture)
+        self._lean: LeanDecoder | None = None
+        if self.options["decode_loop"] == "lean":
+            reason = unsupported_reason(self.model)
+            if reason is not None:
+                raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
+            self._lean = LeanDecoder(self.model)
+            self._hook.remove()  # the lean decoder computes margins itself
+            self._lean.warm_up(self.pad_token_id)
+            self._hook = head.register_forward_hook(self._capture)
 
     def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         # The last position's logits of this forward pass are one decoding
@@ -197,6 +228,8 @@ class HFRunner:
             "threads": torch.get_num_threads(),
             "attn_implementation": self.options["attn_implementation"],
         }
+        if self.options["decode_loop"] != "generate":  # absent key: older provenance unchanged
+            info["decode_loop"] = self.options["decode_loop"]
         if self.device.type == "cuda":
             info["device_name"] = torch.cuda.get_device_name(self.device)
             info["compute_capability"] = ".".join(
@@ -250,8 +283,45 @@ class HFRunner:
             return out
         size = self.options["batch_size"]
         for start in range(0, len(requests), size):
-            out.extend(self._generate_chunk(requests[start : start + size], config, seed=None))
+            chunk = requests[start : start + size]
+            if self._lean is not None:
+                out.extend(self._lean_chunk(chunk, params))
+            else:
+                out.extend(self._generate_chunk(chunk, config, seed=None))
         return out
+
+    def _lean_chunk(
+        self, chunk: Sequence[GenerationRequest], params: DecodingParams
+    ) -> list[Generation]:
+        assert self._lean is not None
+        ids = [r.row_id for r in chunk]
+        for request in chunk:
+            if not request.prompt_token_ids:
+                raise InferenceError(f"request {request.row_id!r} has an empty prompt")
+        self._hook.remove()  # the lean decoder computes margins itself
+        start = time.perf_counter()
+        try:
+            decoded, prefill_s = self._lean.decode(
+                [r.prompt_token_ids for r in chunk],
+                eos_token_ids=self.eos_token_ids,
+                max_new_tokens=params.max_new_tokens,
+            )
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise InferenceError(f"lean greedy decoding failed for {ids}: {exc}") from exc
+        finally:
+            head = self.model.get_output_embeddings()
+            self._hook = head.register_forward_hook(self._capture)
+        self._sync()
+        total = time.perf_counter() - start
+        n = len(chunk)
+        timings = Timings(
+            prefill_s=prefill_s / n, decode_s=(total - prefill_s) / n, total_s=total / n
+        )
+        peak = self._peak_memory()
+        return [
+            self._one(request, d.token_ids, d.margins, timings, peak)
+            for request, d in zip(chunk, decoded, strict=True)
+        ]
 
     def _generate_chunk(
         self, chunk: Sequence[GenerationRequest], config: GenerationConfig, *, seed: int | None

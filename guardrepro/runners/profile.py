@@ -12,6 +12,12 @@ Format::
     description = "..."                # optional
     require_batch_invariance = false   # optional; true: `guardrepro doctor` refuses a
                                        # backend/device that cannot give batch invariance
+    workers = 1                        # optional; worker processes `guardrepro run` uses
+                                       # (deterministic shards merged in cohort order;
+                                       # `run --workers N` overrides it)
+    sort_by_length = false             # optional; true: rows go to the runner in order of
+                                       # prompt length (less padding); records are still
+                                       # written back in cohort order
 
     [guard]
     name = "ts-guard"                  # a name known to guards.registry.get_guard
@@ -70,6 +76,8 @@ _TOP_KEYS = {
     "backend",
     "description",
     "require_batch_invariance",
+    "workers",
+    "sort_by_length",
     "guard",
     "checkpoint",
     "backend_options",
@@ -125,6 +133,8 @@ class RunProfile:
     decoding: DecodingParams = field(default_factory=DecodingParams)
     description: str = ""
     require_batch_invariance: bool = False
+    workers: int = 1
+    sort_by_length: bool = False
 
     @classmethod
     def load(cls, path: str | Path) -> RunProfile:
@@ -164,6 +174,13 @@ class RunProfile:
         invariance = data.get("require_batch_invariance", False)
         if not isinstance(invariance, bool):
             raise InputError("expected true or false", file=file, field="require_batch_invariance")
+        workers = data.get("workers", 1)
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InputError(f"expected an integer >= 1, got {workers!r}", file=file,
+                             field="workers")
+        sort_by_length = data.get("sort_by_length", False)
+        if not isinstance(sort_by_length, bool):
+            raise InputError("expected true or false", file=file, field="sort_by_length")
         base = path.parent
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
@@ -179,6 +196,8 @@ class RunProfile:
             decoding=_decoding(data.get("decoding", {}), file=file),
             description=description,
             require_batch_invariance=invariance,
+            workers=workers,
+            sort_by_length=sort_by_length,
         )
 
     def check_paths(self) -> None:
@@ -202,6 +221,9 @@ class RunProfile:
     def with_backend_options(self, **updates: Any) -> RunProfile:
         """A copy with some backend options replaced (e.g. ``batch_size=1``)."""
         return dataclasses.replace(self, backend_options={**self.backend_options, **updates})
+
+    def with_workers(self, workers: int) -> RunProfile:
+        return dataclasses.replace(self, workers=workers)
 
     def with_decoding(self, decoding: DecodingParams) -> RunProfile:
         return dataclasses.replace(self, decoding=decoding)

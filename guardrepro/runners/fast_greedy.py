@@ -1,0 +1,273 @@
+"""A lean greedy decoder for Llama-family transformers models (the hf runner's
+``decode_loop = "lean"``).
+
+Input: a loaded transformers ``Qwen2ForCausalLM`` or ``LlamaForCausalLM``
+(eval mode, default RoPE, full attention), a batch of token-id prompts, the
+EOS id set, the pad id and ``max_new_tokens``. Output: per prompt, in input
+order, a ``Decoded``: the generated ids (ending with the EOS id when one was
+produced), the top-1 minus top-2 logit gap at every generated position, and
+the finish reason (``"stop"`` or ``"length"``).
+
+How it stays ``generate(do_sample=False)``:
+
+- Prefill runs each prompt alone through the model's own ``forward``, called
+  exactly as ``generate`` calls it at batch 1 (no attention mask, positions
+  ``0..n-1``, ``logits_to_keep=1``, a ``DynamicCache``): the first token, its
+  margin and the prompt's KV cache are bit-for-bit those of the naive loop,
+  and no prompt pays for another's padding.
+- Decoding then runs all unfinished sequences as one batch through a
+  hand-written forward that applies the model's own weights with the same
+  operations in the same order as the transformers modules (RMSNorm in
+  float32, biases, RoPE from the model's ``rotary_emb``, SDPA with the same
+  GQA layout transformers picks: ``enable_gqa`` without a mask, the
+  single-query "packed" layout with one), over a preallocated KV buffer in
+  which shorter prompts are left-padded and masked. It skips what costs time
+  per step in ``generate``: logits processors, stopping criteria, mask
+  builders, output containers, cache bookkeeping.
+- The next token is ``argmax`` of the raw logits (no processor is active in
+  the greedy configuration); the margin is ``topk(2)`` of the same logits in
+  float32, as the hf runner's hook computes it.
+- A sequence that produced an EOS id leaves the batch at once (its rows are
+  dropped from the KV buffer, mask and positions), so finished rows cost
+  nothing.
+
+Tokens are what is guaranteed to match the naive loop, not float bits of
+later margins: batched float32 kernels round differently from batch 1 (the
+same holds for ``generate`` with left padding: margins moved by up to ~1e-5
+on the toy guard). The tests compare token ids with ``generate`` at batch 1
+on the toy guard and on tiny random models; ``guardrepro check-invariance``
+measures it for any profile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+GROW = 256  # KV buffer columns added at a time
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
+
+
+@dataclass(frozen=True)
+class Decoded:
+    token_ids: list[int]
+    margins: list[float]
+    finish_reason: str  # "stop" | "length"
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why ``model`` cannot use the lean decoder, or None when it can."""
+    config = model.config
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {model_type!r} (the lean decoder supports {SUPPORTED_MODEL_TYPES})"
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return f"rope_type {rope.get('rope_type')!r} (only the default RoPE)"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        return "sliding-window layers"
+    if getattr(config, "_attn_implementation", "sdpa") != "sdpa":
+        return f"attn_implementation {config._attn_implementation!r} (only sdpa)"
+    if getattr(config, "mlp_bias", False):
+        return "MLP biases"
+    return None
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # transformers' Qwen2RMSNorm / LlamaRMSNorm, op for op
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Batch:
+    """The unfinished sequences: KV buffers (layer, batch, kv_head, column, dim)
+    with prompts right-aligned at ``width``, a key mask and next positions."""
+
+    def __init__(self, caches: list[KV], lengths: list[int], layers: int) -> None:
+        self.width = max(lengths)
+        first = caches[0][0][0]
+        _, kv_heads, _, dim = first.shape
+        shape = (layers, len(caches), kv_heads, self.width + GROW, dim)
+        self.keys = first.new_zeros(shape)
+        self.values = first.new_zeros(shape)
+        for row, (cache, n) in enumerate(zip(caches, lengths, strict=True)):
+            for i in range(layers):
+                self.keys[i, row, :, self.width - n : self.width] = cache[i][0][0]
+                self.values[i, row, :, self.width - n : self.width] = cache[i][1][0]
+        self.used = self.width
+        pad = torch.tensor([self.width - n for n in lengths], device=first.device)
+        cols = torch.arange(self.keys.shape[3], device=first.device)
+        self.mask = cols[None, :] >= pad[:, None]  # True = attend
+        self.padded = bool((pad > 0).any())
+        self.positions = torch.tensor(lengths, dtype=torch.long, device=first.device)[:, None]
+
+    def reserve(self) -> None:
+        if self.used < self.keys.shape[3]:
+            return
+        grow = self.keys.new_zeros((*self.keys.shape[:3], GROW, self.keys.shape[4]))
+        self.keys = torch.cat([self.keys, grow], dim=3)
+        self.values = torch.cat([self.values, grow.clone()], dim=3)
+        ones = self.mask.new_ones((self.mask.shape[0], GROW))
+        self.mask = torch.cat([self.mask, ones], dim=1)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.keys = self.keys.index_select(1, rows)
+        self.values = self.values.index_select(1, rows)
+        self.mask = self.mask.index_select(0, rows)
+        self.positions = self.positions.index_select(0, rows)
+        self.padded = bool((~self.mask[:, : self.used]).any())
+
+
+class LeanDecoder:
+    """Greedy decoding with the weights of one loaded transformers model."""
+
+    def __init__(self, model: Any) -> None:
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"the lean decoder cannot run this model: {reason}")
+        self.model = model
+        config = model.config
+        self.inner = model.model
+        self.eps = float(config.rms_norm_eps)
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.scale = self.head_dim**-0.5
+        self.layers = list(self.inner.layers)[: config.num_hidden_layers]
+        self.device = next(model.parameters()).device
+
+    def _prefill(self, prompt: Sequence[int]) -> tuple[KV, torch.Tensor]:
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=None,
+            position_ids=torch.arange(len(prompt), device=self.device)[None, :],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        layers: Any = cache.layers
+        return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
+
+    def _attend(self, layer: Any, h: torch.Tensor, cos: Any, sin: Any) -> Any:
+        rows = h.shape[0]
+        attn = layer.self_attn
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(rows, 1, -1, self.head_dim)
+        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(rows, 1, -1, self.head_dim)
+        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(rows, 1, -1, self.head_dim)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q = (q * cos) + (_rotate_half(q) * sin)
+        k = (k * cos) + (_rotate_half(k) * sin)
+        return q, k, v
+
+    def _step(self, tokens: torch.Tensor, batch: _Batch) -> torch.Tensor:
+        """One decoding step for every row of ``batch``: the last-position logits."""
+        batch.reserve()
+        col = batch.used
+        h = self.inner.embed_tokens(tokens)  # (rows, 1, hidden)
+        cos, sin = self.inner.rotary_emb(h, batch.positions)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        rows = h.shape[0]
+        bias = None
+        if batch.padded:  # additive key mask: -inf on left padding
+            bias = torch.zeros(batch.mask.shape[0], col + 1, dtype=h.dtype, device=h.device)
+            bias.masked_fill_(~batch.mask[:, : col + 1], float("-inf"))
+            bias = bias[:, None, None, :]
+        groups = self.heads // self.kv_heads
+        for i, layer in enumerate(self.layers):
+            residual = h
+            x = _rms(h, layer.input_layernorm.weight, self.eps)
+            q, k, v = self._attend(layer, x, cos, sin)
+            batch.keys[i, :, :, col : col + 1] = k
+            batch.values[i, :, :, col : col + 1] = v
+            keys, values = batch.keys[i, :, :, : col + 1], batch.values[i, :, :, : col + 1]
+            # one query per sequence: the group's queries share their kv head
+            scores = torch.matmul(q.reshape(rows, self.kv_heads, groups, self.head_dim),
+                                  keys.transpose(-1, -2)) * self.scale
+            if bias is not None:
+                scores = scores + bias
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+            out = torch.matmul(probs, values).reshape(rows, 1, -1)
+            h = residual + F.linear(out, layer.self_attn.o_proj.weight)
+            residual = h
+            x = _rms(h, layer.post_attention_layernorm.weight, self.eps)
+            mlp = layer.mlp
+            gated = mlp.act_fn(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight)
+            h = residual + F.linear(gated, mlp.down_proj.weight)
+        h = _rms(h, self.inner.norm.weight, self.eps)
+        batch.used += 1
+        batch.positions = batch.positions + 1
+        return self.model.lm_head(h[:, -1, :])
+
+    def warm_up(self, token_id: int) -> None:
+        """Run two tiny prompts through both paths (prefill, padded batch step)
+        once, so first-call costs (lazy imports, kernel selection) are paid at
+        load time, not by the first rows. Outputs are discarded."""
+        self.decode([[token_id] * 3, [token_id] * 5], eos_token_ids=[], max_new_tokens=3)
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        eos_token_ids: Sequence[int],
+        max_new_tokens: int,
+    ) -> tuple[list[Decoded], float]:
+        """Greedy-decode ``prompts`` (see the module docstring); also the seconds
+        spent prefilling (to the first token of every prompt)."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        eos = set(int(i) for i in eos_token_ids)
+        tokens: list[list[int]] = [[] for _ in prompts]
+        margins: list[list[float]] = [[] for _ in prompts]
+        finish = ["length"] * len(prompts)
+        started = time.perf_counter()
+        caches, logits = [], []
+        for prompt in prompts:
+            cache, last = self._prefill(prompt)
+            caches.append(cache)
+            logits.append(last)
+        batch = _Batch(caches, [len(p) for p in prompts], len(self.layers))
+        del caches
+        alive = list(range(len(prompts)))  # original index of each batch row
+        step_logits = torch.cat(logits, dim=0)
+        prefill_s = time.perf_counter() - started
+        for step in range(max_new_tokens):
+            nxt = torch.argmax(step_logits, dim=-1)
+            top2 = torch.topk(step_logits.float(), k=2, dim=-1).values
+            gaps = (top2[:, 0] - top2[:, 1]).tolist()
+            keep = []
+            for row, (token, gap) in enumerate(zip(nxt.tolist(), gaps, strict=True)):
+                index = alive[row]
+                tokens[index].append(token)
+                margins[index].append(gap)
+                if token in eos:
+                    finish[index] = "stop"
+                else:
+                    keep.append(row)
+            if not keep or step + 1 == max_new_tokens:
+                break
+            if len(keep) < len(alive):
+                rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+                batch.keep(rows)
+                nxt = nxt.index_select(0, rows)
+                alive = [alive[row] for row in keep]
+            step_logits = self._step(nxt[:, None], batch)
+        decoded = [Decoded(t, m, f) for t, m, f in zip(tokens, margins, finish, strict=True)]
+        return decoded, prefill_s

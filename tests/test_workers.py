@@ -1,0 +1,124 @@
+"""``run --workers N``, rows sorted by prompt length, and the profile keys behind them.
+
+Expectations: the records of a plain one-process run with ``generate`` at
+batch 1 (the naive loop) on the same tiny random Qwen2 and cohort; cohort
+order read from the cohort file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
+
+from guardrepro.errors import InputError
+from guardrepro.pipeline import run_cohort
+from guardrepro.records import read_manifest, read_records
+from guardrepro.runners.profile import RunProfile
+from guardrepro.runners.workers import physical_cores, run_with_workers
+from guardrepro.schema import read_cohort
+
+CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status", "score",
+           "error_type", "components", "input_sha256", "prompt_tokens")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("workers")
+    tiny = build_diverse_tiny(base / "tiny")
+    template = base / "template.txt"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    fast = write_profile(base / "fast.toml", tiny, template,
+                         options={"decode_loop": "lean", "batch_size": 3},
+                         decoding='mode = "greedy"\nmax_new_tokens = 10')
+    fast.write_text("sort_by_length = true\n" + fast.read_text(encoding="utf-8"))
+    naive = write_profile(base / "naive.toml", tiny, template, options={"batch_size": 1},
+                          decoding='mode = "greedy"\nmax_new_tokens = 10')
+    cohort = write_cohort(base / "cohort.jsonl", 7)
+    reference = base / "naive-run"
+    run_cohort(naive, cohort, reference, progress=False)
+    return {"base": base, "fast": fast, "cohort": cohort, "reference": reference}
+
+
+def _content(run_dir: Path) -> list[dict[str, object]]:
+    return [{k: getattr(r, k) for k in CONTENT} for r in read_records(run_dir)]
+
+
+def test_sorted_lean_run_matches_the_naive_loop_in_cohort_order(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    profile = RunProfile.load(setup["fast"])
+    assert profile.sort_by_length and profile.workers == 1
+    out = tmp_path / "sorted"
+    run_cohort(profile, setup["cohort"], out, progress=False)
+    want = _content(setup["reference"])
+    assert [r["row_id"] for r in want] == [r.row_id for r in read_cohort(setup["cohort"])]
+    lengths = [r["prompt_tokens"] for r in want]
+    assert lengths != sorted(lengths)  # sorting really reorders this cohort
+    assert _content(out) == want
+    margins = [(a.decision_margin, b.decision_margin)
+               for a, b in zip(read_records(out), read_records(setup["reference"]), strict=True)]
+    assert all((a is None) == (b is None) for a, b in margins)
+    assert all(a is None or b is None or a == pytest.approx(b, abs=1e-4) for a, b in margins)
+
+
+def test_two_workers_give_the_one_process_records(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    profile = RunProfile.load(setup["fast"])
+    one = tmp_path / "one"
+    two = tmp_path / "two"
+    run_with_workers(profile, setup["cohort"], one, workers=1, progress=False)
+    summary = run_with_workers(profile, setup["cohort"], two, workers=2, progress=False)
+    assert summary.generated == 7 and summary.remaining == 0
+    assert summary.generation_finished >= summary.generation_started > 0
+    assert _content(two) == _content(one) == _content(setup["reference"])
+    a, b = read_manifest(one), read_manifest(two)
+    assert a is not None and b is not None and b.shard is None
+    assert a.provenance_sha256 == b.provenance_sha256  # threads fixed to 1 by the profile
+    assert {r.run_id for r in read_records(two)} == {"two"}
+    assert not (tmp_path / ".two.workers").exists()  # shard runs removed after the merge
+    # rerunning into the finished directory resumes it (nothing left to do)
+    again = run_with_workers(profile, setup["cohort"], two, workers=2, progress=False)
+    assert again.generated == 0 and again.already_done == 7
+
+
+def test_workers_refuse_a_limit_and_bad_counts(setup: dict[str, Path], tmp_path: Path) -> None:
+    profile = RunProfile.load(setup["fast"])
+    with pytest.raises(InputError, match="--limit"):
+        run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, limit=3)
+    with pytest.raises(InputError, match="workers"):
+        run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=0)
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [("workers = 0", "workers"), ("workers = true", "workers"),
+     ('sort_by_length = "yes"', "sort_by_length")],
+)
+def test_profile_keys_are_checked(setup: dict[str, Path], tmp_path: Path, line: str,
+                                  field: str) -> None:
+    path = tmp_path / "bad.toml"
+    text = setup["fast"].read_text(encoding="utf-8").replace("sort_by_length = true\n", "")
+    path.write_text(f"{line}\n{text}", encoding="utf-8")
+    with pytest.raises(InputError) as exc:
+        RunProfile.load(path)
+    assert exc.value.field == field and str(path) in str(exc.value)
+
+
+def test_physical_cores_is_within_the_allowed_cpus() -> None:
+    assert 1 <= physical_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_the_toy_profile_is_the_fast_one() -> None:
+    root = Path(__file__).resolve().parents[1]
+    profile = RunProfile.load(root / "runners" / "toy-hf.toml")
+    assert profile.workers == 2 and profile.sort_by_length
+    assert profile.backend_options["decode_loop"] == "lean"
+    assert profile.backend_options["threads"] == "auto"
