@@ -21,7 +21,7 @@ from guardrepro.errors import InputError
 from guardrepro.pipeline import run_cohort
 from guardrepro.records import read_manifest, read_records
 from guardrepro.runners.profile import RunProfile
-from guardrepro.runners.workers import physical_cores, run_with_workers
+from guardrepro.runners.workers import physical_cores, run_with_workers, worker_profile
 from guardrepro.schema import read_cohort
 
 CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status", "score",
@@ -89,10 +89,19 @@ def test_two_workers_give_the_one_process_records(
     assert again.generated == 0 and again.already_done == 7
 
 
-def test_workers_refuse_a_limit_and_bad_counts(setup: dict[str, Path], tmp_path: Path) -> None:
+def test_a_limit_runs_one_process_and_bad_counts_are_refused(setup: dict[str, Path],
+                                                             tmp_path: Path) -> None:
     profile = RunProfile.load(setup["fast"])
-    with pytest.raises(InputError, match="--limit"):
-        run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, limit=3)
+    first = run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, limit=3,
+                             progress=False)
+    records = read_records(tmp_path / "x")
+    assert first.generated == 3 and len(records) == 3
+    # the first three cohort rows, in one process with the workers' thread count
+    assert [r.row_id for r in records] == [r.row_id for r in read_cohort(setup["cohort"])[:3]]
+    threads = worker_profile(profile, 2).backend_options["threads"]
+    assert {r.provenance["backend_config"]["threads"] for r in records} == {threads}
+    rest = run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, progress=False)
+    assert rest.already_done == 3
     with pytest.raises(InputError, match="workers"):
         run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=0)
 

@@ -27,8 +27,9 @@ Invariants:
   fails before the barrier breaks it, releasing the others. A worker's
   ``GuardreproError`` is re-raised in the parent with its class and message;
   any other failure becomes an ``InferenceError`` naming the shard.
-- ``--limit`` is refused with more than one worker (a limit per shard would
-  not be the first N rows of the cohort).
+- ``--limit N`` runs the first N rows in one process (a limit per shard would
+  not be the first N rows of the cohort), with the workers' per-process
+  settings, so that the same run later resumes under one provenance.
 """
 
 from __future__ import annotations
@@ -117,11 +118,12 @@ def _work(profile: RunProfile, cohort: Path, out: Path, shard: str, home: str | 
         raise
 
 
-def _raise(shard: str, kind: str, message: str) -> None:
+def _raise(out: Path, shard: str, kind: str, message: str) -> None:
+    """Re-raise a worker's error in the parent, naming the run it was part of."""
     cls = getattr(errors, kind, None)
     if isinstance(cls, type) and issubclass(cls, GuardreproError):
-        raise cls(f"worker {shard}: {message}")
-    raise InferenceError(f"worker {shard}: {kind}: {message}")
+        raise cls(f"run {out}: worker {shard}: {message}")
+    raise InferenceError(f"run {out}: worker {shard}: {kind}: {message}")
 
 
 def run_with_workers(
@@ -145,9 +147,12 @@ def run_with_workers(
     home_s = None if home is None else str(home)
     if workers == 1:
         return run_cohort(profile, cohort, out, limit=limit, progress=progress, home=home)
-    if limit is not None:
-        raise InputError("--limit cannot be combined with more than one worker", field="limit")
     shared = worker_profile(profile, workers)
+    if limit is not None:
+        # a few rows: one process, with the workers' settings so that the run
+        # resumes later under the same provenance
+        return run_cohort(shared, cohort, out, limit=limit, progress=progress, home=home)
+    out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
     if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
         return run_cohort(shared, cohort, out, progress=progress, home=home)
     started = time.perf_counter()
@@ -165,7 +170,7 @@ def run_with_workers(
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:
-        _raise(shard, result[1], result[2])
+        _raise(out, shard, result[1], result[2])
     merge_runs(dirs, out, cohort_path=cohort)
     shutil.rmtree(dirs[0].parent.parent)
     counts: dict[str, int] = {}
