@@ -36,6 +36,8 @@ COMMANDS: dict[str, str] = {
     "audit": "guardrepro.cli.checks_cmd:audit",
     "report": "guardrepro.cli.report_cmd:report",
     "demo": "guardrepro.cli.demo_cmd:demo",
+    "sweep": "guardrepro.cli.sweep_cmd:sweep",
+    "frontier": "guardrepro.cli.frontier_cmd:frontier",
 }
 
 
