@@ -128,7 +128,7 @@ def test_parse_costs_and_errors(tmp_path: Path) -> None:
     assert parse_costs("fn=2, FP=0.5") == {"FN": 2.0, "FP": 0.5}
     with pytest.raises(InputError, match="FN=<number>"):
         parse_costs("FX=1")
-    with pytest.raises(InputError, match="no records.jsonl"):
+    with pytest.raises(InputError, match=r"no records\.jsonl"):
         load_config(tmp_path)
     (tmp_path / "records.jsonl").write_text(json.dumps(rec("a", 1.0, 1.0).to_dict()) + "\n")
     (tmp_path / "artifact.json").write_text('{"artifact_bytes": 7}')

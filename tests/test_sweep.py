@@ -133,3 +133,23 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
         records = (out / "runs" / name / "records.jsonl").read_text().splitlines()
         assert len(records) == 2  # no duplicate rows
     assert (out / "frontier.png").exists() and (out / "margins.png").exists()
+    report = (out / "report.md").read_text()
+    assert "## Frontier" in report and "## Recommendation" in report
+    _execute_notebook(out, tmp_path / "figs")
+
+
+def _execute_notebook(sweep_dir: Path, figures: Path) -> None:
+    jupytext = pytest.importorskip("jupytext")
+    nbclient = pytest.importorskip("nbclient")
+    import os
+
+    figures.mkdir()
+    os.environ["GUARDREPRO_SWEEP_DIR"] = str(sweep_dir)
+    os.environ["GUARDREPRO_FIGURES_DIR"] = str(figures)
+    try:
+        nb = jupytext.read(REPO / "notebooks" / "sweep.py")
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    finally:
+        del os.environ["GUARDREPRO_SWEEP_DIR"], os.environ["GUARDREPRO_FIGURES_DIR"]
+    assert sorted(p.name for p in figures.glob("*.png")) == ["frontier.png", "kl.png",
+                                                             "margins.png"]

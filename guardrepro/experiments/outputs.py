@@ -107,7 +107,53 @@ def write_outputs(spec: SweepSpec, out: Path,
     frontier_figure(report, out / "frontier.png")
     kl_figure(rows, out / "kl.png")
     margin_figure(spec, out, device, out / "margins.png")
+    report["recommendation"] = recommend(rows, report)
+    write_json_atomic(out / "frontier.json", report)
+    write_atomic(out / "report.md", sweep_report(spec, device, rows, report))
     return rows, report
+
+
+def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> dict[str, Any]:
+    """The smallest recipe artifact that agrees with the reference on every row's
+    strict decision and whose paired harm interval does not show it worse; ties
+    go to the lower mean KL. None when no recipe qualifies."""
+    worse = {p["a"] for p in report["paired_vs_reference"]
+             if p["verdict"] == f"{p['b']} better"}
+    ok = [r for r in rows if r["kind"] == "recipe" and r["name"] not in worse
+          and r["strict_agreement"] and r["strict_agreement"]["rate"] == 1.0
+          and r["artifact_bytes"] is not None]
+    if not ok:
+        return {"name": None, "reason": "no recipe agrees with the reference on every row"}
+    best = min(ok, key=lambda r: (r["artifact_bytes"], r["mean_kl"] or 0.0))
+    return {"name": best["name"], "artifact_bytes": best["artifact_bytes"],
+            "reason": (f"smallest artifact ({best['artifact_bytes'] / 1e6:.2f} MB) with strict "
+                       f"agreement {_frac(best['strict_agreement'])} and exact agreement "
+                       f"{_frac(best['exact_agreement'])} with the reference, mean KL "
+                       f"{_g(best['mean_kl'], '.2e')}, smallest decision margin "
+                       f"{_g(best['decision_min_margin'], '.2f')}; the paired harm interval "
+                       "does not show it worse")}
+
+
+def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]],
+                 report: Mapping[str, Any]) -> str:
+    rec = report["recommendation"]
+    lines = [
+        f"# Sweep {spec.name}", "",
+        f"Spec `{spec.path.name}` (sha256 {spec.sha256[:12]}...), MLX device {device}, "
+        f"rows: {spec.rows}{f' (first {spec.limit})' if spec.limit else ''}, reference "
+        f"`{spec.reference_name}`. Costs c_FN={spec.costs['FN']:g}, "
+        f"c_FP={spec.costs['FP']:g}; invalid rows fail closed.", "",
+        "## Summary", "", summary_table(rows),
+        "KL is KL(reference || recipe) per generated token, teacher forced on the "
+        "reference's own tokens (full vocabulary); the decision token carries the first "
+        "character of the harmfulness rating.", "",
+        "## Frontier", "", "```", format_frontier(report), "```", "",
+        "![frontier](frontier.png)", "", "![KL per recipe](kl.png)", "",
+        "![decision margins against flips](margins.png)", "",
+        "## Recommendation", "",
+        (f"`{rec['name']}`: {rec['reason']}." if rec["name"] else rec["reason"] + "."), "",
+    ]
+    return "\n".join(lines)
 
 
 def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
