@@ -135,21 +135,18 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     assert (out / "frontier.png").exists() and (out / "margins.png").exists()
     report = (out / "report.md").read_text()
     assert "## Frontier" in report and "## Recommendation" in report
-    _execute_notebook(out, tmp_path / "figs")
+    _execute_notebook(out, tmp_path / "figs", monkeypatch)
 
 
-def _execute_notebook(sweep_dir: Path, figures: Path) -> None:
+def _execute_notebook(sweep_dir: Path, figures: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     jupytext = pytest.importorskip("jupytext")
     nbclient = pytest.importorskip("nbclient")
-    import os
 
     figures.mkdir()
-    os.environ["GUARDREPRO_SWEEP_DIR"] = str(sweep_dir)
-    os.environ["GUARDREPRO_FIGURES_DIR"] = str(figures)
-    try:
-        nb = jupytext.read(REPO / "notebooks" / "sweep.py")
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-    finally:
-        del os.environ["GUARDREPRO_SWEEP_DIR"], os.environ["GUARDREPRO_FIGURES_DIR"]
+    monkeypatch.setenv("GUARDREPRO_SWEEP_DIR", str(sweep_dir))
+    monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(figures))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = jupytext.read(REPO / "notebooks" / "sweep.py")
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
     assert sorted(p.name for p in figures.glob("*.png")) == ["frontier.png", "kl.png",
                                                              "margins.png"]
