@@ -113,7 +113,8 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     first = sorted((out / "runs").iterdir())
     done = [p.name for p in first if (p / "summary.json").exists()]
     assert len(done) == 1
-    finished_records = (first[0] / "records.jsonl").read_bytes()
+    finished = out / "runs" / done[0]
+    finished_records = (finished / "records.jsonl").read_bytes()
     assert not (out / "summary.json").exists()
 
     calls.clear()
@@ -126,7 +127,7 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     assert not [a for a in result.actions if a.startswith("quantize")]
     assert "reference: 0 generated" in result.actions
     assert "reference log-probs" not in result.actions
-    assert (first[0] / "records.jsonl").read_bytes() == finished_records
+    assert (finished / "records.jsonl").read_bytes() == finished_records
     names = [row["name"] for row in json.loads((out / "summary.json").read_text())]
     assert names == ["ref", "q8-g64-f32", "q4-g64-f32", "rule-nuisance"]
     for name in names[1:3]:
