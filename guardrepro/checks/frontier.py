@@ -317,7 +317,7 @@ def format_frontier(report: Mapping[str, Any]) -> str:
         exact = agree.get("exact", {})
         lines.append(
             f"{m['name']:<22} {_mb(m['artifact_bytes']):>8} {_mb(m['peak_memory_bytes']):>8} "
-            f"{_num(m['rows_per_s'], 2):>7} {_num(m['prefill_tok_per_s'], 0):>8} "
+            f"{_num3(m['rows_per_s']):>7} {_num(m['prefill_tok_per_s'], 0):>8} "
             f"{_num(m['decode_tok_per_s'], 0):>7} "
             f"{m['fn_rate']['count']:>3}/{m['fn_rate']['denominator']:<3} "
             f"{m['fp_rate']['count']:>3}/{m['fp_rate']['denominator']:<3} "
@@ -343,3 +343,7 @@ def _frac(item: Mapping[str, Any]) -> str:
     if not item:
         return "-"
     return f"{item['count']}/{item['denominator']}"
+
+
+def _num3(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}"

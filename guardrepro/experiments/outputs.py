@@ -88,7 +88,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_g(r['mean_kl'], '.2e')} | {_g(r['p99_kl'], '.2e')} "
             f"| {_frac(r['top1_agreement'])} | {_g(r['decision_mean_kl'], '.2e')} "
             f"| {_g(r['decision_min_margin'], '.2f')} | {_frac(r['fn'])} | {_frac(r['fp'])} "
-            f"| {r['harm_per_100']:.1f} | {_g(peak, '.0f')} | {_g(r['rows_per_s'], '.2f')} |")
+            f"| {r['harm_per_100']:.1f} | {_g(peak, '.0f')} | {_g(r['rows_per_s'], '.3g')} |")
     return "\n".join(lines) + "\n"
 
 
