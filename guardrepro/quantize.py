@@ -252,7 +252,10 @@ def inspect_artifact(artifact: Path, recipe: Recipe, plan: QuantPlan) -> Inspect
             problems.append(f"{path} was not quantized (missing weight/scales/biases)")
             continue
         if not affine:  # microscaling: shared uint8 exponents, no biases
+            if b is not None:
+                problems.append(f"{path} has biases, which {recipe.mode} does not use")
             b = s
+        assert b is not None
         assert recipe.bits is not None and recipe.group_size is not None
         packed = in_dim * recipe.bits // 32
         groups = in_dim // recipe.group_size
