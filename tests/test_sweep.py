@@ -75,7 +75,7 @@ def _spec(tmp: Path, body: str = "", recipes: str | None = None, limit: int = 2)
 
 def test_spec_errors_name_the_field(tmp_path: Path) -> None:
     spec = load_sweep(REPO / "quantize/sweeps/toy.toml")
-    assert len(spec.recipes) >= 5 and spec.axes == ("memory", "harm")
+    assert len(spec.recipes) >= 5 and spec.axes == ("bytes", "harm")
     assert {r.rule for r in spec.rules} == {"nuisance", "lookup"}
     with pytest.raises(InputError) as err:
         load_sweep(_spec(tmp_path, 'colour = "red"'))
