@@ -221,9 +221,10 @@ def margin_figure(spec: SweepSpec, out: Path, device: str, path: Path) -> Path:
             continue
         flipped = flips(out / "reference", folder)
         rows = [r for r in _json(div_file)["rows"] if r["decision_margin"] is not None]
-        xs = [r["decision_margin"] for r in rows]
-        colors = ["tab:red" if flipped.get(r["row_id"]) else "tab:blue" for r in rows]
-        ax.scatter(xs, [len(ticks)] * len(xs), c=colors, s=10, alpha=0.6)
+        kept = [r["decision_margin"] for r in rows if not flipped.get(r["row_id"])]
+        moved = [r["decision_margin"] for r in rows if flipped.get(r["row_id"])]
+        ax.scatter(kept, [len(ticks)] * len(kept), color="tab:blue", s=10, alpha=0.5)
+        ax.scatter(moved, [len(ticks)] * len(moved), color="tab:red", s=30, zorder=3)
         ticks.append(name)
     ax.set_yticks(range(len(ticks)), ticks)
     ax.set_xlabel("decision-token top1-top2 logit margin (teacher forced); red = strict flip")
