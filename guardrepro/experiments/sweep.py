@@ -5,7 +5,8 @@ Output, under ``OUT``::
 
     cohort.jsonl, cohort-rows.jsonl     the built cohort and the rows the sweep runs
     reference/                          the reference run + reference_logprobs.npz
-    artifacts/<recipe>-<sha8>[.lock.toml, .quantize.json]   (or the spec's artifacts dir)
+    artifacts/<recipe>-<key>[.lock.toml, .quantize.json]   (or the spec's artifacts dir;
+                                        key = sha256 of recipe file + source lock file)
     runs/<name>/                        records, artifact.json, divergence.json, summary.json
     summary.json, summary.md            one row per configuration
     frontier.json, frontier.md, frontier.png, kl.png, margins.png
@@ -27,6 +28,7 @@ Invariants (resumable, no duplicate work, nothing half-written):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -90,7 +92,10 @@ def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | Non
     from guardrepro.quantize_lock import lock_path_for, provenance_path_for
 
     folder = spec.artifacts or out / "artifacts"
-    target = folder / f"{recipe.name}-{recipe.sha256[:8]}"
+    # keyed by recipe and source: a shared artifacts folder never mixes two sources
+    source = hashlib.sha256(spec.source_lock.read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{recipe.sha256}:{source}".encode()).hexdigest()[:12]
+    target = folder / f"{recipe.name}-{key}"
     lock = lock_path_for(target)
     if lock.exists() and target.is_dir():
         result.actions.append(f"reuse artifact {recipe.name}")
