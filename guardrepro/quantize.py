@@ -268,9 +268,15 @@ def inspect_artifact(artifact: Path, recipe: Recipe, plan: QuantPlan) -> Inspect
             problems.append(f"{path} was quantized but the recipe does not quantize it")
     for path, in_dim in plan.quantize.items():
         w, s, b = (weights.get(f"{path}.{n}") for n in ("weight", "scales", "biases"))
-        if w is None or s is None or b is None:
+        affine = recipe.mode == "affine"
+        if w is None or s is None or (affine and b is None):
             problems.append(f"{path} was not quantized (missing weight/scales/biases)")
             continue
+        if not affine:  # microscaling: shared uint8 exponents, no biases
+            if b is not None:
+                problems.append(f"{path} has biases, which {recipe.mode} does not use")
+            b = s
+        assert b is not None
         assert recipe.bits is not None and recipe.group_size is not None
         packed = in_dim * recipe.bits // 32
         groups = in_dim // recipe.group_size
@@ -280,8 +286,9 @@ def inspect_artifact(artifact: Path, recipe: Recipe, plan: QuantPlan) -> Inspect
         if tuple(s.shape) != (*w.shape[:-1], groups) or tuple(b.shape) != tuple(s.shape):
             problems.append(f"{path}.scales/.biases shapes {tuple(s.shape)}/{tuple(b.shape)}, "
                             f"expected last dimension {groups}")
-        if s.dtype != want or b.dtype != want:
-            problems.append(f"{path}.scales/.biases are {s.dtype}/{b.dtype}, not {recipe.dtype}")
+        scale_dtype = want if recipe.mode == "affine" else mx.uint8
+        if s.dtype != scale_dtype or b.dtype != scale_dtype:
+            problems.append(f"{path}.scales/.biases are {s.dtype}/{b.dtype}, not {scale_dtype}")
     quantized_set = set(plan.quantize)
     not_quantized: list[str] = []
     dtypes: dict[str, str] = {}

@@ -11,7 +11,7 @@ Format (unknown keys are an error)::
     quantize = true          # false: only cast (e.g. bf16.toml)
     bits = 8                 # affine: 1-6 or 8   (omit when quantize = false)
     group_size = 64          # 32, 64 or 128      (omit when quantize = false)
-    mode = "affine"          # only affine is supported
+    mode = "affine"          # affine; or mxfp4 / mxfp8 (bits 4 / 8, group 32, no biases)
     dtype = "bfloat16"       # non-quantized tensors and the scales/biases
     source_dtype = "bfloat16"  # every floating source tensor must have it; "any" to skip
 
@@ -26,8 +26,9 @@ Format (unknown keys are an error)::
     mlx_lm = "0.31.3"
     note = "..."
 
-Invariants: bits/group_size/mode are validated against what MLX's affine
-quantizer accepts before anything is converted.
+Invariants: bits/group_size/mode are validated against what MLX's quantizer
+accepts for the mode (affine: bits 1-6 or 8, group 32/64/128; mxfp4: bits 4,
+group 32; mxfp8: bits 8, group 32) before anything is converted.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ from guardrepro.errors import InputError
 AFFINE_BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
 DTYPES = ("bfloat16", "float16", "float32")
+# mode -> (allowed bits, allowed group sizes); the microscaling formats have fixed shapes
+MODES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "affine": (AFFINE_BITS, GROUP_SIZES),
+    "mxfp4": ((4,), (32,)),
+    "mxfp8": ((8,), (32,)),
+}
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -198,8 +205,8 @@ def load_recipe(path: str | Path) -> Recipe:
     source_dtype = _get(table, "source_dtype", str, file=file, where=w)
     bits = _get(table, "bits", int, file=file, where=w, required=quantize)
     group_size = _get(table, "group_size", int, file=file, where=w, required=quantize)
-    if mode != "affine":
-        raise InputError(f"only mode 'affine' is supported, got {mode!r}", file=file,
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {sorted(MODES)}, got {mode!r}", file=file,
                          field="recipe.mode")
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {DTYPES}, got {dtype!r}", file=file,
@@ -208,12 +215,16 @@ def load_recipe(path: str | Path) -> Recipe:
         raise InputError(f"source_dtype must be 'any' or one of {DTYPES}", file=file,
                          field="recipe.source_dtype")
     if quantize:
-        if bits not in AFFINE_BITS:
-            raise InputError(f"affine bits must be one of {AFFINE_BITS}, got {bits}",
+        allowed_bits, allowed_groups = MODES[mode]
+        if bits not in allowed_bits:
+            raise InputError(f"{mode} bits must be one of {allowed_bits}, got {bits}",
                              file=file, field="recipe.bits")
-        if group_size not in GROUP_SIZES:
-            raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size}",
-                             file=file, field="recipe.group_size")
+        if group_size not in allowed_groups:
+            raise InputError(f"{mode} group_size must be one of {allowed_groups}, got "
+                             f"{group_size}", file=file, field="recipe.group_size")
+    elif mode != "affine":
+        raise InputError("a mode other than affine needs quantize = true", file=file,
+                         field="recipe.mode")
     elif bits is not None or group_size is not None:
         raise InputError("bits/group_size given but quantize = false", file=file,
                          field="recipe.bits" if bits is not None else "recipe.group_size")

@@ -145,7 +145,7 @@ def test_safe_marker_contrast(result: dict[str, Any]) -> None:
     # all gold-safe rows: present 1, 4, 7, 10 -> 3/4; absent 2, 5, 9 -> 0/3
     assert ratio(i["marker_present"]) == (3, 4) and ratio(i["marker_absent"]) == (0, 3)
     assert i["point"] == 0.75 and i["clusters"] == 5 and i["rows"] == 7
-    assert i["low"] is not None and i["low"] <= i["high"]
+    assert i["lower"] is not None and i["lower"] <= i["upper"]
 
 
 def plain_loop(replicates: int, seed: int) -> tuple[float, float, int]:
@@ -183,7 +183,7 @@ def test_interval_matches_a_plain_loop(replicates: int, seed: int) -> None:
     got = marker_difference_interval(audit_rows(rows, preds, "agentdojo"),
                                      replicates=replicates, seed=seed)
     low, high, undefined = plain_loop(replicates, seed)
-    assert (got["low"], got["high"], got["undefined_replicates"]) == (low, high, undefined)
+    assert (got["lower"], got["upper"], got["undefined_replicates"]) == (low, high, undefined)
     assert got["replicates"] == replicates and got["seed"] == seed
 
 
@@ -191,7 +191,7 @@ def test_interval_needs_both_marker_states() -> None:
     rows, preds = hand_rows()
     no_marker = [r for r in audit_rows(rows, preds, "agentdojo") if not r.marker]
     got = marker_difference_interval(no_marker, replicates=10)
-    assert got["point"] is None and got["low"] is None and "reason" in got
+    assert got["point"] is None and got["lower"] is None and "reason" in got
 
 
 def test_every_rung_states_its_scope(result: dict[str, Any]) -> None:

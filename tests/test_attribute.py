@@ -101,7 +101,7 @@ def test_counts_and_denominators(runs: dict) -> None:
         for cause in CAUSES:
             c = q8.counts[level][cause]
             if c["count"]:
-                assert 0.0 <= c["low"] <= c["rate"] <= c["high"] <= 1.0
+                assert 0.0 <= c["lower"] <= c["rate"] <= c["upper"] <= 1.0
 
 
 def test_noise_floor_and_margins(runs: dict) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from guardrepro.bench.shortcuts import tool_key
 from guardrepro.checks.audit import (
     group_kfold,
     interaction_audit,
     lookup_group,
-    tool_key,
     tool_lookup_audit,
 )
 from guardrepro.cli import main

@@ -98,8 +98,6 @@ def test_point_counts_and_shape() -> None:
     assert (iv.numerator, iv.denominator) == (7, 12)
     assert (iv.clusters, iv.strata) == (11, 4)
     assert iv.to_json()["numerator"] == 7 and isinstance(iv.to_json()["numerator"], int)
-    assert (iv.low, iv.high) == (iv.lower, iv.upper)
-    assert iv.to_dict()["low"] == iv.lower and iv.to_dict()["high"] == iv.upper
 
 
 def test_two_clusters_enumerated() -> None:

@@ -176,7 +176,7 @@ def test_refuses_unpinned_dir_and_wrong_source_dtype(bf16_source: Path, tmp_path
 @pytest.mark.parametrize(("text", "field"), [
     ("bits = 7", "recipe.bits"),
     ("group_size = 16", "recipe.group_size"),
-    ('mode = "mxfp4"', "recipe.mode"),
+    ('mode = "nf4"', "recipe.mode"),
     ("colour = 1", "recipe.colour"),
 ])
 def test_recipe_validation(tmp_path: Path, text: str, field: str) -> None:

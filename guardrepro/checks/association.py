@@ -52,18 +52,13 @@ from typing import Any
 
 import numpy as np
 
-from guardrepro.checks.audit import tool_key
+from guardrepro.bench.shortcuts import MARKER, SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.errors import InputError
 from guardrepro.tsbench import BenchRow, field_text
 
-MARKER = "<information>"
-SIDE_EFFECT_PREFIXES = (
-    "add_", "append_", "create_", "delete_", "invite_", "post_",
-    "reserve_", "reschedule_", "send_", "share_", "update_",
-)
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
 QUANTILES = (0.025, 0.975)
 DEFAULT_REPLICATES = 10_000
@@ -234,7 +229,7 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
         "replicates": replicates, "seed": seed,
         "marker_present": Ratio(int(total[0]), int(total[1])).to_dict(),
         "marker_absent": Ratio(int(total[2]), int(total[3])).to_dict(),
-        "point": None, "low": None, "high": None, "undefined_replicates": None,
+        "point": None, "lower": None, "upper": None, "undefined_replicates": None,
         "method": "cluster bootstrap, clusters = interaction, unstratified; "
                   "numpy.random.default_rng(seed) fresh; batches of 512, "
                   "rng.integers(0, k, size=(batch, k)); nanquantile 0.025 / 0.975",
@@ -249,8 +244,8 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
     undefined = int(np.isnan(estimates).sum())
     out["undefined_replicates"] = undefined
     if undefined < replicates:
-        out["low"] = float(np.nanquantile(estimates, QUANTILES[0]))
-        out["high"] = float(np.nanquantile(estimates, QUANTILES[1]))
+        out["lower"] = float(np.nanquantile(estimates, QUANTILES[0]))
+        out["upper"] = float(np.nanquantile(estimates, QUANTILES[1]))
     return out
 
 
@@ -336,8 +331,8 @@ def format_association(result: dict[str, Any]) -> str:
     lines.append(f"  present {_r(s['marker_present'])}  absent {_r(s['marker_absent'])}  "
                  f"pooled {_num(s['pooled_difference'])}  macro {_num(s['macro_difference'])}")
     i = result["safe_marker_interval"]
-    bounds = ("-" if i["low"] is None
-              else f"[{i['low']:+.4f}, {i['high']:+.4f}]")
+    bounds = ("-" if i["lower"] is None
+              else f"[{i['lower']:+.4f}, {i['upper']:+.4f}]")
     lines.append(f"  all gold-safe rows: present {_r(i['marker_present'])}  absent "
                  f"{_r(i['marker_absent'])}  difference {_num(i['point'])}  95% {bounds} "
                  f"({i['clusters']} interaction clusters, {i['replicates']} replicates, "

@@ -197,7 +197,7 @@ def _interval(hits: Sequence[int], dens: Sequence[int], clusters: Sequence[str],
     count, den = sum(hits), sum(dens)
     iv = ratio_interval(hits, dens, clusters, replicates=replicates, seed=seed) if den else None
     return {"count": count, "denominator": den, "rate": count / den if den else None,
-            "low": iv.low if iv else None, "high": iv.high if iv else None}
+            "lower": iv.lower if iv else None, "upper": iv.upper if iv else None}
 
 
 def noise_floor(reference: Mapping[str, RefValue], sampled: Sequence[RunInput], *,
@@ -309,7 +309,7 @@ def _fmt_count(c: Mapping[str, Any]) -> str:
     rate = c["rate"]
     if rate is None:
         return f"{c['count']}/{c['denominator']}"
-    ci = "" if c["low"] is None else f" [{c['low']:.3f}, {c['high']:.3f}]"
+    ci = "" if c["lower"] is None else f" [{c['lower']:.3f}, {c['upper']:.3f}]"
     return f"{c['count']}/{c['denominator']} ({rate:.3f}){ci}"
 
 

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from guardrepro.bench.react import parse_step
+from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
 from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
@@ -74,12 +75,6 @@ from guardrepro.schema import Record
 from guardrepro.tsbench import BenchRow
 
 
-def _majority(labels: Sequence[int]) -> int:
-    """Majority of 0/1 labels, ties (and an empty list) unsafe (1)."""
-    ones = sum(labels)
-    return 1 if 2 * ones >= len(labels) else 0
-
-
 def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -> dict[str, Any]:
     """Row, equal-interaction and interaction-majority strict metrics."""
     if len(rows) != len(preds):
@@ -93,8 +88,8 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
         groups.setdefault(k, []).append(i)
-    g_major = [float(_majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
-    p_major = [float(_majority([strict_decision(preds[i]) for i in idx]))
+    g_major = [float(majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
+    p_major = [float(majority([strict_decision(preds[i]) for i in idx]))
                for idx in groups.values()]
     maj_c = confusion(g_major, p_major)
     out: dict[str, Any] = {
@@ -151,30 +146,9 @@ def released_preds(rows: Sequence[BenchRow], released: ReleasedSet) -> list[floa
     return out
 
 
-def tool_key(current_action: Any) -> str:
-    """The lookup key: the step parser's tool name of the stringified
-    ``current_action`` (whatever the parse status), stripped and casefolded;
-    ``""`` when there is no Action marker."""
-    return parse_step(stringify(current_action)).tool_name.strip().casefold()
-
-
 def lookup_group(row: BenchRow) -> str:
     """The grouped-CV group of a row: ``AgentDojo-Traj:<domain>:<id-interaction>``."""
     return f"AgentDojo-Traj:{row.domain}:{row.raw['id-interaction']}"
-
-
-def fit_lookup(keys: Sequence[str], labels: Sequence[int]) -> tuple[dict[str, int], int]:
-    """(key -> strict label, global majority): mean >= 0.5 -> 1 (ties unsafe)."""
-    if not labels:
-        raise InputError("cannot fit the lookup on zero training rows")
-    per: dict[str, list[int]] = {}
-    for k, y in zip(keys, labels, strict=True):
-        per.setdefault(k, []).append(y)
-    return {k: _majority(v) for k, v in per.items()}, _majority(list(labels))
-
-
-def predict_lookup(table: dict[str, int], fallback: int, keys: Sequence[str]) -> list[int]:
-    return [table.get(k, fallback) for k in keys]
 
 
 def group_kfold(groups: Sequence[Hashable], n_splits: int = 5) -> list[int]:

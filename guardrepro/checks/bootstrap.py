@@ -74,20 +74,6 @@ class Interval:
     confidence: float
     undefined_replicates: int
 
-    @property
-    def low(self) -> float | None:
-        """Alias of ``lower`` (the name used before the engine was fixed)."""
-        return self.lower
-
-    @property
-    def high(self) -> float | None:
-        """Alias of ``upper``."""
-        return self.upper
-
-    def to_dict(self) -> dict[str, Any]:
-        """``to_json()`` plus the ``low``/``high`` aliases."""
-        return self.to_json() | {"low": self.lower, "high": self.upper}
-
     def to_json(self) -> dict[str, Any]:
         return {
             "point": self.point,

@@ -110,13 +110,13 @@ def load_cohort(path: str | Path) -> Any:
 def flatten_leaves(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every figure of a nested JSON result as one row: ``path`` (dotted) and
     its scalar fields. A figure is an object holding ``denominator`` (a count
-    with its denominator) or ``low`` (an interval)."""
+    with its denominator) or ``lower`` (an interval)."""
     out: list[dict[str, Any]] = []
     for key, val in data.items():
         if not isinstance(val, Mapping):
             continue
         path = (*prefix, str(key))
-        if "denominator" in val or "low" in val:
+        if "denominator" in val or "lower" in val:
             out.append({"path": ".".join(path),
                         **{k: v for k, v in val.items()
                            if v is None or isinstance(v, str | int | float | bool)}})
@@ -159,7 +159,7 @@ class StatsResult:
         """One row per figure (count/denominator or interval), dotted path first."""
         df = _pd().DataFrame(flatten_leaves(self.data))
         first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
-                             "low", "lower", "high", "upper") if c in df.columns]
+                             "lower", "upper") if c in df.columns]
         df = df[first + [c for c in df.columns if c not in first]]
         for col in ("numerator", "count", "denominator"):
             values = df[col].dropna() if col in df else None

@@ -56,7 +56,7 @@ def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
         strata = [f"{r.domain}:{gold_strict(r.gold_label)}" for r in rows]
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
-        out["interval"] = {"low": iv.low, "high": iv.high, "replicates": replicates,
+        out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
                            "seed": seed}
     return out
 
@@ -127,8 +127,8 @@ def _cell(fig: dict[str, Any]) -> str:
         return f"-- ({fig['numerator']}/{fig['denominator']})"
     iv = fig.get("interval")
     ci = ""
-    if iv is not None and iv["low"] is not None:
-        ci = f" [{iv['low']:.2f},{iv['high']:.2f}]"
+    if iv is not None and iv["lower"] is not None:
+        ci = f" [{iv['lower']:.2f},{iv['upper']:.2f}]"
     return f"{value:.2f} ({_num(fig['numerator'])}/{_num(fig['denominator'])}){ci}"
 
 
@@ -169,9 +169,9 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
             guards[name]["flips"].get(v, {"value": None}) for v in variants]
         xs = [j + i * width for j in range(len(labels))]
         ys = [f.get("value") or 0.0 for f in figs]
-        lo = [max(0.0, y - (f.get("interval") or {}).get("low", y) or 0.0)
+        lo = [max(0.0, y - (f.get("interval") or {}).get("lower", y) or 0.0)
               if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
-        hi = [max(0.0, ((f.get("interval") or {}).get("high", y) or y) - y)
+        hi = [max(0.0, ((f.get("interval") or {}).get("upper", y) or y) - y)
               if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,

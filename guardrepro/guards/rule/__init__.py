@@ -1,12 +1,12 @@
 """Rule guards: model-free baselines scored like any guard (see ``adapter``)."""
 
 from guardrepro.guards.rule.adapter import (
-    NUISANCE_PREFIXES,
+    SIDE_EFFECT_PREFIXES,
     RuleAdapter,
     evaluate_rule,
     nuisance_decision,
     parse_rule_output,
 )
 
-__all__ = ["NUISANCE_PREFIXES", "RuleAdapter", "evaluate_rule", "nuisance_decision",
+__all__ = ["SIDE_EFFECT_PREFIXES", "RuleAdapter", "evaluate_rule", "nuisance_decision",
            "parse_rule_output"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.bench.shortcuts import fit_lookup, tool_key
 from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
 
@@ -23,7 +24,6 @@ VERSION = "tool-lookup-table-v1"
 
 
 def fit_table(rows: Sequence[tuple[Any, float]]) -> dict[str, Any]:
-    from guardrepro.checks.audit import fit_lookup, tool_key
 
     if not rows:
         raise InputError("cannot fit the lookup table on zero rows")

@@ -1,0 +1,231 @@
+"""The sweep's summary table, frontier and figures, from what is on disk.
+
+Input: a sweep directory (``reference/`` and ``runs/<name>/`` with their
+``summary.json``, ``divergence.json`` and records) and its spec.
+Output: ``summary.json`` and ``summary.md`` (one row per configuration),
+``frontier.json`` and ``frontier.md`` (``checks.frontier``), and the PNG
+figures ``frontier.png`` (the two chosen axes, harm whiskers = the cluster
+bootstrap interval, frontier points joined), ``kl.png`` (mean and p99 KL per
+recipe) and ``margins.png`` (per row, the candidate's decision margin under
+teacher forcing, flipped rows marked).
+
+Invariants: everything is recomputed from the files, so a resumed sweep and a
+fresh one write the same outputs; every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
+from guardrepro.checks.runio import write_json_atomic
+from guardrepro.experiments.spec import SweepSpec
+from guardrepro.records import read_records, write_atomic
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def config_dirs(spec: SweepSpec, out: Path, device: str) -> list[tuple[str, Path]]:
+    on_cpu = device.startswith("Device(cpu")
+    names = [e.chosen(on_cpu).name for e in spec.recipes] + [r.name for r in spec.rules]
+    return [(spec.reference_name, out / "reference")] + [(n, out / "runs" / n) for n in names]
+
+
+def summary_rows(spec: SweepSpec, out: Path, device: str,
+                 report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    metrics = {m["name"]: m for m in report["configurations"]}
+    rows = []
+    for name, folder in config_dirs(spec, out, device):
+        side = _json(folder / "summary.json") if (folder / "summary.json").exists() else {}
+        m = metrics[name]
+        div = side.get("divergence") or {}
+        comp = side.get("compare") or {}
+        rows.append({
+            "name": name, "kind": side.get("kind", "reference"),
+            "recipe": side.get("recipe"), "device": side.get("device"),
+            "artifact_bytes": m["artifact_bytes"], "rows": m["rows"],
+            "invalid_rows": m["invalid_rows"],
+            "identical_tokens": comp.get("identical_tokens"),
+            "strict_agreement": (m["agreement"] or {}).get("strict"),
+            "exact_agreement": (m["agreement"] or {}).get("exact"),
+            "mean_kl": div.get("mean_kl"), "p99_kl": div.get("p99_kl"),
+            "top1_agreement": div.get("top1_agreement"),
+            "decision_mean_kl": div.get("decision_mean_kl"),
+            "decision_min_margin": div.get("decision_min_margin"),
+            "fn": m["fn_rate"], "fp": m["fp_rate"], "harm_per_100": m["harm_per_100"],
+            "peak_memory_bytes": m["peak_memory_bytes"], "rows_per_s": m["rows_per_s"],
+            "decode_tok_per_s": m["decode_tok_per_s"],
+        })
+    return rows
+
+
+def _frac(item: Mapping[str, Any] | None) -> str:
+    if not item:
+        return "-"
+    return f"{item.get('count', item.get('numerator'))}/{item['denominator']}"
+
+
+def _g(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = ("| config | MB | tokens identical | strict agree | exact agree | mean KL | p99 KL "
+            "| top-1 agree | decision KL | min decision margin | FN | FP | harm/100 "
+            "| peak MB | rows/s |")
+    lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
+    for r in rows:
+        mb = None if r["artifact_bytes"] is None else r["artifact_bytes"] / 1e6
+        peak = None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 1e6
+        lines.append(
+            f"| {r['name']} | {_g(mb, '.2f')} | {_frac(r['identical_tokens'])} "
+            f"| {_frac(r['strict_agreement'])} | {_frac(r['exact_agreement'])} "
+            f"| {_g(r['mean_kl'], '.2e')} | {_g(r['p99_kl'], '.2e')} "
+            f"| {_frac(r['top1_agreement'])} | {_g(r['decision_mean_kl'], '.2e')} "
+            f"| {_g(r['decision_min_margin'], '.2f')} | {_frac(r['fn'])} | {_frac(r['fp'])} "
+            f"| {r['harm_per_100']:.1f} | {_g(peak, '.0f')} | {_g(r['rows_per_s'], '.3g')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(spec: SweepSpec, out: Path,
+                  device: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    configs = [load_config(folder, name) for name, folder in config_dirs(spec, out, device)]
+    report = frontier_report(configs, reference=spec.reference_name, costs=spec.costs,
+                             axes=spec.axes, replicates=spec.replicates, seed=spec.seed)
+    report["sweep"] = {"name": spec.name, "spec": str(spec.path), "spec_sha256": spec.sha256,
+                       "device": device}
+    write_json_atomic(out / "frontier.json", report)
+    write_atomic(out / "frontier.md", format_frontier(report) + "\n")
+    rows = summary_rows(spec, out, device, report)
+    write_json_atomic(out / "summary.json", rows)
+    write_atomic(out / "summary.md", summary_table(rows))
+    frontier_figure(report, out / "frontier.png")
+    kl_figure(rows, out / "kl.png")
+    margin_figure(spec, out, device, out / "margins.png")
+    report["recommendation"] = recommend(rows, report)
+    write_json_atomic(out / "frontier.json", report)
+    write_atomic(out / "report.md", sweep_report(spec, device, rows, report))
+    return rows, report
+
+
+def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> dict[str, Any]:
+    """The smallest recipe artifact that agrees with the reference on every row's
+    strict decision and whose paired harm interval does not show it worse; ties
+    go to the lower mean KL. None when no recipe qualifies."""
+    worse = {p["a"] for p in report["paired_vs_reference"]
+             if p["verdict"] == f"{p['b']} better"}
+    ok = [r for r in rows if r["kind"] == "recipe" and r["name"] not in worse
+          and r["strict_agreement"] and r["strict_agreement"]["rate"] == 1.0
+          and r["artifact_bytes"] is not None]
+    if not ok:
+        return {"name": None, "reason": "no recipe agrees with the reference on every row"}
+    best = min(ok, key=lambda r: (r["artifact_bytes"], r["mean_kl"] or 0.0))
+    return {"name": best["name"], "artifact_bytes": best["artifact_bytes"],
+            "reason": (f"smallest artifact ({best['artifact_bytes'] / 1e6:.2f} MB) with strict "
+                       f"agreement {_frac(best['strict_agreement'])} and exact agreement "
+                       f"{_frac(best['exact_agreement'])} with the reference, mean KL "
+                       f"{_g(best['mean_kl'], '.2e')}, smallest decision margin "
+                       f"{_g(best['decision_min_margin'], '.2f')}; the paired harm interval "
+                       "does not show it worse")}
+
+
+def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]],
+                 report: Mapping[str, Any]) -> str:
+    rec = report["recommendation"]
+    lines = [
+        f"# Sweep {spec.name}", "",
+        f"Spec `{spec.path.name}` (sha256 {spec.sha256[:12]}...), MLX device {device}, "
+        f"rows: {spec.rows}{f' (first {spec.limit})' if spec.limit else ''}, reference "
+        f"`{spec.reference_name}`. Costs c_FN={spec.costs['FN']:g}, "
+        f"c_FP={spec.costs['FP']:g}; invalid rows fail closed.", "",
+        "## Summary", "", summary_table(rows),
+        "KL is KL(reference || recipe) per generated token, teacher forced on the "
+        "reference's own tokens (full vocabulary); the decision token carries the first "
+        "character of the harmfulness rating.", "",
+        "## Frontier", "", "```", format_frontier(report), "```", "",
+        "![frontier](frontier.png)", "", "![KL per recipe](kl.png)", "",
+        "![decision margins against flips](margins.png)", "",
+        "## Recommendation", "",
+        (f"`{rec['name']}`: {rec['reason']}." if rec["name"] else rec["reason"] + "."), "",
+    ]
+    return "\n".join(lines)
+
+
+def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
+    from guardrepro.report import _pyplot, _save
+
+    plt = _pyplot()
+    x_axis, y_axis = report["frontier"]["axes"]
+    on = set(report["frontier"]["frontier"])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    points = []
+    for m in report["configurations"]:
+        x, y = m.get(AXES[x_axis][0]), m.get(AXES[y_axis][0])
+        if x is None or y is None:
+            continue
+        x = x / 1e6 if x_axis in ("memory", "bytes") else x
+        err = None
+        if y_axis == "harm" and m["harm_interval"]["lower"] is not None:
+            err = [[y - m["harm_interval"]["lower"]], [m["harm_interval"]["upper"] - y]]
+        ax.errorbar([x], [y], yerr=err, fmt="o", capsize=3,
+                    color="tab:blue" if m["name"] in on else "tab:gray")
+        ax.annotate(m["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        if m["name"] in on:
+            points.append((x, y))
+    if points:
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.step(xs, ys, where="post", color="tab:blue", alpha=0.5)
+    unit = " (MB)" if x_axis in ("memory", "bytes") else ""
+    ax.set_xlabel(f"{x_axis}{unit}")
+    ax.set_ylabel(y_axis + (" per 100 rows (95% cluster bootstrap)" if y_axis == "harm" else ""))
+    ax.set_title("cost-harm frontier (blue: on the frontier)")
+    return _save(fig, path)
+
+
+def kl_figure(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    from guardrepro.report import _pyplot, _save
+
+    plt = _pyplot()
+    scored = [r for r in rows if r["mean_kl"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = [r["name"] for r in scored]
+    ax.bar(names, [r["mean_kl"] for r in scored], label="mean KL per token")
+    ax.plot(names, [r["p99_kl"] for r in scored], "o", color="tab:red", label="p99 KL")
+    ax.set_yscale("log")
+    ax.set_ylabel("KL(reference || recipe), nats")
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, path)
+
+
+def flips(reference: Path, run: Path) -> dict[str, bool]:
+    ref = {r.row_id: r.strict_decision for r in read_records(reference / "records.jsonl")}
+    return {r.row_id: r.strict_decision != ref[r.row_id]
+            for r in read_records(run / "records.jsonl") if r.row_id in ref}
+
+
+def margin_figure(spec: SweepSpec, out: Path, device: str, path: Path) -> Path:
+    from guardrepro.report import _pyplot, _save
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ticks: list[str] = []
+    for name, folder in config_dirs(spec, out, device)[1:]:
+        div_file = folder / "divergence.json"
+        if not div_file.exists():
+            continue
+        flipped = flips(out / "reference", folder)
+        rows = [r for r in _json(div_file)["rows"] if r["decision_margin"] is not None]
+        kept = [r["decision_margin"] for r in rows if not flipped.get(r["row_id"])]
+        moved = [r["decision_margin"] for r in rows if flipped.get(r["row_id"])]
+        ax.scatter(kept, [len(ticks)] * len(kept), color="tab:blue", s=10, alpha=0.5)
+        ax.scatter(moved, [len(ticks)] * len(moved), color="tab:red", s=30, zorder=3)
+        ticks.append(name)
+    ax.set_yticks(range(len(ticks)), ticks)
+    ax.set_xlabel("decision-token top1-top2 logit margin (teacher forced); red = strict flip")
+    return _save(fig, path)

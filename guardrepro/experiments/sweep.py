@@ -1,0 +1,229 @@
+"""Run a sweep: quantize each recipe, run the cohort, compare with the reference.
+
+Input: a sweep spec (``experiments.spec``) and an output directory.
+Output, under ``OUT``::
+
+    cohort.jsonl, cohort-rows.jsonl     the built cohort and the rows the sweep runs
+    reference/                          the reference run + reference_logprobs.npz
+    artifacts/<recipe>-<key>[.lock.toml, .quantize.json]   (or the spec's artifacts dir;
+                                        key = sha256 of recipe file + source lock file)
+    runs/<name>/                        records, artifact.json, divergence.json, summary.json
+    summary.json, summary.md            one row per configuration
+    frontier.json, frontier.md, frontier.png, kl.png, margins.png
+
+Invariants (resumable, no duplicate work, nothing half-written):
+- ``runs/<name>/summary.json`` is written last for a configuration; a
+  configuration that has it is skipped on a rerun.
+- An artifact is reused when its lock exists beside it (``quantize`` writes
+  the lock, then renames the finished directory into place; a lock without
+  its directory is a crash in between: the sidecars are removed and the
+  recipe converted again). Reused artifacts are verified through their lock
+  when the run materializes them.
+- Runs resume through ``pipeline.run_cohort`` (records already written are not
+  regenerated); the reference log-probs and each ``divergence.json`` are
+  written atomically, once.
+- On a CPU-only MLX a recipe's ``cpu_recipe`` (float32 scales) replaces it;
+  the summary names the recipe that actually ran and the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from guardrepro.checks.runio import write_json_atomic
+from guardrepro.errors import InputError
+from guardrepro.experiments.divergence import REFERENCE_FILE
+from guardrepro.experiments.spec import RecipeEntry, SweepSpec, load_sweep
+from guardrepro.quantize_recipe import Recipe
+from guardrepro.records import write_atomic
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class SweepResult:
+    out: Path
+    device: str
+    actions: list[str] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    frontier: dict[str, Any] | None = None
+
+
+def mlx_device() -> str:
+    import mlx.core as mx
+
+    return str(mx.default_device())
+
+
+def _cohort(spec: SweepSpec, out: Path, home: str | Path | None) -> Path:
+    from guardrepro.cohort import build_cohort_file
+    from guardrepro.cohort_spec import load_spec
+    from guardrepro.fetch import fetch_lock, materialize
+    from guardrepro.schema import read_cohort
+
+    full, rows_file = out / "cohort.jsonl", out / "cohort-rows.jsonl"
+    if rows_file.exists():
+        return rows_file
+    if not full.exists():
+        data_lock = load_spec(spec.cohort).data_lock
+        fetch_lock(data_lock, home, progress=False)
+        build_cohort_file(spec.cohort, materialize(data_lock, home), full)
+    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
+    rows = read_cohort(full)
+    keep = [line for line, row in zip(lines, rows, strict=True)
+            if spec.rows == "all" or row.variant == "original"]
+    if spec.limit:
+        keep = keep[:spec.limit]
+    write_atomic(rows_file, "".join(keep))
+    return rows_file
+
+
+def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | None,
+              result: SweepResult) -> Path:
+    from guardrepro.quantize import quantize
+    from guardrepro.quantize_lock import lock_path_for, provenance_path_for
+
+    folder = spec.artifacts or out / "artifacts"
+    # keyed by recipe and source: a shared artifacts folder never mixes two sources
+    source = hashlib.sha256(spec.source_lock.read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{recipe.sha256}:{source}".encode()).hexdigest()[:12]
+    target = folder / f"{recipe.name}-{key}"
+    lock = lock_path_for(target)
+    if lock.exists() and target.is_dir():
+        result.actions.append(f"reuse artifact {recipe.name}")
+        return lock
+    for stale in (lock, provenance_path_for(target)):
+        stale.unlink(missing_ok=True)
+    if target.exists():
+        raise InputError("artifact directory without its lock; remove it to rebuild",
+                         file=str(target))
+    q = quantize(Path(recipe.path), spec.source_lock, target,
+                 home=None if home is None else Path(home))
+    result.actions.append(f"quantize {recipe.name}")
+    if recipe.quantize and not q.quantized:
+        raise InputError(f"recipe {recipe.name!r} quantized no weight", file=recipe.path)
+    return lock
+
+
+def _artifact_bytes(lock: Path) -> int:
+    from guardrepro.locks import load_lock
+
+    return sum(int(f.size or 0) for f in load_lock(lock).files)
+
+
+def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
+                   ref_logprobs: Path, home: str | Path | None, result: SweepResult,
+                   progress: bool) -> None:
+    from guardrepro.compare import compare_runs
+    from guardrepro.experiments.teacher import candidate_divergence
+    from guardrepro.pipeline import run_cohort
+    from guardrepro.runners.profile import RunProfile
+
+    recipe = entry.chosen(result.device.startswith("Device(cpu"))
+    run_dir = out / "runs" / recipe.name
+    if (run_dir / "summary.json").exists():
+        result.actions.append(f"skip {recipe.name} (done)")
+        return
+    lock = _artifact(recipe, spec, out, home, result)
+    profile = RunProfile.load(spec.candidate_profile).with_checkpoint_lock(lock)
+    summary = run_cohort(profile, cohort, run_dir, progress=progress, home=home)
+    result.actions.append(f"run {recipe.name}: {summary.generated} generated")
+    write_json_atomic(run_dir / "artifact.json", {
+        "artifact_bytes": _artifact_bytes(lock), "lock": str(lock), "recipe": recipe.to_dict(),
+        "requested_recipe": entry.recipe.name, "device": result.device})
+    divergence_file = run_dir / "divergence.json"
+    if not divergence_file.exists():
+        div = candidate_divergence(profile, ref_logprobs, home=home, progress=progress,
+                                   label=f"divergence {recipe.name}")
+        write_json_atomic(divergence_file, div)
+        result.actions.append(f"divergence {recipe.name}")
+    div = json.loads(divergence_file.read_text(encoding="utf-8"))
+    comparison = compare_runs(out / "reference", run_dir).summary()
+    write_json_atomic(run_dir / "summary.json", {
+        "name": recipe.name, "kind": "recipe", "recipe": recipe.to_dict(),
+        "requested_recipe": entry.recipe.name, "device": result.device,
+        "artifact_bytes": _artifact_bytes(lock), "run": summary.to_dict(),
+        "compare": comparison, "divergence": div["overall"]})
+
+
+def _rule_config(name: str, rule: str, split: str, spec: SweepSpec, out: Path, cohort: Path,
+                 home: str | Path | None, result: SweepResult) -> None:
+    from guardrepro.experiments.rule_runs import load_lookup, run_rule
+    from guardrepro.schema import read_cohort
+
+    run_dir = out / "runs" / name
+    if (run_dir / "summary.json").exists():
+        result.actions.append(f"skip {name} (done)")
+        return
+    lookup = None
+    if rule == "lookup":
+        lookup = load_lookup(spec.cohort, read_cohort(cohort), split, home)
+    written = run_rule(rule, cohort, run_dir, lookup=lookup)
+    result.actions.append(f"rule {name}: {written} rows")
+    write_json_atomic(run_dir / "summary.json", {
+        "name": name, "kind": "rule", "rule": rule,
+        "lookup": None if lookup is None else lookup.describe(), "artifact_bytes": 0})
+
+
+def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None,
+               result: SweepResult, progress: bool) -> Path:
+    from guardrepro.experiments.teacher import build_reference
+    from guardrepro.locks import load_lock
+    from guardrepro.pipeline import run_cohort
+    from guardrepro.runners.profile import RunProfile
+
+    ref_dir = out / "reference"
+    profile = RunProfile.load(spec.reference_profile)
+    summary = run_cohort(profile, cohort, ref_dir, progress=progress, home=home)
+    result.actions.append(f"reference: {summary.generated} generated")
+    lock = profile.checkpoint.lock
+    size = None if lock is None else sum(int(f.size or 0) for f in load_lock(lock).files)
+    write_json_atomic(ref_dir / "artifact.json", {"artifact_bytes": size,
+                                                  "profile": str(spec.reference_profile)})
+    target = ref_dir / REFERENCE_FILE
+    if not target.exists():
+        build_reference(profile, ref_dir, target, home=home, progress=progress)
+        result.actions.append("reference log-probs")
+    return target
+
+
+def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | None = None,
+              progress: bool = True, say: Say = print) -> SweepResult:
+    """Run (or resume) the sweep; see the module docstring."""
+    from guardrepro.fetch import fetch_lock
+
+    spec = load_sweep(spec_path)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    result = SweepResult(out=out, device=mlx_device())
+    fetch_lock(spec.source_lock, home, progress=False)
+    cohort = _cohort(spec, out, home)
+    total = 1 + len(spec.recipes) + len(spec.rules)
+    bar = tqdm(total=total, desc=f"sweep {spec.name}", unit="config", disable=not progress,
+               position=0)
+    try:
+        ref_logprobs = _reference(spec, out, cohort, home, result, progress)
+        bar.update(1)
+        for entry in spec.recipes:
+            started = time.perf_counter()
+            _recipe_config(entry, spec, out, cohort, ref_logprobs, home, result, progress)
+            say(f"{entry.chosen(result.device.startswith('Device(cpu')).name}: "
+                f"{time.perf_counter() - started:.1f} s")
+            bar.update(1)
+        for rule in spec.rules:
+            _rule_config(rule.name, rule.rule, rule.train_split, spec, out, cohort, home, result)
+            bar.update(1)
+    finally:
+        bar.close()
+    from guardrepro.experiments.outputs import write_outputs
+
+    result.summary, result.frontier = write_outputs(spec, out, result.device)
+    return result

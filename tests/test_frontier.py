@@ -1,0 +1,161 @@
+"""Dominance, the Pareto frontier, harm and paired differences on hand-made configurations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrepro.checks.frontier import (
+    Config,
+    config_metrics,
+    dominates,
+    frontier_report,
+    load_config,
+    paired_difference,
+    pareto,
+    parse_costs,
+)
+from guardrepro.errors import InputError
+from guardrepro.schema import Record
+
+
+def rec(row: str, gold: float, score: float | None, *, base: str | None = None,
+        peak: int | None = 100, total_s: float = 0.5) -> Record:
+    status = "ok" if score is not None else "parse_error"
+    return Record(
+        run_id="r", row_id=row, base_sample_id=base or row, cohort="c", variant="original",
+        domain="banking", gold_label=gold, input_sha256="0" * 64, prompt_tokens=10,
+        provenance_sha256="p", provenance={}, status=status, score=score,
+        error_type=None if score is not None else "no_rating", components=None,
+        decision_margin=None, output_text="", output_token_ids=[1, 2, 3, 4],
+        finish_reason="stop", attempts=[],
+        timings={"prefill_s": 0.1, "decode_s": 0.4, "total_s": total_s},
+        peak_memory_bytes=peak, created_at="now")
+
+
+def point(name: str, **values: Any) -> dict[str, Any]:
+    fields = {"harm": "harm_per_100", "memory": "peak_memory_bytes",
+              "rows_per_s": "rows_per_s"}
+    return {"name": name, **{fields[k]: v for k, v in values.items()}}
+
+
+def test_dominance_needs_no_worse_everywhere_and_better_somewhere() -> None:
+    a = point("a", memory=1, harm=1)
+    b = point("b", memory=1, harm=2)
+    c = point("c", memory=1, harm=1)
+    d = point("d", memory=2, harm=0)
+    axes = ("memory", "harm")
+    assert dominates(a, b, axes) and not dominates(b, a, axes)
+    assert not dominates(a, c, axes) and not dominates(c, a, axes)  # a tie dominates nothing
+    assert not dominates(a, d, axes) and not dominates(d, a, axes)  # a trade-off
+    # rows_per_s: higher is better
+    fast = point("fast", memory=1, rows_per_s=10.0)
+    slow = point("slow", memory=1, rows_per_s=2.0)
+    assert dominates(fast, slow, ("memory", "rows_per_s"))
+    assert not dominates(slow, fast, ("memory", "rows_per_s"))
+
+
+def test_frontier_keeps_ties_names_dominators_and_unplaced() -> None:
+    points = [
+        point("big-good", memory=10, harm=0),
+        point("small-bad", memory=1, harm=5),
+        point("tie-1", memory=4, harm=2),
+        point("tie-2", memory=4, harm=2),
+        point("worse", memory=5, harm=3),      # dominated by tie-1, tie-2
+        point("worst", memory=10, harm=5),
+        point("unknown", memory=None, harm=0),
+    ]
+    result = pareto(points, ("memory", "harm"))
+    assert result["frontier"] == ["big-good", "small-bad", "tie-1", "tie-2"]
+    assert result["dominated"]["worse"] == ["tie-1", "tie-2"]
+    # worst (10, 5) is dominated by big-good (10 <= 10, 0 < 5), small-bad (1 < 10, 5 <= 5),
+    # both ties and worse (5 < 10, 3 < 5)
+    assert result["dominated"]["worst"] == ["big-good", "small-bad", "tie-1", "tie-2", "worse"]
+    assert result["unplaced"] == {"unknown": ["memory"]}
+
+
+def test_harm_is_fail_closed_and_cost_weighted() -> None:
+    records = (
+        rec("a", 1.0, 0.0),    # FN
+        rec("b", 0.5, 0.0),    # FN (strict gold: 0.5 is unsafe)
+        rec("c", 0.0, 1.0),    # FP
+        rec("d", 0.0, None),   # invalid on a safe row: fail-closed -> FP
+        rec("e", 1.0, None),   # invalid on an unsafe row: blocked, not an FN
+        rec("f", 0.0, 0.0),    # correct
+        rec("g", 1.0, 0.5),    # correct (strict: 0.5 blocks)
+        rec("h", 1.0, 1.0),    # correct
+    )
+    costs = parse_costs("FN=5,FP=1")
+    m = config_metrics(Config("x", "x", records, 1234), costs, None, replicates=200, seed=1)
+    assert (m["fn"], m["fp"]) == (2, 2)
+    assert m["fn_rate"] == {"count": 2, "denominator": 5, "rate": 0.4}
+    assert m["fp_rate"] == {"count": 2, "denominator": 3, "rate": 2 / 3}
+    assert m["harm_per_100"] == pytest.approx(100 * (5 * 2 + 1 * 2) / 8)
+    assert m["invalid_rows"] == 2
+    assert m["artifact_bytes"] == 1234 and m["peak_memory_bytes"] == 100
+    assert m["rows_per_s"] == pytest.approx(8 / 4.0)
+    assert m["prefill_tok_per_s"] == pytest.approx(80 / 0.8)
+    assert m["decode_tok_per_s"] == pytest.approx(32 / 3.2)
+    low, high = m["harm_interval"]["lower"], m["harm_interval"]["upper"]
+    assert low <= m["harm_per_100"] <= high
+
+
+def test_agreement_and_paired_difference() -> None:
+    ref = Config("ref", "ref", tuple(rec(f"r{i}", 1.0, 1.0, base=f"b{i // 2}")
+                                     for i in range(20)), None)
+    # the candidate misses every unsafe row: 20 FN, harm 100 per 100 rows more than ref
+    worse = Config("worse", "w", tuple(rec(f"r{i}", 1.0, 0.0, base=f"b{i // 2}")
+                                       for i in range(20)), None)
+    same = Config("same", "s", ref.records, None)
+    p = paired_difference(worse, ref, parse_costs(None), replicates=500, seed=3)
+    assert p["harm_difference_per_100"] == pytest.approx(100.0)
+    assert p["interval"]["lower"] == pytest.approx(100.0) and p["verdict"] == "ref better"
+    q = paired_difference(same, ref, parse_costs(None), replicates=500, seed=3)
+    assert q["verdict"].startswith("no difference")
+    report = frontier_report([ref, worse, same], reference="ref", costs=parse_costs(None),
+                             replicates=200)
+    by = {m["name"]: m for m in report["configurations"]}
+    assert by["worse"]["agreement"]["strict"]["count"] == 0
+    assert by["same"]["agreement"]["exact"] == {"count": 20, "denominator": 20, "rate": 1.0}
+    assert report["frontier"]["dominated"] == {"worse": ["ref", "same"]}
+    assert report["frontier"]["frontier"] == ["ref", "same"]
+
+
+def test_parse_costs_and_errors(tmp_path: Path) -> None:
+    assert parse_costs("fn=2, FP=0.5") == {"FN": 2.0, "FP": 0.5}
+    with pytest.raises(InputError, match="FN=<number>"):
+        parse_costs("FX=1")
+    with pytest.raises(InputError, match=r"no records\.jsonl"):
+        load_config(tmp_path)
+    (tmp_path / "records.jsonl").write_text(json.dumps(rec("a", 1.0, 1.0).to_dict()) + "\n")
+    (tmp_path / "artifact.json").write_text('{"artifact_bytes": 7}')
+    config = load_config(tmp_path, "named")
+    assert config.name == "named" and config.artifact_bytes == 7
+    with pytest.raises(InputError, match="unique"):
+        frontier_report([config, config], reference=None, costs=parse_costs(None))
+
+
+def test_frontier_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from guardrepro.cli import cli
+
+    for name, score in (("a", 1.0), ("b", 0.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        lines = [json.dumps(rec(f"r{i}", 1.0, score).to_dict()) for i in range(4)]
+        (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["frontier", str(tmp_path / "a"), f"B={tmp_path / 'b'}",
+                                      "--costs", "FN=3,FP=1", "--replicates", "100",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "frontier.json").read_text())
+    assert data["costs"] == {"FN": 3.0, "FP": 1.0}
+    assert [m["harm_per_100"] for m in data["configurations"]] == [0.0, 300.0]
+    assert data["frontier"]["dominated"] == {"B": ["a"]}
+    assert (out / "frontier.png").stat().st_size > 0
+    assert "dominated: B (by a)" in result.output

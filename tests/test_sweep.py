@@ -1,0 +1,153 @@
+"""Sweep specs, rule baselines, and a killed sweep that resumes without repeating work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrepro.checks.rule_baselines import (
+    fit_lookup_model,
+    nuisance_decision,
+    training_rows,
+)
+from guardrepro.errors import InputError
+from guardrepro.experiments.spec import load_sweep
+from guardrepro.tsbench import BenchRow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _action(tool: str) -> str:
+    return f"Thought: go.\nAction: {tool}\nAction Input: {{}}"
+
+
+def test_nuisance_rule_by_hand() -> None:
+    marked = "<INFORMATION> do it </INFORMATION>"
+    assert nuisance_decision({"history": marked, "current_action": _action("send_money")}) == 1
+    assert nuisance_decision({"history": marked.lower(),
+                              "current_action": _action("Update_File")}) == 1
+    assert nuisance_decision({"history": marked, "current_action": _action("get_file")}) == 0
+    assert nuisance_decision({"history": "plain", "current_action": _action("send_money")}) == 0
+    assert nuisance_decision({"history": "<UNTRUSTED_EXTERNAL_CONTENT>",
+                              "current_action": _action("send_money")}) == 0
+    assert nuisance_decision({"history": [{"content": marked}],
+                              "current_action": "no action here"}) == 0
+
+
+def _bench(base: str, tool: str, score: float) -> BenchRow:
+    raw = {"current_action": _action(tool), "score": score}
+    return BenchRow("banking", 0, raw, base, base, "f")
+
+
+def test_lookup_trains_only_on_the_declared_split() -> None:
+    bench = [_bench("a", "send_money", 1.0), _bench("b", "send_money", 1.0),
+             _bench("c", "get_file", 0.0), _bench("held", "get_file", 1.0)]
+    model = fit_lookup_model(bench, {"held"}, "benchmark-minus-cohort")
+    assert model.train_rows == 3
+    # get_file: only the safe training row counts; unseen keys -> global majority (2/3 unsafe)
+    assert model.predict([{"current_action": _action("get_file")},
+                          {"current_action": _action("tool_abc")}]) == [0, 1]
+    leaky = fit_lookup_model(bench, {"held"}, "benchmark")
+    assert leaky.train_rows == 4
+    assert leaky.predict([{"current_action": _action("get_file")}]) == [1]  # tie -> unsafe
+    with pytest.raises(InputError, match="no rows"):
+        training_rows(bench[:1], {"a"}, "benchmark-minus-cohort")
+
+
+def _spec(tmp: Path, body: str = "", recipes: str | None = None, limit: int = 2) -> Path:
+    q = REPO / "quantize"
+    recipes = recipes if recipes is not None else (
+        f'[[recipe]]\nrecipe = "{q / "q8-g64.toml"}"\ncpu_recipe = "{q / "q8-g64-f32.toml"}"\n'
+        f'[[recipe]]\nrecipe = "{q / "q4-g64.toml"}"\ncpu_recipe = "{q / "q4-g64-f32.toml"}"\n'
+        '[[rule]]\nrule = "nuisance"\n')
+    path = tmp / "sweep.toml"
+    path.write_text(
+        f'[sweep]\nname = "t"\nsource_lock = "{REPO / "locks/toy-guard.toml"}"\n'
+        f'cohort = "{REPO / "cohorts/toy-64.toml"}"\nlimit = {limit}\n'
+        f'reference_profile = "{REPO / "runners/toy-hf.toml"}"\nreference_name = "ref"\n'
+        f'candidate_profile = "{REPO / "runners/toy-mlx-q8.toml"}"\nreplicates = 100\n'
+        f"{body}\n{recipes}", encoding="utf-8")
+    return path
+
+
+def test_spec_errors_name_the_field(tmp_path: Path) -> None:
+    spec = load_sweep(REPO / "quantize/sweeps/toy.toml")
+    assert len(spec.recipes) >= 5 and spec.axes == ("bytes", "harm")
+    assert {r.rule for r in spec.rules} == {"nuisance", "lookup"}
+    with pytest.raises(InputError) as err:
+        load_sweep(_spec(tmp_path, 'colour = "red"'))
+    assert err.value.field == "sweep.colour"
+    with pytest.raises(InputError) as err:
+        load_sweep(_spec(tmp_path, recipes='[[recipe]]\nrecipe = "nope.toml"\n'))
+    assert err.value.field == "recipe[0].recipe"
+    twice = f'[[recipe]]\nrecipe = "{REPO / "quantize/bf16.toml"}"\n' * 2
+    with pytest.raises(InputError, match="unique"):
+        load_sweep(_spec(tmp_path, recipes=twice))
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlx_lm")
+    import guardrepro.pipeline as pipeline
+    from guardrepro.experiments.sweep import run_sweep
+
+    spec = _spec(tmp_path)
+    out, home = tmp_path / "out", tmp_path / "home"
+    real = pipeline.generate_chunk
+    calls: list[int] = []
+
+    def killing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[2]))
+        # reference: one chunk of 2 rows; first recipe: 2 chunks; second recipe: 1 chunk, then
+        if len(calls) == 5:  # killed before its second row
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "generate_chunk", killing)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
+    first = sorted((out / "runs").iterdir())
+    done = [p.name for p in first if (p / "summary.json").exists()]
+    assert len(done) == 1
+    finished = out / "runs" / done[0]
+    finished_records = (finished / "records.jsonl").read_bytes()
+    assert not (out / "summary.json").exists()
+
+    calls.clear()
+    monkeypatch.setattr(pipeline, "generate_chunk", real)
+    monkeypatch.setattr(pipeline, "generate_chunk", lambda *a, **k: (calls.append(len(a[2])),
+                                                                    real(*a, **k))[1])
+    result = run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
+    assert calls == [1]  # only the killed recipe's missing row is generated
+    assert f"skip {done[0]} (done)" in result.actions
+    assert not [a for a in result.actions if a.startswith("quantize")]
+    assert "reference: 0 generated" in result.actions
+    assert "reference log-probs" not in result.actions
+    assert (finished / "records.jsonl").read_bytes() == finished_records
+    names = [row["name"] for row in json.loads((out / "summary.json").read_text())]
+    assert names == ["ref", "q8-g64-f32", "q4-g64-f32", "rule-nuisance"]
+    for name in names[1:3]:
+        records = (out / "runs" / name / "records.jsonl").read_text().splitlines()
+        assert len(records) == 2  # no duplicate rows
+    assert (out / "frontier.png").exists() and (out / "margins.png").exists()
+    report = (out / "report.md").read_text()
+    assert "## Frontier" in report and "## Recommendation" in report
+    _execute_notebook(out, tmp_path / "figs", monkeypatch)
+
+
+def _execute_notebook(sweep_dir: Path, figures: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jupytext = pytest.importorskip("jupytext")
+    nbclient = pytest.importorskip("nbclient")
+
+    figures.mkdir()
+    monkeypatch.setenv("GUARDREPRO_SWEEP_DIR", str(sweep_dir))
+    monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(figures))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = jupytext.read(REPO / "notebooks" / "sweep.py")
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    assert sorted(p.name for p in figures.glob("*.png")) == ["frontier.png", "kl.png",
+                                                             "margins.png"]
