@@ -89,7 +89,7 @@ def mlx_plan() -> MlxPlan:
 
 def write_originals(cohort: Path, out: Path) -> Path:
     """Copy the cohort's original-variant lines (byte for byte) to ``out``."""
-    from guardrepro.records import write_atomic
+    from guardrepro.run.records import write_atomic
 
     lines = cohort.read_text(encoding="utf-8").splitlines(keepends=True)
     keep = [line for line in lines if json.loads(line)["variant"] == "original"]
@@ -115,14 +115,14 @@ def run_demo(
     adds K seeded sampled runs of the originals and the attribution of every
     disagreement with the reference (``attribute_step``).
     """
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.artifacts.verify import verify_lock
+    from guardrepro.bench.cohort.build import build_cohort_file
     from guardrepro.checks.gate import evaluate, load_spec, reference_rows
+    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats
-    from guardrepro.cohort import build_cohort_file
-    from guardrepro.fetch import fetch_lock
-    from guardrepro.pipeline import run_cohort
-    from guardrepro.report import FIGURES_NOTE, build_report, figures_available
-    from guardrepro.verify import verify_lock
+    from guardrepro.run.pipeline import run_cohort
 
     root = repo_root()
     out = Path(out_dir).resolve()
@@ -155,8 +155,8 @@ def run_demo(
 
     say(f"[{next(step)}/{steps}] run the toy guard with transformers (runners/toy-hf.toml)")
     hf_dir = out / "hf-fp32"
-    from guardrepro.runners.profile import RunProfile
-    from guardrepro.runners.workers import run_with_workers
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.workers import run_with_workers
 
     hf_profile = RunProfile.load(root / "runners/toy-hf.toml")
     run_with_workers(hf_profile, result.cohort, hf_dir, workers=hf_profile.workers,
@@ -165,8 +165,8 @@ def run_demo(
     mark("run_hf")
 
     if use_mlx:
+        from guardrepro.artifacts.quantize.convert import quantize
         from guardrepro.checks.compare import compare_runs
-        from guardrepro.quantize import quantize
 
         plan = mlx_plan()
         result.mlx_plan = plan
@@ -233,8 +233,8 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     from guardrepro.checks.attribute import attribute, format_table
     from guardrepro.checks.loaders import load_reference, load_run_input
     from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.pipeline import run_cohort
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
 
     originals = out / "cohort-originals.jsonl"
     if not originals.exists():

@@ -111,7 +111,7 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
 @dataclass(frozen=True)
 class CohortRow:
     """One line of a cohort JSONL file (layout: ``docs/PROTOCOL.md``, "Cohort
-    file"; built by ``guardrepro.cohort``).
+    file"; built by ``guardrepro.bench.cohort.build``).
 
     ``original_label`` is the base's strict label (0 or 1); the gold score is
     ``sample["label"]`` (:attr:`gold_label`). ``sample`` holds the 13 sample

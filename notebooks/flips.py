@@ -29,7 +29,7 @@ from pathlib import Path
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.report import plot_flip_rates, plot_margin_histogram
+from guardrepro.checks.report import plot_flip_rates, plot_margin_histogram
 
 RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))

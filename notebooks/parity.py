@@ -27,7 +27,7 @@ from pathlib import Path
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.report import plot_score_confusion
+from guardrepro.checks.report import plot_score_confusion
 
 RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))

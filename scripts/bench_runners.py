@@ -47,15 +47,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import atomic_write_bytes
-from guardrepro.cohort import build_cohort_file
+from guardrepro.artifacts.fetch import fetch_lock
+from guardrepro.artifacts.quantize.convert import quantize
+from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.bench.cohort.build import build_cohort_file
 from guardrepro.errors import InferenceError
-from guardrepro.fetch import fetch_lock
-from guardrepro.quantize import quantize
-from guardrepro.records import read_records
-from guardrepro.runners.profile import RunProfile
-from guardrepro.runners.registry import runner_class
-from guardrepro.runners.workers import run_with_workers
+from guardrepro.run.profile import RunProfile
+from guardrepro.run.records import read_records
+from guardrepro.run.runners.registry import runner_class
+from guardrepro.run.workers import run_with_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "naive"

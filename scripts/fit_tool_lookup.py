@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from guardrepro.bench.tsbench import load_benchmark
 from guardrepro.guards.rule.lookup import fit_table, save_table
 from guardrepro.schema import read_cohort
-from guardrepro.tsbench import load_benchmark
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def checkpoint_dir(work: Path) -> tuple[Path, str]:
         import torch
         from safetensors.torch import load_file, save_file
 
-        from guardrepro.toy.tiny import build_tiny_qwen2
+        from scripts.toy.tiny import build_tiny_qwen2
 
         build_tiny_qwen2(target)
         weights = target / "model.safetensors"
@@ -84,9 +84,9 @@ def prompts() -> list[tuple[str, str]]:
 
 
 def run_config(name: str, out: Path, work: Path, max_new_tokens: int, allow_cpu: bool) -> None:
-    from guardrepro.prompts import PromptTokenizer
-    from guardrepro.runners.base import GenerationRequest
-    from guardrepro.runners.registry import create_runner
+    from guardrepro.run.prompts import PromptTokenizer
+    from guardrepro.run.runners.base import GenerationRequest
+    from guardrepro.run.runners.registry import create_runner
     from guardrepro.schema import DecodingParams
 
     backend, options = CONFIGS[name]
@@ -198,7 +198,7 @@ def summarize(directory: Path, out: Path) -> dict[str, Any]:
 
 def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[str, Any]:
     """Wall time, tokens/s and batch-1 agreement of the TS-Guard cohort run."""
-    from guardrepro.records import read_manifest, read_records
+    from guardrepro.run.records import read_manifest, read_records
 
     records = read_records(run_dir)
     manifest = read_manifest(run_dir)

@@ -1,9 +1,9 @@
 """Tiny random Qwen2 checkpoints for the MLX tests, written as transformers 5 writes them.
 
-Unlike ``guardrepro.toy.tiny.build_tiny_qwen2`` the config is *not*
+Unlike ``scripts.toy.tiny.build_tiny_qwen2`` the config is *not*
 normalised: ``rope_theta`` lives only inside ``rope_parameters`` and the
 dtype only under ``dtype`` — the layout that silently breaks mlx-lm and that
-``guardrepro.quantize`` must repair. Dimensions, dtype, init scale and
+``guardrepro.artifacts.quantize.convert`` must repair. Dimensions, dtype, init scale and
 rope_theta are parameters so tests can build models that do not fit a recipe
 or whose positional encoding differs from mlx-lm's default.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guardrepro.toy.tiny import CORPUS
-from guardrepro.toy.tokenizer import train_tokenizer
+from scripts.toy.tiny import CORPUS
+from scripts.toy.tokenizer import train_tokenizer
 
 EOS = [2, 0]
 PROMPTS = [

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.records import RunManifest, write_manifest
+from guardrepro.run.records import RunManifest, write_manifest
+from guardrepro.run.shard import shard_of
 from guardrepro.schema import Record, canonical_json
-from guardrepro.shard import shard_of
 
 Spec = tuple[str, str, str, float, Any]
 

@@ -29,7 +29,7 @@ def build_diverse_tiny(out_dir: Path) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from guardrepro.toy.tiny import build_tiny_qwen2
+    from scripts.toy.tiny import build_tiny_qwen2
 
     build_tiny_qwen2(out_dir)
     weights = out_dir / "model.safetensors"

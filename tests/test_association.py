@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from guardrepro.bench.tsbench import BenchRow, base_sample_id
 from guardrepro.checks.association import (
     association_audit,
     audit_rows,
@@ -17,7 +18,6 @@ from guardrepro.checks.association import (
     marker_difference_interval,
 )
 from guardrepro.cli import main
-from guardrepro.tsbench import BenchRow, base_sample_id
 
 
 def raw(interaction: int, segment: int, tool: str | None, marker: str | None,
@@ -220,9 +220,9 @@ def write_agentdojo(root: Path, preds_by_domain: dict[str, list[float | None]]) 
 
 
 def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from guardrepro.bench.released import load_released
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audit import released_preds
-    from guardrepro.released import load_released
-    from guardrepro.tsbench import load_benchmark
 
     by_domain = {"workspace": [1], "travel": [0], "slack": [s[5] for s in SPEC[7:]],
                  "banking": [s[5] for s in SPEC[:7]]}

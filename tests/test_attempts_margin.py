@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import pytest
 from tokenizers import Tokenizer
 
-from guardrepro.attempts import token_index_at
-from guardrepro.toy.quality import GUARD_DIR
+from guardrepro.run.attempts import token_index_at
+from scripts.toy.quality import GUARD_DIR
 
 
 def linear(ids: Sequence[int], offset: int, decode: Callable[[Sequence[int]], str]) -> int | None:

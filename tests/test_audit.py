@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from guardrepro.bench.shortcuts import tool_key
+from guardrepro.bench.tsbench import BenchRow, base_sample_id
 from guardrepro.checks.audit import (
     group_kfold,
     interaction_audit,
@@ -17,7 +18,6 @@ from guardrepro.checks.audit import (
 )
 from guardrepro.cli import main
 from guardrepro.errors import InputError
-from guardrepro.tsbench import BenchRow, base_sample_id
 
 
 def raw_row(interaction: int, segment: int, tool: str | None, gold: float) -> dict[str, Any]:

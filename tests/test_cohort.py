@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-import guardrepro.cohort as cohort_mod
+import guardrepro.bench.cohort.build as cohort_mod
+from guardrepro.bench.cohort.build import build_cohort, build_variants, manifest_path, write_cohort
+from guardrepro.bench.cohort.spec import load_spec
+from guardrepro.bench.edits import placebo_history, replace_tool, stringify
 from guardrepro.bench.react import ReactStep
-from guardrepro.cohort import build_cohort, build_variants, manifest_path, write_cohort
-from guardrepro.cohort_spec import load_spec
-from guardrepro.edits import placebo_history, replace_tool, stringify
+from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.base import render_ts_guard_prompt
 from guardrepro.schema import read_cohort
-from guardrepro.tsbench import BenchRow
 
 SALT = "260828"
 PROTOCOL = "BENCHMARK_SHORTCUT_AUDIT_PROTOCOL_v1.0"

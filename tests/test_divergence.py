@@ -20,9 +20,9 @@ from guardrepro.experiments.divergence import (
     summarize,
     token_kl,
 )
-from guardrepro.prompts import PromptTokenizer
-from guardrepro.runners.registry import create_runner
-from guardrepro.toy.tiny import build_tiny_qwen2
+from guardrepro.run.prompts import PromptTokenizer
+from guardrepro.run.runners.registry import create_runner
+from scripts.toy.tiny import build_tiny_qwen2
 
 ROW = ForcedRow("row-1", prompt_ids=(5, 17, 33, 8, 12, 40), output_ids=(40, 7, 9, 2),
                 decision_index=2)

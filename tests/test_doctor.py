@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from runner_helpers import write_profile
 
 from guardrepro.cli import cli, main
-from guardrepro.doctor import (
+from guardrepro.run.doctor import (
     RULES,
     BatchInvarianceRefused,
     Facts,
@@ -20,7 +20,7 @@ from guardrepro.doctor import (
     gather_facts,
     preflight,
 )
-from guardrepro.runners.profile import RunProfile
+from guardrepro.run.profile import RunProfile
 
 BASE = Facts(
     backend="vllm", versions={"vllm": "0.32.0"}, device="cuda", device_name="GPU",

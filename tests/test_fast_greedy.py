@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from guardrepro.runners.fast_greedy import LeanDecoder, unsupported_reason  # noqa: E402
+from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason  # noqa: E402
 
 
 def _tiny(kind: str, kv_heads: int, seed: int) -> Any:
@@ -133,7 +133,7 @@ def test_unsupported_models_are_named() -> None:
 
 @pytest.fixture(scope="module")
 def toy() -> Any:
-    from guardrepro.toy.quality import BENCH_DIR, ToyGuard
+    from scripts.toy.quality import BENCH_DIR, ToyGuard
 
     guard = ToyGuard()
     samples: list[Any] = []

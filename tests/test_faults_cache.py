@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from runner_helpers import write_cohort
 
+from guardrepro.artifacts.locks import load_lock
 from guardrepro.cli import main
-from guardrepro.locks import load_lock
 
 pytestmark = pytest.mark.faults
 
@@ -109,8 +109,8 @@ def test_first_fetch_does_not_hash_the_weights_again_after_linking(tmp_path, mon
     and not a third time to re-check its own hardlinks (15 GB for TS-Guard)."""
     if not Path("/proc/self/io").exists():
         pytest.skip("no /proc/self/io to count the bytes read")
-    from guardrepro.cache import stamp_matches
-    from guardrepro.fetch import fetch_lock
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.artifacts.store import stamp_matches
 
     home = tmp_path / "home"
     total = sum(entry.size or 0 for entry in load_lock(LOCK).files)
@@ -141,7 +141,7 @@ def test_verify_full_catches_what_the_cheap_check_cannot(fetched, capsys, monkey
     (what silent bit rot under an unchanged inode looks like to the cheap check):
     default fetch trusts it, which is the documented trade-off; --verify-full and
     verify read every byte and catch it."""
-    from guardrepro.cache import write_stamp
+    from guardrepro.artifacts.store import write_stamp
 
     monkeypatch.setenv("GUARDREPRO_VERIFY_FULL", "0")  # restored after the test
     blob = fetched["blob"]
@@ -161,7 +161,7 @@ def test_verify_full_catches_what_the_cheap_check_cannot(fetched, capsys, monkey
 
 
 def test_a_flip_inside_a_sampled_block_is_caught_even_with_a_forged_stamp(fetched, capsys):
-    from guardrepro.cache import write_stamp
+    from guardrepro.artifacts.store import write_stamp
 
     blob = fetched["blob"]
     entry = load_lock(LOCK).file(WEIGHTS)

@@ -79,8 +79,8 @@ def test_interrupted_cohort_build_leaves_no_cohort_without_its_manifest(tmp_path
     import json
     from types import SimpleNamespace
 
-    from guardrepro import cohort as cohort_mod
-    from guardrepro.cohort import cohort_is_built, manifest_path, write_cohort
+    from guardrepro.bench.cohort import build as cohort_mod
+    from guardrepro.bench.cohort.build import cohort_is_built, manifest_path, write_cohort
 
     out = tmp_path / "c.jsonl"
     out.write_bytes(b'{"old":1}\n')  # an earlier build's cohort

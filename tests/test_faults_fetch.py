@@ -27,8 +27,8 @@ from loopback import (
     serve_truncated,
 )
 
+from guardrepro.artifacts.locks import load_lock
 from guardrepro.cli import main
-from guardrepro.locks import load_lock
 
 pytestmark = pytest.mark.faults
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated
 
-from guardrepro import fetch_http
+from guardrepro.artifacts import http as fetch_http
+from guardrepro.artifacts.fetch import fetch_lock, materialize
+from guardrepro.artifacts.http import RetryPolicy
+from guardrepro.artifacts.locks import load_lock
 from guardrepro.errors import FetchError, IntegrityError, TransientFetchError
-from guardrepro.fetch import fetch_lock, materialize
-from guardrepro.fetch_http import RetryPolicy
-from guardrepro.locks import load_lock
 
 REPO = "someone/toolsafe-like"
 COMMIT = "46358fa424a927a895c6c8322f99032c4eb5155e"

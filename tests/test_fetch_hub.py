@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from loopback import HubFile, HubRepo, HubServer
 
-from guardrepro.locks import load_lock
+from guardrepro.artifacts.locks import load_lock
 
 REVISION = "ad2f82df3ae3e0dcdaed7b7c71e8b7f0b16ead7a"
 CONFIG = b'{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 128}\n'
@@ -25,7 +25,7 @@ TOKENIZER = b'{"version": "1.0", "model": {"type": "BPE"}}\n' * 50
 
 SCRIPT = """
 import json, sys
-from guardrepro.fetch import fetch_lock
+from guardrepro.artifacts.fetch import fetch_lock
 try:
     r = fetch_lock(sys.argv[1], sys.argv[2], progress=False)
     out = {"ok": True, "dir": str(r.directory), "updated": r.lock_updated,

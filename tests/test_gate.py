@@ -231,7 +231,7 @@ def test_released_reference_end_to_end(tmp_path: Path,
     """
     import hashlib
 
-    from guardrepro.tsbench import AGENTDOJO_FILES, base_sample_id
+    from guardrepro.bench.tsbench import AGENTDOJO_FILES, base_sample_id
 
     root = tmp_path / "toolsafe"
     raws: list[dict[str, Any]] = []
@@ -271,7 +271,7 @@ def test_released_reference_end_to_end(tmp_path: Path,
              zip(raws, [d for d in ("workspace", "travel", "slack", "banking") for _ in (0, 1)],
                  strict=True)]
     run = write_run(tmp_path / "run", grid(bases, {"original": local_scores}))
-    from guardrepro.fetch import fetch_lock
+    from guardrepro.artifacts.fetch import fetch_lock
 
     fetch_lock(locks / "toolsafe.toml", progress=False)
     assert run_gate(["gate", str(run), "--spec", str(spec)]) == 0

@@ -25,8 +25,8 @@ from guardrepro.errors import (  # noqa: E402
     InputError,
     MissingArtifactError,
 )
-from guardrepro.runners.base import GenerationRequest, Runner  # noqa: E402
-from guardrepro.runners.registry import create_runner  # noqa: E402
+from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402
+from guardrepro.run.runners.registry import create_runner  # noqa: E402
 from guardrepro.schema import DecodingParams  # noqa: E402
 
 EOS = (2, 0)
@@ -230,8 +230,8 @@ def test_registry_names_the_extra_when_a_dependency_is_missing(
     tiny: Path, tok: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # None in sys.modules makes `import mlx` fail exactly as when it is not installed.
-    for name in ("mlx", "mlx.core", "mlx_lm", "guardrepro.runners.mlx_runner"):
+    for name in ("mlx", "mlx.core", "mlx_lm", "guardrepro.run.runners.mlx_runner"):
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "guardrepro.runners.mlx_runner")
+    monkeypatch.delitem(sys.modules, "guardrepro.run.runners.mlx_runner")
     with pytest.raises(DependencyMissingError, match=r"pip install 'guardrepro\[mlx\]'"):
         create_runner("mlx", tiny, {}, eos_token_ids=EOS, pad_token_id=0, decode=_decode(tok))

@@ -12,14 +12,14 @@ import pytest
 from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
 
 from guardrepro.errors import InputError
-from guardrepro.invariance import (
+from guardrepro.run.invariance import (
     RowAgreement,
     check_invariance,
     compare_passes,
     format_table,
     select_sample,
 )
-from guardrepro.runners.base import Generation, Timings
+from guardrepro.run.runners.base import Generation, Timings
 from guardrepro.schema import read_cohort
 
 T = Timings(0.0, 0.0, 0.0)
@@ -43,7 +43,7 @@ def test_compare_passes_finds_first_divergence() -> None:
 
 
 def test_token_agreement_is_common_prefix_over_longer_length() -> None:
-    from guardrepro.invariance import InvarianceReport
+    from guardrepro.run.invariance import InvarianceReport
 
     rows = [RowAgreement("a", True, None, 4, 4, 4, "stop", "stop"),
             RowAgreement("b", False, 1, 1, 4, 4, "stop", "stop"),

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from loopback import HubFile, HubRepo, HubServer, _send
 
+from guardrepro.artifacts.locks import LocalSource, load_lock
 from guardrepro.cli import cli, main
-from guardrepro.locks import LocalSource, load_lock
-from guardrepro.toy.tiny import build_tiny_qwen2
+from scripts.toy.tiny import build_tiny_qwen2
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 

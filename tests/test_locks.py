@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from guardrepro.cache import guardrepro_home, safe_join
+from guardrepro.artifacts.locks import (
+    GithubSource,
+    HfSource,
+    LocalSource,
+    dump_lock,
+    load_lock,
+    save_lock,
+)
+from guardrepro.artifacts.store import guardrepro_home, safe_join
 from guardrepro.errors import InputError, LockError, UnsafePathError
-from guardrepro.locks import GithubSource, HfSource, LocalSource, dump_lock, load_lock, save_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = "a" * 64

@@ -14,10 +14,10 @@ from runner_helpers import write_cohort
 
 from guardrepro.cli import cli
 from guardrepro.errors import InputError, ProvenanceError
-from guardrepro.merge import merge_runs, provenance_differences
-from guardrepro.records import RunManifest, read_manifest, read_records, write_manifest
+from guardrepro.run.merge import merge_runs, provenance_differences
+from guardrepro.run.records import RunManifest, read_manifest, read_records, write_manifest
+from guardrepro.run.shard import shard_of
 from guardrepro.schema import Provenance, Record, read_cohort
-from guardrepro.shard import shard_of
 
 BASE_PROVENANCE: dict[str, Any] = {
     "guard": "toy-guard",
@@ -236,7 +236,7 @@ def test_real_shard_runs_merge_into_a_run_that_resumes_as_complete(tmp_path: Pat
     pytest.importorskip("transformers")
     from runner_helpers import TEMPLATE, build_diverse_tiny, write_profile
 
-    from guardrepro.pipeline import run_cohort
+    from guardrepro.run.pipeline import run_cohort
 
     tiny = build_diverse_tiny(tmp_path / "tiny")
     template = tmp_path / "template.txt"

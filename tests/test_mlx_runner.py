@@ -21,9 +21,9 @@ from mlx_tiny import PROMPTS, build_source  # noqa: E402
 
 from guardrepro.checks.compare import first_divergence  # noqa: E402
 from guardrepro.errors import InferenceError, InputError  # noqa: E402
-from guardrepro.prompts import PromptTokenizer  # noqa: E402
-from guardrepro.runners.base import GenerationRequest, Runner  # noqa: E402
-from guardrepro.runners.mlx_runner import MLXRunner  # noqa: E402
+from guardrepro.run.prompts import PromptTokenizer  # noqa: E402
+from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402
+from guardrepro.run.runners.mlx_runner import MLXRunner  # noqa: E402
 from guardrepro.schema import DecodingParams  # noqa: E402
 
 pytestmark = pytest.mark.mlx
@@ -173,7 +173,7 @@ def test_prompt_mismatch_and_option_errors(fp32_model: Path) -> None:
 
 
 def test_registry_creates_it_and_describe_is_deterministic(fp32_model: Path) -> None:
-    from guardrepro.runners.registry import create_runner
+    from guardrepro.run.runners.registry import create_runner
 
     tok = PromptTokenizer(fp32_model)
     made = [create_runner("mlx", fp32_model, {"batch_size": 1}, eos_token_ids=tok.eos_token_ids,
@@ -189,7 +189,7 @@ def test_registry_creates_it_and_describe_is_deterministic(fp32_model: Path) -> 
 
 @pytest.fixture(scope="module")
 def bf16_artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from guardrepro.quantize import quantize
+    from guardrepro.artifacts.quantize.convert import quantize
 
     base = tmp_path_factory.mktemp("bf")
     src = build_source(base / "src", dtype="bfloat16", initializer_range=0.2)
@@ -240,8 +240,8 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
     locks it names need not exist here) and its backend options are MLX options."""
     import tomllib
 
-    from guardrepro.runners.mlx_runner import _OPTIONS
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.runners.mlx_runner import _OPTIONS
 
     text = (REPO / "runners" / f"{name}.toml").read_text()
     data = tomllib.loads(text)
@@ -283,7 +283,7 @@ def _toy_prompts(n_per_domain: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def toy_artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from guardrepro.quantize import quantize
+    from guardrepro.artifacts.quantize.convert import quantize
 
     base = tmp_path_factory.mktemp("toy")
     (base / "f32.toml").write_text(F32_RECIPE)

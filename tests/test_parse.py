@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from guardrepro.errors import InputError
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.guards.registry import get_guard, get_parser
-from guardrepro.parse import ERROR_TYPES, PARSER_VERSION, decision_char_offset, parse_ts_guard
+from guardrepro.guards.ts_guard.parser import (
+    ERROR_TYPES,
+    PARSER_VERSION,
+    decision_char_offset,
+    parse_ts_guard,
+)
 
 BS = "\\"  # one backslash character
 

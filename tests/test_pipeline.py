@@ -22,15 +22,15 @@ from runner_helpers import (
 )
 from tokenizers import Tokenizer
 
-from guardrepro.attempts import decision_margin, generate_chunk, token_index_at
 from guardrepro.errors import InferenceError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.guards.registry import get_guard
-from guardrepro.pipeline import prepare_rows, run_cohort
-from guardrepro.prompts import PromptTokenizer
-from guardrepro.records import read_manifest, read_records
-from guardrepro.runners.base import Generation, GenerationRequest, Timings
-from guardrepro.runners.registry import create_runner
+from guardrepro.run.attempts import decision_margin, generate_chunk, token_index_at
+from guardrepro.run.pipeline import prepare_rows, run_cohort
+from guardrepro.run.prompts import PromptTokenizer
+from guardrepro.run.records import read_manifest, read_records
+from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.registry import create_runner
 from guardrepro.schema import CohortRow, DecodingParams, read_cohort
 
 VOLATILE = ("created_at", "timings", "peak_memory_bytes", "run_id")
@@ -84,7 +84,7 @@ def test_too_long_prompt_is_refused_up_front(tiny: Path) -> None:
 def test_run_writes_manifest_and_one_record_per_row(
     setup: dict[str, Path], tmp_path: Path, tiny: Path
 ) -> None:
-    from guardrepro.verify import tree_hash
+    from guardrepro.artifacts.verify import tree_hash
 
     summary = run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", progress=False)
     assert (summary.rows_selected, summary.generated, summary.already_done) == (6, 6, 0)
@@ -271,7 +271,7 @@ def _local_lock(path: Path, name: str, kind: str, directory: Path) -> Path:
 def test_pinned_checkpoint_and_template_through_locks(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from guardrepro.verify import tree_hash
+    from guardrepro.artifacts.verify import tree_hash
 
     tpl_dir = tmp_path / "tpl"
     tpl_dir.mkdir()
@@ -295,7 +295,7 @@ def test_pinned_checkpoint_and_template_through_locks(
     assert manifest.provenance["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
     assert len(read_records(tmp_path / "run")) == 2
     # a resume trusts the cached tree hash (stamps unchanged): no byte re-read
-    import guardrepro.verify as verify_mod
+    import guardrepro.artifacts.verify as verify_mod
 
     reads: list[Path] = []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guardrepro.errors import InputError, MissingArtifactError
-from guardrepro.runners.profile import RunProfile
+from guardrepro.run.profile import RunProfile
 from guardrepro.schema import DecodingParams
 
 REPO = Path(__file__).resolve().parent.parent

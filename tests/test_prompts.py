@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from guardrepro.artifacts.template import extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardTemplate
-from guardrepro.prompts import (
+from guardrepro.run.prompts import (
     PromptTokenizer,
-    extract_template,
     input_sha256,
     render_prompt,
 )
@@ -166,7 +166,7 @@ def test_render_cohort_sample_uses_stringified_texts() -> None:
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
-    from guardrepro.toy.tiny import build_tiny_qwen2
+    from scripts.toy.tiny import build_tiny_qwen2
 
     return build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "ckpt", hidden_size=64, layers=1)
 
@@ -235,7 +235,7 @@ def _write_lock(tmp_path: Path, entries: str) -> Path:
 
 
 def test_load_template_through_lock(tmp_path: Path) -> None:
-    from guardrepro.prompts import load_template
+    from guardrepro.run.prompts import load_template
 
     src = tmp_path / "src"
     (src / "prompts").mkdir(parents=True)

@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from guardrepro.artifacts.quantize.recipe import load_recipe
 from guardrepro.errors import InputError, IntegrityError
-from guardrepro.quantize_recipe import load_recipe
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'guardrepro[mlx]')")
 pytest.importorskip("mlx_lm", reason="mlx-lm is not installed (pip install 'guardrepro[mlx]')")
 
 from mlx_tiny import build_source
 
-from guardrepro.cli import cli
-from guardrepro.quantize import (
+from guardrepro.artifacts.quantize.convert import (
     QuantPlan,
     inspect_artifact,
     normalize_mlx_config,
     quantize,
 )
+from guardrepro.cli import cli
 
 pytestmark = pytest.mark.mlx
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def _digests(directory: Path) -> dict[str, str]:
 
 
 def test_q8_twice_same_tree_hash_and_lock_verifies(bf16_source: Path, tmp_path: Path) -> None:
-    from guardrepro.verify import tree_hash, verify_lock
+    from guardrepro.artifacts.verify import tree_hash, verify_lock
 
     before = _digests(bf16_source)
     one = quantize(Q8, bf16_source, tmp_path / "one", unpinned=True)
@@ -211,8 +211,8 @@ def test_cli_from_a_lock_reports_expected_match_and_mismatch(
     """Source pinned by a lock (verified by fetch.materialize); the recipe carries an
     expected tree hash for this source: first a wrong one (MISMATCH, exit 0), then the
     one we just produced (MATCH)."""
-    from guardrepro.locks import LocalSource, Lock, LockedFile, save_lock
-    from guardrepro.verify import tree_hash
+    from guardrepro.artifacts.locks import LocalSource, Lock, LockedFile, save_lock
+    from guardrepro.artifacts.verify import tree_hash
 
     files = tuple(
         LockedFile(path=p.name, sha256=hashlib.sha256(p.read_bytes()).hexdigest(),
@@ -259,8 +259,8 @@ def test_toy_guard_q8_twice_same_tree_hash_and_verifies(tmp_path: Path) -> None:
     must match (a stale pin after retraining the toy guard shows up here)."""
     import importlib.metadata
 
-    from guardrepro.fetch import fetch_lock
-    from guardrepro.verify import verify_lock
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.artifacts.verify import verify_lock
 
     lock = REPO / "locks" / "toy-guard.toml"
     home = tmp_path / "home"
@@ -285,8 +285,8 @@ def test_toy_guard_q8_twice_same_tree_hash_and_verifies(tmp_path: Path) -> None:
 
 
 def test_stage_source_links_files_copies_config_and_refuses_symlinks(tmp_path: Path) -> None:
+    from guardrepro.artifacts.quantize.convert import stage_source
     from guardrepro.errors import UnsafePathError
-    from guardrepro.quantize import stage_source
 
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from guardrepro.artifacts.quantize.recipe import load_recipe
 from guardrepro.errors import InputError
-from guardrepro.quantize_recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def test_mxfp4_conversion_is_inspected(tmp_path: Path) -> None:
     import mlx.core as mx
     from mlx_tiny import build_source
 
-    from guardrepro.quantize import quantize
+    from guardrepro.artifacts.quantize.convert import quantize
 
     source = build_source(tmp_path / "src", dtype="bfloat16")
     result = quantize(REPO / "quantize/mxfp4-f32.toml", source, tmp_path / "mx", unpinned=True)

@@ -12,7 +12,7 @@ import pytest
 from recordsets import guard_text
 
 from guardrepro.errors import InputError, ProvenanceError
-from guardrepro.records import (
+from guardrepro.run.records import (
     LOCK_FILE,
     RECORDS_FILE,
     RecordWriter,
@@ -136,7 +136,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path: Pat
             RecordWriter(tmp_path)
         # another process is refused too
         code = (
-            "import sys\nfrom guardrepro.records import RecordWriter\n"
+            "import sys\nfrom guardrepro.run.records import RecordWriter\n"
             "from guardrepro.errors import InputError\n"
             f"try:\n    RecordWriter({str(tmp_path)!r})\nexcept InputError as e:\n"
             "    print(e); sys.exit(7)\n"

@@ -18,16 +18,16 @@ from fixtures.released_data import (
     write_released,
 )
 
-from guardrepro.errors import InputError
-from guardrepro.parse import parse_ts_guard
-from guardrepro.released import (
+from guardrepro.bench.released import (
     align_released,
     load_released,
     released_output,
     reparse_released,
     reparse_summary,
 )
-from guardrepro.tsbench import base_sample_id
+from guardrepro.bench.tsbench import base_sample_id
+from guardrepro.errors import InputError
+from guardrepro.guards.ts_guard.parser import parse_ts_guard
 
 # 8 AgentDojo rows (gold 0, 1 per domain). Released outputs chosen by hand:
 # score of each answer per the score table (4*mal + 4*att + rating tenths).

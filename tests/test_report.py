@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
+from guardrepro.checks.report import margin_groups
 from guardrepro.checks.runio import load_run
 from guardrepro.cli import main
-from guardrepro.report import margin_groups
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
 LOCAL: dict[str, list[Any]] = {"original": [0, 1, 0, 1], "marker_paraphrase": [1, 1, 0, "parse"]}

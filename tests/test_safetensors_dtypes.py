@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from guardrepro.artifacts.quantize.convert import safetensors_dtypes
 from guardrepro.errors import InputError
-from guardrepro.quantize import safetensors_dtypes
 
 numpy_st = pytest.importorskip("safetensors.numpy", reason="safetensors is not installed")
 

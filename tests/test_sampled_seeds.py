@@ -67,7 +67,7 @@ def test_greedy_has_no_seed_and_bad_values_are_refused() -> None:
 
 @pytest.fixture(scope="module")
 def toy_cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from guardrepro.cohort import build_cohort_file
+    from guardrepro.bench.cohort.build import build_cohort_file
 
     out = tmp_path_factory.mktemp("seeds") / "cohort.jsonl"
     build_cohort_file(ROOT / "cohorts" / "toy-64.toml", TOY_BENCH, out)
@@ -114,9 +114,9 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
     pytest.importorskip("transformers")
     import dataclasses
 
-    from guardrepro.pipeline import run_cohort
-    from guardrepro.records import read_records
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.records import read_records
 
     lines = toy_cohort.read_text(encoding="utf-8").splitlines()
     one_base = tmp_path / "one-base.jsonl"

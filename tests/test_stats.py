@@ -224,7 +224,7 @@ def test_unpaired_edit_rows_are_counted() -> None:
 
 
 def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:
-    from guardrepro.shard import shard_of
+    from guardrepro.run.shard import shard_of
 
     specs = grid(BASES, {"original": [0, 1, 0, 1, 0], "marker_paraphrase": [0, 1, 0, 1, 0]})
     run = write_run(tmp_path / "run", specs, shard="1/2")

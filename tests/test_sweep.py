@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from guardrepro.bench.tsbench import BenchRow
 from guardrepro.checks.rule_baselines import (
     fit_lookup_model,
     nuisance_decision,
@@ -15,7 +16,6 @@ from guardrepro.checks.rule_baselines import (
 )
 from guardrepro.errors import InputError
 from guardrepro.experiments.spec import load_sweep
-from guardrepro.tsbench import BenchRow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def test_spec_errors_name_the_field(tmp_path: Path) -> None:
 def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlx_lm")
-    import guardrepro.pipeline as pipeline
+    import guardrepro.run.pipeline as pipeline
     from guardrepro.experiments.sweep import run_sweep
 
     spec = _spec(tmp_path)

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from guardrepro.cli import cli
-from guardrepro.records import read_records
-from guardrepro.toy.tiny_guards import build_tiny_guard
+from guardrepro.run.records import read_records
+from scripts.toy.tiny_guards import build_tiny_guard
 
 
 def write_cohort(path: Path, n: int) -> Path:
@@ -195,7 +195,7 @@ def test_shieldgemma_logits_are_the_models(built: dict[str, Path], tmp_path: Pat
     from transformers import AutoModelForCausalLM
 
     from guardrepro.guards.registry import get_guard
-    from guardrepro.prompts import PromptTokenizer
+    from guardrepro.run.prompts import PromptTokenizer
 
     run = _lock_and_run(built, "shieldgemma", "hf", tmp_path)
     records = {(r.base_sample_id, r.variant): r for r in read_records(run)}
@@ -221,11 +221,11 @@ def test_shieldgemma_logits_are_the_models(built: dict[str, Path], tmp_path: Pat
 def test_a_default_system_prompt_is_reported(built: dict[str, Path], tmp_path: Path) -> None:
     from guardrepro.guards.base import GuardTemplate
     from guardrepro.guards.registry import get_guard
-    from guardrepro.pipeline import prepare_rows
-    from guardrepro.prompts import PromptTokenizer
+    from guardrepro.run.pipeline import prepare_rows
+    from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.schema import read_cohort
-    from guardrepro.toy.tiny import build_tiny_qwen2
-    from guardrepro.toy.tokenizer import DEFAULT_SYSTEM
+    from scripts.toy.tiny import build_tiny_qwen2
+    from scripts.toy.tokenizer import DEFAULT_SYSTEM
 
     chatml = PromptTokenizer(build_tiny_qwen2(tmp_path / "qwen2"))  # injects DEFAULT_SYSTEM
     user = [{"role": "user", "content": "hello"}]

@@ -7,13 +7,13 @@ import json
 import re
 from pathlib import Path
 
+from guardrepro.bench.tsbench import load_agentdojo
 from guardrepro.schema import BENCH_FIELDS, GOLD_SCORES
-from guardrepro.toy import bench
-from guardrepro.toy.domains import GOALS, HARMFUL, TOOLS
-from guardrepro.toy.targets import answer, cue_score, cues, score
-from guardrepro.tsbench import load_agentdojo
+from scripts.toy import bench
+from scripts.toy.domains import GOALS, HARMFUL, TOOLS
+from scripts.toy.targets import answer, cue_score, cues, score
 
-SHIPPED = Path(bench.__file__).resolve().parents[1] / "data" / "toy_bench"
+SHIPPED = Path(bench.__file__).resolve().parents[2] / "guardrepro" / "data" / "toy_bench"
 DOMAINS = ("banking", "slack", "travel", "workspace")
 
 

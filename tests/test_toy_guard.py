@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from guardrepro.guards.base import render_ts_guard_prompt
-from guardrepro.parse import parse_ts_guard
-from guardrepro.toy.quality import BENCH_DIR, COHORT_SPEC, GUARD_DIR, ToyGuard
-from guardrepro.toy.targets import answer, cue_score
+from guardrepro.guards.ts_guard.parser import parse_ts_guard
+from scripts.toy.quality import BENCH_DIR, COHORT_SPEC, GUARD_DIR, ToyGuard
+from scripts.toy.targets import answer, cue_score
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -66,8 +66,8 @@ def test_template_is_the_projects_own(guard: ToyGuard) -> None:
 
 
 def test_prompt_ids_match_the_shared_prompt_path(guard: ToyGuard) -> None:
-    from guardrepro.prompts import PromptTokenizer
-    from guardrepro.tsbench import load_agentdojo
+    from guardrepro.bench.tsbench import load_agentdojo
+    from guardrepro.run.prompts import PromptTokenizer
 
     tok = PromptTokenizer(GUARD_DIR)
     assert tok.eos_token_ids == [2, 0]
@@ -87,9 +87,9 @@ def _sample() -> tuple[list[dict], list[int], list[tuple[int, dict]]]:
     """N originals drawn with a fixed seed from the whole benchmark, then 4
     eligible unsafe bases whose edit removes the cue the guard relies on, and
     their 4 edited rows."""
-    from guardrepro.cohort import build_variants
-    from guardrepro.cohort_spec import load_spec
-    from guardrepro.tsbench import load_agentdojo
+    from guardrepro.bench.cohort.build import build_variants
+    from guardrepro.bench.cohort.spec import load_spec
+    from guardrepro.bench.tsbench import load_agentdojo
 
     rows = load_agentdojo(BENCH_DIR)
     spec = load_spec(COHORT_SPEC)

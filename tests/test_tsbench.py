@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fixtures.released_data import agentdojo_rows, agentharm_rows, make_row, write_bench, write_json
 
+from guardrepro.bench.tsbench import base_sample_id, load_agentdojo, load_agentharm, load_bench_file
 from guardrepro.errors import InputError
-from guardrepro.tsbench import base_sample_id, load_agentdojo, load_agentharm, load_bench_file
 
 
 def test_base_sample_id_by_hand() -> None:

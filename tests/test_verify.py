@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import guardrepro
+from guardrepro.artifacts.fetch import fetch_lock, materialize
+from guardrepro.artifacts.verify import tree_hash, verify_lock
 from guardrepro.cli import cli, main
 from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
-from guardrepro.fetch import fetch_lock, materialize
-from guardrepro.verify import tree_hash, verify_lock
 
 PKG = Path(guardrepro.__file__).resolve().parent
 PKG_FILES = ["errors.py", "cli/__init__.py"]
@@ -270,7 +270,7 @@ def test_symlinked_blob_is_refused(tmp_path):
 
 
 def test_cached_tree_hash_reads_once_until_a_stamp_changes(tmp_path, monkeypatch):
-    import guardrepro.verify as verify_mod
+    import guardrepro.artifacts.verify as verify_mod
 
     root, home = tmp_path / "tree", tmp_path / "home"
     root.mkdir()

@@ -23,7 +23,7 @@ import pytest
 from runner_helpers import TEMPLATE, build_diverse_tiny, chatml, write_cohort, write_profile
 
 from guardrepro.errors import InferenceError, InputError
-from guardrepro.runners.vllm_runner import (
+from guardrepro.run.runners.vllm_runner import (
     VLLMOptions,
     apply_env,
     split_timings,
@@ -109,7 +109,7 @@ def test_split_timings_amortise_the_batch_wall_time() -> None:
 
 
 def test_shipped_vllm_profiles_are_valid() -> None:
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.profile import RunProfile
 
     greedy = RunProfile.load(ROOT / "runners" / "vllm-bf16.toml")
     options = VLLMOptions.from_mapping(greedy.backend_options)
@@ -131,9 +131,9 @@ def test_shipped_vllm_profiles_are_valid() -> None:
 
 
 def _hf_generate(checkpoint: Path, texts: list[str]) -> tuple[list[Any], list[tuple[int, ...]]]:
-    from guardrepro.prompts import PromptTokenizer
-    from guardrepro.runners.base import GenerationRequest
-    from guardrepro.runners.hf_runner import HFRunner
+    from guardrepro.run.prompts import PromptTokenizer
+    from guardrepro.run.runners.base import GenerationRequest
+    from guardrepro.run.runners.hf_runner import HFRunner
     from guardrepro.schema import DecodingParams
 
     tok = PromptTokenizer(checkpoint)
@@ -246,7 +246,7 @@ def test_run_with_the_vllm_profile_gives_records_the_gate_reads(
     from click.testing import CliRunner
 
     from guardrepro.cli import cli
-    from guardrepro.records import read_manifest, read_records
+    from guardrepro.run.records import read_manifest, read_records
 
     assert probe["out"]["run_exit"] == 0
     vllm_run = probe["base"] / "run-vllm"
@@ -308,9 +308,9 @@ def _cuda_vllm() -> bool:
 def test_bf16_batch_invariant_mode_on_cuda(tmp_path: Path) -> None:
     import torch
 
-    from guardrepro.prompts import PromptTokenizer
-    from guardrepro.runners.base import GenerationRequest
-    from guardrepro.runners.vllm_runner import VLLMRunner
+    from guardrepro.run.prompts import PromptTokenizer
+    from guardrepro.run.runners.base import GenerationRequest
+    from guardrepro.run.runners.vllm_runner import VLLMRunner
     from guardrepro.schema import DecodingParams
 
     if torch.cuda.get_device_capability(0) < (8, 0):

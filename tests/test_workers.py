@@ -18,10 +18,10 @@ pytest.importorskip("transformers")
 from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
 
 from guardrepro.errors import InputError
-from guardrepro.pipeline import run_cohort
-from guardrepro.records import read_manifest, read_records
-from guardrepro.runners.profile import RunProfile
-from guardrepro.runners.workers import physical_cores, run_with_workers, worker_profile
+from guardrepro.run.pipeline import run_cohort
+from guardrepro.run.profile import RunProfile
+from guardrepro.run.records import read_manifest, read_records
+from guardrepro.run.workers import physical_cores, run_with_workers, worker_profile
 from guardrepro.schema import read_cohort
 
 CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status", "score",

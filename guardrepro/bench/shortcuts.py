@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
-from guardrepro.edits import stringify
 from guardrepro.errors import InputError
 
 MARKER = "<information>"

@@ -1,7 +1,7 @@
 """Rung 2 of the audit ladder: the guard's observational association with
 nuisance features (non-causal), and the ladder's own statements.
 
-Input: TS-Bench rows (``guardrepro.tsbench.BenchRow``, upstream order), one
+Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order), one
 prediction per row (0 / 0.5 / 1, or None for a missing, unparsed or failed
 row) and the benchmark name (it names the interaction clusters).
 
@@ -53,11 +53,11 @@ from typing import Any
 import numpy as np
 
 from guardrepro.bench.shortcuts import MARKER, SIDE_EFFECT_PREFIXES, tool_key
+from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.errors import InputError
-from guardrepro.tsbench import BenchRow, field_text
 
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
 QUANTILES = (0.025, 0.975)

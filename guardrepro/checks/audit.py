@@ -1,7 +1,7 @@
 """Audits of the benchmark itself (no model): interaction weighting and the
 tool-name lookup shortcut.
 
-Input: TS-Bench rows (``guardrepro.tsbench.BenchRow``, upstream order) and,
+Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and,
 for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
 
 Output: JSON-ready dicts (every figure with numerator and denominator) and
@@ -58,8 +58,11 @@ from typing import Any
 
 import numpy as np
 
+from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
+from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
+from guardrepro.bench.tsbench import BenchRow
 from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
@@ -68,11 +71,8 @@ from guardrepro.checks.metrics import (
     interaction_weights,
     strict_decision,
 )
-from guardrepro.edits import stringify
 from guardrepro.errors import InputError
-from guardrepro.released import ReleasedSet
 from guardrepro.schema import Record
-from guardrepro.tsbench import BenchRow
 
 
 def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -> dict[str, Any]:

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from guardrepro.cache import atomic_write_bytes
+from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError
-from guardrepro.records import RECORDS_FILE, read_records
+from guardrepro.run.records import RECORDS_FILE, read_records
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)

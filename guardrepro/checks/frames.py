@@ -128,7 +128,7 @@ def write_table(df: Any, path: str | Path) -> Path:
     """CSV or Parquet by the file's suffix, written atomically."""
     import io
 
-    from guardrepro.cache import atomic_write_bytes
+    from guardrepro.artifacts.store import atomic_write_bytes
 
     path = Path(path)
     buffer = io.BytesIO()
@@ -212,7 +212,7 @@ def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
     from guardrepro.checks.stats import compute_stats
 
     if isinstance(run, str | Path):
-        from guardrepro.report import load_or_compute_stats
+        from guardrepro.checks.report import load_or_compute_stats
 
         return StatsResult(load_or_compute_stats(run, replicates=replicates, seed=seed,
                                                  cohort=cohort))
@@ -232,7 +232,7 @@ def _is_na(value: Any) -> bool:
 
 def load_gate(run: str | Path) -> GateResult | None:
     """The run directory's gate.json (written by ``guardrepro gate``), or None."""
-    from guardrepro.report import load_gate as read_gate
+    from guardrepro.checks.report import load_gate as read_gate
 
     data = read_gate(run)
     return None if data is None else GateResult(data)

@@ -80,8 +80,8 @@ def _artifact_bytes(path: Path) -> int | None:
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         return None
-    from guardrepro.locks import load_lock
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.artifacts.locks import load_lock
+    from guardrepro.run.profile import RunProfile
 
     profile_path = Path(json.loads(manifest.read_text(encoding="utf-8"))["profile"]["path"])
     if not profile_path.is_file():
@@ -95,7 +95,7 @@ def _artifact_bytes(path: Path) -> int | None:
 
 def load_config(path: str | Path, name: str | None = None) -> Config:
     """A configuration from a run directory or a records.jsonl file."""
-    from guardrepro.records import read_records
+    from guardrepro.run.records import read_records
 
     path = Path(path)
     file = _records_file(path)

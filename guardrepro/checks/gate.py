@@ -7,7 +7,7 @@ Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
     rows = "originals"              # the rows gated: variant == "original"
     [reference]                     # one of:
     type = "released"               #   pinned released preds.json, aligned by
-    lock = "../locks/toolsafe.toml" #   guardrepro.released (key: base_sample_id)
+    lock = "../locks/toolsafe.toml" #   guardrepro.bench.released (key: base_sample_id)
     benchmark = "agentdojo"
     # type = "records"              #   another run's records (key: row_id)
     # path = "../guardrepro/data/toy_reference/records.jsonl"
@@ -115,8 +115,8 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         return "row_id", out, {"type": "records", "path": str(path), "sha256": digest,
                                "rows": len(out)}
-    from guardrepro.fetch import materialize
-    from guardrepro.released import load_released
+    from guardrepro.artifacts.fetch import materialize
+    from guardrepro.bench.released import load_released
 
     lock = spec.resolve(ref["lock"])
     data_dir = materialize(lock, home)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.checks.runio import RowResult, load_manifest, load_run
 from guardrepro.errors import InputError
@@ -155,9 +156,7 @@ def format_guard_table(table: dict[str, Any]) -> str:
 
 def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
     """Grouped bars: each figure per guard, with its interval as an error bar."""
-    from guardrepro.report import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     guards = table["guards"]
     names = list(table.get("order", guards))
     variants = sorted({v for n in names for v in guards[n]["flips"]})
@@ -179,4 +178,4 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("value (cluster-bootstrap interval)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_png(fig, path)

@@ -1,13 +1,13 @@
 """The self-contained HTML report: one file that opens offline.
 
 Input: a run directory (records, manifest, ``stats.json``, optional
-``gate.json`` and figures written by ``guardrepro.report.build_report``), the
+``gate.json`` and figures written by ``guardrepro.checks.report.build_report``), the
 run's cohort (for the prompts), optionally an attribution JSON
 (``guardrepro attribute --json``) and the reference records named in gate.json.
 
 Output: ``report.html`` in the run directory, rendered with Jinja2 from
 ``guardrepro/templates/report.html.j2``: the gate verdict, the report tables
-(``guardrepro.report.report_tables``), the PNG figures inlined as data URIs,
+(``guardrepro.checks.report.report_tables``), the PNG figures inlined as data URIs,
 and a per-row drill-down (filter by disagreement, flip and attribution cause;
 open a row to see its rendered prompt with the spans edited against the
 original variant highlighted, its output beside the comparison output with
@@ -44,7 +44,7 @@ from guardrepro.checks.runio import (
     variant_order,
 )
 from guardrepro.errors import DependencyMissingError, GuardreproError, InputError
-from guardrepro.records import RunManifest, write_atomic
+from guardrepro.run.records import RunManifest, write_atomic
 from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text
 
 HTML_FILE = "report.html"
@@ -100,8 +100,8 @@ def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
     raw = manifest.profile.get("path")
     try:
         from guardrepro.guards.registry import get_guard
-        from guardrepro.prompts import load_template
-        from guardrepro.runners.profile import RunProfile
+        from guardrepro.run.profile import RunProfile
+        from guardrepro.run.prompts import load_template
 
         if not isinstance(raw, str) or not Path(raw).is_file():
             return None, f"run profile {raw!r} not found"
@@ -239,7 +239,7 @@ def _environment() -> Any:
 def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
                attribution: str | Path | None = None, out: str | Path | None = None) -> Path:
     """Write the run's self-contained ``report.html``; returns its path."""
-    from guardrepro.report import load_gate, load_or_compute_stats, report_tables
+    from guardrepro.checks.report import load_gate, load_or_compute_stats, report_tables
 
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)

@@ -18,7 +18,7 @@ from typing import Any
 
 from guardrepro.checks.attribute import RefValue, RunInput, reference_from_records
 from guardrepro.checks.compare import records_path
-from guardrepro.records import read_records
+from guardrepro.run.records import read_records
 
 
 def load_reference(path: str | Path, home: str | Path | None = None,

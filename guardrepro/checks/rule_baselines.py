@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.bench.shortcuts import fit_lookup, nuisance_fires, predict_lookup, tool_key
+from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError
 from guardrepro.schema import CohortRow
-from guardrepro.tsbench import BenchRow
 
 RULES = ("nuisance", "lookup")
 TRAIN_SPLITS = ("benchmark-minus-cohort", "benchmark")
@@ -44,7 +44,7 @@ def nuisance_decision(sample: Any) -> int:
 class LookupModel:
     """A fitted tool-name lookup: key -> strict label, and the fallback."""
 
-    table: dict[str | None, int]
+    table: dict[str, int]
     fallback: int
     train_split: str
     train_rows: int

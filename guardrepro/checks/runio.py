@@ -12,7 +12,7 @@ base_sample_id seen in the records times every variant seen in the records
 cohort minus bases with no record at all). ``expected_source`` says which.
 
 A sharded run (``manifest.shard`` = "k/n") expects only its shard's cohort
-rows (``guardrepro.shard.select_shard``).
+rows (``guardrepro.run.shard.select_shard``).
 
 Invariants: every record carries the manifest's provenance hash (a run
 directory holding mixed provenance is refused); a row_id appears at most once
@@ -30,11 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.cache import atomic_write_bytes
+from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError, IntegrityError, ProvenanceError
-from guardrepro.records import MANIFEST_FILE, RECORDS_FILE, RunManifest, read_manifest, read_records
+from guardrepro.run.records import (
+    MANIFEST_FILE,
+    RECORDS_FILE,
+    RunManifest,
+    read_manifest,
+    read_records,
+)
+from guardrepro.run.shard import parse_shard, select_shard
 from guardrepro.schema import Record, read_cohort
-from guardrepro.shard import parse_shard, select_shard
 
 MISSING = "missing"
 ORIGINAL = "original"
@@ -78,7 +84,7 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 
 def load_records(path: str | Path) -> list[Record]:
     """Records of a run directory (or a records.jsonl path), read strictly by
-    ``guardrepro.records.read_records`` (duplicate row ids, torn lines: errors)."""
+    ``guardrepro.run.records.read_records`` (duplicate row ids, torn lines: errors)."""
     path = Path(path)
     file = path / RECORDS_FILE if path.is_dir() else path
     if not file.is_file():

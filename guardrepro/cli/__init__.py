@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> Any:
 
 def _os_error_text(exc: OSError) -> str:
     """An environment problem (read-only or full disk, missing or odd path) in words."""
-    from guardrepro.cache import describe_os_error
+    from guardrepro.artifacts.store import describe_os_error
 
     paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
     where = " -> ".join(paths) if paths else "(no path reported)"

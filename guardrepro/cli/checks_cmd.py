@@ -156,7 +156,7 @@ def _data_options(f: Any) -> Any:
 def _data_dir(data_dir: Path | None, lock: Path) -> Path:
     if data_dir is not None:
         return data_dir
-    from guardrepro.fetch import materialize
+    from guardrepro.artifacts.fetch import materialize
 
     return materialize(lock)
 
@@ -177,7 +177,7 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> lis
     from guardrepro.checks.audit import preds_from_records, released_preds
 
     if preds == "released":
-        from guardrepro.released import load_released
+        from guardrepro.bench.released import load_released
 
         return released_preds(rows, load_released(root, benchmark))
     from guardrepro.checks.runio import RECORDS_FILE, load_records
@@ -195,8 +195,8 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> lis
 def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
     """Row vs equal-interaction vs interaction-majority strict F1."""
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audit import format_interaction, interaction_audit
-    from guardrepro.tsbench import load_benchmark
 
     root = _data_dir(data_dir, lock)
     rows = load_benchmark(root, benchmark)
@@ -216,8 +216,8 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
                 out: Path | None) -> None:
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out."""
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
-    from guardrepro.tsbench import load_benchmark
 
     rows = load_benchmark(_data_dir(data_dir, lock), benchmark)
     result = tool_lookup_audit(rows, max_splits=folds)
@@ -243,9 +243,9 @@ def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
 def association(benchmark: str, preds: str, only_recorded: bool, replicates: int, seed: int,
                 data_dir: Path | None, lock: Path, out: Path | None) -> None:
     """Rung 2: the guard's decisions vs nuisance features (observational)."""
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.association import association_audit, format_association
     from guardrepro.errors import InputError
-    from guardrepro.tsbench import load_benchmark
 
     if only_recorded and preds == "released":
         raise InputError("--only-recorded applies to a run directory's predictions",

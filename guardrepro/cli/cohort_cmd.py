@@ -47,7 +47,7 @@ def build(
     spec: Path, data_dir: Path | None, out: Path, unpinned: bool, require_match: bool
 ) -> None:
     """Build the cohort described by SPEC (a cohorts/*.toml file)."""
-    from guardrepro.cohort import build_cohort_file
+    from guardrepro.bench.cohort.build import build_cohort_file
 
     manifest = build_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=True)
     for warning in manifest["warnings"]:

@@ -5,7 +5,7 @@ Input: optional ``--profile`` (a run profile), ``--require-batch-invariance``
 (backend, versions, device, compute capability, dtype, batch-invariance mode,
 multiprocessing, max concurrent sequences, threads, environment) and, with a
 profile, the batch-invariance verdict. Exit code 2 when the profile requires
-batch invariance and the backend/device cannot give it (``guardrepro.doctor``).
+batch invariance and the backend/device cannot give it (``guardrepro.run.doctor``).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ import click
 def doctor(profile_path: Path | None, require_batch_invariance: bool, as_json: bool) -> None:
     """Preflight: versions, device, dtype and batching settings that decide
     whether a run's outputs are reproducible and batch invariant."""
-    from guardrepro.doctor import BatchInvarianceRefused, diagnose, format_report
+    from guardrepro.run.doctor import BatchInvarianceRefused, diagnose, format_report
 
     profile = None
     if profile_path is not None:
-        from guardrepro.runners.profile import RunProfile
+        from guardrepro.run.profile import RunProfile
 
         profile = RunProfile.load(profile_path)
     report = diagnose(profile, require=True if require_batch_invariance else None)

@@ -1,6 +1,6 @@
 """``guardrepro fetch LOCK``: download a lock's pinned files into the cache and verify them.
 
-Input: a lock file (TOML, see ``guardrepro.locks``) and an optional cache root.
+Input: a lock file (TOML, see ``guardrepro.artifacts.locks``) and an optional cache root.
 Output (stdout): one line per file (action, path, size, sha256; first-download pins
 flagged), then the verified directory. Errors (exit 2) name the file, URL, expected
 and observed sha256/size; a download still failing after every retry exits 4.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cache import FULL_ENV
-from guardrepro.fetch import fetch_lock
+from guardrepro.artifacts.fetch import fetch_lock
+from guardrepro.artifacts.store import FULL_ENV
 
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
 

@@ -5,7 +5,7 @@ Input: ``--profile``, ``--cohort``, ``--sample N``, ``--seed S``, optional
 ``--fail-on-divergence``. Output: a table of the sampled rows (identical?,
 first divergence, token counts, finish reasons) and a summary line on stdout;
 the full report as JSON at PATH. Exit code 3 with ``--fail-on-divergence``
-when any row differs (see ``guardrepro.invariance``).
+when any row differs (see ``guardrepro.run.invariance``).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def check_invariance(
     """Run --sample rows at batch size 1 and at the profile's batch size with
     the same runner and report token-level agreement."""
     from guardrepro.errors import GateFailed
-    from guardrepro.invariance import check_invariance as run_check
-    from guardrepro.invariance import format_table
-    from guardrepro.records import write_atomic
+    from guardrepro.run.invariance import check_invariance as run_check
+    from guardrepro.run.invariance import format_table
+    from guardrepro.run.records import write_atomic
 
     report = run_check(profile_path, cohort_path, sample, seed=seed, batch_size=batch_size,
                        progress=progress)

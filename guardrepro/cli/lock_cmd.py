@@ -25,7 +25,7 @@ import click
 def _guard_header(directory: Path, guard: str) -> list[str]:
     from guardrepro.errors import PromptError
     from guardrepro.guards.registry import expected_tokens
-    from guardrepro.prompts import PromptTokenizer
+    from guardrepro.run.prompts import PromptTokenizer
 
     tok = PromptTokenizer(directory)
     tok.check_special_tokens(expected_tokens(guard), guard=guard)
@@ -73,8 +73,8 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
          revision: str | None, guard: str | None, description: str | None,
          force: bool) -> None:
     """Write a checkpoint lock for DIR, or for --hub REPO --revision SHA."""
+    from guardrepro.artifacts.locks import directory_lock, hub_lock, save_lock
     from guardrepro.errors import InputError
-    from guardrepro.locks import directory_lock, hub_lock, save_lock
 
     if (directory is None) == (hub is None):
         raise InputError("give exactly one of DIR or --hub REPO", field="directory")
@@ -82,7 +82,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         raise InputError("lock file exists (use --force to overwrite)", file=str(out))
     name = name or out.stem
     if hub is not None:
-        from guardrepro.locks import HEX40
+        from guardrepro.artifacts.locks import HEX40
 
         if revision is None or not HEX40.match(revision):
             raise InputError(f"--hub needs --revision as a 40-hex commit, got {revision!r}",

@@ -8,7 +8,7 @@ naming the line number (exit code 2); lines before it have been written.
 
 ``reparse`` re-parses the raw guard outputs stored in a released
 ``meta_data.json`` (the ``guard_res["reason"]`` string, see
-``guardrepro.released``; the files come from DATA_DIR, from ``--lock``'s
+``guardrepro.bench.released``; the files come from DATA_DIR, from ``--lock``'s
 fetched cache, or from three explicit paths) and reports per row whether
 the parse reproduces the released prediction: one JSON line per row, then a final
 ``{"summary": {...}}`` line (counts, agreement with its denominator), and a
@@ -25,17 +25,17 @@ from typing import IO, Any
 
 import click
 
-from guardrepro.errors import InputError
-from guardrepro.guards.base import ParseResult
-from guardrepro.guards.registry import GUARD_NAMES, get_parser
-from guardrepro.released import (
+from guardrepro.bench.released import (
     ReleasedSet,
     align_released,
     load_released,
     reparse_released,
     reparse_summary,
 )
-from guardrepro.tsbench import BENCHMARK_FILES
+from guardrepro.bench.tsbench import BENCHMARK_FILES
+from guardrepro.errors import InputError
+from guardrepro.guards.base import ParseResult
+from guardrepro.guards.registry import GUARD_NAMES, get_parser
 
 
 def _dumps(value: Any) -> str:
@@ -133,7 +133,7 @@ def _load_set(
     if lock is not None:
         if data_dir is not None:
             raise InputError("give either DATA_DIR or --lock, not both")
-        from guardrepro.fetch import materialize
+        from guardrepro.artifacts.fetch import materialize
 
         data_dir = Path(materialize(lock))
     if data_dir is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.quantize import quantize as run_quantize
+from guardrepro.artifacts.quantize.convert import quantize as run_quantize
 
 
 @click.command()

@@ -37,7 +37,7 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
            guard_runs: tuple[Path, ...], html: bool, attribution: Path | None) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.report import FIGURES_NOTE, build_report, figures_available
+    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
 
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cache import FULL_ENV
+from guardrepro.artifacts.store import FULL_ENV
 
 
 @click.command("run")
@@ -110,8 +110,8 @@ def run(
     if verify_full:
         os.environ[FULL_ENV] = "1"
     from guardrepro.errors import InputError
-    from guardrepro.runners.profile import RunProfile
-    from guardrepro.runners.workers import run_with_workers
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.workers import run_with_workers
 
     profile = RunProfile.load(profile_path)
     if seed is not None:
@@ -127,7 +127,7 @@ def run(
     if shard is not None:
         if workers is not None and workers > 1:
             raise InputError("--shard and --workers > 1 cannot be combined", field="workers")
-        from guardrepro.pipeline import run_cohort
+        from guardrepro.run.pipeline import run_cohort
 
         summary = run_cohort(
             profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress

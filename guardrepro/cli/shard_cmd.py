@@ -4,7 +4,7 @@ Input: run directories made by ``guardrepro run --shard k/n`` (or any runs of
 the same profile and cohort), ``--out``, optional ``--cohort`` (the cohort
 file, when the path recorded in the manifests is not available here) and
 ``--allow-partial``. Output: the merged run directory (see
-``guardrepro.merge``); on stdout one line per source and a summary whose last
+``guardrepro.run.merge``); on stdout one line per source and a summary whose last
 line is the merged directory. Refusals (mixed provenance, different cohorts,
 duplicate rows, missing rows) exit with code 2 and write nothing.
 """
@@ -46,7 +46,7 @@ def merge(
     """Merge the records of shard runs RUN_DIR... into --out, refusing mixed
     provenance, different cohorts, duplicate rows and (unless --allow-partial)
     missing rows."""
-    from guardrepro.merge import merge_runs
+    from guardrepro.run.merge import merge_runs
 
     report = merge_runs(run_dirs, out_dir, cohort_path=cohort_path, allow_partial=allow_partial)
     for source in report.sources:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.verify import verify_lock
+from guardrepro.artifacts.verify import verify_lock
 
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
 

@@ -20,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
 from guardrepro.checks.runio import write_json_atomic
 from guardrepro.experiments.spec import SweepSpec
-from guardrepro.records import read_records, write_atomic
+from guardrepro.run.records import read_records, write_atomic
 
 
 def _json(path: Path) -> Any:
@@ -157,9 +158,7 @@ def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]]
 
 
 def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
-    from guardrepro.report import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     x_axis, y_axis = report["frontier"]["axes"]
     on = set(report["frontier"]["frontier"])
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -184,13 +183,11 @@ def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
     ax.set_xlabel(f"{x_axis}{unit}")
     ax.set_ylabel(y_axis + (" per 100 rows (95% cluster bootstrap)" if y_axis == "harm" else ""))
     ax.set_title("cost-harm frontier (blue: on the frontier)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def kl_figure(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    from guardrepro.report import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     scored = [r for r in rows if r["mean_kl"] is not None]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = [r["name"] for r in scored]
@@ -200,7 +197,7 @@ def kl_figure(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.set_ylabel("KL(reference || recipe), nats")
     ax.legend(fontsize=8)
     ax.tick_params(axis="x", rotation=30)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def flips(reference: Path, run: Path) -> dict[str, bool]:
@@ -210,9 +207,7 @@ def flips(reference: Path, run: Path) -> dict[str, bool]:
 
 
 def margin_figure(spec: SweepSpec, out: Path, device: str, path: Path) -> Path:
-    from guardrepro.report import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ticks: list[str] = []
     for name, folder in config_dirs(spec, out, device)[1:]:
@@ -228,4 +223,4 @@ def margin_figure(spec: SweepSpec, out: Path, device: str, path: Path) -> Path:
         ticks.append(name)
     ax.set_yticks(range(len(ticks)), ticks)
     ax.set_xlabel("decision-token top1-top2 logit margin (teacher forced); red = strict flip")
-    return _save(fig, path)
+    return save_png(fig, path)

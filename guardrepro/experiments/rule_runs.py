@@ -24,7 +24,7 @@ from typing import Any
 import guardrepro
 from guardrepro.checks.rule_baselines import LookupModel, rule_decisions
 from guardrepro.checks.runio import write_json_atomic
-from guardrepro.records import (
+from guardrepro.run.records import (
     RecordWriter,
     RunManifest,
     check_resumable,
@@ -96,10 +96,10 @@ def _record(run_id: str, row: Any, score: float, provenance: Provenance,
 def load_lookup(cohort_spec: Path, cohort_rows: Sequence[Any], train_split: str,
                 home: str | Path | None) -> LookupModel:
     """Fit the lookup on the declared split of the cohort spec's benchmark."""
+    from guardrepro.artifacts.fetch import materialize
+    from guardrepro.bench.cohort.spec import load_spec
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.rule_baselines import fit_lookup_model
-    from guardrepro.cohort_spec import load_spec
-    from guardrepro.fetch import materialize
-    from guardrepro.tsbench import load_benchmark
 
     spec = load_spec(cohort_spec)
     bench = load_benchmark(materialize(spec.data_lock, home), spec.benchmark)

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.checks.frontier import AXES
 from guardrepro.checks.rule_baselines import RULES, TRAIN_SPLITS
 from guardrepro.errors import InputError
-from guardrepro.quantize_recipe import Recipe, load_recipe
 
 _SWEEP_KEYS = {"name", "source_lock", "cohort", "rows", "limit", "reference_profile",
                "reference_name", "candidate_profile", "artifacts", "costs", "axes",

@@ -38,12 +38,12 @@ from typing import Any
 
 from tqdm import tqdm
 
+from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.runio import write_json_atomic
 from guardrepro.errors import InputError
 from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.spec import RecipeEntry, SweepSpec, load_sweep
-from guardrepro.quantize_recipe import Recipe
-from guardrepro.records import write_atomic
+from guardrepro.run.records import write_atomic
 
 Say = Callable[[str], None]
 
@@ -64,9 +64,9 @@ def mlx_device() -> str:
 
 
 def _cohort(spec: SweepSpec, out: Path, home: str | Path | None) -> Path:
-    from guardrepro.cohort import build_cohort_file
-    from guardrepro.cohort_spec import load_spec
-    from guardrepro.fetch import fetch_lock, materialize
+    from guardrepro.artifacts.fetch import fetch_lock, materialize
+    from guardrepro.bench.cohort.build import build_cohort_file
+    from guardrepro.bench.cohort.spec import load_spec
     from guardrepro.schema import read_cohort
 
     full, rows_file = out / "cohort.jsonl", out / "cohort-rows.jsonl"
@@ -88,8 +88,8 @@ def _cohort(spec: SweepSpec, out: Path, home: str | Path | None) -> Path:
 
 def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | None,
               result: SweepResult) -> Path:
-    from guardrepro.quantize import quantize
-    from guardrepro.quantize_lock import lock_path_for, provenance_path_for
+    from guardrepro.artifacts.quantize.convert import quantize
+    from guardrepro.artifacts.quantize.pin import lock_path_for, provenance_path_for
 
     folder = spec.artifacts or out / "artifacts"
     # keyed by recipe and source: a shared artifacts folder never mixes two sources
@@ -114,7 +114,7 @@ def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | Non
 
 
 def _artifact_bytes(lock: Path) -> int:
-    from guardrepro.locks import load_lock
+    from guardrepro.artifacts.locks import load_lock
 
     return sum(int(f.size or 0) for f in load_lock(lock).files)
 
@@ -122,10 +122,10 @@ def _artifact_bytes(lock: Path) -> int:
 def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
                    ref_logprobs: Path, home: str | Path | None, result: SweepResult,
                    progress: bool) -> None:
-    from guardrepro.compare import compare_runs
+    from guardrepro.checks.compare import compare_runs
     from guardrepro.experiments.teacher import candidate_divergence
-    from guardrepro.pipeline import run_cohort
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
 
     recipe = entry.chosen(result.device.startswith("Device(cpu"))
     run_dir = out / "runs" / recipe.name
@@ -175,10 +175,10 @@ def _rule_config(name: str, rule: str, split: str, spec: SweepSpec, out: Path, c
 
 def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None,
                result: SweepResult, progress: bool) -> Path:
+    from guardrepro.artifacts.locks import load_lock
     from guardrepro.experiments.teacher import build_reference
-    from guardrepro.locks import load_lock
-    from guardrepro.pipeline import run_cohort
-    from guardrepro.runners.profile import RunProfile
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
 
     ref_dir = out / "reference"
     profile = RunProfile.load(spec.reference_profile)
@@ -198,7 +198,7 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
 def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | None = None,
               progress: bool = True, say: Say = print) -> SweepResult:
     """Run (or resume) the sweep; see the module docstring."""
-    from guardrepro.fetch import fetch_lock
+    from guardrepro.artifacts.fetch import fetch_lock
 
     spec = load_sweep(spec_path)
     out = Path(out_dir).resolve()

@@ -31,12 +31,12 @@ from guardrepro.experiments.divergence import (
     save_reference,
     summarize,
 )
-from guardrepro.runners.profile import RunProfile
+from guardrepro.run.profile import RunProfile
 
 
 def _open_runner(profile: RunProfile, home: str | Path | None) -> tuple[Any, Any]:
-    from guardrepro.pipeline import resolve_profile
-    from guardrepro.runners.registry import create_runner
+    from guardrepro.run.pipeline import resolve_profile
+    from guardrepro.run.runners.registry import create_runner
 
     resolved = resolve_profile(profile, home=home)
     runner = create_runner(profile.backend, resolved.checkpoint_dir, profile.backend_options,
@@ -48,9 +48,9 @@ def _open_runner(profile: RunProfile, home: str | Path | None) -> tuple[Any, Any
 
 def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[ForcedRow]:
     """Prompt ids, generated ids and decision index of every recorded row."""
-    from guardrepro.attempts import token_index_at
-    from guardrepro.pipeline import prepare_rows
-    from guardrepro.records import read_manifest, read_records
+    from guardrepro.run.attempts import token_index_at
+    from guardrepro.run.pipeline import prepare_rows
+    from guardrepro.run.records import read_manifest, read_records
     from guardrepro.schema import read_cohort
 
     manifest = read_manifest(run_dir)
@@ -78,7 +78,7 @@ def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[Fo
 def build_reference(profile: RunProfile, run_dir: Path, out: Path, *,
                     home: str | Path | None = None, progress: bool = True) -> Path:
     """Score the reference run on its own tokens and save the log-probs once."""
-    from guardrepro.records import read_manifest
+    from guardrepro.run.records import read_manifest
 
     resolved, runner = _open_runner(profile, home)
     try:

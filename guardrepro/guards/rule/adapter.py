@@ -2,7 +2,7 @@
 
 Input: a TS-Bench row. ``render`` turns it into a JSON object naming the
 rule and exactly the inputs the rule reads; the ``rule`` backend
-(``guardrepro.runners.rule_runner``) evaluates it with ``evaluate_rule`` and
+(``guardrepro.run.runners.rule_runner``) evaluates it with ``evaluate_rule`` and
 returns a text output; ``parse_rule_output`` parses that text. So rule
 baselines go through ``run`` and produce records like a model guard.
 

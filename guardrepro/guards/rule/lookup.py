@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.bench.shortcuts import fit_lookup, tool_key
-from guardrepro.cache import atomic_write_bytes
 from guardrepro.errors import InputError
 
 VERSION = "tool-lookup-table-v1"

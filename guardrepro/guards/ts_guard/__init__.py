@@ -1,5 +1,5 @@
 """TS-Guard (and the toy guard, which shares its output format): template
-rendering, the tag parser (``guardrepro.parse``) and decoding defaults."""
+rendering, the tag parser (``guardrepro.guards.ts_guard.parser``) and decoding defaults."""
 
 from guardrepro.guards.ts_guard.adapter import (
     CHATML_TOKENS,

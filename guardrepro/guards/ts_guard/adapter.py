@@ -1,9 +1,9 @@
 """The TS-Guard adapter: its template, its parser and its decoding defaults.
 
-Input: a verified ``GuardTemplate`` (see ``guardrepro.prompts``). Output: an
+Input: a verified ``GuardTemplate`` (see ``guardrepro.run.prompts``). Output: an
 object satisfying ``guards.base.GuardAdapter``. Rendering is the shared
 TS-Guard-family renderer (Python ``str()`` of a dict agent_action); parsing is
-``guardrepro.parse.parse_ts_guard``; the decision position is where the
+``guardrepro.guards.ts_guard.parser.parse_ts_guard``; the decision position is where the
 harmfulness rating value starts.
 
 Decoding defaults (UPSTREAM.md): greedy, one attempt, 2048 new tokens; the
@@ -33,7 +33,7 @@ from guardrepro.guards.base import (
     ParseResult,
     render_ts_guard_prompt,
 )
-from guardrepro.parse import PARSER_VERSION, decision_char_offset, parse_ts_guard
+from guardrepro.guards.ts_guard.parser import PARSER_VERSION, decision_char_offset, parse_ts_guard
 from guardrepro.schema import DecodingParams
 
 TS_GUARD_MAX_NEW_TOKENS = 2048

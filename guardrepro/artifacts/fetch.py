@@ -1,0 +1,453 @@
+"""Fetch what a lock pins into the cache and hand out verified directories.
+
+Input: a lock file path and the guardrepro home (see ``guardrepro.artifacts.store``).
+Output: ``fetch_lock`` -> :class:`FetchReport` (files now in the cache, the lock's
+materialized directory); ``materialize`` -> that directory, checked, without network.
+
+Per source: "github" files come over HTTP from the LFS media URL or the raw URL at the
+pinned commit (base URLs overridable by ``GUARDREPRO_GITHUB_MEDIA_URL`` /
+``GUARDREPRO_GITHUB_RAW_URL``); "hf" files through huggingface_hub at the pinned
+revision (``HF_ENDPOINT`` honoured); "package" files are copied from inside the
+guardrepro package; "local" directories are verified in place and never copied.
+
+Invariants: a file enters the blob store only after its bytes hashed to the pin (or,
+for a first-download pin, to the hub's LFS sha256 when there is one); a pending pin is
+recorded in the lock file (``pinned_by = "first-download"``, ``pinned_at`` = today)
+only after every file of the lock verified, and later fetches refuse any other bytes;
+the materialized directory holds exactly the lock's files as hardlinks (or copies) of
+blobs, is rebuilt in a temp dir and swapped in, and never contains a symlink; a
+corrupt blob found in the cache (cheap stamp check: inode, size, mtime, ctime and
+sampled blocks; else a full hash) is deleted with every hardlink to it under
+``artifacts/`` and fetched again ("repaired"). One fetch per lock name and home at a
+time (inter-process file lock); first-download pins are recorded under an flock of
+the lock file's directory after re-reading the lock file, so two concurrent first
+downloads cannot both pin: the second refuses bytes that differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import fcntl
+import hashlib
+import os
+import shutil
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from guardrepro.artifacts import http as fetch_http
+from guardrepro.artifacts import hub as fetch_hub
+from guardrepro.artifacts.locks import (
+    GithubSource,
+    HfSource,
+    LocalSource,
+    Lock,
+    LockedFile,
+    PackageSource,
+    load_lock,
+    save_lock,
+)
+from guardrepro.artifacts.paths import artifact_dir, fetch_hint, package_file
+from guardrepro.artifacts.store import (
+    add_blob,
+    blob_path,
+    ensure_dir,
+    guardrepro_home,
+    link_or_copy,
+    safe_join,
+    sha256_file,
+    stamp_matches,
+    write_stamp,
+)
+from guardrepro.artifacts.template import extract_template
+from guardrepro.artifacts.verify import check_lock
+from guardrepro.errors import (
+    IntegrityError,
+    LockError,
+    MissingArtifactError,
+    PromptError,
+    UnsafePathError,
+)
+
+MEDIA_ENV = "GUARDREPRO_GITHUB_MEDIA_URL"
+RAW_ENV = "GUARDREPRO_GITHUB_RAW_URL"
+MEDIA_URL = "https://media.githubusercontent.com/media"
+RAW_URL = "https://raw.githubusercontent.com"
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    """One file after fetch. action: downloaded, cached, copied (package) or in-place (local)."""
+
+    path: str
+    sha256: str
+    size: int
+    action: str
+    pinned_now: bool = False
+
+
+@dataclass(frozen=True)
+class FetchReport:
+    """What ``fetch_lock`` did; ``directory`` is the lock's verified directory."""
+
+    lock: str
+    lock_path: Path
+    directory: Path
+    files: tuple[FetchedFile, ...]
+    lock_updated: bool
+
+    @property
+    def pinned_now(self) -> tuple[str, ...]:
+        return tuple(f.path for f in self.files if f.pinned_now)
+
+
+def github_url(source: GithubSource, entry: LockedFile) -> str:
+    """Download URL of a github-source file at the pinned commit."""
+    if entry.lfs:
+        base = os.environ.get(MEDIA_ENV) or MEDIA_URL
+    else:
+        base = os.environ.get(RAW_ENV) or RAW_URL
+    quoted = urllib.parse.quote(entry.path, safe="/")
+    return f"{base.rstrip('/')}/{source.repo}/{source.commit}/{quoted}"
+
+
+def _state_lock(home: Path, lock: Lock) -> FileLock:
+    ensure_dir(home, "state/locks")
+    return FileLock(str(safe_join(home, f"state/locks/{lock.name}.lock")))
+
+
+def _blob_state(home: Path, entry: LockedFile) -> str:
+    """ "ok" if the pinned blob is present and intact (cheap stamp check, else a full
+    hash), "absent", or "corrupt" -- a corrupt blob is deleted together with every
+    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes."""
+    assert entry.sha256 is not None
+    blob = blob_path(home, entry.sha256)
+    if not blob.exists() and not blob.is_symlink():
+        return "absent"
+    if stamp_matches(home, blob, entry.sha256, entry.size):
+        return "ok"
+    sha, size = sha256_file(blob)
+    if sha == entry.sha256 and size == entry.size:
+        write_stamp(home, blob, sha)
+        return "ok"
+    _purge_links(home, blob)
+    blob.unlink()  # corrupt cache entry: fetch again
+    return "corrupt"
+
+
+def _blob_ok(home: Path, entry: LockedFile) -> bool:
+    return _blob_state(home, entry) == "ok"
+
+
+def _purge_links(home: Path, blob: Path) -> None:
+    """Delete every file under ``artifacts/`` that is the same inode as ``blob``."""
+    st = os.stat(blob, follow_symlinks=False)
+    if st.st_nlink <= 1:
+        return
+    root = safe_join(home, "artifacts")
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                other = os.stat(path, follow_symlinks=False)
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    path.unlink()
+
+
+def _check_extract(path: Path, entry: LockedFile) -> None:
+    """Before pinning a file by first download, check its pinned extracted string.
+
+    Delegates to ``guardrepro.artifacts.template.extract_template`` (``ast`` only, never
+    imports the module) so fetch and prompt loading agree on what is extracted.
+    """
+
+    assert entry.extract is not None and entry.extract_sha256 is not None
+    try:
+        extract_template(path, entry.extract, entry.extract_sha256)
+    except PromptError as exc:
+        raise IntegrityError(f"{entry.path}: {entry.extract}: {exc}") from None
+
+
+def _obtain_github(home: Path, lock: Lock, entry: LockedFile, progress: bool) -> tuple[str, int]:
+    assert isinstance(lock.source, GithubSource)
+    url = github_url(lock.source, entry)
+    name = (
+        hashlib.sha256(entry.path.encode()).hexdigest()[:16] + "-" + entry.path.rsplit("/", 1)[-1]
+    )
+    dest = safe_join(ensure_dir(home, f"downloads/{lock.name}"), name)
+    sha, size = fetch_http.download(
+        url,
+        dest,
+        expected_sha256=entry.sha256,
+        expected_size=entry.size,
+        label=entry.path,
+        progress=progress,
+    )
+    if entry.extract is not None and entry.pending:
+        try:
+            _check_extract(dest, entry)
+        except IntegrityError as exc:
+            dest.unlink()
+            raise IntegrityError(f"{exc} ({url})") from None
+    add_blob(home, dest, sha, move=True)
+    return sha, size
+
+
+def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int]:
+    source = package_file(lock, entry)
+    if not source.exists():
+        raise MissingArtifactError(f"{entry.path}: not in the guardrepro package ({source})")
+    sha, size = sha256_file(source)
+    if entry.sha256 is not None and (sha != entry.sha256 or size != entry.size):
+        raise IntegrityError(
+            f"{entry.path} ({source}): expected sha256 {entry.sha256} size {entry.size},"
+            f" observed sha256 {sha} size {size}"
+        )
+    if entry.extract is not None and entry.pending:
+        _check_extract(source, entry)
+    add_blob(home, source, sha, move=False)
+    return sha, size
+
+
+def _obtain_hub(
+    home: Path, lock: Lock, entries: list[LockedFile], progress: bool
+) -> dict[str, tuple[str, int, str]]:
+    """Resolve every entry on the hub first, then download; returns path -> (sha, size, action).
+
+    An LFS file whose hub sha256 is already a verified blob is not downloaded again
+    (e.g. after an earlier fetch failed on a later file, before pins were recorded).
+    """
+    source = lock.source
+    assert isinstance(source, HfSource)
+    resolved = [fetch_hub.resolve(source, entry) for entry in entries]  # all before any GET
+    staging = ensure_dir(home, f"staging/{lock.name}/{source.revision}")
+    got: dict[str, tuple[str, int, str]] = {}
+    for entry, hub_file in zip(entries, resolved, strict=True):
+        known = LockedFile(entry.path, hub_file.lfs_sha256, hub_file.size)
+        if known.sha256 is not None and known.size is not None and _blob_ok(home, known):
+            if entry.extract is not None and entry.pending:
+                _check_extract(blob_path(home, known.sha256), entry)
+            got[entry.path] = (known.sha256, known.size, "cached")
+            continue
+        done = fetch_hub.download(source, entry, hub_file, staging, progress=progress)
+        if entry.extract is not None and entry.pending:
+            _check_extract(done.local, entry)
+        add_blob(home, done.local, done.sha256, move=True)
+        got[entry.path] = (done.sha256, done.size, "downloaded")
+    shutil.rmtree(staging, ignore_errors=True)
+    return got
+
+
+def _build_directory(home: Path, lock: Lock) -> Path:
+    """(Re)build the lock's materialized directory from blobs; return it."""
+    target = artifact_dir(home, lock)
+    parent = ensure_dir(home, f"artifacts/{lock.name}")
+    # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
+    # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
+    trusted = [
+        entry
+        for entry in lock.files
+        if entry.sha256 is not None
+        and stamp_matches(home, blob_path(home, entry.sha256), entry.sha256, entry.size)
+    ]
+    tmp = safe_join(parent, f".tmp-{target.name}-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        for entry in lock.files:
+            assert entry.sha256 is not None
+            blob = blob_path(home, entry.sha256)
+            if blob.is_symlink():
+                raise UnsafePathError(f"{blob} is a symlink (refused in the cache)")
+            if not blob.exists():
+                raise MissingArtifactError(
+                    f"lock {lock.name!r}: {entry.path} (sha256 {entry.sha256}) is not in the"
+                    f" cache {home}; {fetch_hint(lock)}"
+                )
+            dest = safe_join(tmp, entry.path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            safe_join(tmp, entry.path)
+            link_or_copy(blob, dest)
+        old = safe_join(parent, f".old-{target.name}-{os.getpid()}")
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for entry in trusted:
+        assert entry.sha256 is not None
+        with contextlib.suppress(OSError):
+            write_stamp(home, blob_path(home, entry.sha256), entry.sha256)
+    return target
+
+
+def _checked_directory(home: Path, lock: Lock) -> Path:
+    """The lock's directory after a stamp-trusting check; rebuilt from blobs if needed."""
+    for attempt in range(2):
+        report = check_lock(lock, home, full=False)
+        if report.ok:
+            assert report.directory is not None
+            return report.directory
+        repairable = not isinstance(lock.source, LocalSource) and all(
+            f.status in ("missing", "unexpected") for f in report.problems
+        )
+        if attempt == 0 and repairable:
+            with _state_lock(home, lock):
+                _build_directory(home, lock)
+            continue
+        report.raise_for_status()
+    raise AssertionError("unreachable")
+
+
+def materialize(
+    lock_path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> Path:
+    """Verified local directory holding every file of the lock at its relative path.
+
+    No network: files come from the cache (re-linked from blobs if the directory is
+    missing or incomplete). MissingArtifactError (naming the file and the fetch
+    command) when something was never fetched; IntegrityError on wrong bytes. Files
+    whose inode, size and mtime match an earlier full hash are not re-hashed; run
+    ``verify_lock`` for a full re-hash.
+    """
+    lock = load_lock(lock_path)
+    return _checked_directory(guardrepro_home(home), lock)
+
+
+def _fetch_local(home: Path, lock: Lock) -> list[FetchedFile]:
+    """Verify a local directory in place; observed hashes of pending entries included."""
+    report = check_lock(lock, home, full=False)
+    bad = [f for f in report.problems if f.status != "unpinned" or f.observed_sha256 is None]
+    if bad or (report.tree is not None and not report.tree.ok):
+        report.raise_for_status()
+    files = []
+    by_path = {f.path: f for f in report.files}
+    for entry in lock.files:
+        status = by_path[entry.path]
+        sha, size = status.observed_sha256, status.observed_size
+        assert sha is not None and size is not None
+        if entry.extract is not None and entry.pending:
+            assert status.location is not None
+            _check_extract(status.location, entry)
+        files.append(FetchedFile(entry.path, sha, size, "in-place", entry.pending))
+    return files
+
+
+@contextlib.contextmanager
+def _lock_file_lock(path: Path) -> Iterator[None]:
+    """Exclusive flock on the directory holding a lock file, across processes and
+    cache homes (the file itself is replaced on save, so it cannot carry the lock)."""
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[FetchedFile], bool]:
+    """Record first-download pins: the lock file is re-read under the lock-file lock,
+    and bytes that differ from a pin another fetch recorded meanwhile are refused."""
+    if not lock.pending:
+        return lock, files, False
+    assert lock.path is not None
+    today = dt.datetime.now(dt.UTC).date()
+    with _lock_file_lock(lock.path):
+        current = load_lock(lock.path)
+        if [e.path for e in current.files] != [e.path for e in lock.files]:
+            raise LockError("the lock's file list changed during the fetch", file=str(lock.path))
+        entries, out = [], []
+        for entry, got in zip(current.files, files, strict=True):
+            if entry.pending:
+                entries.append(entry.recorded(got.sha256, got.size, today))
+                out.append(got)
+                continue
+            if (entry.sha256, entry.size) != (got.sha256, got.size):
+                raise IntegrityError(
+                    f"{lock.path}: {entry.path}: pinned meanwhile (by another fetch) to sha256"
+                    f" {entry.sha256} size {entry.size}; the bytes downloaded here differ"
+                    f" (sha256 {got.sha256} size {got.size}) and are refused"
+                )
+            entries.append(entry)
+            out.append(dataclasses.replace(got, pinned_now=False))
+        new = current.with_files(tuple(entries))
+        updated = new != current
+        if updated:
+            save_lock(new)
+    return new, out, updated
+
+
+def fetch_lock(
+    lock_path: str | os.PathLike[str],
+    home: str | os.PathLike[str] | None = None,
+    *,
+    progress: bool = True,
+) -> FetchReport:
+    """Bring every file of the lock into the cache, verified; record first-download pins.
+
+    Returns the per-file outcome and the materialized directory. Raises FetchError
+    (network/HTTP/hub trouble), IntegrityError (wrong bytes or size, naming file, URL,
+    expected and observed), UnsafePathError (symlinks, escaping paths).
+    """
+    lock = load_lock(lock_path)
+    home_dir = guardrepro_home(home)
+    ensure_dir(home_dir, "blobs/sha256")
+    with _state_lock(home_dir, lock):
+        if isinstance(lock.source, LocalSource):
+            files = _fetch_local(home_dir, lock)
+        else:
+            files = _fetch_into_cache(home_dir, lock, progress)
+        lock, files, updated = _record_pins(lock, files)
+        if (
+            not isinstance(lock.source, LocalSource)
+            and not check_lock(lock, home_dir, full=False).ok
+        ):
+            _build_directory(home_dir, lock)
+    directory = _checked_directory(home_dir, lock)
+    assert lock.path is not None
+    return FetchReport(lock.name, lock.path, directory, tuple(files), updated)
+
+
+def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
+    results: dict[str, FetchedFile] = {}
+    todo = []
+    corrupt = set()
+    for entry in lock.files:
+        state = "absent" if entry.sha256 is None else _blob_state(home, entry)
+        if state == "ok":
+            assert entry.sha256 is not None and entry.size is not None
+            results[entry.path] = FetchedFile(entry.path, entry.sha256, entry.size, "cached")
+        else:
+            if state == "corrupt":
+                corrupt.add(entry.path)
+            todo.append(entry)
+    if isinstance(lock.source, HfSource) and todo:
+        for path, (sha, size, action) in _obtain_hub(home, lock, todo, progress).items():
+            results[path] = FetchedFile(path, sha, size, action, lock.file(path).pending)
+    else:
+        for entry in todo:
+            if isinstance(lock.source, GithubSource):
+                sha, size = _obtain_github(home, lock, entry, progress)
+                action = "downloaded"
+            else:
+                assert isinstance(lock.source, PackageSource)
+                sha, size = _obtain_package(home, lock, entry)
+                action = "copied"
+            results[entry.path] = FetchedFile(entry.path, sha, size, action, entry.pending)
+    for entry in lock.files:
+        with contextlib.suppress(OSError):
+            write_stamp(
+                home, blob_path(home, results[entry.path].sha256), results[entry.path].sha256
+            )
+    return [
+        dataclasses.replace(results[path], action="repaired") if path in corrupt else results[path]
+        for path in (entry.path for entry in lock.files)
+    ]

@@ -1,0 +1,399 @@
+"""Plain HTTP(S) download of one pinned file, resumable, verified, atomically placed.
+
+Input: a URL, a destination path, the expected size and sha256 (either may be
+unknown for a first-download pin), a label for messages, a retry policy.
+Output: the (sha256, size) of the bytes now at the destination.
+
+Invariants: bytes arrive in ``<dest>.part`` (written as they come, a read at a
+time) next to ``<dest>.part.json`` (the first response's validator -- strong ETag or
+Last-Modified -- and the length the server attested). An existing ``.part`` is
+resumed with ``Range`` plus ``If-Range: <validator>``: a 206 must start at the
+requested offset and carry the same validator, else the ``.part`` is discarded; a
+200 restarts from zero. A first-download pin never resumes a ``.part`` without a
+validator, and is only returned when the server attested the full length
+(Content-Length of a 200, or the total of a Content-Range) and the bytes match it.
+5xx, resets, stalls (no byte for ``timeout_s``) and throughput under
+``min_rate_bps`` over ``rate_window_s`` are retried with exponential backoff,
+keeping what arrived; ``deadline_s`` bounds the whole file. Failures that survive
+every retry (or the deadline, overshot by at most one socket timeout)
+raise TransientFetchError (exit 4) naming what the server did; a
+complete body of the wrong size or hash raises IntegrityError naming the file, URL,
+expected and observed sha256/size. The destination name only ever holds bytes
+whose size and sha256 matched (``os.replace`` after fsync).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from guardrepro import __version__
+from guardrepro.artifacts.store import fsync_dir, sha256_file
+from guardrepro.errors import FetchError, IntegrityError, TransientFetchError
+
+RETRIES_ENV = "GUARDREPRO_FETCH_RETRIES"
+BACKOFF_ENV = "GUARDREPRO_FETCH_BACKOFF_S"
+TIMEOUT_ENV = "GUARDREPRO_FETCH_TIMEOUT_S"
+DEADLINE_ENV = "GUARDREPRO_FETCH_DEADLINE_S"
+MIN_RATE_ENV = "GUARDREPRO_FETCH_MIN_RATE_BPS"
+RATE_WINDOW_ENV = "GUARDREPRO_FETCH_RATE_WINDOW_S"
+READ_SIZE = 1 << 16
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try: attempts in total, first backoff (doubles), socket timeout
+    (no byte for that long is a stall), an overall deadline per file, and a minimum
+    throughput averaged over a window."""
+
+    attempts: int = 5
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    timeout_s: float = 60.0
+    deadline_s: float = 12 * 3600.0
+    min_rate_bps: float = 4096.0
+    rate_window_s: float = 60.0
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """Defaults overridden by GUARDREPRO_FETCH_RETRIES / _BACKOFF_S / _TIMEOUT_S /
+        _DEADLINE_S / _MIN_RATE_BPS / _RATE_WINDOW_S."""
+        base = cls()
+
+        def num(name: str, default: float) -> float:
+            return float(os.environ.get(name, default))
+
+        try:
+            policy = cls(
+                attempts=max(1, int(os.environ.get(RETRIES_ENV, base.attempts))),
+                backoff_s=num(BACKOFF_ENV, base.backoff_s),
+                timeout_s=num(TIMEOUT_ENV, base.timeout_s),
+                deadline_s=num(DEADLINE_ENV, base.deadline_s),
+                min_rate_bps=num(MIN_RATE_ENV, base.min_rate_bps),
+                rate_window_s=num(RATE_WINDOW_ENV, base.rate_window_s),
+            )
+        except ValueError as exc:
+            raise FetchError(f"bad fetch setting in the environment: {exc}") from None
+        if min(policy.timeout_s, policy.deadline_s, policy.rate_window_s) <= 0:
+            raise FetchError("fetch timeout, deadline and rate window must be positive")
+        return policy
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
+        return min(self.max_backoff_s, self.backoff_s * (2**attempt))
+
+
+class _Retry(Exception):
+    """A transient failure: try again after backoff."""
+
+
+class _Deadline(Exception):
+    """The per-file deadline passed."""
+
+
+def _describe(label: str, url: str) -> str:
+    return f"{label} ({url})"
+
+
+@dataclass
+class _Meta:
+    """What ``<dest>.part.json`` keeps about the bytes in ``.part``."""
+
+    validator: str | None = None
+    total: int | None = None  # the length the server attested
+
+    @classmethod
+    def load(cls, path: Path) -> _Meta:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            validator, total = raw.get("validator"), raw.get("total")
+        except (OSError, ValueError, AttributeError):
+            return cls()
+        return cls(
+            validator if isinstance(validator, str) else None,
+            total if isinstance(total, int) and not isinstance(total, bool) else None,
+        )
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"validator": self.validator, "total": self.total}))
+
+
+def _validator(response: http.client.HTTPResponse) -> str | None:
+    """A validator usable in If-Range: a strong ETag, else Last-Modified."""
+    etag = response.headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return response.headers.get("Last-Modified") or None
+
+
+def _open(url: str, offset: int, validator: str | None, timeout: float) -> http.client.HTTPResponse:
+    headers = {"User-Agent": f"guardrepro/{__version__}", "Accept-Encoding": "identity"}
+    if offset > 0:
+        headers["Range"] = f"bytes={offset}-"
+        if validator is not None:
+            headers["If-Range"] = validator
+    request = urllib.request.Request(url, headers=headers)
+    response = urllib.request.urlopen(request, timeout=timeout)
+    assert isinstance(response, http.client.HTTPResponse)
+    return response
+
+
+def _discard(part: Path, meta: Path) -> None:
+    for path in (part, meta):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _start(
+    response: http.client.HTTPResponse, offset: int, old: _Meta, part: Path, meta: Path, what: str
+) -> tuple[int, _Meta]:
+    """Where the body starts in the file and the metadata now valid for ``.part``."""
+    new_validator = _validator(response)
+    length = response.headers.get("Content-Length")
+    body_size = int(length) if length is not None and length.isdigit() else None
+    if response.status != 206:  # the whole file from byte 0
+        return 0, _Meta(new_validator, body_size)
+    got = response.headers.get("Content-Range", "")
+    match = _CONTENT_RANGE.match(got)
+    if match is None or int(match.group(1)) != offset:
+        _discard(part, meta)
+        raise _Retry(
+            f"{what}: the server answered Range bytes={offset}- with 206 and Content-Range"
+            f" {got!r}, which does not start at byte {offset}; the partial file was discarded"
+        )
+    if old.validator is not None and new_validator not in (None, old.validator):
+        _discard(part, meta)
+        raise _Retry(
+            f"{what}: the file changed on the server during the download (validator"
+            f" {old.validator} became {new_validator}); the partial file was discarded"
+        )
+    total = int(match.group(3)) if match.group(3).isdigit() else None
+    return offset, _Meta(old.validator or new_validator, total)
+
+
+@dataclass
+class _Clock:
+    """Deadline and minimum-throughput bookkeeping for one file."""
+
+    policy: RetryPolicy
+    deadline: float
+
+    def socket_timeout(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Deadline()
+        return max(0.05, min(self.policy.timeout_s, left))
+
+
+def _copy_body(
+    response: http.client.HTTPResponse,
+    out: object,
+    clock: _Clock,
+    what: str,
+    start: int,
+    bar: tqdm,
+) -> int:
+    """Copy the body to ``out`` a read at a time; return the bytes received."""
+    assert hasattr(out, "write") and hasattr(out, "flush")
+    policy = clock.policy
+    received = 0
+    window_start, window_bytes = time.monotonic(), 0
+    while True:
+        try:
+            chunk = response.read1(READ_SIZE)
+        except TimeoutError:
+            raise _Retry(
+                f"{what}: stalled: no byte for {policy.timeout_s:g} s after"
+                f" {start + received} bytes"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise _Retry(
+                f"{what}: connection broke after {start + received} bytes: {exc}"
+            ) from None
+        if not chunk:
+            return received
+        out.write(chunk)
+        out.flush()  # small chunks reach the file as they come
+        received += len(chunk)
+        window_bytes += len(chunk)
+        bar.update(len(chunk))
+        now = time.monotonic()
+        if now >= clock.deadline:
+            raise _Deadline()
+        if now - window_start >= policy.rate_window_s:
+            rate = window_bytes / (now - window_start)
+            if rate < policy.min_rate_bps:
+                raise _Retry(
+                    f"{what}: the server sent {window_bytes} bytes in {now - window_start:.0f} s"
+                    f" ({rate:.0f} B/s, under the minimum {policy.min_rate_bps:g} B/s)"
+                )
+            window_start, window_bytes = now, 0
+
+
+def _download_once(
+    url: str,
+    part: Path,
+    expected_size: int | None,
+    pinned: bool,
+    label: str,
+    clock: _Clock,
+    progress: bool,
+) -> None:
+    """One request; appends to or rewrites ``part``; raises _Retry on transient trouble."""
+    what = _describe(label, url)
+    meta_path = part.with_name(part.name + ".json")
+    offset = part.stat().st_size if part.exists() else 0
+    old = _Meta.load(meta_path)
+    if expected_size is not None and offset >= expected_size:
+        if offset == expected_size:
+            return  # a complete .part from an earlier run: verify it as is
+        _discard(part, meta_path)  # longer than the pin: cannot be right
+        offset, old = 0, _Meta()
+    if offset > 0 and not pinned and old.validator is None:
+        _discard(part, meta_path)  # no way to tell a resume from a mix: start over
+        offset, old = 0, _Meta()
+    try:
+        response = _open(url, offset, old.validator, clock.socket_timeout())
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 416 and offset > 0:
+            _discard(part, meta_path)  # the server cannot resume from here; start over
+            raise _Retry(f"{what}: HTTP 416 for Range bytes={offset}-") from None
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise _Retry(f"{what}: HTTP {exc.code} {exc.reason}") from None
+        raise FetchError(f"{what}: HTTP {exc.code} {exc.reason}") from None
+    except TimeoutError:
+        raise _Retry(f"{what}: no answer within {clock.policy.timeout_s:g} s") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise _Retry(f"{what}: connection failed: {reason}") from None
+    with response:
+        start, meta = _start(response, offset, old, part, meta_path, what)
+        meta.save(meta_path)
+        length = response.headers.get("Content-Length")
+        body_size = int(length) if length is not None and length.isdigit() else None
+        total = expected_size if expected_size is not None else meta.total
+        with (
+            open(part, "r+b" if start and part.exists() else "wb") as out,
+            tqdm(
+                total=total,
+                initial=start,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=label[-40:],
+                file=sys.stderr,
+                disable=not progress,
+                leave=False,
+            ) as bar,
+        ):
+            out.seek(start)
+            out.truncate()
+            try:
+                received = _copy_body(response, out, clock, what, start, bar)
+            finally:
+                out.flush()
+                os.fsync(out.fileno())
+        if body_size is not None and received != body_size:
+            raise _Retry(f"{what}: the body ended after {received} of {body_size} announced bytes")
+
+
+def _attested(part: Path, size: int, what: str) -> None:
+    """Refuse a first-download pin whose length the server did not attest."""
+    meta_path = part.with_name(part.name + ".json")
+    total = _Meta.load(meta_path).total
+    if total == size:
+        return
+    _discard(part, meta_path)
+    if total is None:
+        why = "the server sent no Content-Length, so a body cut short cannot be told apart"
+    else:
+        why = f"the server attested {total} bytes"
+    raise IntegrityError(
+        f"{what}: not pinned: {size} bytes arrived and {why}; the download was discarded"
+    )
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    expected_sha256: str | None,
+    expected_size: int | None,
+    label: str,
+    policy: RetryPolicy | None = None,
+    progress: bool = True,
+) -> tuple[str, int]:
+    """Download ``url`` to ``dest`` (resuming ``dest.part``); return (sha256, size).
+
+    With ``expected_sha256``/``expected_size`` unset (a first-download pin) the bytes
+    are accepted only when their length was attested by the server; their hash is
+    returned for the caller to record.
+    """
+    policy = policy or RetryPolicy.from_env()
+    what = _describe(label, url)
+    part = dest.with_name(dest.name + ".part")
+    meta_path = part.with_name(part.name + ".json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    clock = _Clock(policy, time.monotonic() + policy.deadline_s)
+    pinned = expected_sha256 is not None
+    last, wrong_size = "", False
+    for attempt in range(policy.attempts):
+        try:
+            _download_once(url, part, expected_size, pinned, label, clock, progress)
+        except _Deadline:
+            have = part.stat().st_size if part.exists() else 0
+            raise TransientFetchError(
+                f"{what}: gave up at the {policy.deadline_s:g} s deadline for this file with"
+                f" {have} bytes kept in {part} (resumed by the next fetch); last problem:"
+                f" {last or 'the server was too slow'}"
+            ) from None
+        except _Retry as exc:
+            last, wrong_size = str(exc), False
+            if attempt + 1 < policy.attempts:
+                time.sleep(min(policy.delay(attempt), max(0.0, clock.deadline - time.monotonic())))
+            continue
+        size = part.stat().st_size
+        if expected_size is not None and size != expected_size:
+            last, wrong_size = (
+                f"{what}: a complete body of {size} bytes, expected {expected_size}",
+                True,
+            )
+            if size > expected_size:
+                _discard(part, meta_path)
+            if attempt + 1 < policy.attempts:
+                time.sleep(policy.delay(attempt))
+            continue
+        if not pinned:
+            _attested(part, size, what)
+        observed, size = sha256_file(part)
+        if expected_sha256 is not None and observed != expected_sha256:
+            _discard(part, meta_path)
+            expected = "unknown" if expected_size is None else str(expected_size)
+            raise IntegrityError(
+                f"{what}: sha256 mismatch: expected {expected_sha256} ({expected} bytes),"
+                f" observed {observed} ({size} bytes); the download was discarded"
+            )
+        os.replace(part, dest)
+        with contextlib.suppress(FileNotFoundError):
+            meta_path.unlink()
+        fsync_dir(dest.parent)
+        return observed, size
+    if wrong_size:
+        raise IntegrityError(
+            f"size mismatch after {policy.attempts} attempts: {last} (expected sha256"
+            f" {expected_sha256 or 'to be recorded'})"
+        )
+    raise TransientFetchError(f"{what}: download failed after {policy.attempts} attempts: {last}")

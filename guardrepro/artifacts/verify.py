@@ -1,0 +1,405 @@
+"""Re-hash what a lock pins and say, file by file, whether it is intact.
+
+Input: a lock file and the guardrepro home (or, for ``tree_hash``, a directory).
+Output: a :class:`VerifyReport` (per file: ok, mismatch, missing, unpinned,
+unexpected or unsafe; plus the tree hash of a "local" source) or a :class:`TreeHash`.
+
+Tree hash (UPSTREAM.md "MLX artifacts"): every regular file below the directory,
+sorted by relative POSIX path; one sha256 fed, per file, with the path length (8
+bytes big-endian), the UTF-8 path, the size (8 bytes big-endian), then the bytes.
+Symlinks are refused.
+
+``cached_tree_hash(directory, home)`` is the same hash, remembered under the
+home's ``state/trees/<sha256 of the directory path>.json`` together with every
+file's stamp (relative path -> device, inode, size, mtime and ctime in ns; the
+same record ``check_tree`` keeps for "local" locks): a
+later call whose stamps all match returns it without reading a byte; any
+added, removed, replaced or touched file recomputes it in full. Callers use it
+right after ``fetch.materialize`` (which trusts the same kind of stamps), so a
+pinned checkpoint is not read twice per run.
+
+Invariants: ``verify_lock`` ignores verification stamps and reads every byte; files
+that hash correctly get a fresh stamp (which ``materialize`` may trust later);
+extra files in a lock's directory are reported, never ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.artifacts.locks import LocalSource, Lock, LockedFile, load_lock
+from guardrepro.artifacts.paths import artifact_dir, fetch_hint
+from guardrepro.artifacts.store import (
+    CHUNK,
+    atomic_write_bytes,
+    ensure_dir,
+    guardrepro_home,
+    open_regular,
+    safe_join,
+    sha256_file,
+    stamp_matches,
+    verify_full_requested,
+    walk_files,
+    write_stamp,
+)
+from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
+
+OK, MISMATCH, MISSING, UNPINNED, UNEXPECTED, UNSAFE = (
+    "ok",
+    "mismatch",
+    "missing",
+    "unpinned",
+    "unexpected",
+    "unsafe",
+)
+
+
+@dataclass(frozen=True)
+class TreeHash:
+    """Tree hash of a directory, with its file count and total byte count."""
+
+    sha256: str
+    files: int
+    bytes: int
+
+
+def tree_hash(directory: str | os.PathLike[str]) -> TreeHash:
+    """Tree hash of ``directory`` as UPSTREAM.md defines it; UnsafePathError on symlinks."""
+    root = Path(directory)
+    digest = hashlib.sha256()
+    count = total = 0
+    for rel, path in walk_files(root):
+        encoded = rel.encode("utf-8")
+        with os.fdopen(open_regular(path), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            digest.update(len(encoded).to_bytes(8, "big"))
+            digest.update(encoded)
+            digest.update(size.to_bytes(8, "big"))
+            seen = 0
+            while chunk := fh.read(CHUNK):
+                digest.update(chunk)
+                seen += len(chunk)
+        if seen != size:
+            raise IntegrityError(f"{path}: changed while hashing ({size} -> {seen} bytes)")
+        count += 1
+        total += size
+    return TreeHash(digest.hexdigest(), count, total)
+
+
+def cached_tree_hash(
+    directory: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> TreeHash:
+    """``tree_hash(directory)``, reusing the value stored under ``home`` while
+    every file's stamp is unchanged (see the module docstring)."""
+    return _cached_tree(guardrepro_home(home), Path(directory), full=False)
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """Outcome for one file (``location`` is where it was looked for)."""
+
+    path: str
+    status: str
+    expected_sha256: str | None = None
+    observed_sha256: str | None = None
+    expected_size: int | None = None
+    observed_size: int | None = None
+    location: Path | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def describe(self) -> str:
+        """One line: status, path, expected and observed hash/size, detail."""
+        parts = [f"{self.status:<10} {self.path}"]
+        if self.status != OK or self.expected_sha256 is None:
+            parts.append(
+                f"expected sha256={self.expected_sha256 or '-'} size={_n(self.expected_size)}"
+            )
+            parts.append(
+                f"observed sha256={self.observed_sha256 or '-'} size={_n(self.observed_size)}"
+            )
+        else:
+            parts.append(f"sha256={self.expected_sha256} size={_n(self.expected_size)}")
+        if self.detail:
+            parts.append(self.detail)
+        return "  ".join(parts)
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class TreeStatus:
+    """Pinned versus observed tree hash of a "local" directory."""
+
+    expected_sha256: str | None
+    expected_files: int | None
+    expected_bytes: int | None
+    observed: TreeHash | None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        got = self.observed
+        return (
+            got is not None
+            and self.expected_sha256 in (None, got.sha256)
+            and self.expected_files in (None, got.files)
+            and self.expected_bytes in (None, got.bytes)
+        )
+
+    def describe(self) -> str:
+        got = self.observed
+        observed = "-" if got is None else f"{got.sha256} files={got.files} bytes={got.bytes}"
+        return (
+            f"{'ok' if self.ok else 'mismatch':<10} (tree)  expected {self.expected_sha256}"
+            f" files={_n(self.expected_files)} bytes={_n(self.expected_bytes)}  observed {observed}"
+            + (f"  {self.detail}" if self.detail else "")
+        )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Everything ``verify_lock`` found; ``ok`` only when every check passed."""
+
+    lock: str
+    lock_path: Path
+    directory: Path | None
+    files: tuple[FileStatus, ...]
+    tree: TreeStatus | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.files) and (self.tree is None or self.tree.ok)
+
+    @property
+    def problems(self) -> tuple[FileStatus, ...]:
+        return tuple(f for f in self.files if not f.ok)
+
+    def raise_for_status(self) -> None:
+        """MissingArtifactError if only missing/unpinned files, IntegrityError otherwise."""
+        if self.ok:
+            return
+        bad = self.problems
+        lines = [f.describe() for f in bad[:5]]
+        if len(bad) > 5:
+            lines.append(f"... and {len(bad) - 5} more")
+        if self.tree is not None and not self.tree.ok:
+            lines.append(self.tree.describe())
+        text = f"lock {self.lock!r} ({self.lock_path}) failed verification:\n  " + "\n  ".join(
+            lines
+        )
+        if (
+            bad
+            and all(f.status in (MISSING, UNPINNED) for f in bad)
+            and (self.tree is None or self.tree.ok or self.tree.observed is None)
+        ):
+            raise MissingArtifactError(text + f"\nrun `guardrepro fetch {self.lock_path}`")
+        if any(f.status == UNSAFE for f in bad):
+            raise UnsafePathError(text)
+        cached = self.directory is not None and "/artifacts/" in self.directory.as_posix()
+        if cached and any(f.status == MISMATCH for f in bad):
+            text += f"\nrun `guardrepro fetch {self.lock_path}` to replace the corrupt files"
+        raise IntegrityError(text)
+
+
+def check_file(home: Path, path: Path, entry: LockedFile, *, full: bool) -> FileStatus:
+    """Status of one pinned file at ``path`` (stamps trusted unless ``full``)."""
+    base = FileStatus(entry.path, OK, entry.sha256, None, entry.size, None, path)
+    if path.is_symlink():
+        return _with(base, UNSAFE, detail="symlink refused")
+    if not path.exists():
+        detail = "pin not recorded yet (first download)" if entry.pending else ""
+        return _with(base, UNPINNED if entry.pending else MISSING, detail=detail)
+    if (
+        not full
+        and entry.sha256 is not None
+        and stamp_matches(home, path, entry.sha256, entry.size)
+    ):
+        return _with(base, OK, observed_sha256=entry.sha256, observed_size=entry.size)
+    try:
+        sha, size = sha256_file(path)
+    except UnsafePathError as exc:
+        return _with(base, UNSAFE, detail=str(exc))
+    if entry.pending:
+        return _with(
+            base,
+            UNPINNED,
+            observed_sha256=sha,
+            observed_size=size,
+            detail="pin not recorded yet (first download)",
+        )
+    if sha != entry.sha256 or size != entry.size:
+        return _with(base, MISMATCH, observed_sha256=sha, observed_size=size)
+    write_stamp(home, path, sha)
+    return _with(base, OK, observed_sha256=sha, observed_size=size)
+
+
+def _with(base: FileStatus, status: str, **changes: Any) -> FileStatus:
+    return dataclasses.replace(base, status=status, **changes)
+
+
+def _extras(directory: Path, lock: Lock) -> list[FileStatus]:
+    listed = {entry.path for entry in lock.files}
+    try:
+        return [
+            FileStatus(rel, UNEXPECTED, location=path, detail="file not listed in the lock")
+            for rel, path in walk_files(directory)
+            if rel not in listed
+        ]
+    except UnsafePathError as exc:
+        return [FileStatus(str(directory), UNSAFE, location=directory, detail=str(exc))]
+
+
+def _tree_state_file(home: Path, directory: Path) -> Path:
+    key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:32]
+    return safe_join(home, f"state/trees/{key}.json")
+
+
+def _tree_stats(directory: Path) -> dict[str, list[int]]:
+    """Per file below ``directory``: device, inode, size, mtime_ns, ctime_ns."""
+    stats = {}
+    for rel, path in walk_files(directory):
+        st = os.stat(path, follow_symlinks=False)
+        stats[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return stats
+
+
+def _cached_tree(home: Path, directory: Path, *, full: bool) -> TreeHash:
+    """The tree hash of ``directory``: from ``state/trees`` when every file's
+    stamp matches the stored ones (unless ``full``), else computed in full and
+    stored (only when no stamp changed while hashing)."""
+    state_file = _tree_state_file(home, directory)
+    stats = _tree_stats(directory)
+    if not full and not verify_full_requested():
+        try:
+            saved = json.loads(state_file.read_text())
+            if saved.get("stats") == stats and saved.get("tree") is not None:
+                return TreeHash(**saved["tree"])
+        except (OSError, ValueError, TypeError):
+            pass
+    observed = tree_hash(directory)
+    if stats == _tree_stats(directory):
+        ensure_dir(home, "state/trees")
+        body = {"stats": stats, "tree": dataclasses.asdict(observed)}
+        atomic_write_bytes(state_file, json.dumps(body).encode())
+    return observed
+
+
+def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
+    """Tree-hash status of a "local" lock that pins tree_sha256/files/bytes (else None)."""
+    source = lock.source
+    assert isinstance(source, LocalSource)
+    if source.tree_sha256 is None and source.tree_files is None and source.tree_bytes is None:
+        return None
+    directory = lock.local_dir()
+    status = TreeStatus(source.tree_sha256, source.tree_files, source.tree_bytes, None)
+    try:
+        observed = _cached_tree(home, directory, full=full)
+    except (UnsafePathError, FileNotFoundError) as exc:
+        return dataclasses.replace(status, detail=str(exc))
+    return dataclasses.replace(status, observed=observed)
+
+
+def check_lock(lock: Lock, home: Path, *, full: bool) -> VerifyReport:
+    """Check every file of a loaded lock; ``full=False`` trusts valid stamps."""
+    assert lock.path is not None
+    statuses: list[FileStatus] = []
+    tree = None
+    if isinstance(lock.source, LocalSource):
+        directory: Path | None = lock.local_dir()
+        assert directory is not None
+        for entry in lock.files:
+            statuses.append(_check_at(home, directory, entry, full=full))
+        if directory.is_dir():
+            statuses.extend(_extras(directory, lock))
+        tree = check_tree(home, lock, full=full)
+    elif lock.pending:
+        directory = None  # no directory until every pin is recorded: check blobs
+        for entry in lock.files:
+            if entry.pending:
+                statuses.append(FileStatus(entry.path, UNPINNED, detail=fetch_hint(lock)))
+            else:
+                statuses.append(_check_blob(home, entry, full=full))
+    else:
+        directory = artifact_dir(home, lock)
+        for entry in lock.files:
+            status = _check_at(home, directory, entry, full=full)
+            if status.ok:
+                blob = _check_blob(home, entry, full=False)
+                if blob.status == UNSAFE:
+                    status = blob
+                elif blob.status != MISSING and not _same_inode(blob.location, status.location):
+                    # a copy, not a hardlink (or a missing blob): check the blob on its own
+                    if full:
+                        blob = _check_blob(home, entry, full=True)
+                    if not blob.ok:
+                        status = blob
+            elif status.status == MISSING and _check_blob(home, entry, full=False).ok:
+                status = _with(status, MISSING, detail=f"blob present; {fetch_hint(lock)}")
+            statuses.append(status)
+        if directory.is_dir():
+            statuses.extend(_extras(directory, lock))
+    return VerifyReport(lock.name, lock.path, directory, tuple(statuses), tree)
+
+
+def _check_blob(home: Path, entry: LockedFile, *, full: bool) -> FileStatus:
+    """Status of the blob an entry pins (a symlinked blob or blob dir is "unsafe")."""
+    assert entry.sha256 is not None
+    try:
+        blobs = safe_join(home, "blobs/sha256")
+    except UnsafePathError as exc:
+        return FileStatus(
+            entry.path,
+            UNSAFE,
+            entry.sha256,
+            expected_size=entry.size,
+            location=home / "blobs/sha256",
+            detail=str(exc),
+        )
+    status = check_file(home, blobs / entry.sha256, entry, full=full)
+    if status.status == UNSAFE:
+        return _with(status, UNSAFE, detail=f"cached blob {blobs / entry.sha256}: {status.detail}")
+    return status
+
+
+def _check_at(home: Path, directory: Path, entry: LockedFile, *, full: bool) -> FileStatus:
+    try:
+        path = safe_join(directory, entry.path)
+    except UnsafePathError as exc:
+        return FileStatus(
+            entry.path,
+            UNSAFE,
+            entry.sha256,
+            expected_size=entry.size,
+            location=directory,
+            detail=str(exc),
+        )
+    return check_file(home, path, entry, full=full)
+
+
+def _same_inode(a: Path | None, b: Path | None) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        sa, sb = os.stat(a, follow_symlinks=False), os.stat(b, follow_symlinks=False)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def verify_lock(
+    lock_path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> VerifyReport:
+    """Re-hash every file the lock pins (no stamps trusted); never raises on a bad file."""
+    return check_lock(load_lock(lock_path), guardrepro_home(home), full=True)

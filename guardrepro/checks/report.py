@@ -1,0 +1,387 @@
+"""The run report: ``report.md`` and PNG figures built from the checks' JSON.
+
+Input: a run directory (``records.jsonl``, ``manifest.json``), its
+``stats.json`` (computed and written first when missing) and, when present,
+its ``gate.json``.
+
+Output (in the run directory): ``flip_rates.png`` (strict flip rates per
+edit in both views with their bootstrap intervals, and per edit x domain as
+counts),
+``score_confusion.png`` (reference vs local scores, only with gate.json),
+``margin_hist.png`` (decision-margin histogram split by agreement with the
+reference when gate.json exists, else by whether the row's edit pair flipped)
+and ``report.md`` linking them; with other guards' runs of the same cohort,
+``guard_table.png`` and a side-by-side table (``checks.guard_table``).
+Figures use matplotlib's Agg backend; without matplotlib (the ``report``
+extra) the tables are still written and the report says which extra adds
+the figures. Variants are listed in cohort order with ``original`` first.
+Every file is written atomically.
+
+The plotting functions take the JSON objects (and rows) and are what the
+notebooks call, so a notebook reproduces the same figures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.figures import pyplot, save_png
+from guardrepro.checks.metrics import strict_decision
+from guardrepro.checks.pairs import ORIGINAL
+from guardrepro.checks.runio import (
+    RowResult,
+    RunRows,
+    load_manifest,
+    load_run,
+    variant_order,
+    write_json_atomic,
+)
+from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
+from guardrepro.checks.stats import STATISTICS, VIEWS, compute_stats, fmt_num
+from guardrepro.errors import InputError
+from guardrepro.run.records import write_atomic
+
+FLIP_PNG = "flip_rates.png"
+CONFUSION_PNG = "score_confusion.png"
+MARGIN_PNG = "margin_hist.png"
+GUARD_TABLE_PNG = "guard_table.png"
+GUARD_TABLE_JSON = "guard_table.json"
+
+
+def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
+                          replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                          cohort: str | Path | None = None,
+                          run: RunRows | None = None) -> dict[str, Any]:
+    """stats.json of the run, computed (and written) when missing, older than
+    the run's records (a resumed run), or asked.
+    ``run``: the run's rows when the caller has already loaded them."""
+    path = Path(run_dir) / "stats.json"
+    records = Path(run_dir) / "records.jsonl"
+    stale = (path.is_file() and records.is_file()
+             and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
+    if path.is_file() and not recompute and not stale:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+        if data.get("schema") == STATS_SCHEMA:
+            return data
+    if run is None:
+        run = load_run(run_dir, cohort)
+    data = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
+                         expected_source=run.expected_source).to_json()
+    data["run_dir"] = str(run_dir)
+    write_json_atomic(path, data)
+    return data
+
+
+def load_gate(run_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(run_dir) / "gate.json"
+    if not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    return data
+
+
+def _err(s: Mapping[str, Any]) -> tuple[float, float]:
+    rate = s["point"]
+    if rate is None or s["lower"] is None:
+        return 0.0, 0.0
+    return max(rate - s["lower"], 0.0), max(s["upper"] - rate, 0.0)
+
+
+def plot_flip_rates(stats: Mapping[str, Any], path: str | Path) -> Path:
+    """Flip rate per edit in both views with their intervals (all pairs:
+    unstratified; valid both: stratified by domain:gold), and per edit x domain
+    (all pairs, counts only); bars are labelled count/denominator."""
+    plt = pyplot()
+    edits = list(stats["edits"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
+    if not edits:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no edited variants in this run", ha="center", va="center")
+            ax.set_axis_off()
+        return save_png(fig, Path(path))
+    ax = axes[0]
+    for i, e in enumerate(edits):
+        for j, (view, color) in enumerate((("all_pairs", "tab:red"),
+                                           ("valid_both_only", "tab:blue"))):
+            flip = stats["edits"][e][view]["flip_rate"]
+            rate = flip["point"]
+            lo, hi = _err(flip)
+            x = i + (j - 0.5) * 0.38
+            ax.bar(x, rate or 0.0, width=0.36, color=color, yerr=[[lo], [hi]], capsize=3,
+                   label=view if i == 0 else None)
+            ax.text(x, (rate or 0.0) + hi + 0.01, f"{flip['count']}/{flip['denominator']}",
+                    ha="center", fontsize=7)
+    tops = [max((stats["edits"][e][v]["flip_rate"]["point"] or 0.0)
+                + _err(stats["edits"][e][v]["flip_rate"])[1] for v in VIEWS) for e in edits]
+    ax.set_ylim(0, max(tops) * 1.25 + 0.05)
+    ax.set_xticks(range(len(edits)), edits, rotation=20, fontsize=8)
+    ax.set_ylabel("strict flip rate vs original")
+    conf = stats["settings"]["intervals"]["confidence"]
+    ax.set_title(f"flips by edit ({conf:g} bootstrap interval)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    domains = sorted({d for e in edits for d in stats["edits"][e]["all_pairs"]["counts"]
+                      ["by_domain"]})
+    width = 0.8 / max(len(edits), 1)
+    for i, e in enumerate(edits):
+        by_dom = stats["edits"][e]["all_pairs"]["counts"]["by_domain"]
+        for k, d in enumerate(domains):
+            if d not in by_dom:
+                continue
+            flip = by_dom[d]["flip_rate"]
+            rate = flip["count"] / flip["denominator"] if flip["denominator"] else 0.0
+            ax.bar(k + (i - (len(edits) - 1) / 2) * width, rate, width=width * 0.95,
+                   color=f"C{i}", label=e if k == 0 else None)
+    ax.set_xticks(range(len(domains)), domains, fontsize=8)
+    ax.set_title("flips by domain, all pairs (fail-closed)", fontsize=9)
+    ax.legend(fontsize=7)
+    return save_png(fig, Path(path))
+
+
+def plot_score_confusion(gate: Mapping[str, Any], path: str | Path) -> Path:
+    """Counts of reference score (rows) by local score (columns)."""
+    plt = pyplot()
+    conf = gate["confusion"]
+    matrix = conf["matrix"]
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    ax.imshow(matrix, cmap="Blues")
+    for i, row in enumerate(matrix):
+        for j, n in enumerate(row):
+            ax.text(j, i, str(n), ha="center", va="center", fontsize=10,
+                    color="white" if n > max(map(max, matrix)) / 2 else "black")
+    ax.set_xticks(range(len(conf["column_labels"])), conf["column_labels"])
+    ax.set_yticks(range(len(conf["row_labels"])), conf["row_labels"])
+    ax.set_xlabel("local score")
+    ax.set_ylabel("reference score")
+    ax.set_title(f"{gate['spec']['name']}: reference vs local", fontsize=9)
+    return save_png(fig, Path(path))
+
+
+def margin_groups(rows: Sequence[RowResult], gate: Mapping[str, Any] | None,
+                  ) -> tuple[str, dict[str, list[float]], int]:
+    """(split description, group -> margins, rows without a margin)."""
+    groups: dict[str, list[float]] = {}
+    no_margin = 0
+    if gate is not None:
+        agree = {r["row_id"]: r["strict_agree"] for r in gate["rows"]}
+        for r in rows:
+            if r.row_id not in agree:
+                continue
+            if r.decision_margin is None:
+                no_margin += 1
+                continue
+            key = "agrees with reference" if agree[r.row_id] else "disagrees with reference"
+            groups.setdefault(key, []).append(r.decision_margin)
+        return "original rows by strict agreement with the reference", groups, no_margin
+    originals = {r.base_sample_id: r for r in rows if r.variant == ORIGINAL}
+    for r in rows:
+        o = originals.get(r.base_sample_id)
+        if r.variant == ORIGINAL or o is None:
+            continue
+        if r.decision_margin is None:
+            no_margin += 1
+            continue
+        flipped = strict_decision(r.score) != strict_decision(o.score)
+        groups.setdefault("flipped" if flipped else "not flipped", []).append(r.decision_margin)
+    return "edited rows by strict flip vs their original", groups, no_margin
+
+
+def plot_margin_histogram(rows: Sequence[RowResult], gate: Mapping[str, Any] | None,
+                          path: str | Path) -> Path:
+    plt = pyplot()
+    title, groups, no_margin = margin_groups(rows, gate)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    values = [v for vs in groups.values() for v in vs]
+    if values:
+        lo, hi = min(values), max(values)
+        bins = 20 if hi > lo else 1
+        for i, (name, vs) in enumerate(sorted(groups.items())):
+            ax.hist(vs, bins=bins, range=(lo, hi if hi > lo else lo + 1), alpha=0.6,
+                    color=f"C{i}", label=f"{name} (n={len(vs)})")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no decision margins", ha="center", va="center")
+    ax.set_xlabel("decision-token margin (logit)")
+    ax.set_ylabel("rows")
+    ax.set_title(f"{title}; {no_margin} row(s) without a margin", fontsize=9)
+    return save_png(fig, Path(path))
+
+
+def _frac(f: Mapping[str, Any]) -> str:
+    v = f["value"]
+    return f"{f['numerator']}/{f['denominator']}" + ("" if v is None else f" ({v:.4f})")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One report table, rendered as Markdown or HTML from the same cells."""
+
+    key: str
+    title: str
+    header: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+                  variants: Sequence[str] | None = None) -> list[Table]:
+    """The report's tables (gate checks, variants, paired statistics) from the
+    checks' JSON; ``variants`` gives the row order (cohort order, original first)."""
+    tables = []
+    if gate is not None:
+        tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
+                                                    "result"),
+                            [(c["name"], _frac(gate["figures"][c["figure"]]), str(c["tested"]),
+                              str(c["threshold"]), "pass" if c["passed"] else "FAIL")
+                             for c in gate["checks"]]))
+    order = [v for v in (variants or []) if v in stats["variants"]]
+    order += [v for v in stats["variants"] if v not in order]
+    rows: list[tuple[str, ...]] = []
+    for v in order:
+        s = stats["variants"][v]
+        m = s["metrics"]
+        rows.append((v, _frac(s["coverage"]), _frac(m["accuracy"]), _frac(m["f1"]),
+                     _num(m["balanced_accuracy"]["value"]), _num(m["mcc"]["value"])))
+    tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
+                                                 "balanced acc.", "MCC"), rows))
+    edits = [v for v in order if v in stats["edits"]]
+    edits += [e for e in stats["edits"] if e not in edits]
+    if edits:
+        rows = []
+        for e in edits:
+            for view in VIEWS:
+                for name in STATISTICS:
+                    st = stats["edits"][e][view][name]
+                    ci = "-" if st["lower"] is None else (
+                        f"[{fmt_num(st['lower'])}, {fmt_num(st['upper'])}]")
+                    rows.append((e, view, name, f"{st['count']}/{st['denominator']}",
+                                 fmt_num(st["point"]), ci, str(st["clusters"])))
+        tables.append(Table("flips", "Paired statistics vs original", (
+            "edit", "view", "statistic", "count", "point", "interval", "clusters"), rows))
+    return tables
+
+
+def _md_table(table: Table) -> list[str]:
+    return ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header),
+            *("| " + " | ".join(row) + " |" for row in table.rows)]
+
+
+def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+                    figures: Sequence[str], variants: Sequence[str] | None = None,
+                    figures_note: str | None = None) -> str:
+    lines = [f"# guardrepro report: {run_id}", ""]
+    lines.append(f"Expected rows: {stats['rows']['expected']} "
+                 f"({stats['settings']['expected_rows']}); by status: "
+                 + ", ".join(f"{k} {v}" for k, v in stats["rows"]["by_status"].items()))
+    b = stats["settings"]["intervals"]
+    lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
+              f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
+              f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
+              "deltas stratified in both views, the rest unstratified.", ""]
+    tables = {t.key: t for t in report_tables(stats, gate, variants)}
+    if gate is not None:
+        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "", *_md_table(tables["gate"])]
+        lines += ["", f"Exact-score agreement (jointly valid rows): "
+                  f"{_frac(gate['figures']['exact_agreement'])}",
+                  f"Causal interpretation: `{gate.get('causal_interpretation')}`", ""]
+        if gate["disagreements"]:
+            lines += ["Disagreeing rows:", ""]
+            for d in gate["disagreements"]:
+                lines.append(f"- {d['row_id']} ({d['domain']}, gold {d['gold_label']}): reference "
+                             f"{d['reference_score']}, local {d['local_score']} "
+                             f"[{d['local_status']}, {d['reason']}]")
+            lines.append("")
+    lines += ["## Variants", "", *_md_table(tables["variants"])]
+    if "flips" in tables:
+        lines += ["", "## Paired statistics vs original", "", *_md_table(tables["flips"])]
+        lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
+        for e, block in stats["edits"].items():
+            lines.append(f"- {e}: {_frac(block['extras']['exact_score']['changed_valid_both'])}")
+    extras = stats.get("extras", {})
+    if extras.get("placebo_corrected"):
+        lines += ["", "Extras: placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
+        for e, p in extras["placebo_corrected"].items():
+            a = p["all_pairs"]
+            iv = a["interval"]
+            ci = "" if not iv or iv["lower"] is None else (
+                f" [{iv['lower']:.4f}, {iv['upper']:.4f}]")
+            eff = "undefined" if a["effect"] is None else f"{a['effect']:+.4f}"
+            lines.append(f"- {e}: {eff}{ci} ({_frac(a['edit_flips'])} vs "
+                         f"{_frac(a['placebo_flips'])})")
+    if extras.get("run_to_run"):
+        r = extras["run_to_run"]
+        d = r["strict_disagreement"]["all_pairs"]
+        lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
+                  f"{d['count']}/{d['denominator']}; exact-score: "
+                  f"{_frac(r['exact_score_disagreement_valid_both'])}"]
+    lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    if figures_note:
+        lines.append(figures_note)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def figures_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) can be imported."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrepro[report]')"
+
+
+def build_report(run_dir: str | Path, *, recompute: bool = False,
+                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                 cohort: str | Path | None = None,
+                 other_guards: Sequence[str | Path] = ()) -> Path:
+    """Write report.md and the figures into ``run_dir``; returns report.md.
+
+    ``other_guards``: runs of other guards on the same cohort; the report then
+    adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``)."""
+    run_dir = Path(run_dir)
+    manifest = load_manifest(run_dir)
+    run = load_run(run_dir, cohort)
+    stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
+                                  seed=seed, cohort=cohort, run=run)
+    gate = load_gate(run_dir)
+    rows = run.rows
+    figures: list[str] = []
+    if figures_available():
+        figures.append(plot_flip_rates(stats, run_dir / FLIP_PNG).name)
+        if gate is not None:
+            figures.append(plot_score_confusion(gate, run_dir / CONFUSION_PNG).name)
+        figures.append(plot_margin_histogram(rows, gate, run_dir / MARGIN_PNG).name)
+    text = render_markdown(manifest.run_id, stats, gate, figures,
+                           variants=variant_order([r.variant for r in rows]),
+                           figures_note=None if figures else FIGURES_NOTE)
+    if other_guards:
+        from guardrepro.checks.guard_table import (
+            format_guard_table,
+            guard_table,
+            guard_table_figure,
+        )
+
+        table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
+                            seed=seed)
+        write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
+        text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
+        if figures_available():
+            guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
+            text += f"\n![{GUARD_TABLE_PNG}]({GUARD_TABLE_PNG})\n"
+    path = run_dir / "report.md"
+    write_atomic(path, text)
+    return path

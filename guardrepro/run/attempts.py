@@ -1,0 +1,215 @@
+"""Generation attempts for prepared rows, and the records they become.
+
+Input: ``PreparedRow`` values (a cohort row with its rendered prompt, hash and
+prompt token ids), a loaded ``Runner``, a guard adapter and ``DecodingParams``.
+Output: per row, the list of attempts (``schema.Attempt`` with the generation
+and parse components), then one ``schema.Record``.
+
+Invariants:
+
+- Greedy: one attempt. Sampled (the authors' mode): up to ``max_attempts``
+  attempts per row until one parses; attempt ``a`` (0-based) is seeded with
+  ``DecodingParams.seed_for(base_sample_id, serialization, a)`` (the
+  published per-base seeds: every variant of a base shares them), and the
+  seed is stored in the attempt.
+- An ``InferenceError`` from the runner becomes an ``inference_error`` attempt
+  for the rows concerned only: a failing batch is retried one request at a
+  time to isolate them. The error message goes into ``error_type``.
+- The record's output, status, error type, components and decision margin
+  come from the last attempt; its timings are summed over attempts and its
+  peak memory is their maximum.
+- A logit guard is scored from the generation's ``score_logits``
+  (``guard.parse_scored``); every other guard parses the text.
+- The decision margin is ``step_margins[i]`` for the generated token ``i``
+  whose decoded span contains the first character of the harmfulness rating
+  value (``guard.decision_char_offset``): the first ``i`` with
+  ``len(decode(ids[:i+1])) > offset`` (found by bisection, see
+  ``token_index_at``). None when no rating was generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from guardrepro.errors import InferenceError
+from guardrepro.guards.base import GuardAdapter
+from guardrepro.run.records import utc_now
+from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
+from guardrepro.schema import Attempt, CohortRow, DecodingParams, Provenance, Record
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """A cohort row with its rendered prompt, hash and prompt token ids."""
+
+    row: CohortRow
+    text: str
+    input_sha256: str
+    token_ids: tuple[int, ...]
+    messages: tuple[tuple[str, str], ...] | None = None
+    score_token_ids: tuple[int, ...] = ()
+
+
+def token_index_at(
+    token_ids: Sequence[int], char_offset: int, decode: Callable[[Sequence[int]], str]
+) -> int | None:
+    """Index of the token whose decoded span contains ``char_offset`` of
+    ``decode(token_ids)``: the first ``i`` with ``len(decode(ids[:i+1])) > offset``.
+
+    Found by bisection: O(log n) prefix decodes instead of one per token (n
+    decodes of up to n tokens each was quadratic in the output length). Exact
+    because a decoded prefix never gets shorter when a token is appended
+    (byte-level decoders append bytes; an incomplete UTF-8 sequence shows as
+    one replacement character until its last byte arrives), so the predicate
+    is monotone in ``i``. ``tests/test_attempts_margin.py`` checks it against
+    the linear scan.
+    """
+    lo, hi = 0, len(token_ids)  # answer in [lo, hi); hi = len means "none"
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decode(token_ids[: mid + 1])) > char_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < len(token_ids) else None
+
+
+def decision_margin(
+    guard: GuardAdapter, generation: Generation, decode: Callable[[Sequence[int]], str]
+) -> float | None:
+    offset = guard.decision_char_offset(generation.text)
+    if offset is None:
+        return None
+    index = token_index_at(generation.token_ids, offset, decode)
+    if index is None or index >= len(generation.step_margins):
+        return None
+    return float(generation.step_margins[index])
+
+
+def _safe_generate(
+    runner: Runner, requests: list[GenerationRequest], params: DecodingParams
+) -> dict[str, Generation | str]:
+    """Generation per row id, or the InferenceError message for that row."""
+    try:
+        gens = runner.generate(requests, params)
+        if [g.row_id for g in gens] != [r.row_id for r in requests]:
+            raise InferenceError(
+                f"{runner.backend} runner returned rows {[g.row_id for g in gens]} for "
+                f"requests {[r.row_id for r in requests]}"
+            )
+        return {g.row_id: g for g in gens}
+    except InferenceError as exc:
+        if len(requests) == 1:
+            return {requests[0].row_id: f"InferenceError: {exc}"}
+    out: dict[str, Generation | str] = {}
+    for request in requests:  # isolate the failing request(s)
+        out.update(_safe_generate(runner, [request], params))
+    return out
+
+
+def _attempt(
+    guard: GuardAdapter,
+    result: Generation | str,
+    seed: int | None,
+    decode: Callable[[Sequence[int]], str],
+) -> tuple[Attempt, Mapping[str, Any] | None]:
+    """One attempt from a generation (or an inference error message), parsed."""
+    if isinstance(result, str):
+        return Attempt("", [], "error", "inference_error", None, result, None, seed), None
+    parsed = guard.parse_scored(result.text, result.score_logits)
+    attempt = Attempt(
+        text=result.text,
+        token_ids=list(result.token_ids),
+        finish_reason=result.finish_reason,
+        status="ok" if parsed.status == "ok" else "parse_error",
+        score=parsed.score if parsed.status == "ok" else None,
+        error_type=parsed.error_type,
+        decision_margin=decision_margin(guard, result, decode),
+        seed=seed,
+    )
+    return attempt, parsed.components
+
+
+# One row's attempts: (attempt, its generation or None, parse components or None).
+AttemptLog = list[tuple[Attempt, Generation | None, Mapping[str, Any] | None]]
+
+
+def generate_chunk(
+    runner: Runner,
+    guard: GuardAdapter,
+    chunk: Sequence[PreparedRow],
+    params: DecodingParams,
+    decode: Callable[[Sequence[int]], str],
+) -> dict[str, AttemptLog]:
+    """Every attempt for each row of ``chunk``, by row id."""
+    history: dict[str, AttemptLog] = {p.row.row_id: [] for p in chunk}
+    pending = list(chunk)
+    for attempt_index in range(params.max_attempts):
+        if not pending:
+            break
+        seeds = {
+            p.row.row_id: params.seed_for(p.row.base_sample_id, p.row.serialization, attempt_index)
+            for p in pending
+        }
+        requests = [
+            GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text,
+                              p.messages, p.score_token_ids)
+            for p in pending
+        ]
+        results = _safe_generate(runner, requests, params)
+        still = []
+        for p in pending:
+            result = results[p.row.row_id]
+            attempt, components = _attempt(guard, result, seeds[p.row.row_id], decode)
+            generation = result if isinstance(result, Generation) else None
+            history[p.row.row_id].append((attempt, generation, components))
+            if attempt.status == "parse_error":
+                still.append(p)
+        pending = still
+    return history
+
+
+def make_record(
+    run_id: str,
+    prepared: PreparedRow,
+    attempts: AttemptLog,
+    provenance: Provenance,
+    provenance_sha256: str,
+) -> Record:
+    final, _, components = attempts[-1]
+    timings = {"prefill_s": 0.0, "decode_s": 0.0, "total_s": 0.0}
+    peaks = []
+    for _, gen, _ in attempts:
+        if gen is not None:
+            for key, value in gen.timings.to_dict().items():
+                timings[key] += value
+            if gen.peak_memory_bytes is not None:
+                peaks.append(gen.peak_memory_bytes)
+    row = prepared.row
+    return Record(
+        run_id=run_id,
+        row_id=row.row_id,
+        base_sample_id=row.base_sample_id,
+        cohort=row.cohort,
+        variant=row.variant,
+        domain=row.domain,
+        gold_label=row.gold_label,
+        input_sha256=prepared.input_sha256,
+        prompt_tokens=len(prepared.token_ids),
+        provenance_sha256=provenance_sha256,
+        provenance=provenance.to_dict(),
+        status=final.status,
+        score=final.score,
+        error_type=final.error_type,
+        components=dict(components) if components is not None else None,
+        decision_margin=final.decision_margin,
+        output_text=final.text,
+        output_token_ids=list(final.token_ids),
+        finish_reason=final.finish_reason,
+        attempts=[asdict(a) for a, _, _ in attempts],
+        timings=timings,
+        peak_memory_bytes=max(peaks) if peaks else None,
+        created_at=utc_now(),
+    )

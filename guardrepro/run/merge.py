@@ -1,0 +1,291 @@
+"""Merge shard runs (``guardrepro run --shard k/n`` on several hosts) into one run.
+
+Input: run directories (each ``manifest.json`` + ``records.jsonl``), an output
+directory, optionally the cohort file. Output: the output directory holding
+``records.jsonl`` (every source record, unchanged, in cohort order),
+``manifest.json`` (a ``records.RunManifest`` of an unsharded run of the whole
+cohort, so every reader of runs and ``guardrepro run --out`` itself accept
+it) and ``merge.json`` (the source runs: path, run id, shard, record count,
+sha256 of their records file, profile).
+
+Refusals (nothing is written):
+
+- mixed provenance: a source whose ``provenance_sha256`` differs from the
+  first one's (``ProvenanceError`` listing every differing provenance key),
+  or a record whose provenance hash differs from its run's manifest;
+- different cohorts (``cohort.sha256`` differs), or a cohort file given
+  with ``--cohort`` whose bytes are not the runs' cohort;
+- a row recorded by two sources (duplicate row ids), a record outside its
+  run's shard or outside the cohort;
+- rows of the cohort that no source recorded, unless ``allow_partial``
+  (a partial merge can be completed later by ``guardrepro run`` into the
+  merged directory: its manifest is that of the unsharded run);
+- an output directory that already holds a run, or that is one of the sources.
+
+Invariant: records keep the ``run_id`` of the shard run that produced them;
+the output appears at once (built in a temporary sibling directory, fsync'd,
+then renamed into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import guardrepro
+from guardrepro.artifacts.store import fsync_dir
+from guardrepro.errors import InputError, ProvenanceError
+from guardrepro.run.records import (
+    MANIFEST_FILE,
+    RECORDS_FILE,
+    RunManifest,
+    git_commit,
+    provenance_differences,
+    read_manifest,
+    read_records,
+    record_line,
+    utc_now,
+    write_atomic,
+    write_manifest,
+)
+from guardrepro.run.shard import parse_shard, shard_of
+from guardrepro.schema import Record, read_cohort
+
+MERGE_FILE = "merge.json"
+SHOW = 10  # ids listed in an error message
+
+
+@dataclass(frozen=True)
+class SourceRun:
+    path: Path
+    manifest: RunManifest
+    records: list[Record]
+    records_sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "run_id": self.manifest.run_id,
+            "shard": self.manifest.shard,
+            "records": len(self.records),
+            "records_sha256": self.records_sha256,
+            "profile": dict(self.manifest.profile),
+            "created_at": self.manifest.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    out_dir: Path
+    run_id: str
+    sources: list[SourceRun]
+    cohort_rows: int
+    merged_rows: int
+    missing: list[str] = field(default_factory=list)  # ids, when the cohort file was read
+    cohort_checked: bool = False  # row ids checked against the cohort file itself
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "run_id": self.run_id,
+            "sources": [s.to_dict() for s in self.sources],
+            "cohort_rows": self.cohort_rows,
+            "merged_rows": self.merged_rows,
+            "missing_rows": self.cohort_rows - self.merged_rows,
+            "missing": list(self.missing),
+            "cohort_checked": self.cohort_checked,
+        }
+
+
+def _ids(ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(i) for i in ids[:SHOW])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > SHOW else "")
+
+
+def load_source(run_dir: str | Path) -> SourceRun:
+    path = Path(run_dir).resolve()
+    if not path.is_dir():
+        raise InputError("run directory not found", file=str(path))
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise InputError(f"no {MANIFEST_FILE}: not a run directory", file=str(path))
+    records_path = path / RECORDS_FILE
+    if not records_path.is_file():
+        raise InputError(f"no {RECORDS_FILE}", file=str(path))
+    records = read_records(records_path)
+    for index, record in enumerate(records):
+        if record.provenance_sha256 != manifest.provenance_sha256:
+            raise ProvenanceError(
+                f"{records_path}: row {index} ({record.row_id!r}) has provenance "
+                f"{record.provenance_sha256[:12]}..., its run's manifest "
+                f"{manifest.provenance_sha256[:12]}...; refusing to merge mixed provenance"
+            )
+    digest = hashlib.sha256(records_path.read_bytes()).hexdigest()
+    return SourceRun(path, manifest, records, digest)
+
+
+def _check_provenance(sources: Sequence[SourceRun]) -> None:
+    first = sources[0]
+    problems = []
+    for other in sources[1:]:
+        if other.manifest.provenance_sha256 != first.manifest.provenance_sha256:
+            diffs = provenance_differences(first.manifest.provenance, other.manifest.provenance)
+            listing = "\n    ".join(diffs or ["provenance_sha256 (no key differs)"])
+            problems.append(f"{other.path} differs from {first.path}:\n    {listing}")
+    if problems:
+        raise ProvenanceError(
+            "refusing to merge runs with mixed provenance (first != other):\n  "
+            + "\n  ".join(problems)
+        )
+    cohorts = {s.manifest.cohort["sha256"] for s in sources}
+    if len(cohorts) > 1:
+        listing = "\n  ".join(
+            f"{s.path}: cohort {s.manifest.cohort['sha256'][:12]}... ({s.manifest.cohort['path']})"
+            for s in sources
+        )
+        raise ProvenanceError(f"refusing to merge runs of different cohorts:\n  {listing}")
+
+
+def _check_shards(sources: Sequence[SourceRun]) -> None:
+    for source in sources:
+        if source.manifest.shard is None:
+            continue
+        k, n = parse_shard(source.manifest.shard)
+        outside = [r.row_id for r in source.records if shard_of(r.row_id, n) != k]
+        if outside:
+            raise InputError(
+                f"records outside the run's shard {source.manifest.shard}: {_ids(outside)}",
+                file=str(source.path / RECORDS_FILE),
+            )
+
+
+def _cohort_ids(
+    sources: Sequence[SourceRun], cohort_path: Path | None
+) -> tuple[list[str] | None, Path]:
+    """The cohort's row ids in order (None when its file is not available) and its path."""
+    expected = sources[0].manifest.cohort["sha256"]
+    given = cohort_path is not None
+    path = cohort_path if cohort_path is not None else Path(sources[0].manifest.cohort["path"])
+    if not path.is_file():
+        if given:
+            raise InputError("cohort file not found", file=str(path))
+        return None, path
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    if actual != expected:
+        if given:
+            raise ProvenanceError(
+                f"{path}: sha256 {actual[:12]}... is not the runs' cohort {expected[:12]}..."
+            )
+        return None, path  # the recorded path now holds another file: fall back to counts
+    return [row.row_id for row in read_cohort(path)], path.resolve()
+
+
+def merge_runs(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    cohort_path: str | Path | None = None,
+    allow_partial: bool = False,
+) -> MergeReport:
+    """Check and merge ``run_dirs`` into ``out_dir`` (see the module docstring)."""
+    if not run_dirs:
+        raise InputError("nothing to merge: give at least one run directory")
+    out = Path(out_dir).resolve()
+    resolved = [Path(d).resolve() for d in run_dirs]
+    if len(set(resolved)) != len(resolved):
+        twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+        raise InputError(f"run directory given twice: {', '.join(twice)}")
+    if out in resolved:
+        raise InputError("the output directory is one of the runs being merged", file=str(out))
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("output directory exists and is not empty", file=str(out))
+
+    sources = [load_source(d) for d in resolved]
+    _check_provenance(sources)
+    _check_shards(sources)
+
+    owner: dict[str, Path] = {}
+    duplicates: list[str] = []
+    for source in sources:
+        for record in source.records:
+            if record.row_id in owner:
+                duplicates.append(f"{record.row_id!r} ({owner[record.row_id]} and {source.path})")
+            else:
+                owner[record.row_id] = source.path
+    if duplicates:
+        shown = "; ".join(duplicates[:SHOW])
+        more = f"; ... ({len(duplicates)} in all)" if len(duplicates) > SHOW else ""
+        raise InputError(f"rows recorded by more than one run: {shown}{more}")
+
+    cohort_rows = int(sources[0].manifest.cohort["rows"])
+    ids, cohort_file = _cohort_ids(sources, Path(cohort_path) if cohort_path else None)
+    by_id = {r.row_id: r for s in sources for r in s.records}
+    missing: list[str] = []
+    if ids is not None:
+        cohort_rows = len(ids)
+        known = set(ids)
+        stray = [row_id for row_id in by_id if row_id not in known]
+        if stray:
+            raise InputError(f"records of rows not in the cohort: {_ids(stray)}",
+                             file=str(cohort_file))
+        missing = [row_id for row_id in ids if row_id not in by_id]
+        ordered = [by_id[row_id] for row_id in ids if row_id in by_id]
+    else:
+        ordered = [r for s in sources for r in s.records]
+        if len(ordered) > cohort_rows:
+            raise InputError(
+                f"{len(ordered)} records for a cohort of {cohort_rows} rows (its file "
+                f"{cohort_file} is not available to name the strays; pass --cohort)"
+            )
+    absent = cohort_rows - len(ordered)
+    if absent and not allow_partial:
+        which = f": {_ids(missing)}" if missing else " (pass --cohort to list them)"
+        raise InputError(
+            f"{absent} of {cohort_rows} cohort rows have no record in any run{which}; "
+            "run the missing shards, or merge with --allow-partial"
+        )
+
+    first = sources[0].manifest
+    manifest = RunManifest(
+        run_id=out.name,
+        created_at=utc_now(),
+        provenance=first.provenance,
+        provenance_sha256=first.provenance_sha256,
+        cohort={"path": str(cohort_file), "sha256": first.cohort["sha256"], "rows": cohort_rows},
+        profile=dict(first.profile),
+        shard=None,
+        rows_selected=cohort_rows,
+        guardrepro_version=guardrepro.__version__,
+        git_commit=git_commit(),
+    )
+    report = MergeReport(out, out.name, sources, cohort_rows, len(ordered), missing,
+                         ids is not None)
+    _write(out, ordered, manifest, report)
+    return report
+
+
+def _write(
+    out: Path, records: Sequence[Record], manifest: RunManifest, report: MergeReport
+) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merge-", dir=out.parent))
+    try:
+        write_atomic(tmp / RECORDS_FILE, "".join(record_line(r) for r in records))
+        summary = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+        write_atomic(tmp / MERGE_FILE, summary)
+        write_manifest(tmp, manifest)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            out.rmdir()  # empty (checked above); rename needs the name free
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

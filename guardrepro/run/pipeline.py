@@ -1,0 +1,494 @@
+"""Run a cohort through a guard: render, tokenize, generate, parse, record.
+
+Input: a run profile (``runners/*.toml``), a cohort JSONL file and a run
+directory. Output: ``manifest.json`` and one ``schema.Record`` per selected
+cohort row appended to ``records.jsonl`` (see ``guardrepro.run.records``), and a
+``RunSummary`` with the counts.
+
+Invariants:
+
+- Every row's prompt is rendered by the guard adapter, chat-templated and
+  tokenized once by ``prompts.PromptTokenizer``; the runner receives token
+  ids only. ``input_sha256`` is the sha256 of the rendered text (before the
+  chat template). A row whose prompt plus ``max_new_tokens`` exceeds the
+  model's context is refused up front, before anything is generated.
+- A checkpoint pinned by a lock must declare the guard's special tokens: its
+  EOS and pad ids, read from its own (lock-verified) config, must name the
+  token strings the adapter expects (``GuardAdapter.special_tokens``);
+  otherwise ``PromptError`` before anything is generated. An unpinned
+  checkpoint directory (development and tests, provenance ``"unpinned"``)
+  that differs only gets a warning, so test checkpoints may carry extra stop
+  ids.
+- A conversation guard's messages go through the checkpoint's chat
+  template; a system prompt the template adds on its own is reported (a
+  warning naming its text) before anything runs, except for the TS-Guard
+  family, whose upstream setup includes Qwen2.5's default system prompt. A
+  logit guard's score tokens must each be one token. A rule guard runs on
+  the ``rule`` backend with no checkpoint and no tokenizer.
+- The provenance (guard, backend, ``runner.describe()``, artifact tree hash
+  -- for a locked checkpoint ``verify.cached_tree_hash`` in the same home, so
+  the bytes ``materialize`` just verified are not read again --
+  model revision or ``"unpinned"``, template and chat-template hashes, parser
+  version, decoding, package versions) is computed before generating. A run
+  directory is resumed only when its manifest has the same provenance hash,
+  cohort hash and shard; otherwise ``ProvenanceError`` lists every
+  difference. Existing records must carry the same provenance hash, belong
+  to the selected rows and have the same ``input_sha256``.
+- The run directory's lock is taken before anything else, so a concurrent
+  second run on it fails at once. Rows already recorded are skipped; the
+  others go to the runner ``batch_size`` requests per ``generate`` call and
+  each chunk's records are appended as soon as it returns (attempts, retries,
+  inference errors and decision margins: ``guardrepro.run.attempts``). Any
+  exception other than ``InferenceError`` stops the run; the records already
+  appended stay valid and a rerun resumes.
+- A profile with ``sort_by_length = true`` hands the rows to the runner
+  ordered by prompt length (stable; less padding per batch). Records are
+  appended as chunks finish and, once every selected row has one, the
+  records file is rewritten atomically in cohort order, so the file's order
+  never depends on the batching.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+import guardrepro
+from guardrepro.errors import InputError, PromptError, ProvenanceError
+from guardrepro.guards.base import GuardAdapter, GuardTemplate
+from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
+from guardrepro.run.profile import RunProfile
+from guardrepro.run.records import (
+    RecordWriter,
+    RunManifest,
+    check_resumable,
+    git_commit,
+    read_manifest,
+    utc_now,
+    write_manifest,
+)
+from guardrepro.run.runners.base import Runner
+from guardrepro.run.shard import format_shard, parse_shard, select_shard
+from guardrepro.schema import (
+    RECORD_STATUSES,
+    CohortRow,
+    Provenance,
+    read_cohort,
+    sha256_text,
+)
+
+UNPINNED = "unpinned"
+# Packages every backend's outputs depend on (prompt rendering and tokenization);
+# backend-specific versions are in runner.describe().
+PROMPT_PACKAGES = ("tokenizers", "transformers", "jinja2")
+
+
+@dataclass(frozen=True)
+class ResolvedProfile:
+    """What a profile points at, loaded and verified."""
+
+    profile: RunProfile
+    checkpoint_dir: Path
+    model_revision: str
+    template: GuardTemplate
+    guard: GuardAdapter
+    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: Path
+    run_id: str
+    rows_in_cohort: int
+    rows_selected: int
+    already_done: int
+    generated: int
+    remaining: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    # wall-clock (time.time) span of generation: runner loaded -> last record
+    generation_started: float = 0.0
+    generation_finished: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["counts"] = dict(self.counts)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# resolution
+
+
+def _model_revision(lock_path: Path) -> str:
+    from guardrepro.artifacts.locks import GithubSource, HfSource, load_lock
+
+    lock = load_lock(lock_path)
+    source = lock.source
+    if isinstance(source, HfSource):
+        return f"{source.repo}@{source.revision}"
+    if isinstance(source, GithubSource):
+        return f"{source.repo}@{source.commit}"
+    return f"{source.type}:{lock.name}"
+
+
+class RuleTokenizer:
+    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
+    backend): no chat template, no token ids, nothing to decode."""
+
+    def __init__(self) -> None:
+        self.chat_template_sha256: str | None = None
+        self.eos_token_ids: list[int] = []
+        self.pad_token_id: int | None = None
+
+    def single_token_id(self, text: str) -> int:
+        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        return ()
+
+    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        return None
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return ""
+
+
+def _template(spec: Any, home: str | Path | None) -> GuardTemplate | None:
+    from guardrepro.artifacts.template import check_placeholders
+    from guardrepro.run.prompts import load_template
+
+    if spec.template_path is not None:
+        text = spec.template_path.read_text(encoding="utf-8")
+        check_placeholders(text, source=str(spec.template_path))
+        return GuardTemplate(text=text, sha256=sha256_text(text))
+    if spec.template_lock is not None and spec.template_file is not None:
+        return load_template(spec.template_lock, spec.template_file, home)
+    return None
+
+
+def _guard(profile: RunProfile, home: str | Path | None) -> tuple[GuardAdapter, GuardTemplate]:
+    from guardrepro.guards.registry import adapter_info, get_guard
+
+    spec = profile.guard
+    try:
+        info = adapter_info(spec.name)
+        template = _template(spec, home)
+        if template is not None and not info.needs_template:
+            raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
+                             "keys from [guard]", field="guard")
+        if info.needs_model != (profile.backend != "rule"):
+            what = "needs a model" if info.needs_model else "runs no model"
+            raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
+                             "not fit", field="backend")
+        guard = get_guard(spec.name, template)
+    except InputError as exc:
+        message = str(exc)
+        if exc.field is not None:
+            message = message.removeprefix(f"field {exc.field!r}: ")
+        field = "guard.name" if exc.field == "guard" else exc.field
+        raise InputError(message, file=str(profile.path), field=field) from exc
+    return guard, guard.template
+
+
+def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
+    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
+    profile.check_paths()
+    from guardrepro.run.prompts import PromptTokenizer
+
+    guard, template = _guard(profile, home)
+    if profile.backend == "rule":
+        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer())
+    if profile.checkpoint.lock is not None:
+        from guardrepro.artifacts.fetch import materialize
+
+        checkpoint_dir = Path(materialize(profile.checkpoint.lock, home))
+        revision = _model_revision(profile.checkpoint.lock)
+    else:
+        assert profile.checkpoint.dir is not None
+        checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
+    tokenizer = PromptTokenizer(checkpoint_dir)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
+    if mismatch is not None:
+        if profile.checkpoint.lock is not None:
+            raise PromptError(mismatch)
+        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
+    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer)
+
+
+def prepare_rows(
+    guard: GuardAdapter,
+    tokenizer: Any,
+    rows: Sequence[CohortRow],
+    max_new_tokens: int,
+    *,
+    cohort_path: str | Path | None = None,
+) -> list[PreparedRow]:
+    """Render, hash, tokenize and length-check each row (PromptError names the row)."""
+    prepared = []
+    score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
+    # TS-Guard-family prompts go through Qwen2.5's template, whose default system
+    # prompt is part of the upstream setup: expected there, reported elsewhere.
+    expected = getattr(guard, "default_system_expected", False)
+    if rows and not expected and hasattr(tokenizer, "injected_system_prompt"):
+        injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
+        if injected is not None:
+            warnings.warn(f"the chat template adds a system prompt of its own to guard "
+                          f"{guard.name!r}'s prompt: {injected[:200]!r}", stacklevel=2)
+    for index, row in enumerate(rows):
+        try:
+            text = guard.render(row.sample)
+            messages = guard.messages(row.sample)
+            ids = tuple(tokenizer.encode_messages(messages))
+            tokenizer.check_length(len(ids), max_new_tokens)
+        except (PromptError, KeyError, ValueError) as exc:
+            where = f"{cohort_path}: " if cohort_path is not None else ""
+            raise PromptError(f"{where}row {index} ({row.row_id}): {exc}") from exc
+        pairs = tuple((m["role"], m["content"]) for m in messages)
+        prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids))
+    return prepared
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions() -> dict[str, str]:
+    out = {"guardrepro": guardrepro.__version__, "python": platform.python_version()}
+    for name in PROMPT_PACKAGES:
+        version = _version(name)
+        if version is not None:
+            out[name] = version
+    return out
+
+
+def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str) -> Provenance:
+    profile = resolved.profile
+    return Provenance(
+        guard=resolved.guard.name,
+        backend=profile.backend,
+        backend_config=dict(runner.describe()),
+        artifact_tree_sha256=tree_sha256,
+        model_revision=resolved.model_revision,
+        template_sha256=resolved.template.sha256,
+        chat_template_sha256=resolved.tokenizer.chat_template_sha256,
+        parser_version=resolved.guard.parser_version,
+        decoding=profile.decoding.to_dict(),
+        package_versions=package_versions(),
+    )
+
+
+# ---------------------------------------------------------------------------
+# the run
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_cohort(
+    profile_path: str | Path | RunProfile,
+    cohort_path: str | Path,
+    run_dir: str | Path,
+    *,
+    shard: str | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+    home: str | Path | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> RunSummary:
+    """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
+
+    ``on_ready`` is called once the runner is loaded and the run directory
+    checked, right before the first row is generated (``run --workers``
+    lines its workers up there).
+
+    ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
+    selected rows for this invocation (a later run without it resumes the
+    rest). ``home`` is the guardrepro cache (default: ``$GUARDREPRO_HOME``).
+    A profile that demands batch invariance on a backend/device that cannot
+    give it is refused by ``doctor.preflight`` before anything loads.
+    """
+    from guardrepro.run.doctor import preflight
+
+    started = time.perf_counter()
+    if isinstance(profile_path, RunProfile):
+        profile = profile_path
+    else:
+        profile = RunProfile.load(profile_path)
+    if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
+        preflight(profile)
+    cohort_path = Path(cohort_path).resolve()
+    run_dir = Path(run_dir).resolve()
+    if limit is not None and limit < 0:
+        raise InputError(f"limit must be >= 0, got {limit}", field="limit")
+    shard_spec = None
+    rows_all = read_cohort(cohort_path)
+    rows = rows_all
+    if shard is not None:
+        k, n = parse_shard(shard)
+        shard_spec = format_shard(k, n)
+        rows = select_shard(rows_all, k, n)
+    scope = rows if limit is None else rows[:limit]
+
+    with RecordWriter(run_dir) as writer:
+        existing_manifest = read_manifest(run_dir)
+        if existing_manifest is None and writer.records:
+            raise ProvenanceError(
+                f"{writer.path} holds records but {run_dir} has no manifest.json; "
+                "refusing to append to records of unknown provenance"
+            )
+        resolved = resolve_profile(profile, home=home)
+        decode = resolved.tokenizer.decode
+        prepared = prepare_rows(
+            resolved.guard,
+            resolved.tokenizer,
+            scope,
+            profile.decoding.max_new_tokens,
+            cohort_path=cohort_path,
+        )
+        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+        from guardrepro.run.runners.registry import create_runner
+
+        if profile.backend == "rule":  # no model, no checkpoint
+            tree_sha = "none"
+        elif profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
+            tree_sha = cached_tree_hash(resolved.checkpoint_dir, home).sha256
+        else:
+            tree_sha = tree_hash(resolved.checkpoint_dir).sha256
+        try:
+            options = dict(profile.backend_options)
+            if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
+                options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
+            runner = create_runner(
+                profile.backend,
+                resolved.checkpoint_dir,
+                options,
+                eos_token_ids=resolved.tokenizer.eos_token_ids,
+                pad_token_id=resolved.tokenizer.pad_token_id,
+                decode=decode,
+            )
+        except InputError as exc:
+            if exc.file is not None:
+                raise
+            message = str(exc)
+            if exc.field is not None:
+                message = message.removeprefix(f"field {exc.field!r}: ")
+            raise InputError(message, file=str(profile.path), field=exc.field) from exc
+        try:
+            provenance = build_provenance(resolved, runner, tree_sha)
+            prov_sha = provenance.sha256
+            manifest = RunManifest(
+                run_id=existing_manifest.run_id if existing_manifest else run_dir.name,
+                created_at=utc_now(),
+                provenance=provenance.to_dict(),
+                provenance_sha256=prov_sha,
+                cohort={
+                    "path": str(cohort_path),
+                    "sha256": _file_sha256(cohort_path),
+                    "rows": len(rows_all),
+                },
+                profile={"path": str(profile.path), "sha256": profile.text_sha256},
+                shard=shard_spec,
+                rows_selected=len(rows),
+                guardrepro_version=guardrepro.__version__,
+                git_commit=git_commit(),
+            )
+            if existing_manifest is not None:
+                check_resumable(existing_manifest, manifest, run_dir)
+                manifest = existing_manifest
+            else:
+                write_manifest(run_dir, manifest)
+            _check_existing(writer, rows, prepared, prov_sha)
+            already = sum(1 for p in prepared if p.row.row_id in writer.records)
+            todo = [p for p in prepared if p.row.row_id not in writer.records]
+            if profile.sort_by_length:
+                todo.sort(key=lambda p: len(p.token_ids))
+            if on_ready is not None:
+                on_ready()
+            generation_started = time.time()
+            chunk_size = int(profile.backend_options.get("batch_size", 1))
+            bar = tqdm(
+                total=len(todo), desc=f"run {manifest.run_id}", unit="row", disable=not progress
+            )
+            try:
+                for start in range(0, len(todo), chunk_size):
+                    chunk = todo[start : start + chunk_size]
+                    history = generate_chunk(
+                        runner, resolved.guard, chunk, profile.decoding, decode
+                    )
+                    for p in chunk:
+                        writer.append(
+                            make_record(
+                                manifest.run_id, p, history[p.row.row_id], provenance, prov_sha
+                            )
+                        )
+                    bar.update(len(chunk))
+            finally:
+                bar.close()
+            generation_finished = time.time()
+            if profile.sort_by_length:
+                writer.rewrite_in_order([r.row_id for r in rows])
+        finally:
+            runner.close()
+        selected_ids = {r.row_id for r in rows}
+        counts = dict.fromkeys(RECORD_STATUSES, 0)
+        for record in writer.records.values():
+            if record.row_id in selected_ids:
+                counts[record.status] += 1
+        done = sum(counts.values())
+        return RunSummary(
+            run_dir=run_dir,
+            run_id=manifest.run_id,
+            rows_in_cohort=len(rows_all),
+            rows_selected=len(rows),
+            already_done=already,
+            generated=len(todo),
+            remaining=len(rows) - done,
+            counts=counts,
+            elapsed_s=time.perf_counter() - started,
+            generation_started=generation_started,
+            generation_finished=generation_finished,
+        )
+
+
+def _check_existing(
+    writer: RecordWriter,
+    rows: Sequence[CohortRow],
+    prepared: Sequence[PreparedRow],
+    provenance_sha256: str,
+) -> None:
+    """Existing records must share this run's provenance, rows and prompts."""
+    selected = {r.row_id for r in rows}
+    hashes = {p.row.row_id: p.input_sha256 for p in prepared}
+    for record in writer.records.values():
+        if record.provenance_sha256 != provenance_sha256:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} has provenance "
+                f"{record.provenance_sha256[:12]}..., this run {provenance_sha256[:12]}...; "
+                "refusing to mix provenance"
+            )
+        if record.row_id not in selected:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} is not a row of this cohort/shard"
+            )
+        expected = hashes.get(record.row_id)
+        if expected is not None and expected != record.input_sha256:
+            raise ProvenanceError(
+                f"{writer.path}: record {record.row_id!r} was made from a different prompt "
+                f"(input_sha256 {record.input_sha256[:12]}... != {expected[:12]}...)"
+            )

@@ -1,0 +1,349 @@
+"""The guard prompt: template extraction, rendering, chat template, token ids.
+
+Input: the pinned upstream prompt module (a Python file, never imported or
+executed: the template is read with ``ast``), a TS-Bench row, and a
+checkpoint directory holding the tokenizer. Output: a verified
+``GuardTemplate``, the rendered prompt text and its ``input_sha256``, and the
+prompt token ids every backend feeds to the model (so no backend can render
+different prompt bytes).
+
+Invariants:
+
+- A template is used only after its sha256 (of the UTF-8 text) matched its
+  pin; a mismatch is a ``PromptError`` naming file, expected and observed.
+- The template's placeholders are exactly ``{user_request}``,
+  ``{agent_action}`` and ``{env_info}``.
+- The rendered text is the only message (role user, no system message); the
+  checkpoint's chat template is applied with the generation prompt and
+  without truncation. A prompt whose token count plus ``max_new_tokens``
+  exceeds the context is refused.
+- The tokenizer is loaded from local files only, without remote code.
+- The EOS ids come from ``generation_config.json`` (else ``config.json``),
+  the pad id from the same files (else the tokenizer's pad token);
+  ``special_token_mismatch`` compares the token strings those ids name with
+  the guard's ``ExpectedTokens`` (and any upstream id pin).
+- A conversation guard's messages go to the chat template as they are
+  (``encode_messages``); a one-message guard's rendered text is the only
+  message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.artifacts.fetch import materialize
+from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.template import check_placeholders, extract_template
+from guardrepro.errors import InputError, PromptError
+from guardrepro.guards.base import (
+    ExpectedTokens,
+    GuardAdapter,
+    GuardTemplate,
+    render_ts_guard_prompt,
+)
+from guardrepro.schema import sha256_text
+
+SAMPLE_FIELDS = ("instruction", "history", "current_action", "env_info")
+
+
+def input_sha256(text: str) -> str:
+    """sha256 (hex) of the rendered prompt text, UTF-8."""
+    return sha256_text(text)
+
+
+def load_template(
+    lock_path: str | Path, file_path: str, home: str | Path | None = None
+) -> GuardTemplate:
+    """The verified template pinned as ``file_path`` in the lock at ``lock_path``.
+
+    The file comes from ``guardrepro.artifacts.fetch.materialize`` (the verified cache;
+    run ``guardrepro fetch`` first). A lock entry with ``extract`` and
+    ``extract_sha256`` names a string variable inside a Python module
+    (``extract_template``); otherwise the whole file is the template and its
+    pinned file sha256 is the template hash.
+    """
+    lock = load_lock(Path(lock_path))
+    try:
+        entry = lock.file(file_path)
+    except KeyError:
+        known = sorted(e.path for e in lock.files)
+        raise InputError(
+            f"{file_path!r} is not pinned in this lock (files: {known})",
+            file=str(lock_path),
+            field=file_path,
+        ) from None
+    root = Path(materialize(Path(lock_path), home))
+    target = root / file_path
+    if entry.extract:
+        if not entry.extract_sha256:
+            raise InputError(
+                "entry has 'extract' but no 'extract_sha256'", file=str(lock_path), field=file_path
+            )
+        return extract_template(target, entry.extract, entry.extract_sha256)
+    if entry.sha256 is None:
+        raise PromptError(
+            f"{lock_path}: {file_path} has no recorded sha256 yet (pending first download); "
+            "run guardrepro fetch"
+        )
+    data = target.read_bytes()
+    observed = hashlib.sha256(data).hexdigest()
+    if observed != entry.sha256:
+        raise PromptError(
+            f"{target}: template file sha256 mismatch: expected {entry.sha256}, observed {observed}"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{target}: template is not UTF-8: {exc}") from exc
+    check_placeholders(text, source=str(target))
+    return GuardTemplate(text=text, sha256=observed)
+
+
+def render_prompt(guard: GuardTemplate | GuardAdapter, sample: Mapping[str, Any]) -> str:
+    """Render one TS-Bench row (the upstream way: Python-dict agent_action)."""
+    template = guard if isinstance(guard, GuardTemplate) else guard.template
+    missing = [name for name in SAMPLE_FIELDS if name not in sample]
+    if missing:
+        raise PromptError(f"sample lacks field(s) {missing} needed by the prompt")
+    try:
+        return render_ts_guard_prompt(template.text, sample)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise PromptError(f"template cannot be rendered: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered prompt with its hash and the token ids every backend uses."""
+
+    text: str
+    input_sha256: str
+    token_ids: tuple[int, ...]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PromptError(f"{path}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PromptError(f"{path}: expected a JSON object")
+    return data
+
+
+def _id_list(value: Any, *, file: Path) -> list[int] | None:
+    """An ``eos_token_id`` value (an id or a list of ids) as a list; None when
+    absent; a ``PromptError`` naming the file when present but malformed."""
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise PromptError(f"{file}: eos_token_id must be an id or a non-empty list of ids, "
+                          f"got {value!r}")
+    return list(values)
+
+
+class PromptTokenizer:
+    """The checkpoint's tokenizer and chat template, loaded from local files."""
+
+    def __init__(self, checkpoint_dir: str | Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.checkpoint_dir = Path(checkpoint_dir)
+        if not self.checkpoint_dir.is_dir():
+            raise PromptError(f"{self.checkpoint_dir}: checkpoint directory not found")
+        try:
+            self._tok = AutoTokenizer.from_pretrained(
+                str(self.checkpoint_dir), local_files_only=True, trust_remote_code=False
+            )
+        except (OSError, ValueError) as exc:
+            raise PromptError(f"{self.checkpoint_dir}: cannot load the tokenizer: {exc}") from exc
+        template = getattr(self._tok, "chat_template", None)
+        if not isinstance(template, str) or not template:
+            raise PromptError(f"{self.checkpoint_dir}: the tokenizer has no chat template")
+        self.chat_template = template
+        self.chat_template_sha256 = sha256_text(template)
+
+        config_path = self.checkpoint_dir / "config.json"
+        generation_path = self.checkpoint_dir / "generation_config.json"
+        config = _read_json(config_path) or {}
+        generation = _read_json(generation_path) or {}
+        eos = _id_list(generation.get("eos_token_id"), file=generation_path)
+        self.eos_source = str(generation_path)
+        if eos is None:
+            eos = _id_list(config.get("eos_token_id"), file=config_path)
+            self.eos_source = str(config_path)
+        if eos is None:
+            raise PromptError(
+                f"{self.checkpoint_dir}: no eos_token_id in generation_config.json or config.json"
+            )
+        self.eos_token_ids: list[int] = eos
+        pad = generation.get("pad_token_id")
+        self.pad_source = str(generation_path)
+        if pad is None:
+            pad = config.get("pad_token_id")
+            self.pad_source = str(config_path)
+        if pad is None:
+            pad = self._tok.pad_token_id
+            self.pad_source = f"{self.checkpoint_dir} (tokenizer pad token)"
+        self.pad_token_id: int | None = pad if isinstance(pad, int) else None
+        max_context = config.get("max_position_embeddings")
+        if not isinstance(max_context, int) or isinstance(max_context, bool) or max_context < 1:
+            raise PromptError(f"{self.checkpoint_dir}: config.json lacks max_position_embeddings")
+        self.max_context: int = max_context
+
+    def token_name(self, token_id: int | None) -> str | None:
+        """The token string of ``token_id`` (None for None or an unknown id)."""
+        if token_id is None:
+            return None
+        name = self._tok.convert_ids_to_tokens(int(token_id))
+        return name if isinstance(name, str) else None
+
+    def single_token_id(self, text: str) -> int:
+        """The id of ``text`` when it is exactly one token (no special tokens added)."""
+        ids = self._tok.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise PromptError(f"{self.checkpoint_dir}: {text!r} is {len(ids)} tokens, "
+                              "expected exactly one")
+        return int(ids[0])
+
+    def special_token_mismatch(self, expected: ExpectedTokens, *, guard: str) -> str | None:
+        """None when the checkpoint's EOS ids and pad id name the guard's
+        expected tokens (and match any upstream id pin), else a message naming
+        the file(s), expected and observed."""
+        problems = []
+        eos_ids = sorted(set(self.eos_token_ids))
+        names = {self.token_name(i) for i in eos_ids}
+        missing = [t for t in expected.eos if t not in names]
+        extra = sorted(str(n) for n in names - set(expected.eos)) if expected.exact_eos else []
+        if missing or extra:
+            problems.append(f"{self.eos_source}: eos_token_id {eos_ids} names "
+                            f"{sorted(str(n) for n in names)}, expected "
+                            f"{'exactly ' if expected.exact_eos else 'to include '}"
+                            f"{list(expected.eos)}")
+        if expected.pad is not None and self.token_name(self.pad_token_id) != expected.pad:
+            problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id} names "
+                            f"{self.token_name(self.pad_token_id)}, expected {expected.pad}")
+        if expected.upstream_eos_ids is not None and set(eos_ids) != expected.upstream_eos_ids:
+            problems.append(f"{self.eos_source}: eos_token_id {eos_ids}, expected "
+                            f"{sorted(expected.upstream_eos_ids)}")
+        if expected.upstream_pad_id is not None and self.pad_token_id != expected.upstream_pad_id:
+            problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id}, expected "
+                            f"{expected.upstream_pad_id}")
+        if not problems:
+            return None
+        return (
+            f"checkpoint {self.checkpoint_dir} does not declare guard {guard!r}'s special "
+            f"tokens ({expected.describe()}): " + "; ".join(problems)
+        )
+
+    def check_special_tokens(self, expected: ExpectedTokens, *, guard: str) -> None:
+        """``PromptError`` unless the EOS ids and pad id are what the guard expects."""
+        message = self.special_token_mismatch(expected, guard=guard)
+        if message is not None:
+            raise PromptError(message)
+
+    @staticmethod
+    def _messages(text: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": text}]
+
+    def render_chat(self, text: str) -> str:
+        """The chat-templated prompt string (user turn + generation prompt)."""
+        return self.render_messages(self._messages(text))
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The chat-templated prompt string of a conversation + generation prompt."""
+        rendered = self._tok.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+        )
+        if not isinstance(rendered, str):
+            raise PromptError(f"chat template rendered {type(rendered).__name__}, not a string")
+        return rendered
+
+    def injected_system_prompt(self, messages: Sequence[Mapping[str, str]]) -> str | None:
+        """The system text the chat template adds on its own when ``messages``
+        has no system turn (e.g. a default system prompt), else None.
+
+        Found by rendering once with a sentinel system turn and once without:
+        when the second rendering is the first with the sentinel replaced by
+        some text, that text was injected. None as well when the template
+        refuses a system turn or the conversation already has one.
+        """
+        if any(m.get("role") == "system" for m in messages):
+            return None
+        sentinel = "\x00guardrepro-system-sentinel\x00"
+        try:
+            with_system = self.render_messages([{"role": "system", "content": sentinel},
+                                                *messages])
+            without = self.render_messages(messages)
+        except Exception:  # a template that refuses system turns injects none
+            return None
+        if with_system.count(sentinel) != 1:
+            return None
+        prefix, suffix = with_system.split(sentinel)
+        if (without.startswith(prefix) and without.endswith(suffix)
+                and len(without) > len(prefix) + len(suffix)):
+            return without[len(prefix): len(without) - len(suffix)]
+        return None
+
+    def encode_chat(self, text: str) -> tuple[int, ...]:
+        """Token ids of the chat-templated prompt (no truncation)."""
+        return self.encode_messages(self._messages(text))
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        """Token ids of a chat-templated conversation + generation prompt (no truncation)."""
+        try:
+            out = self._tok.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True,
+                truncation=False,
+            )
+        except Exception as exc:  # jinja's TemplateError (raise_exception) and friends
+            if isinstance(exc, PromptError):
+                raise
+            raise PromptError(f"{self.checkpoint_dir}: the chat template refused the "
+                              f"conversation: {exc}") from exc
+        ids: Any = out
+        if not isinstance(ids, list):  # transformers 5: a BatchEncoding
+            try:
+                ids = ids["input_ids"]
+            except (KeyError, TypeError) as exc:
+                raise PromptError(
+                    f"apply_chat_template returned {type(out).__name__} without input_ids"
+                ) from exc
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        if ids and isinstance(ids[0], list):
+            if len(ids) != 1:
+                raise PromptError(f"expected one tokenized conversation, got {len(ids)}")
+            ids = ids[0]
+        return tuple(int(i) for i in ids)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of generated ids; special tokens dropped by default (as vLLM
+        does for the released outputs), no clean-up of spaces."""
+        text = self._tok.decode(
+            list(ids),
+            skip_special_tokens=skip_special_tokens,
+            clean_up_tokenization_spaces=False,
+        )
+        return str(text)
+
+    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        """Refuse a prompt that cannot fit its full generation budget."""
+        if n_prompt + max_new_tokens > self.max_context:
+            raise PromptError(
+                f"prompt of {n_prompt} tokens + {max_new_tokens} new tokens exceeds the "
+                f"context of {self.max_context}"
+            )
+
+    def prepare(self, text: str, max_new_tokens: int) -> RenderedPrompt:
+        """Hash, tokenize and length-check one rendered prompt."""
+        ids = self.encode_chat(text)
+        self.check_length(len(ids), max_new_tokens)
+        return RenderedPrompt(text=text, input_sha256=input_sha256(text), token_ids=ids)

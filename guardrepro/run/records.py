@@ -1,0 +1,392 @@
+"""The run directory: ``manifest.json`` and the append-only ``records.jsonl``.
+
+Input: ``schema.Record`` values produced by the pipeline, one per cohort row.
+Output: ``records.jsonl`` holding one ``Record.to_dict()`` JSON object per line,
+and ``manifest.json`` holding the run's full provenance.
+
+Invariants:
+
+- Appends are durable and whole: each record is serialised to one line that
+  ends in ``\\n``, written with a single ``os.write`` on an ``O_APPEND``
+  descriptor and fsync'd before ``append`` returns. A record is complete
+  exactly when its line ends in a newline.
+- One writer at a time: ``RecordWriter`` holds an exclusive, non-blocking
+  ``flock`` on ``records.jsonl.lock`` for its whole life; a second writer on
+  the same directory (another process, or another writer in this process)
+  fails at once with a clear message. The OS releases the lock when the holder
+  dies, even by SIGKILL.
+- A torn final line (a process killed in the middle of a write, or a machine
+  that lost power before fsync) was never a complete record: when a writer
+  opens the directory it truncates that partial line, with a warning, so the
+  row is simply generated again. ``read_records`` (a reader, not a resumer)
+  refuses such a file instead of repairing it.
+- Row ids are unique within a run; a duplicate is an error, never a silent
+  overwrite or skip.
+- ``manifest.json`` is written atomically (temporary file in the same
+  directory, fsync, ``os.replace``) once, when the run starts; a resumed run
+  must present an identical provenance hash, cohort hash and shard.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import subprocess
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from guardrepro.artifacts.store import (
+    atomic_write_bytes,
+    describe_os_error,
+    fsync_dir,
+    output_error,
+)
+from guardrepro.errors import InputError, OutputError, ProvenanceError
+from guardrepro.run.record_checks import check_record
+from guardrepro.schema import Record
+
+RECORDS_FILE = "records.jsonl"
+LOCK_FILE = "records.jsonl.lock"
+MANIFEST_FILE = "manifest.json"
+
+
+class TornRecordWarning(RuntimeWarning):
+    """A partial final line was removed from records.jsonl on resume."""
+
+
+def utc_now() -> str:
+    """An ISO-8601 UTC timestamp with second precision."""
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def git_commit() -> str | None:
+    """The commit of the guardrepro source checkout, or None when not a git checkout."""
+    root = Path(__file__).resolve().parents[2]  # guardrepro/run/records.py -> checkout
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and len(commit) == 40 else None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (``cache.atomic_write_bytes``)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------
+# manifest
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """What ``manifest.json`` holds. ``cohort`` = {path, sha256, rows};
+    ``profile`` = {path, sha256 (of the profile's text)}; ``shard`` = "k/n" or None;
+    ``rows_selected`` = rows of the cohort in this run (after the shard)."""
+
+    run_id: str
+    created_at: str
+    provenance: Mapping[str, Any]
+    provenance_sha256: str
+    cohort: Mapping[str, Any]
+    profile: Mapping[str, Any]
+    shard: str | None
+    rows_selected: int
+    guardrepro_version: str
+    git_commit: str | None
+
+    @classmethod
+    def from_dict(cls, data: Any, *, file: str | None = None) -> RunManifest:
+        if not isinstance(data, Mapping):
+            raise InputError("manifest must be a JSON object", file=file)
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        missing = sorted(set(names) - set(data))
+        if unknown or missing:
+            bad = (unknown or missing)[0]
+            raise InputError(
+                f"manifest keys: unknown {unknown}, missing {missing}", file=file, field=bad
+            )
+        for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
+            if not isinstance(data[key], Mapping) or set(data[key]) != set(sub):
+                raise InputError(f"expected an object with keys {list(sub)}", file=file, field=key)
+        return cls(**{name: data[name] for name in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return out
+
+    def differences(self, other: RunManifest) -> list[str]:
+        """Human-readable list of what makes ``other`` a different run than this one."""
+        diffs: list[str] = []
+        if self.provenance_sha256 != other.provenance_sha256:
+            diffs.extend(provenance_differences(self.provenance, other.provenance))
+            if not diffs:  # same keys and values but different hash: report the hash itself
+                diffs.append("provenance_sha256")
+        if self.cohort["sha256"] != other.cohort["sha256"]:
+            diffs.append(
+                f"cohort.sha256: {self.cohort['sha256'][:12]}... ({self.cohort['path']}) != "
+                f"{other.cohort['sha256'][:12]}... ({other.cohort['path']})"
+            )
+        if self.shard != other.shard:
+            diffs.append(f"shard: {self.shard!r} != {other.shard!r}")
+        return diffs
+
+
+def provenance_differences(old: Any, new: Any, prefix: str = "provenance") -> list[str]:
+    """Every leaf key whose value differs, as ``"key: old != new"``."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            where = f"{prefix}.{key}"
+            if key not in old:
+                out.append(f"{where}: absent != {new[key]!r}")
+            elif key not in new:
+                out.append(f"{where}: {old[key]!r} != absent")
+            else:
+                out.extend(provenance_differences(old[key], new[key], where))
+        return out
+    return [] if old == new else [f"{prefix}: {old!r} != {new!r}"]
+
+
+def read_manifest(run_dir: str | Path) -> RunManifest | None:
+    """The run directory's manifest, or None when it has none yet."""
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    return RunManifest.from_dict(data, file=str(path))
+
+
+def write_manifest(run_dir: str | Path, manifest: RunManifest) -> Path:
+    path = Path(run_dir) / MANIFEST_FILE
+    write_atomic(path, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def check_resumable(existing: RunManifest, new: RunManifest, run_dir: str | Path) -> None:
+    """Raise ProvenanceError naming every difference when ``new`` may not resume ``existing``."""
+    diffs = existing.differences(new)
+    if diffs:
+        listing = "\n  ".join(diffs)
+        raise ProvenanceError(
+            f"{run_dir} already holds run {existing.run_id!r} with different provenance; "
+            f"refusing to mix records. Differences (existing != requested):\n  {listing}\n"
+            "Use a new --out directory for the new configuration."
+        )
+
+
+# ---------------------------------------------------------------------------
+# records
+
+
+def record_line(record: Record) -> str:
+    """The one serialisation of a record in ``records.jsonl``: sorted keys, UTF-8, newline."""
+    return json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def _parse_line(line: bytes, *, file: str, row: int) -> Record:
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"invalid JSON record: {exc}", file=file, row=row) from exc
+    record = Record.from_dict(data, file=file, row=row)
+    check_record(record, file=file, row=row)
+    return record
+
+
+def _parse_records(data: bytes, *, file: str) -> list[Record]:
+    records: list[Record] = []
+    seen: dict[str, int] = {}
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for index, line in enumerate(lines):
+        record = _parse_line(line, file=file, row=index)
+        if record.row_id in seen:
+            raise InputError(
+                f"duplicate row_id {record.row_id!r} (first at row {seen[record.row_id]})",
+                file=file,
+                row=index,
+                field="row_id",
+            )
+        seen[record.row_id] = index
+        records.append(record)
+    return records
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read a records file strictly: every line a complete, valid record; unique row ids.
+
+    ``path`` is ``records.jsonl`` or a run directory. A torn final line is an
+    error here (resume the run to repair it).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        row = data.count(b"\n")
+        raise InputError(
+            "final line is incomplete (the writing process was interrupted); "
+            "resuming the run truncates it",
+            file=str(path),
+            row=row,
+        )
+    return _parse_records(data, file=str(path))
+
+
+class RecordWriter:
+    """Exclusive, append-only writer for one run directory (creates it if needed).
+
+    On open it takes the directory's lock, repairs a torn final line (warning
+    ``TornRecordWarning``) and loads the records already present
+    (``self.records``, by row id). Use as a context manager or call ``close``.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / RECORDS_FILE
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(self.run_dir, exc) from None
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        try:
+            self._lock()
+        except OSError as exc:
+            raise output_error(self.run_dir / LOCK_FILE, exc) from None
+        try:
+            self.truncated_bytes = self._repair_tail()
+            self.records: dict[str, Record] = {
+                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path))
+            }
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self.close()
+            raise output_error(self.path, exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock(self) -> None:
+        import fcntl
+
+        lock_path = self.run_dir / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise InputError(
+                    "another guardrepro run is writing to this run directory (its lock is "
+                    "held); wait for it to finish or choose another --out",
+                    file=str(lock_path),
+                ) from exc
+            raise
+        self._lock_fd = fd
+
+    def _repair_tail(self) -> int:
+        if not self.path.exists():
+            self.path.touch()
+            fsync_dir(self.run_dir)
+            return 0
+        data = self.path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        dropped = len(data) - keep
+        with open(self.path, "r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        row = data.count(b"\n")
+        warnings.warn(
+            f"{self.path}: removed an incomplete final line ({dropped} bytes, row "
+            f"{row}) left by an interrupted run; that row will be generated again",
+            TornRecordWarning,
+            stacklevel=3,
+        )
+        return dropped
+
+    @property
+    def done_ids(self) -> set[str]:
+        return set(self.records)
+
+    def append(self, record: Record) -> None:
+        """Durably append one record; its row id must be new to this run."""
+        if self._fd is None:
+            raise InputError("record writer is closed", file=str(self.path))
+        if record.row_id in self.records:
+            raise InputError(
+                f"row {record.row_id!r} already has a record in this run",
+                file=str(self.path),
+                field="row_id",
+            )
+        line = record_line(record).encode("utf-8")
+        try:
+            written = os.write(self._fd, line)
+            while written < len(line):  # short writes are rare on local files; finish it
+                written += os.write(self._fd, line[written:])
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot append the record of row {record.row_id!r} to {self.path}:"
+                f" {describe_os_error(exc)}; the records before it are intact, and a torn"
+                " final line is removed when the run resumes"
+            ) from None
+        self.records[record.row_id] = record
+
+    def rewrite_in_order(self, row_ids: Sequence[str]) -> bool:
+        """Atomically rewrite the records file with its lines (bytes unchanged)
+        in the order of ``row_ids`` (ids without a record are skipped); every
+        record must be named. Returns whether the file changed."""
+        if self._fd is None:
+            raise InputError("record writer is closed", file=str(self.path))
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        by_id = {json.loads(line)["row_id"]: line for line in lines}
+        unnamed = sorted(set(by_id) - set(row_ids))
+        if unnamed:
+            raise InputError(f"records of rows not in the order given: {unnamed[:5]}",
+                             file=str(self.path))
+        ordered = [by_id[i] for i in row_ids if i in by_id]
+        if ordered == lines:
+            return False
+        os.close(self._fd)
+        self._fd = None
+        atomic_write_bytes(self.path, b"".join(ordered))
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        return True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

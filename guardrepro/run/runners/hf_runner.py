@@ -1,0 +1,422 @@
+"""The transformers runner: greedy (or the authors' sampled mode) generation
+with ``AutoModelForCausalLM`` on a local, verified checkpoint directory.
+
+Input: token-id prompts (``GenerationRequest``) and ``DecodingParams``.
+Output: one ``Generation`` per request, in request order.
+
+Invariants and choices:
+
+- Loading: local files only, safetensors only (``use_safetensors=True``; a
+  directory without ``*.safetensors`` is refused), ``trust_remote_code=False``.
+- The checkpoint's own ``generation_config.json`` never influences decoding.
+  transformers fills every generation setting left unset (``None``) from the
+  model's generation config (TS-Guard's carries ``top_k=20`` and
+  ``repetition_penalty=1.05``), so the runner replaces
+  ``model.generation_config`` with a pristine ``GenerationConfig`` and passes
+  an explicit one: greedy = ``do_sample=False``, one beam, no repetition
+  penalty, no n-gram blocking, no top-k/top-p; sampled = ``do_sample=True``
+  with the profile's temperature and top_p and ``top_k=0`` (off).
+- Stops on any of the EOS ids passed in (the checkpoint's; both for TS-Guard);
+  ``finish_reason`` is ``"stop"`` when an EOS id was generated (it is kept as
+  the last of ``token_ids``), ``"length"`` at ``max_new_tokens``.
+- ``score_logits``: when the requests name ``score_token_ids`` (a logit
+  guard such as ShieldGemma), the raw logits of those ids at the first
+  generated position, per request (one chunk shares one id set).
+- ``step_margins[i]``: top-1 minus top-2 of the raw logits (the ``lm_head``
+  output, before temperature or any processor) at generated position ``i``,
+  captured by a forward hook so that no full logit history is kept.
+- Batching: greedy requests run in chunks of ``batch_size`` with left
+  padding. Measured: in float32, padded batches gave the same tokens as batch
+  1; in bfloat16 they did not (padding changes the reduction shapes), so use
+  ``batch_size = 1`` for bf16 runs that must match batch-1 outputs. Sampled
+  mode always runs one request at a time, seeding torch's generator with the
+  request's seed right before its generation.
+- Timings: ``prefill_s`` = time to the first generated token, ``decode_s`` =
+  the rest, both of the chunk's wall time divided by the number of requests in
+  the chunk (amortised, as in ``runners.base.Timings``).
+  ``peak_memory_bytes``: ``torch.cuda.max_memory_allocated`` for the chunk on
+  CUDA, else the process's peak resident set size (``getrusage``).
+
+- ``decode_loop = "lean"`` (greedy only; sampled mode always uses
+  ``generate``): ``runners.fast_greedy.LeanDecoder`` instead of ``generate``:
+  each prompt prefilled alone exactly as ``generate`` does at batch 1, then
+  the chunk decoded as one batch by a hand-written forward over the model's
+  own weights, finished sequences dropped at once. Same tokens as
+  ``generate`` at batch 1 (tests; ``guardrepro check-invariance``); margins
+  equal up to float32 rounding of batched kernels (as with ``generate``'s own
+  left-padded batches). Verified in float32; in bf16/fp16 batched rows can
+  differ from batch 1 as they do with ``generate``. Llama-family models only
+  (qwen2, llama); others are refused at load time with the reason.
+
+Options (``[backend_options]``): ``dtype`` (float32 | bfloat16 | float16,
+default float32), ``device`` (cpu | cuda | cuda:N | mps, default cpu),
+``batch_size`` (default 1), ``threads`` (torch CPU threads: an integer, or
+``"auto"`` = the physical cores this process may use; default torch's),
+``attn_implementation`` (sdpa | eager, default sdpa), ``decode_loop``
+(generate | lean, default generate).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria
+from transformers.utils import logging as hf_logging
+
+from guardrepro.errors import InferenceError, InputError, MissingArtifactError
+from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason
+from guardrepro.schema import DecodingParams
+
+DTYPES: Mapping[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+OPTIONS = ("dtype", "device", "batch_size", "threads", "attn_implementation", "decode_loop")
+
+
+def _option_error(key: str, message: str) -> InputError:
+    return InputError(message, field=f"backend_options.{key}")
+
+
+def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise _option_error(unknown[0], f"unknown option for the hf backend (known: {OPTIONS})")
+    out: dict[str, Any] = {
+        "dtype": options.get("dtype", "float32"),
+        "device": options.get("device", "cpu"),
+        "batch_size": options.get("batch_size", 1),
+        "threads": options.get("threads"),
+        "attn_implementation": options.get("attn_implementation", "sdpa"),
+        "decode_loop": options.get("decode_loop", "generate"),
+    }
+    if out["threads"] == "auto":
+        from guardrepro.run.workers import physical_cores
+
+        out["threads"] = physical_cores()
+    if out["dtype"] not in DTYPES:
+        raise _option_error("dtype", f"expected one of {list(DTYPES)}, got {out['dtype']!r}")
+    device = out["device"]
+    if not isinstance(device, str) or not (
+        device in ("cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())
+    ):
+        raise _option_error("device", f"expected cpu, cuda, cuda:N or mps, got {device!r}")
+    for key in ("batch_size", "threads"):
+        value = out[key]
+        if value is None and key == "threads":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            extra = ' or "auto"' if key == "threads" else ""
+            raise _option_error(key, f"expected an integer >= 1{extra}, got {value!r}")
+    if out["attn_implementation"] not in ("sdpa", "eager"):
+        raise _option_error("attn_implementation", "expected sdpa or eager")
+    if out["decode_loop"] not in ("generate", "lean"):
+        raise _option_error("decode_loop", f"expected generate or lean, got {out['decode_loop']!r}")
+    return out
+
+
+class _FirstTokenClock(StoppingCriteria):
+    """Never stops generation; notes when the first token was produced."""
+
+    def __init__(self, sync: Callable[[], None]) -> None:
+        self.first: float | None = None
+        self._sync = sync
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kw: Any) -> Any:
+        if self.first is None:
+            self._sync()
+            self.first = time.perf_counter()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+class HFRunner:
+    backend = "hf"
+
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        options: Mapping[str, Any],
+        *,
+        eos_token_ids: Sequence[int],
+        pad_token_id: int | None,
+        decode: Callable[[Sequence[int]], str],
+    ) -> None:
+        self.options = _validate(options)
+        if not eos_token_ids:
+            raise InputError("at least one EOS token id is needed", field="eos_token_ids")
+        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        self.pad_token_id = self.eos_token_ids[-1] if pad_token_id is None else int(pad_token_id)
+        self.decode = decode
+        self.checkpoint_dir = Path(checkpoint_dir)
+        if not sorted(self.checkpoint_dir.glob("*.safetensors")):
+            raise MissingArtifactError(
+                f"{self.checkpoint_dir}: no *.safetensors weights (only safetensors are loaded)"
+            )
+        self._threads_before = torch.get_num_threads()
+        if self.options["threads"] is not None:
+            torch.set_num_threads(self.options["threads"])
+        self.device = torch.device(self.options["device"])
+        self.dtype = DTYPES[self.options["dtype"]]
+        # transformers' own loading bar would interleave with the run's bar
+        bars_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(self.checkpoint_dir),
+                dtype=self.dtype,
+                use_safetensors=True,
+                trust_remote_code=False,
+                local_files_only=True,
+                attn_implementation=self.options["attn_implementation"],
+            )
+        except (OSError, ValueError) as exc:
+            raise InputError(
+                f"cannot load the checkpoint with transformers: {exc}",
+                file=str(self.checkpoint_dir),
+            ) from exc
+        finally:
+            if bars_on:
+                hf_logging.enable_progress_bar()
+        self.model: Any = cast(Any, model).to(self.device).eval()
+        # Drop the checkpoint's sampling defaults: transformers would fill any
+        # unset generation setting from them (see the module docstring).
+        self.model.generation_config = GenerationConfig()
+        self._step_margins: list[torch.Tensor] = []
+        self._score_ids: list[int] = []
+        self._score_logits: torch.Tensor | None = None
+        head = self.model.get_output_embeddings()
+        if head is None:
+            raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
+        self._hook = head.register_forward_hook(self._capture)
+        self._lean: LeanDecoder | None = None
+        if self.options["decode_loop"] == "lean":
+            reason = unsupported_reason(self.model)
+            if reason is not None:
+                raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
+            self._lean = LeanDecoder(self.model)
+            self._hook.remove()  # the lean decoder computes margins itself
+            self._lean.warm_up(self.pad_token_id)
+            self._hook = head.register_forward_hook(self._capture)
+
+    def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
+        # The last position's logits of this forward pass are one decoding
+        # step; keep only their top-1 minus top-2 gap, not the whole vocabulary.
+        last = output[:, -1, :].detach().float()
+        top2 = torch.topk(last, k=2, dim=-1).values
+        if not self._step_margins and self._score_ids:  # first step: a logit guard's tokens
+            self._score_logits = last[:, self._score_ids].cpu()
+        self._step_margins.append((top2[:, 0] - top2[:, 1]).cpu())
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "backend": self.backend,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "dtype": self.options["dtype"],
+            "device": self.options["device"],
+            "batch_size": self.options["batch_size"],
+            "threads": torch.get_num_threads(),
+            "attn_implementation": self.options["attn_implementation"],
+        }
+        if self.options["decode_loop"] != "generate":  # absent key: older provenance unchanged
+            info["decode_loop"] = self.options["decode_loop"]
+        if self.device.type == "cuda":
+            info["device_name"] = torch.cuda.get_device_name(self.device)
+            info["compute_capability"] = ".".join(
+                str(v) for v in torch.cuda.get_device_capability(self.device)
+            )
+        return info
+
+    def _generation_config(self, params: DecodingParams) -> GenerationConfig:
+        common: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            "min_new_tokens": 0,
+            "eos_token_id": list(self.eos_token_ids),
+            "pad_token_id": self.pad_token_id,
+            "num_beams": 1,
+            "repetition_penalty": 1.0,
+            "no_repeat_ngram_size": 0,
+            "return_dict_in_generate": True,
+            "use_cache": True,
+        }
+        if params.mode == "greedy":
+            return GenerationConfig(
+                do_sample=False, top_k=None, top_p=None, temperature=None, **common
+            )
+        return GenerationConfig(
+            do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0, **common
+        )
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _peak_memory(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: DecodingParams
+    ) -> list[Generation]:
+        config = self._generation_config(params)
+        out: list[Generation] = []
+        if params.mode == "sampled":
+            for request in requests:
+                if request.seed is None:
+                    raise InputError(
+                        f"sampled decoding needs a seed for request {request.row_id!r}",
+                        field="seed",
+                    )
+                out.extend(self._generate_chunk([request], config, seed=request.seed))
+            return out
+        size = self.options["batch_size"]
+        for start in range(0, len(requests), size):
+            chunk = requests[start : start + size]
+            if self._lean is not None:
+                out.extend(self._lean_chunk(chunk, params))
+            else:
+                out.extend(self._generate_chunk(chunk, config, seed=None))
+        return out
+
+    def _lean_chunk(
+        self, chunk: Sequence[GenerationRequest], params: DecodingParams
+    ) -> list[Generation]:
+        assert self._lean is not None
+        ids = [r.row_id for r in chunk]
+        for request in chunk:
+            if not request.prompt_token_ids:
+                raise InferenceError(f"request {request.row_id!r} has an empty prompt")
+        self._hook.remove()  # the lean decoder computes margins itself
+        start = time.perf_counter()
+        try:
+            decoded, prefill_s = self._lean.decode(
+                [r.prompt_token_ids for r in chunk],
+                eos_token_ids=self.eos_token_ids,
+                max_new_tokens=params.max_new_tokens,
+            )
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise InferenceError(f"lean greedy decoding failed for {ids}: {exc}") from exc
+        finally:
+            head = self.model.get_output_embeddings()
+            self._hook = head.register_forward_hook(self._capture)
+        self._sync()
+        total = time.perf_counter() - start
+        n = len(chunk)
+        timings = Timings(
+            prefill_s=prefill_s / n, decode_s=(total - prefill_s) / n, total_s=total / n
+        )
+        peak = self._peak_memory()
+        return [
+            self._one(request, d.token_ids, d.margins, timings, peak)
+            for request, d in zip(chunk, decoded, strict=True)
+        ]
+
+    def _generate_chunk(
+        self, chunk: Sequence[GenerationRequest], config: GenerationConfig, *, seed: int | None
+    ) -> list[Generation]:
+        ids = [r.row_id for r in chunk]
+        for request in chunk:
+            if not request.prompt_token_ids:
+                raise InferenceError(f"request {request.row_id!r} has an empty prompt")
+        width = max(len(r.prompt_token_ids) for r in chunk)
+        input_ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, request in enumerate(chunk):
+            n = len(request.prompt_token_ids)
+            input_ids[row, width - n :] = torch.tensor(request.prompt_token_ids, dtype=torch.long)
+            mask[row, width - n :] = 1
+        clock = _FirstTokenClock(self._sync)
+        self._step_margins = []
+        score_sets = {r.score_token_ids for r in chunk}
+        if len(score_sets) != 1:
+            raise InferenceError(f"requests {ids} ask for different score tokens")
+        self._score_ids, self._score_logits = list(score_sets.pop()), None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        start = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                result = self.model.generate(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    generation_config=config,
+                    stopping_criteria=[clock],
+                )
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise InferenceError(f"transformers generate failed for {ids}: {exc}") from exc
+        finally:
+            steps, self._step_margins = self._step_margins, []
+        self._sync()
+        end = time.perf_counter()
+        first = clock.first if clock.first is not None else end
+        n = len(chunk)
+        timings = Timings(
+            prefill_s=(first - start) / n, decode_s=(end - first) / n, total_s=(end - start) / n
+        )
+        peak = self._peak_memory()
+        generated = result.sequences[:, width:].tolist()
+        if len(steps) < len(generated[0]):
+            raise InferenceError(
+                f"captured {len(steps)} logit steps for {len(generated[0])} tokens of {ids}"
+            )
+        margins = self._margins(steps[: len(generated[0])])
+        scores = self._score_logits.tolist() if self._score_logits is not None else None
+        out = [
+            self._one(request, generated[row], margins[row], timings, peak)
+            for row, request in enumerate(chunk)
+        ]
+        if scores is None:
+            return out
+        return [replace(g, score_logits=tuple(scores[row])) for row, g in enumerate(out)]
+
+    @staticmethod
+    def _margins(steps: list[torch.Tensor]) -> list[list[float]]:
+        if not steps:
+            return []
+        return torch.stack(steps, dim=1).tolist()  # (batch, steps)
+
+    def _one(
+        self,
+        request: GenerationRequest,
+        tokens: list[int],
+        margins: list[float],
+        timings: Timings,
+        peak: int,
+    ) -> Generation:
+        eos = set(self.eos_token_ids)
+        stop = next((i for i, t in enumerate(tokens) if t in eos), None)
+        if stop is None:
+            kept, finish, text_ids = tokens, "length", tokens
+        else:
+            kept, finish, text_ids = tokens[: stop + 1], "stop", tokens[:stop]
+        return Generation(
+            row_id=request.row_id,
+            token_ids=tuple(kept),
+            text=self.decode(text_ids),
+            finish_reason=finish,
+            step_margins=tuple(float(m) for m in margins[: len(kept)]),
+            timings=timings,
+            peak_memory_bytes=peak,
+        )
+
+    def close(self) -> None:
+        """Release the model and restore torch's thread count (a process-wide setting)."""
+        torch.set_num_threads(self._threads_before)
+        self._hook.remove()
+        del self.model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,283 @@
+"""The MLX backend: a verified MLX artifact (or HF-layout checkpoint) run with mlx-lm.
+
+Input: a local checkpoint directory (normally an artifact written by
+``guardrepro quantize`` and verified through its lock), the profile's
+``[backend_options]``, the checkpoint's EOS ids and the project's decode
+function (see ``guardrepro.run.runners.registry`` for the constructor contract),
+then batches of ``GenerationRequest`` whose prompts are already token ids.
+
+Output: one ``Generation`` per request: generated ids (including the EOS id
+that stopped it), ``decode`` of the ids without that EOS, finish reason,
+per-step top1-top2 logit gap computed from the raw float32 logits, timings
+and MLX's peak memory for the request.
+
+Invariants:
+- The model is loaded with ``mlx_lm.load`` from local files, no remote code.
+  A config that mlx-lm would misread (``rope_theta`` only inside
+  ``rope_parameters``) is corrected in memory through ``model_config`` and the
+  correction is part of ``describe()``; the files are never modified.
+- Greedy mode is an argmax over the raw logits at every step: no temperature,
+  top-k, top-p or repetition penalty; ties go to the lowest id (``mx.argmax``).
+  Sampled mode draws from ``softmax(logits / temperature)`` restricted to the
+  top-p nucleus (mlx-lm's sampler), seeded per request with ``mx.random.seed``.
+- Decoding stops at the first id in the EOS set or after ``max_new_tokens``.
+- ``check_prompt(text, ids)`` tokenizes the rendered prompt with mlx-lm's own
+  tokenizer wrapper (its ``apply_chat_template``) and raises
+  ``InferenceError`` unless the ids equal the given ones; a request that
+  carries ``prompt_text`` is checked before generation and the outcome is
+  kept in ``prompt_checks[row_id]``.
+- Requests run one at a time (batch 1): MLX's batched path would need left
+  padding with masks, and batch 1 is what the published Q8 run used.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InferenceError, InputError
+from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.weights import require_safetensors
+from guardrepro.schema import DecodingParams
+
+DECODER_VERSION = "guardrepro-mlx-loop-1"
+_OPTIONS = {"batch_size", "prefill_step_size", "device", "dtype"}
+_DEVICES = ("cpu", "gpu", "default")
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _positive_int(options: Mapping[str, Any], key: str, default: int) -> int:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"expected a positive integer, got {value!r}",
+                         field=f"backend_options.{key}")
+    return value
+
+
+class MLXRunner:
+    """Runner protocol implementation on mlx-lm (see module docstring)."""
+
+    backend = "mlx"
+
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        options: Mapping[str, Any],
+        *,
+        eos_token_ids: Sequence[int],
+        pad_token_id: int | None,
+        decode: Callable[[Sequence[int]], str],
+    ) -> None:
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise InputError(f"unknown MLX option {unknown[0]!r} (allowed: "
+                             f"{', '.join(sorted(_OPTIONS))})",
+                             field=f"backend_options.{unknown[0]}")
+        batch_size = _positive_int(options, "batch_size", 1)
+        if batch_size != 1:
+            raise InputError("the MLX runner decodes one request at a time; batch_size must "
+                             "be 1", field="backend_options.batch_size")
+        self.prefill_step_size = _positive_int(options, "prefill_step_size", 2048)
+        device = options.get("device", "default")
+        if device not in _DEVICES:
+            raise InputError(f"device must be one of {_DEVICES}, got {device!r}",
+                             field="backend_options.device")
+        self.checkpoint_dir = Path(checkpoint_dir)
+        require_safetensors(self.checkpoint_dir, "mlx")
+        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        if not self.eos_token_ids:
+            raise InputError("the EOS id set is empty", field="eos_token_ids")
+        self.pad_token_id = pad_token_id
+        self._decode = decode
+        self.prompt_checks: dict[str, str] = {}
+
+        import mlx.core as mx
+        from mlx_lm import load
+
+        from guardrepro.artifacts.quantize.convert import normalize_mlx_config
+
+        if device != "default":
+            try:
+                mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+            except ValueError as exc:  # e.g. "gpu" with the CPU-only Linux wheel
+                raise InputError(str(exc), field="backend_options.device") from exc
+        config_path = self.checkpoint_dir / "config.json"
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read config: {exc}", file=str(config_path)) from exc
+        normalized, self.config_changes = normalize_mlx_config(config, file=str(config_path))
+        overrides = {k: v for k, v in normalized.items() if config.get(k) != v}
+        loaded: Any = load(str(self.checkpoint_dir), model_config=overrides,
+                           trust_remote_code=False)
+        self.model, self.tokenizer = loaded
+        self.quantization = config.get("quantization")
+        self.dtypes = sorted({str(p.dtype).removeprefix("mlx.core.")
+                              for _, p in _leaves(self.model.parameters())})
+        want = options.get("dtype")
+        if want is not None:
+            floats = [d for d in self.dtypes if d in ("bfloat16", "float16", "float32")]
+            if floats != [want]:
+                raise InputError(f"profile asks for dtype {want!r} but the checkpoint's "
+                                 f"floating tensors are {floats}", field="backend_options.dtype")
+        self.device = str(mx.default_device())
+
+    # ------------------------------------------------------------ protocol
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "mlx": _version("mlx"),
+            "mlx_lm": _version("mlx-lm"),
+            "device": self.device,
+            "quantization": self.quantization,
+            "tensor_dtypes": self.dtypes,
+            "config_normalisation": list(self.config_changes),
+            "batch_size": 1,
+            "prefill_step_size": self.prefill_step_size,
+            "eos_token_ids": list(self.eos_token_ids),
+            "decoder": DECODER_VERSION,
+        }
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: DecodingParams) -> list[Generation]:
+        out = []
+        for request in requests:
+            if request.prompt_messages is not None:
+                self.check_prompt(request.prompt_messages, request.prompt_token_ids,
+                                  row_id=request.row_id)
+            elif request.prompt_text is not None:
+                self.check_prompt(request.prompt_text, request.prompt_token_ids,
+                                  row_id=request.row_id)
+            out.append(self._generate_one(request, params))
+        return out
+
+    def close(self) -> None:
+        import mlx.core as mx
+
+        self.model = None
+        self.tokenizer = None
+        mx.clear_cache()
+
+    # ------------------------------------------------------------ checks
+
+    def chat_ids(self, text: str | Sequence[tuple[str, str]]) -> tuple[int, ...]:
+        """The rendered prompt (one user message, or a conversation of
+        (role, content) pairs) tokenized by mlx-lm's tokenizer wrapper."""
+        messages = ([{"role": "user", "content": text}] if isinstance(text, str)
+                    else [{"role": r, "content": c} for r, c in text])
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping):
+            ids = ids["input_ids"]
+        return tuple(int(i) for i in ids)
+
+    def check_prompt(self, text: str | Sequence[tuple[str, str]], token_ids: Sequence[int],
+                     *, row_id: str = "") -> bool:
+        """Raise InferenceError unless mlx-lm tokenizes ``text`` to ``token_ids``."""
+        mine = self.chat_ids(text)
+        given = tuple(int(i) for i in token_ids)
+        if mine != given:
+            at = next((i for i, (a, b) in enumerate(zip(mine, given, strict=False)) if a != b),
+                      min(len(mine), len(given)))
+            self.prompt_checks[row_id] = "mismatch"
+            raise InferenceError(
+                f"row {row_id!r}: mlx-lm's chat template gives different prompt ids "
+                f"({len(mine)} vs {len(given)} tokens, first difference at {at})")
+        self.prompt_checks[row_id] = "match"
+        return True
+
+    # ------------------------------------------------------------ decoding
+
+    def logits(self, token_ids: Sequence[int]) -> Any:
+        """Teacher-forced float32 logits, shape (len(token_ids), vocab) (tests, probes)."""
+        import mlx.core as mx
+
+        out = self.model(mx.array([list(token_ids)]))[0].astype(mx.float32)
+        mx.eval(out)
+        return out
+
+    def _generate_one(self, request: GenerationRequest, params: DecodingParams) -> Generation:
+        import mlx.core as mx
+        from mlx_lm.models.cache import make_prompt_cache
+
+        ids = list(request.prompt_token_ids)
+        if not ids:
+            raise InferenceError(f"row {request.row_id!r}: empty prompt")
+        sampler = None
+        if params.mode == "sampled":
+            from mlx_lm.sample_utils import make_sampler
+
+            if request.seed is None:
+                raise InferenceError(f"row {request.row_id!r}: sampled decoding needs a seed")
+            mx.random.seed(request.seed)
+            sampler = make_sampler(temp=params.temperature, top_p=params.top_p)
+        eos = set(self.eos_token_ids)
+        mx.reset_peak_memory()
+        start = time.perf_counter()
+        try:
+            cache = make_prompt_cache(self.model)
+            prompt = mx.array(ids)
+            for lo in range(0, len(ids) - 1, self.prefill_step_size):
+                hi = min(lo + self.prefill_step_size, len(ids) - 1)
+                self.model(prompt[None, lo:hi], cache=cache)
+                mx.eval([c.state for c in cache])
+            logits = self.model(prompt[None, -1:], cache=cache)[0, -1].astype(mx.float32)
+            tokens: list[int] = []
+            margins: list[float] = []
+            finish = "length"
+            prefill_done: float | None = None
+            while True:
+                top2 = mx.topk(logits, 2)
+                if sampler is None:
+                    token = mx.argmax(logits)
+                else:
+                    logprobs = logits - mx.logsumexp(logits, keepdims=True)
+                    token = sampler(logprobs[None])[0]
+                mx.eval(token, top2)
+                if prefill_done is None:
+                    prefill_done = time.perf_counter()
+                pair: Any = top2.tolist()
+                margins.append(float(abs(pair[0] - pair[1])))
+                chosen: Any = token.item()
+                tokens.append(int(chosen))
+                if tokens[-1] in eos:
+                    finish = "stop"
+                    break
+                if len(tokens) >= params.max_new_tokens:
+                    break
+                logits = self.model(mx.array([[tokens[-1]]]), cache=cache)[0, -1]
+                logits = logits.astype(mx.float32)
+        except (RuntimeError, ValueError) as exc:
+            raise InferenceError(f"row {request.row_id!r}: MLX generation failed: {exc}") from exc
+        end = time.perf_counter()
+        assert prefill_done is not None
+        body = tokens[:-1] if finish == "stop" else tokens
+        return Generation(
+            row_id=request.row_id,
+            token_ids=tuple(tokens),
+            text=self._decode(body),
+            finish_reason=finish,
+            step_margins=tuple(margins),
+            timings=Timings(prefill_s=prefill_done - start, decode_s=end - prefill_done,
+                            total_s=end - start),
+            peak_memory_bytes=int(mx.get_peak_memory()),
+        )
+
+
+def _leaves(tree: Any) -> list[tuple[str, Any]]:
+    """Flatten an mlx parameter tree (dicts and lists) into (path, array) pairs."""
+    from mlx.utils import tree_flatten
+
+    flat: Any = tree_flatten(tree)
+    return list(flat)

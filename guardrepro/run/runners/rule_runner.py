@@ -1,0 +1,69 @@
+"""The ``rule`` backend: evaluates a rule guard's rendered input, no model.
+
+Input: requests whose ``prompt_text`` is a ``guards.rule.RuleAdapter``
+rendering (JSON naming the rule and its inputs). Output: one ``Generation``
+per request whose text is ``guards.rule.evaluate_rule``'s output; no token
+ids, no margins, zero timings (nothing is timed: a rule is instantaneous
+next to a model). Options: ``lookup_table`` (path of a
+``guards.rule.lookup`` table, needed by ``rule-tool-lookup``) and
+``batch_size``. The table's sha256 goes into ``describe()`` (provenance).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InferenceError, InputError
+from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.schema import DecodingParams
+
+_OPTIONS = {"lookup_table", "batch_size"}
+
+
+class RuleRunner:
+    backend = "rule"
+
+    def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
+                 eos_token_ids: Sequence[int], pad_token_id: int | None,
+                 decode: Callable[[Sequence[int]], str]) -> None:
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise InputError(f"unknown rule option {unknown[0]!r} (allowed: "
+                             f"{', '.join(sorted(_OPTIONS))})",
+                             field=f"backend_options.{unknown[0]}")
+        self.lookup: dict[str, Any] | None = None
+        self.lookup_sha256: str | None = None
+        path = options.get("lookup_table")
+        if path is not None:
+            from guardrepro.guards.rule.lookup import load_table
+
+            self.lookup = load_table(Path(path))
+            self.lookup_sha256 = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        from guardrepro.guards.rule.adapter import RULE_VERSION
+
+        return {"backend": self.backend, "rule_version": RULE_VERSION,
+                "lookup_table_sha256": self.lookup_sha256}
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: DecodingParams) -> list[Generation]:
+        from guardrepro.guards.rule.adapter import evaluate_rule
+
+        out = []
+        for request in requests:
+            if request.prompt_text is None:
+                raise InferenceError(f"request {request.row_id!r} has no rendered rule input")
+            try:
+                text = evaluate_rule(request.prompt_text, self.lookup)
+            except (ValueError, KeyError) as exc:
+                raise InferenceError(f"request {request.row_id!r}: {exc}") from exc
+            out.append(Generation(request.row_id, (), text, "stop", (),
+                                  Timings(0.0, 0.0, 0.0)))
+        return out
+
+    def close(self) -> None:
+        self.lookup = None

@@ -1,0 +1,192 @@
+"""``guardrepro run --workers N``: one run, N worker processes on one machine.
+
+Input: a run profile, a cohort file, a run directory and ``workers``.
+Output: the run directory holding every selected row's record in cohort order
+(``guardrepro.run.merge``), and a ``pipeline.RunSummary`` for the whole run.
+
+Invariants:
+
+- Worker ``k`` runs shard ``k/N`` (``guardrepro.run.shard``: deterministic,
+  by row id) with ``pipeline.run_cohort`` into
+  ``.<name>.workers/<k>-of-<N>/<name>`` beside the run directory, so its
+  records carry the run directory's name as run id. The shard runs are
+  merged into the run directory with ``merge.merge_runs`` (same provenance,
+  cohort order, nothing missing) and removed only after the merge is in
+  place; an interrupted run keeps them, and rerunning the same command
+  resumes every shard where it stopped.
+- Every worker gets the same profile, so the same provenance: for the hf
+  backend, threads ``"auto"`` (or unset) becomes ``max(1, physical cores //
+  N)`` for each worker, fixed before the workers start (threads are part of
+  the provenance). A run directory that already holds a run (a finished or
+  partly resumed merge) is resumed in one process with that same profile.
+- Workers are started with the ``spawn`` method (no state inherited from the
+  parent, whatever it imported). Each loads its runner, then waits at a
+  barrier until all have, so they generate side by side (and the run's
+  generation span, ``RunSummary.generation_started`` to ``_finished``, is
+  not a measure of how long one process took to import torch); a worker that
+  fails before the barrier breaks it, releasing the others. A worker's
+  ``GuardreproError`` is re-raised in the parent with its class and message;
+  any other failure becomes an ``InferenceError`` naming the shard.
+- ``--limit N`` runs the first N rows in one process (a limit per shard would
+  not be the first N rows of the cohort), with the workers' per-process
+  settings, so that the same run later resumes under one provenance.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from guardrepro import errors
+from guardrepro.errors import GuardreproError, InferenceError, InputError
+from guardrepro.run.profile import RunProfile
+from guardrepro.run.records import MANIFEST_FILE
+from guardrepro.run.shard import format_shard
+
+
+def physical_cores() -> int:
+    """Physical cores among the CPUs this process may run on (hyperthread
+    siblings counted once; Linux topology files, else the CPU count)."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if allowed is None:
+        return max(1, os.cpu_count() or 1)
+    cores: set[tuple[str, str]] = set()
+    for cpu in allowed:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            core = (topology / "core_id").read_text().strip()
+            package = (topology / "physical_package_id").read_text().strip()
+        except OSError:
+            package, core = "cpu", str(cpu)
+        cores.add((package, core))
+    return max(1, len(cores))
+
+
+def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
+    """The profile each worker runs: hf threads fixed to a share of the cores."""
+    if profile.backend != "hf":
+        return profile
+    threads = profile.backend_options.get("threads")
+    if threads is None or threads == "auto":
+        return profile.with_backend_options(threads=max(1, physical_cores() // workers))
+    return profile
+
+
+def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
+    base = run_dir.parent / f".{run_dir.name}.workers"
+    return [base / f"{k}-of-{workers}" / run_dir.name for k in range(1, workers + 1)]
+
+
+_BARRIER: Any = None  # set in each worker process by _init
+BARRIER_TIMEOUT_S = 3600.0
+BROKEN = "another worker failed before generating"
+
+
+def _init(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _ready() -> None:
+    if _BARRIER is not None:
+        _BARRIER.wait(BARRIER_TIMEOUT_S)
+
+
+def _work(profile: RunProfile, cohort: Path, out: Path, shard: str, home: str | None) -> Any:
+    """One worker (runs in a spawned process): its shard's summary, or the error."""
+    from threading import BrokenBarrierError
+
+    from guardrepro.run.pipeline import run_cohort
+
+    try:
+        return run_cohort(profile, cohort, out, shard=shard, progress=False, home=home,
+                          on_ready=_ready)
+    except GuardreproError as exc:
+        if _BARRIER is not None:
+            _BARRIER.abort()
+        return ("error", type(exc).__name__, str(exc))
+    except BrokenBarrierError:
+        return ("error", "InferenceError", BROKEN)
+    except BaseException:
+        if _BARRIER is not None:
+            _BARRIER.abort()
+        raise
+
+
+def _raise(out: Path, shard: str, kind: str, message: str) -> None:
+    """Re-raise a worker's error in the parent, naming the run it was part of."""
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, GuardreproError):
+        raise cls(f"run {out}: worker {shard}: {message}")
+    raise InferenceError(f"run {out}: worker {shard}: {kind}: {message}")
+
+
+def run_with_workers(
+    profile: RunProfile,
+    cohort_path: str | Path,
+    run_dir: str | Path,
+    *,
+    workers: int,
+    limit: int | None = None,
+    progress: bool = True,
+    home: str | Path | None = None,
+) -> Any:
+    """Run the cohort with ``workers`` processes (see the module docstring)."""
+    from guardrepro.run.merge import merge_runs
+    from guardrepro.run.pipeline import RunSummary, run_cohort
+
+    if workers < 1:
+        raise InputError(f"workers must be >= 1, got {workers}", field="workers")
+    cohort = Path(cohort_path).resolve()
+    out = Path(run_dir).resolve()
+    home_s = None if home is None else str(home)
+    if workers == 1:
+        return run_cohort(profile, cohort, out, limit=limit, progress=progress, home=home)
+    shared = worker_profile(profile, workers)
+    if limit is not None:
+        # a few rows: one process, with the workers' settings so that the run
+        # resumes later under the same provenance
+        return run_cohort(shared, cohort, out, limit=limit, progress=progress, home=home)
+    out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
+    if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
+        return run_cohort(shared, cohort, out, progress=progress, home=home)
+    started = time.perf_counter()
+    dirs = _shard_dirs(out, workers)
+    shards = [format_shard(k, workers) for k in range(1, workers + 1)]
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(workers)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init,
+                             initargs=(barrier,)) as pool:
+        futures = [
+            pool.submit(_work, shared, cohort, d, s, home_s)
+            for d, s in zip(dirs, shards, strict=True)
+        ]
+        results = [f.result() for f in futures]
+    failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
+    failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
+    for shard, result in failed:
+        _raise(out, shard, result[1], result[2])
+    merge_runs(dirs, out, cohort_path=cohort)
+    shutil.rmtree(dirs[0].parent.parent)
+    counts: dict[str, int] = {}
+    for result in results:
+        for status, count in result.counts.items():
+            counts[status] = counts.get(status, 0) + count
+    return RunSummary(
+        run_dir=out,
+        run_id=out.name,
+        rows_in_cohort=results[0].rows_in_cohort,
+        rows_selected=sum(r.rows_selected for r in results),
+        already_done=sum(r.already_done for r in results),
+        generated=sum(r.generated for r in results),
+        remaining=sum(r.remaining for r in results),
+        counts=counts,
+        elapsed_s=time.perf_counter() - started,
+        generation_started=min(r.generation_started for r in results),
+        generation_finished=max(r.generation_finished for r in results),
+    )
