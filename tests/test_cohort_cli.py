@@ -82,9 +82,7 @@ def test_changed_data_refused_unless_unpinned(
 ) -> None:
     data = setup / "data/TS-Bench/agentdojo-traj/banking.json"
     data.write_text(json.dumps([bench_row(3, 0, "pay")]), encoding="utf-8")
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup))
-    assert exc.value.code == 2
+    assert main(args(setup)) == 2
     err = capsys.readouterr().err
     assert "banking.json" in err and "--unpinned" in err
     assert not (setup / "out/c.jsonl").exists()
@@ -97,17 +95,13 @@ def test_changed_data_refused_unless_unpinned(
 def test_require_match_fails_without_expected_hash(
     setup: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup, "--require-match"))
-    assert exc.value.code == 2
+    assert main(args(setup, "--require-match")) == 2
     assert "does not match" in capsys.readouterr().err
 
 
 def test_bad_spec_exit_code(setup: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (setup / "spec.toml").write_text(SPEC.replace("per_cell = 8", "per_cell = -1"))
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup))
-    assert exc.value.code == 2
+    assert main(args(setup)) == 2
     assert "selection.per_cell" in capsys.readouterr().err
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
-from typing import Any
 
 import click
 
@@ -92,28 +90,35 @@ def cli() -> None:
     and measure how decisions move under counterfactual edits."""
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console entry point: map guardrepro errors to messages and exit codes."""
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run one verb and return its exit code.
+
+    Success and failure end the same way, by returning an int (0 ok, 2 unusable
+    input or integrity failure, 3 a failed check, 4 a transient failure, 130
+    interrupted); nothing here calls ``sys.exit``. The console script and
+    ``python -m guardrepro`` pass the code to ``SystemExit``."""
     try:
-        return cli.main(args=argv, standalone_mode=False)
+        value = cli.main(args=argv, prog_name="guardrepro", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        return 130
     except click.exceptions.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
+        return 2 if exc.exit_code == 1 else exc.exit_code
     except GuardreproError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except UnicodeDecodeError as exc:
         # readers name the file and line themselves; this is the last line of defence
         click.echo(f"error: input is not valid UTF-8: {exc}", err=True)
-        sys.exit(2)
+        return 2
     except OSError as exc:
         click.echo(f"error: {_os_error_text(exc)}", err=True)
-        sys.exit(2)
+        return 2
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    # --help and --version end in click's Exit, which it returns as the code
+    return value if isinstance(value, int) else 0
 
 
 def _os_error_text(exc: OSError) -> str:
