@@ -59,7 +59,7 @@ def setup(tmp_path: Path) -> Path:
 
 def args(root: Path, *extra: str) -> list[str]:
     return ["cohort", "build", str(root / "spec.toml"), "--data-dir", str(root / "data"),
-            "--out", str(root / "out/c.jsonl"), *extra]
+            "--out", str(root / "out/c.jsonl"), "--json", *extra]
 
 
 def test_build_pinned_prints_manifest(setup: Path) -> None:
@@ -115,7 +115,8 @@ def test_default_data_dir_is_the_verified_lock(
 ) -> None:
     """Without --data-dir the files come from the spec's data lock, verified."""
     monkeypatch.setenv("GUARDREPRO_HOME", str(setup / "home"))
-    result = CliRunner().invoke(cli, [*args(setup)[:3], "--out", str(setup / "o.jsonl")])
+    result = CliRunner().invoke(cli, [*args(setup)[:3], "--out", str(setup / "o.jsonl"),
+                                      "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == 8
 
@@ -133,7 +134,8 @@ def test_published_spec_unpinned_on_hand_built_data(tmp_path: Path) -> None:
         path.write_text(json.dumps(rows), encoding="utf-8")
     out = tmp_path / "c.jsonl"
     result = CliRunner().invoke(cli, ["cohort", "build", str(spec), "--data-dir",
-                                      str(tmp_path / "data"), "--out", str(out), "--unpinned"])
+                                      str(tmp_path / "data"), "--out", str(out), "--unpinned",
+                                      "--json"])
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout)
     assert (manifest["pinned"], manifest["bases"], manifest["rows"]) == (False, 8, 32)

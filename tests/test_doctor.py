@@ -122,7 +122,7 @@ def test_doctor_cli(tmp_path: Path) -> None:
     path = _profile(tmp_path, dtype="bfloat16", batch_size=4)
     shown = runner.invoke(cli, ["doctor", "--profile", str(path), "--json"])
     assert shown.exit_code == 0, shown.output
-    data = json.loads(shown.output)
+    data = json.loads(shown.stdout)
     assert data["facts"]["dtype"] == "bfloat16" and data["facts"]["concurrency"] == 4
     assert data["batch_invariance"]["verdict"] == "not-invariant" and not data["refused"]
     assert main(["doctor", "--profile", str(path), "--require-batch-invariance"]) == 2
