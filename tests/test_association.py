@@ -228,7 +228,7 @@ def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                  "banking": [s[5] for s in SPEC[:7]]}
     root = write_agentdojo(tmp_path / "ts", by_domain)
     out_file = tmp_path / "assoc.json"
-    assert main(["audit", "association", "--data-dir", str(root), "--replicates", "300",
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--replicates", "300",
                  "--out", str(out_file)]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
@@ -242,7 +242,7 @@ def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     # safe row; travel: the same, allowed
     assert data["rows"] == 13 and data["nuisance_rule"]["rule_positive_rows"] == 6
     assert "may not show" in captured.err and "nuisance rule" in captured.err
-    assert main(["audit", "ladder"]) == 0
+    assert main(["audit", "ladder", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out) == ladder() and "rung 3" in captured.err
 
@@ -258,11 +258,11 @@ def test_association_cli_on_run_records(tmp_path: Path,
     specs = [(base_sample_id(rows[0]), "original", "banking", 1.0, 1.0),
              (base_sample_id(rows[1]), "original", "banking", 0.0, 0.0)]
     run = write_run(tmp_path / "run", specs)
-    assert main(["audit", "association", "--data-dir", str(root), "--preds", str(run),
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--preds", str(run),
                  "--replicates", "50"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"] == 13 and ratio(data["guard"]["coverage"]) == (2, 13)
-    assert main(["audit", "association", "--data-dir", str(root), "--preds", str(run),
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--preds", str(run),
                  "--only-recorded", "--replicates", "50"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"] == 2 and data["rows_without_record_left_out"] == 11
@@ -276,7 +276,7 @@ def test_rung_one_and_three_outputs_carry_their_statements(
 
     root = write_agentdojo(tmp_path / "ts", {"workspace": [0], "travel": [0],
                                              "slack": [0] * 4, "banking": [0] * 7})
-    assert main(["audit", "tool-lookup", "--data-dir", str(root), "--folds", "2"]) == 0
+    assert main(["audit", "tool-lookup", "--json", "--data-dir", str(root), "--folds", "2"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["interpretation"] == ladder()["rungs"][0]
     assert "may not show" in captured.err
