@@ -2,13 +2,38 @@
 
 Each verb lives in its own module under ``guardrepro.cli`` and exposes a
 click command; ``COMMANDS`` maps the verb to ``"module:attribute"`` so a
-missing optional dependency only matters when that verb runs. Errors from
-``guardrepro.errors`` become a one-line message and the error's exit code
-(2 for unusable input or an integrity failure, 3 for a failed check, 4 for a
-download still failing after its retries) here and nowhere else. Environment
-problems that reach this boundary as a plain OSError (a read-only or full disk, a
-path under a regular file) or UnicodeDecodeError exit 2 with the path named,
-never with a traceback.
+missing optional dependency only matters when that verb runs. Every verb and
+subcommand carries a one-line ``short_help`` (what ``guardrepro --help``
+lists).
+
+The convention every verb follows (shared options in ``guardrepro.cli.options``):
+
+- ``--home DIR``: the cache root, on every verb that reads or writes the
+  cache (fetch, verify, quantize, cohort build, run, check-invariance, gate,
+  attribute, reparse, audit, demo, sweep). Default ``$GUARDREPRO_HOME``, else
+  the user cache dir; the option holds for everything the verb calls.
+- ``--progress/--no-progress``: progress on stderr, on every verb with long
+  work (default on).
+- ``--json``: on verbs that produce a result (stats, gate, compare,
+  attribute, vs-published, audit subcommands, guards, guard-table, frontier,
+  doctor, verify, cohort build, check-invariance), stdout carries exactly one
+  JSON document, the result; tables, "wrote ..." lines and warnings go to
+  stderr. Without ``--json`` the human text goes to stdout. ``--out`` writes
+  files (a JSON copy, or the verb's output directory) whatever ``--json`` says.
+  ``parse`` and ``reparse`` are JSON-lines filters: their stdout is always JSON
+  lines.
+- Numeric options are click ranges: a non-number or a value out of range is a
+  usage error naming the option (exit 2), never a traceback.
+- Exit codes, mapped here and nowhere else: 0 ok; 2 unusable input, a usage
+  error or an integrity failure (and environment problems that reach this
+  boundary as a plain OSError or UnicodeDecodeError: a read-only or full disk,
+  a path under a regular file), with the path named; 3 a check ran on usable
+  input and failed (``GateFailed``, ``CheckFailed``); 4 a transient failure
+  worth retrying (``TransientFetchError``: a download still failing after its
+  retries); 130 interrupted. Each ``guardrepro.errors`` class carries its code.
+- ``main(argv)`` returns that code on success and on failure alike and never
+  calls ``sys.exit``; the console script and ``python -m guardrepro`` hand it
+  to ``SystemExit``.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def out_dir(path: Path, out: Path | None) -> Path:
     return path if path.is_dir() else path.parent
 
 
-@click.command(short_help="Gate a run against published predictions.")
+@click.command(short_help="Gate a run against a spec's reference predictions.")
 @click.argument("path", type=RUN_OR_FILE)
 @click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Gate spec (checks/*.toml).")
