@@ -183,6 +183,10 @@ def test_home_holds_for_the_whole_verb(
     home = tmp_path / "home"
     lock = str(ROOT / "locks/toy-bench.toml")
     assert call(capsys, "fetch", lock, "--home", str(home), "--no-progress")[0] == 0
+    code, printed, err = call(capsys, "verify", lock, "--home", str(home), "--json")
+    report = json.loads(printed)
+    assert code == 0 and report["ok"] is True and report["lock"] == "toy-bench"
+    assert {f["status"] for f in report["files"]} == {"ok"} and "verified" in err
     spec = str(ROOT / "cohorts/toy-64.toml")
     out = tmp_path / "c.jsonl"
     code, _, err = call(capsys, "cohort", "build", spec, "--out", str(out), "--no-progress")

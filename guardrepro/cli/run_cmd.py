@@ -8,7 +8,8 @@ Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 a greedy profile; it is part of the recorded decoding, so it changes the
 provenance hash) and ``--workers N`` (worker processes over
 deterministic shards, merged in cohort order: ``runners.workers``; default:
-the profile's ``workers``, else 1). Output: the
+the profile's ``workers``, else 1); ``--home`` is the cache the checkpoint and
+template come from. Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
