@@ -1,3 +1,5 @@
+"""``python -m guardrepro``: the console script."""
+
 from guardrepro.cli import main
 
-main()
+raise SystemExit(main())

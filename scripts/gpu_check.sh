@@ -86,7 +86,7 @@ if [ -n "${COHORT:-}" ]; then
       --no-progress >"$OUT_DIR/cohort-run.log" 2>&1; then
     wall=$("$PY" -c "import time; print(time.time() - $start)")
     "$PY" -m guardrepro check-invariance --profile "$PROFILE" --cohort "$COHORT" \
-      --sample "${INVARIANCE_ROWS:-256}" --json "$OUT_DIR/cohort-invariance.json" \
+      --sample "${INVARIANCE_ROWS:-256}" --out "$OUT_DIR/cohort-invariance.json" \
       --no-progress >"$OUT_DIR/cohort-invariance.log" 2>&1 || failed+=("cohort-invariance")
     "$PY" scripts/gpu_check.py cohort --run "$run_dir" --invariance \
       "$OUT_DIR/cohort-invariance.json" --wall-s "$wall" --into "$OUT_DIR/gpu_check.json" \

@@ -83,11 +83,11 @@ def test_compare_and_export(run: Path, tmp_path: Path) -> None:
 
 def test_cli_exports(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "stats.parquet"
-    main(["stats", str(run), "--replicates", "200", "--export", str(out)])
+    assert main(["stats", str(run), "--replicates", "200", "--export", str(out)]) == 0
     table = pd.read_parquet(out).set_index("path")
     assert table.loc["edits.tool_alias.all_pairs.flip_rate", "count"] == 1
     csv = tmp_path / "cmp.csv"
-    main(["compare", str(run), str(run), "--export", str(csv)])
+    assert main(["compare", str(run), str(run), "--export", str(csv)]) == 0
     back = pd.read_csv(csv).set_index("row_id")
     # a run against itself: every row agrees except b3's parse error, which is
     # invalid on both sides and so, under the gate's rule, not an agreement

@@ -228,8 +228,8 @@ def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                  "banking": [s[5] for s in SPEC[:7]]}
     root = write_agentdojo(tmp_path / "ts", by_domain)
     out_file = tmp_path / "assoc.json"
-    main(["audit", "association", "--data-dir", str(root), "--replicates", "300",
-          "--out", str(out_file)])
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--replicates", "300",
+                 "--out", str(out_file)]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert json.loads(out_file.read_text()) == data
@@ -242,7 +242,7 @@ def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     # safe row; travel: the same, allowed
     assert data["rows"] == 13 and data["nuisance_rule"]["rule_positive_rows"] == 6
     assert "may not show" in captured.err and "nuisance rule" in captured.err
-    main(["audit", "ladder"])
+    assert main(["audit", "ladder", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out) == ladder() and "rung 3" in captured.err
 
@@ -258,12 +258,12 @@ def test_association_cli_on_run_records(tmp_path: Path,
     specs = [(base_sample_id(rows[0]), "original", "banking", 1.0, 1.0),
              (base_sample_id(rows[1]), "original", "banking", 0.0, 0.0)]
     run = write_run(tmp_path / "run", specs)
-    main(["audit", "association", "--data-dir", str(root), "--preds", str(run),
-          "--replicates", "50"])
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--preds", str(run),
+                 "--replicates", "50"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"] == 13 and ratio(data["guard"]["coverage"]) == (2, 13)
-    main(["audit", "association", "--data-dir", str(root), "--preds", str(run),
-          "--only-recorded", "--replicates", "50"])
+    assert main(["audit", "association", "--json", "--data-dir", str(root), "--preds", str(run),
+                 "--only-recorded", "--replicates", "50"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"] == 2 and data["rows_without_record_left_out"] == 11
     assert ratio(data["guard"]["coverage"]) == (2, 2)
@@ -276,14 +276,14 @@ def test_rung_one_and_three_outputs_carry_their_statements(
 
     root = write_agentdojo(tmp_path / "ts", {"workspace": [0], "travel": [0],
                                              "slack": [0] * 4, "banking": [0] * 7})
-    main(["audit", "tool-lookup", "--data-dir", str(root), "--folds", "2"])
+    assert main(["audit", "tool-lookup", "--json", "--data-dir", str(root), "--folds", "2"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["interpretation"] == ladder()["rungs"][0]
     assert "may not show" in captured.err
     specs = [(f"b{i}", v, "banking", float(i % 2), float(s))
              for i in range(4) for v, s in (("original", i % 2), ("combined", 1))]
     run = write_run(tmp_path / "run", specs)
-    main(["stats", str(run), "--replicates", "20"])
+    assert main(["stats", str(run), "--replicates", "20"]) == 0
     assert "rung 3" in capsys.readouterr().out
     stats = json.loads((run / "stats.json").read_text())
     assert stats["interpretation"] == ladder()["rungs"][2]

@@ -138,10 +138,10 @@ def test_needs_a_greedy_run(runs: dict) -> None:
 def test_cli(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "att.json"
     args = ["attribute", "--reference", str(runs["ref"]), "--bf16", str(runs["bf16"]),
-            "--quantized", str(runs["q8"]), "--replicates", "200", "--json", str(out)]
+            "--quantized", str(runs["q8"]), "--replicates", "200", "--out", str(out)]
     for s in runs["sampled"]:
         args += ["--sampled", str(s)]
-    main(args)
+    assert main(args) == 0
     text = capsys.readouterr().out
     assert "sampling-noise floor (5 sampled repeats): strict 1/7" in text
     assert "b2:original  strict quantization" in text

@@ -199,15 +199,15 @@ def test_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # benign/2 = C
     root = write_toolsafe(tmp_path / "ts", harmful, benign, [1, 0, 0, 1, 0, None])
     out_file = tmp_path / "audit.json"
-    main(["audit", "interaction", "--data-dir", str(root), "--benchmark", "agentharm",
-          "--out", str(out_file)])
+    assert main(["audit", "interaction", "--json", "--data-dir", str(root),
+                 "--benchmark", "agentharm", "--out", str(out_file)]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert data["equal_interaction"]["metrics"]["f1"]["value"] == pytest.approx(4 / 17)
     assert json.loads(out_file.read_text()) == data
     assert "equal_interaction" in captured.err
-    main(["audit", "tool-lookup", "--data-dir", str(root), "--benchmark", "agentharm",
-          "--folds", "2"])
+    assert main(["audit", "tool-lookup", "--json", "--data-dir", str(root),
+                 "--benchmark", "agentharm", "--folds", "2"]) == 0
     data = json.loads(capsys.readouterr().out)
     # every row has the tool "x"; harmful -> 1, benign -> 0. LODO: held-out
     # harmful is predicted by benign's majority 0 and vice versa: all wrong.
@@ -233,8 +233,8 @@ def test_audit_interaction_with_run_preds(tmp_path: Path,
     specs = [(ids[i], "original", domains[i], golds[i], scores[i]) for i in range(6)]
     specs.append((ids[0], "tool_alias", domains[0], golds[0], 0))
     run = write_run(tmp_path / "run", specs)
-    main(["audit", "interaction", "--data-dir", str(root), "--benchmark", "agentharm",
-          "--preds", str(run)])
+    assert main(["audit", "interaction", "--json", "--data-dir", str(root),
+                 "--benchmark", "agentharm", "--preds", str(run)]) == 0
     data = json.loads(capsys.readouterr().out)
     # decisions 1 0 1 | 1 0 1 vs gold 1 1 1 | 0 0 0: tp 2, fn 1, fp 2, tn 1
     c = data["row"]["confusion"]

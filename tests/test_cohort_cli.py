@@ -59,7 +59,7 @@ def setup(tmp_path: Path) -> Path:
 
 def args(root: Path, *extra: str) -> list[str]:
     return ["cohort", "build", str(root / "spec.toml"), "--data-dir", str(root / "data"),
-            "--out", str(root / "out/c.jsonl"), *extra]
+            "--out", str(root / "out/c.jsonl"), "--json", *extra]
 
 
 def test_build_pinned_prints_manifest(setup: Path) -> None:
@@ -82,9 +82,7 @@ def test_changed_data_refused_unless_unpinned(
 ) -> None:
     data = setup / "data/TS-Bench/agentdojo-traj/banking.json"
     data.write_text(json.dumps([bench_row(3, 0, "pay")]), encoding="utf-8")
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup))
-    assert exc.value.code == 2
+    assert main(args(setup)) == 2
     err = capsys.readouterr().err
     assert "banking.json" in err and "--unpinned" in err
     assert not (setup / "out/c.jsonl").exists()
@@ -97,17 +95,13 @@ def test_changed_data_refused_unless_unpinned(
 def test_require_match_fails_without_expected_hash(
     setup: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup, "--require-match"))
-    assert exc.value.code == 2
+    assert main(args(setup, "--require-match")) == 2
     assert "does not match" in capsys.readouterr().err
 
 
 def test_bad_spec_exit_code(setup: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (setup / "spec.toml").write_text(SPEC.replace("per_cell = 8", "per_cell = -1"))
-    with pytest.raises(SystemExit) as exc:
-        main(args(setup))
-    assert exc.value.code == 2
+    assert main(args(setup)) == 2
     assert "selection.per_cell" in capsys.readouterr().err
 
 
@@ -121,7 +115,8 @@ def test_default_data_dir_is_the_verified_lock(
 ) -> None:
     """Without --data-dir the files come from the spec's data lock, verified."""
     monkeypatch.setenv("GUARDREPRO_HOME", str(setup / "home"))
-    result = CliRunner().invoke(cli, [*args(setup)[:3], "--out", str(setup / "o.jsonl")])
+    result = CliRunner().invoke(cli, [*args(setup)[:3], "--out", str(setup / "o.jsonl"),
+                                      "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == 8
 
@@ -139,7 +134,8 @@ def test_published_spec_unpinned_on_hand_built_data(tmp_path: Path) -> None:
         path.write_text(json.dumps(rows), encoding="utf-8")
     out = tmp_path / "c.jsonl"
     result = CliRunner().invoke(cli, ["cohort", "build", str(spec), "--data-dir",
-                                      str(tmp_path / "data"), "--out", str(out), "--unpinned"])
+                                      str(tmp_path / "data"), "--out", str(out), "--unpinned",
+                                      "--json"])
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout)
     assert (manifest["pinned"], manifest["bases"], manifest["rows"]) == (False, 8, 32)

@@ -133,7 +133,7 @@ def test_duplicate_row_ids_are_refused(tmp_path: Path) -> None:
 def test_cli_table_and_json(runs: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
     result = CliRunner().invoke(cli, ["compare", str(runs[0]), str(runs[1] / "records.jsonl"),
-                                      "--json", str(out)])
+                                      "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "identical tokens   2/5 (40.0%)" in result.output
     assert "strict agree       2/5 (40.0%)" in result.output

@@ -32,11 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = main(list(args))
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -140,7 +136,7 @@ def test_read_only_compare_json(ro, capsys):
     _, view = ro
     target = view / "cmp.json"
     run = str(view / "run")
-    code, _, err = cli(capsys, "compare", run, run, "--json", str(target))
+    code, _, err = cli(capsys, "compare", run, run, "--out", str(target))
     assert_clean_exit_2(code, err, str(target), "read-only")
 
 
@@ -204,7 +200,7 @@ def test_full_disk_json_output_says_the_disk_is_full(tmp_path, capsys):
     run = small_run(tmp_path / "run")
     with full_disk(tmp_path / "full") as disk:
         target = disk / "cmp.json"
-        code, _, err = cli(capsys, "compare", str(run), str(run), "--json", str(target))
+        code, _, err = cli(capsys, "compare", str(run), str(run), "--out", str(target))
         assert_clean_exit_2(code, err, str(target), "disk is full")
         assert not target.exists()
         assert not [p for p in disk.iterdir() if p.name != "filler"]  # no temp file left
@@ -260,7 +256,7 @@ def test_out_under_a_regular_file(tmp_path, capsys):
     blocker = tmp_path / "plain-file"
     blocker.write_text("x")
     target = blocker / "sub" / "cmp.json"
-    code, _, err = cli(capsys, "compare", str(run), str(run), "--json", str(target))
+    code, _, err = cli(capsys, "compare", str(run), str(run), "--out", str(target))
     assert_clean_exit_2(code, err, str(target), "not a directory")
 
 

@@ -81,11 +81,7 @@ def write_lock(path: Path, data: bytes | None, rel: str = "w.bin") -> Path:
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run the console entry point in this process: (exit code, stdout, stderr)."""
     capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = main(list(args))
     out = capsys.readouterr()
     return code, out.out, out.err
 

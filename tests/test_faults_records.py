@@ -19,11 +19,7 @@ pytestmark = pytest.mark.faults
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = main(list(args))
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -65,10 +65,7 @@ def frac(f: dict[str, Any]) -> tuple[int, int]:
 
 
 def run_gate(args: list[str]) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    return int(exc.value.code or 0)
+    return main(args)
 
 
 def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],

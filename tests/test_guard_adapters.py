@@ -169,7 +169,7 @@ def test_registry_lists_every_adapter() -> None:
         get_guard("qwen3-guard")
     result = CliRunner().invoke(cli, ["guards", "--json"])
     assert result.exit_code == 0
-    rows = [json.loads(line) for line in result.output.splitlines()]
+    rows = json.loads(result.stdout)
     assert [r["name"] for r in rows] == list(ADAPTERS)
     assert {r["name"]: r["scoring"] for r in rows}["shieldgemma"] == "logit"
 

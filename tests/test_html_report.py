@@ -98,7 +98,7 @@ def report(tmp_path: Path) -> Path:
         f'path = "{(ref / "records.jsonl").as_posix()}"\n[thresholds]\nexpected_rows = 2\n'
         "min_coverage = 0.5\nmin_strict_agreement = 0.1\nmin_strict_agreement_gold_safe = 0.1\n"
         "min_strict_agreement_gold_unsafe = 0.0\n", encoding="utf-8")
-    main(["gate", str(run), "--spec", str(gate_spec), "--cohort", str(cohort)])
+    assert main(["gate", str(run), "--spec", str(gate_spec), "--cohort", str(cohort)]) == 0
     write_json_atomic(run / "attribution.json", {"runs": [{"label": "run", "rows": [
         {"row_id": "b1:original", "level": "strict", "cause": "backend"}]}]})
     return build_html(run, cohort=cohort)

@@ -106,7 +106,7 @@ def test_cli_writes_json_and_table(tmp_path: Path, tiny: Path) -> None:
     out = tmp_path / "inv.json"
     result = CliRunner().invoke(cli, ["check-invariance", "--profile", str(profile), "--cohort",
                                       str(cohort), "--sample", "3", "--batch-size", "3",
-                                      "--json", str(out), "--no-progress",
+                                      "--out", str(out), "--no-progress",
                                       "--fail-on-divergence"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

@@ -23,11 +23,9 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """Exit code and stdout+stderr of the console entry point."""
-    with pytest.raises(SystemExit) as info:
-        main([*args])
-        raise SystemExit(0)
+    code = main([*args])
     out = capsys.readouterr()
-    return int(info.value.code or 0), out.out + out.err
+    return code, out.out + out.err
 
 
 class ListingHub(HubServer):

@@ -24,11 +24,7 @@ def run_main(args: list[str], stdin: str = "") -> tuple[int, str, str]:
     """Run the console entry point (exit codes mapped) with captured streams."""
     runner = CliRunner()
     with runner.isolation(input=stdin) as (out, err, _):
-        try:
-            main(args)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
+        code = main(args)
         return code, out.getvalue().decode(), err.getvalue().decode()
 
 

@@ -42,12 +42,9 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         'path = "ref/records.jsonl"\n[thresholds]\nexpected_rows = 4\nmin_coverage = 0.5\n'
         "min_strict_agreement = 0.5\nmin_strict_agreement_gold_safe = 0.5\n"
         "min_strict_agreement_gold_unsafe = 0.5\n", encoding="utf-8")
-    with pytest.raises(SystemExit) as exc:
-        main(["gate", str(run), "--spec", str(spec)])
-        raise SystemExit(0)
-    assert exc.value.code in (0, None)
-    main(["stats", str(run), "--replicates", "300"])
-    main(["report", str(run)])
+    assert main(["gate", str(run), "--spec", str(spec)]) == 0
+    assert main(["stats", str(run), "--replicates", "300"]) == 0
+    assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert "report.md" in out
     text = (run / "report.md").read_text()
@@ -69,7 +66,7 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_report_computes_missing_stats(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", grid(BASES, LOCAL))
-    main(["report", str(run), "--replicates", "200", "--seed", "3"])
+    assert main(["report", str(run), "--replicates", "200", "--seed", "3"]) == 0
     stats = json.loads((run / "stats.json").read_text())
     assert stats["settings"]["intervals"]["seed"] == 3
     assert not (run / "score_confusion.png").exists()
@@ -80,13 +77,13 @@ def test_report_recomputes_stats_older_than_the_records(tmp_path: Path) -> None:
     import os
 
     run = write_run(tmp_path / "run", grid(BASES, LOCAL))
-    main(["report", str(run), "--replicates", "200", "--seed", "3"])
+    assert main(["report", str(run), "--replicates", "200", "--seed", "3"]) == 0
     # a second report over unchanged records reuses stats.json (seed 3 stays) ...
-    main(["report", str(run), "--replicates", "200", "--seed", "4"])
+    assert main(["report", str(run), "--replicates", "200", "--seed", "4"]) == 0
     assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 3
     # ... but records written after it (a resumed run) make it stale
     records = run / "records.jsonl"
     later = (run / "stats.json").stat().st_mtime_ns + 1_000_000_000
     os.utime(records, ns=(later, later))
-    main(["report", str(run), "--replicates", "200", "--seed", "5"])
+    assert main(["report", str(run), "--replicates", "200", "--seed", "5"]) == 0
     assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 5

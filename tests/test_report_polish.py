@@ -29,7 +29,7 @@ def _variant_rows(text: str) -> list[str]:
 
 
 def test_variants_in_cohort_order_and_tables_once(run: Path) -> None:
-    main(["report", str(run), "--replicates", "200"])
+    assert main(["report", str(run), "--replicates", "200"]) == 0
     text = (run / "report.md").read_text(encoding="utf-8")
     assert _variant_rows(text) == ["original", "tool_alias", "zeta", "alpha"]
     assert "```" not in text  # no fixed-width copy of the tables
@@ -51,7 +51,7 @@ def test_tables_without_matplotlib(run: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "matplotlib" else real_find(name, *a))
-    main(["report", str(run), "--replicates", "200"])
+    assert main(["report", str(run), "--replicates", "200"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "report extra" in line]
     assert lines == ["figures skipped: install the report extra "

@@ -68,11 +68,7 @@ def test_run_prints_summary_and_run_dir(files: dict[str, Path], tmp_path: Path) 
 def run_main(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """``guardrepro.cli.main`` in this process: (exit code, stdout, stderr)."""
     capsys.readouterr()
-    try:
-        main(["run", *args])
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = main(["run", *args])
     out = capsys.readouterr()
     return code, out.out, out.err
 

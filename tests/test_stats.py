@@ -203,7 +203,7 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     import json
 
     run = write_run(tmp_path / "run", grid(BASES, SCORES))
-    main(["stats", str(run), "--replicates", "200", "--seed", "5"])
+    assert main(["stats", str(run), "--replicates", "200", "--seed", "5"]) == 0
     out = capsys.readouterr().out
     assert "marker_paraphrase" in out and "3/5" in out
     data = json.loads((run / "stats.json").read_text())

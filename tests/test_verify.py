@@ -229,9 +229,7 @@ def test_cli_verify_exit_code_names_tampered_file(tmp_path, capsys):
     good = target.read_bytes()
     os.chmod(target, 0o644)
     target.write_bytes(good + b"\n")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["verify", str(lock), "--home", str(home)])
-    assert exit_info.value.code == 2
+    assert main(["verify", str(lock), "--home", str(home)]) == 2
     captured = capsys.readouterr()
     assert "mismatch" in captured.out and "cli/__init__.py" in captured.out
     assert sha(good) in captured.err and sha(good + b"\n") in captured.err
@@ -239,9 +237,8 @@ def test_cli_verify_exit_code_names_tampered_file(tmp_path, capsys):
 
 def test_cli_verify_unfetched_hf_lock_is_missing(tmp_path, capsys):
     root = Path(__file__).resolve().parents[1]
-    with pytest.raises(SystemExit) as exit_info:
-        main(["verify", str(root / "locks/ts-guard.toml"), "--home", str(tmp_path / "home")])
-    assert exit_info.value.code == 2
+    lock = root / "locks/ts-guard.toml"
+    assert main(["verify", str(lock), "--home", str(tmp_path / "home")]) == 2
     captured = capsys.readouterr()
     assert "unpinned" in captured.out and "config.json" in captured.out
     assert "guardrepro fetch" in captured.err

@@ -79,11 +79,7 @@ def main(spec_path: str, out_path: str) -> int:
         run = spec["run"]
         argv = ["run", "--profile", run["profile"], "--cohort", run["cohort"],
                 "--out", run["out"], "--no-progress"]
-        try:
-            cli_main(argv)
-            out["run_exit"] = 0
-        except SystemExit as exc:
-            out["run_exit"] = exc.code if isinstance(exc.code, int) else 1
+        out["run_exit"] = cli_main(argv)
     Path(out_path).write_text(json.dumps(out))
     return 0
 

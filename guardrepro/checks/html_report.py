@@ -3,7 +3,7 @@
 Input: a run directory (records, manifest, ``stats.json``, optional
 ``gate.json`` and figures written by ``guardrepro.checks.report.build_report``), the
 run's cohort (for the prompts), optionally an attribution JSON
-(``guardrepro attribute --json``) and the reference records named in gate.json.
+(``guardrepro attribute --out``) and the reference records named in gate.json.
 
 Output: ``report.html`` in the run directory, rendered with Jinja2 from
 ``guardrepro/templates/report.html.j2``: the gate verdict, the report tables
@@ -187,7 +187,7 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
 
 def _causes(attribution: Mapping[str, Any] | None, label: str) -> tuple[dict[str, str], str]:
     if attribution is None:
-        return {}, "no attribution (run `guardrepro attribute --json RUN_DIR/attribution.json`)"
+        return {}, "no attribution (run `guardrepro attribute --out RUN_DIR/attribution.json`)"
     runs = {r["label"]: r for r in attribution["runs"]}
     if label not in runs:
         return {}, f"attribution has no run labelled {label!r} (runs: {sorted(runs)})"

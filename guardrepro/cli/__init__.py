@@ -2,21 +2,44 @@
 
 Each verb lives in its own module under ``guardrepro.cli`` and exposes a
 click command; ``COMMANDS`` maps the verb to ``"module:attribute"`` so a
-missing optional dependency only matters when that verb runs. Errors from
-``guardrepro.errors`` become a one-line message and the error's exit code
-(2 for unusable input or an integrity failure, 3 for a failed check, 4 for a
-download still failing after its retries) here and nowhere else. Environment
-problems that reach this boundary as a plain OSError (a read-only or full disk, a
-path under a regular file) or UnicodeDecodeError exit 2 with the path named,
-never with a traceback.
+missing optional dependency only matters when that verb runs. Every verb and
+subcommand carries a one-line ``short_help`` (what ``guardrepro --help``
+lists).
+
+The convention every verb follows (shared options in ``guardrepro.cli.options``):
+
+- ``--home DIR``: the cache root, on every verb that reads or writes the
+  cache (fetch, verify, quantize, cohort build, run, check-invariance, gate,
+  attribute, reparse, audit, demo, sweep). Default ``$GUARDREPRO_HOME``, else
+  the user cache dir; the option holds for everything the verb calls.
+- ``--progress/--no-progress``: progress on stderr, on every verb with long
+  work (default on).
+- ``--json``: on verbs that produce a result (stats, gate, compare,
+  attribute, vs-published, audit subcommands, guards, guard-table, frontier,
+  doctor, verify, cohort build, check-invariance), stdout carries exactly one
+  JSON document, the result; tables, "wrote ..." lines and warnings go to
+  stderr. Without ``--json`` the human text goes to stdout. ``--out`` writes
+  files (a JSON copy, or the verb's output directory) whatever ``--json`` says.
+  ``parse`` and ``reparse`` are JSON-lines filters: their stdout is always JSON
+  lines.
+- Numeric options are click ranges: a non-number or a value out of range is a
+  usage error naming the option (exit 2), never a traceback.
+- Exit codes, mapped here and nowhere else: 0 ok; 2 unusable input, a usage
+  error or an integrity failure (and environment problems that reach this
+  boundary as a plain OSError or UnicodeDecodeError: a read-only or full disk,
+  a path under a regular file), with the path named; 3 a check ran on usable
+  input and failed (``GateFailed``, ``CheckFailed``); 4 a transient failure
+  worth retrying (``TransientFetchError``: a download still failing after its
+  retries); 130 interrupted. Each ``guardrepro.errors`` class carries its code.
+- ``main(argv)`` returns that code on success and on failure alike and never
+  calls ``sys.exit``; the console script and ``python -m guardrepro`` hand it
+  to ``SystemExit``.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
-from typing import Any
 
 import click
 
@@ -92,28 +115,35 @@ def cli() -> None:
     and measure how decisions move under counterfactual edits."""
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """Console entry point: map guardrepro errors to messages and exit codes."""
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run one verb and return its exit code.
+
+    Success and failure end the same way, by returning an int (0 ok, 2 unusable
+    input or integrity failure, 3 a failed check, 4 a transient failure, 130
+    interrupted); nothing here calls ``sys.exit``. The console script and
+    ``python -m guardrepro`` pass the code to ``SystemExit``."""
     try:
-        return cli.main(args=argv, standalone_mode=False)
+        value = cli.main(args=argv, prog_name="guardrepro", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        return 130
     except click.exceptions.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
+        return 2 if exc.exit_code == 1 else exc.exit_code
     except GuardreproError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except UnicodeDecodeError as exc:
         # readers name the file and line themselves; this is the last line of defence
         click.echo(f"error: input is not valid UTF-8: {exc}", err=True)
-        sys.exit(2)
+        return 2
     except OSError as exc:
         click.echo(f"error: {_os_error_text(exc)}", err=True)
-        sys.exit(2)
+        return 2
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    # --help and --version end in click's Exit, which it returns as the code
+    return value if isinstance(value, int) else 0
 
 
 def _os_error_text(exc: OSError) -> str:

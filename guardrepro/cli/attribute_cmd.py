@@ -5,8 +5,10 @@ whose reference may be the released predictions, or a run directory / records
 JSONL), ``--bf16`` (the unquantized greedy run), ``--quantized`` (repeatable),
 ``--sampled`` (repeatable: K seeded runs of a sampled profile). Output: the
 summary table on stdout (noise floor, counts per cause with cluster-bootstrap
-intervals, margins, one line per disagreeing row) and, with ``--json``, the
-full attribution. Exit 0: attribution is measurement, not a gate.
+intervals, margins, one line per disagreeing row); with ``--json`` the full
+attribution on stdout instead (the table on stderr); ``--out FILE`` also
+writes it as JSON (the HTML report reads RUN_DIR/attribution.json). Exit 0:
+attribution is measurement, not a gate.
 """
 
 from __future__ import annotations
@@ -16,11 +18,20 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.cli.options import (
+    JSON_OPTION,
+    REPLICATES,
+    RUN_OR_FILE,
+    SEED,
+    emit,
+    home_option,
+    say,
+)
 
-RUN = click.Path(exists=True, path_type=Path)
+RUN = RUN_OR_FILE
 
 
-@click.command()
+@click.command(short_help="One cause for each disagreement with a reference.")
 @click.option("--reference", "reference", required=True, type=RUN,
               help="Gate spec TOML (its reference: released predictions or records), or a "
               "run directory / records.jsonl used as the reference.")
@@ -30,15 +41,17 @@ RUN = click.Path(exists=True, path_type=Path)
               help="A quantized greedy run of the same backend family (repeatable).")
 @click.option("--sampled", "sampled", type=RUN, multiple=True,
               help="A seeded run in the authors' sampled mode (repeatable; K repeats).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write the full attribution (every row) as JSON here.")
-@click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
+@click.option("--out", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the full attribution (every row) as JSON here.")
+@JSON_OPTION
+@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES,
               show_default=True, help="Cluster-bootstrap replicates.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed.")
+@home_option
 def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
-              sampled: tuple[Path, ...], json_out: Path | None, replicates: int,
-              seed: int) -> None:
+              sampled: tuple[Path, ...], json_out: Path | None, as_json: bool,
+              replicates: int, seed: int, home: Path | None) -> None:
     """Assign each disagreement with the reference exactly one cause, tested in
     order: sampling, quantization, backend, else unexplained.
 
@@ -54,14 +67,14 @@ def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
     from guardrepro.checks.attribute import format_table, write_json
     from guardrepro.checks.loaders import load_reference, load_run_input
 
-    ref, key_field, info = load_reference(reference)
+    ref, key_field, info = load_reference(reference, home)
     att = run_attribution(
         ref, key_field=key_field, reference_info=info,
         bf16=load_run_input(bf16, key_field) if bf16 is not None else None,
         quantized=[load_run_input(q, key_field) for q in quantized],
         sampled=[load_run_input(s, key_field) for s in sampled],
         replicates=replicates, seed=seed)
-    click.echo(format_table(att))
+    emit(as_json, att.to_dict(), format_table(att))
     if json_out is not None:
         write_json(att, json_out)
-        click.echo(f"wrote {json_out}")
+        say(as_json)(f"wrote {json_out}")

@@ -1,7 +1,8 @@
 """``guardrepro gate``, ``guardrepro stats`` and ``guardrepro audit``.
 
 PATH is a run directory or a predictions JSONL file
-(``guardrepro.checks.predictions``).
+(``guardrepro.checks.predictions``). Every verb here takes ``--json`` (the
+result on stdout, human lines on stderr; see ``guardrepro.cli``).
 
 - ``gate PATH --spec checks/X.toml [--conservative] [--cohort FILE] [--out DIR]``:
   writes gate.json (into --out, else the run directory, else the directory
@@ -16,9 +17,10 @@ PATH is a run directory or a predictions JSONL file
   ``--export FILE`` (repeatable) also writes every figure as a CSV or Parquet
   table.
 - ``audit interaction --benchmark agentdojo|agentharm [--preds released|RUN_DIR]``
-  and ``audit tool-lookup``: benchmark audits; the JSON goes to stdout (and to
-  ``--out`` when given), the table to stderr. The benchmark comes from
-  ``--data-dir`` or, by default, the fetched ``--lock``.
+  and ``audit tool-lookup``: benchmark audits; the table goes to stdout, or
+  with ``--json`` the JSON to stdout and the table to stderr; ``--out`` also
+  writes the JSON to a file. The benchmark comes from ``--data-dir`` or, by
+  default, the fetched ``--lock`` (in ``--home``).
 - ``audit association --benchmark agentdojo|agentharm [--preds released|RUN_DIR]
   [--only-recorded] [--replicates N] [--seed S]``: rung 2 of the audit ladder
   (``checks.association``), same outputs as the other audits.
@@ -29,26 +31,26 @@ PATH is a run directory or a predictions JSONL file
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from guardrepro.checks.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.cli.options import (
+    COHORT_OPTION,
+    CONFIDENCE,
+    JSON_OPTION,
+    OUT_OPTION,
+    PROGRESS_OPTION,
+    REPLICATES,
+    RUN_OR_FILE,
+    SEED,
+    emit,
+    home_option,
+    say,
+)
 from guardrepro.errors import GateFailed
-
-RUN_OR_FILE = click.Path(exists=True, path_type=Path)
-COHORT_OPTION = click.option(
-    "--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    help="Cohort file of a run directory (default: the one its manifest names, if on disk; "
-    "else every base x every variant seen in the records).",
-)
-OUT_OPTION = click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Directory for the JSON (default: the run directory, or the predictions "
-    "file's directory).",
-)
 
 
 def out_dir(path: Path, out: Path | None) -> Path:
@@ -59,7 +61,7 @@ def out_dir(path: Path, out: Path | None) -> Path:
     return path if path.is_dir() else path.parent
 
 
-@click.command()
+@click.command(short_help="Gate a run against a spec's reference predictions.")
 @click.argument("path", type=RUN_OR_FILE)
 @click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Gate spec (checks/*.toml).")
@@ -67,8 +69,10 @@ def out_dir(path: Path, out: Path | None) -> Path:
               help="Test ratio thresholds against the bootstrap lower bound.")
 @COHORT_OPTION
 @OUT_OPTION
+@home_option
+@JSON_OPTION
 def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
-         out: Path | None) -> None:
+         out: Path | None, home: Path | None, as_json: bool) -> None:
     """Gate the original rows of a run (or predictions file) against the spec's
     reference predictions."""
     from guardrepro.checks.gate import evaluate, format_table, load_spec, reference_rows
@@ -77,36 +81,39 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
 
     gate_spec = load_spec(spec)
     run = load_rows(path, cohort)
-    key_field, reference, ref_info = reference_rows(gate_spec)
+    key_field, reference, ref_info = reference_rows(gate_spec, home)
     result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,
                       conservative=conservative).with_extra(
         reference=ref_info, run_dir=str(path), expected_rows_source=run.expected_source)
     data = result.to_json()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    click.echo(format_table(data))
-    click.echo(result.verdict)
+    # the verdict is printed before gate.json is written, so an unwritable
+    # output directory (exit 2) still shows it
+    emit(as_json, data, format_table(data) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
-    click.echo(f"wrote {written}")
+    say(as_json)(f"wrote {written}")
     if not result.passed:
         raise GateFailed(result.verdict)
 
 
-@click.command()
+@click.command(short_help="Accuracy and flip statistics with intervals.")
 @click.argument("path", type=RUN_OR_FILE)
-@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed (numpy default_rng, fresh per interval).")
-@click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
+@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES,
               show_default=True, help="Bootstrap replicates.")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--confidence", type=CONFIDENCE,
               default=DEFAULT_CONFIDENCE, show_default=True, help="Interval confidence.")
 @COHORT_OPTION
 @OUT_OPTION
 @click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
               multiple=True, help="Also write every figure as one table row, CSV or "
               "Parquet by the suffix (.csv, .parquet); repeatable.")
+@PROGRESS_OPTION
+@JSON_OPTION
 def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Path | None,
-          out: Path | None, exports: tuple[Path, ...]) -> None:
+          out: Path | None, exports: tuple[Path, ...], progress: bool, as_json: bool) -> None:
     """Strict accuracy per variant and paired flip statistics with intervals;
     writes stats.json."""
     from guardrepro.checks.association import format_rung
@@ -117,21 +124,20 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
 
     run = load_rows(path, cohort)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
-                           progress=True, expected_source=run.expected_source).to_json()
+                           progress=progress, expected_source=run.expected_source).to_json()
     result["run_dir"] = str(path)
     result["interpretation"] = interpretation(3)
     written = write_json_atomic(out_dir(path, out) / "stats.json", result)
-    click.echo(format_table(result))
-    click.echo(format_rung(result["interpretation"]))
-    click.echo(f"wrote {written}")
+    emit(as_json, result, format_table(result) + "\n" + format_rung(result["interpretation"]))
+    say(as_json)(f"wrote {written}")
     if exports:
         from guardrepro.checks.frames import StatsResult
 
         for target in exports:
-            click.echo(f"wrote {StatsResult(result).export(target)}")
+            say(as_json)(f"wrote {StatsResult(result).export(target)}")
 
 
-@click.group()
+@click.group(short_help="Audits of the benchmark itself (no model).")
 def audit() -> None:
     """Audits of the benchmark itself (no model)."""
 
@@ -144,31 +150,31 @@ DATA_OPTIONS = [
                  help="Data lock to materialize when --data-dir is not given."),
     click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Also write the JSON here (atomically)."),
+    JSON_OPTION,
 ]
 
 
 def _data_options(f: Any) -> Any:
     for option in reversed(DATA_OPTIONS):
         f = option(f)
-    return f
+    return home_option(f)
 
 
-def _data_dir(data_dir: Path | None, lock: Path) -> Path:
+def _data_dir(data_dir: Path | None, lock: Path, home: Path | None) -> Path:
     if data_dir is not None:
         return data_dir
     from guardrepro.artifacts.fetch import materialize
 
-    return materialize(lock)
+    return materialize(lock, home)
 
 
-def _emit(result: dict[str, Any], table: str, out: Path | None) -> None:
+def _emit(result: dict[str, Any], table: str, out: Path | None, as_json: bool) -> None:
     from guardrepro.checks.runio import write_json_atomic
 
-    click.echo(table, err=True)
+    emit(as_json, result, table)
     if out is not None:
         write_json_atomic(out, result)
-        click.echo(f"wrote {out}", err=True)
-    click.echo(json.dumps(result, indent=2, sort_keys=True))
+        say(as_json)(f"wrote {out}")
 
 
 def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> list[float | None]:
@@ -187,46 +193,46 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> lis
     return preds_from_records(rows, load_records(path), file=str(file))
 
 
-@audit.command("interaction")
+@audit.command("interaction", short_help="Row vs interaction-level strict F1.")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), required=True)
 @click.option("--preds", default="released", show_default=True,
               help="'released' (the pinned released predictions) or a run directory.")
 @_data_options
 def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
-                out: Path | None) -> None:
+                out: Path | None, as_json: bool, home: Path | None) -> None:
     """Row vs equal-interaction vs interaction-majority strict F1."""
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audit import format_interaction, interaction_audit
 
-    root = _data_dir(data_dir, lock)
+    root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     values = _predictions(root, rows, benchmark, preds)
     result = interaction_audit(rows, values)
     result["benchmark"] = benchmark
     result["preds"] = preds
-    _emit(result, format_interaction(result), out)
+    _emit(result, format_interaction(result), out, as_json)
 
 
-@audit.command("tool-lookup")
+@audit.command("tool-lookup", short_help="Tool-name lookup diagnostic (rung 1).")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
               show_default=True)
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="At most this many grouped-CV folds (fewer when there are fewer groups).")
 @_data_options
 def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
-                out: Path | None) -> None:
+                out: Path | None, as_json: bool, home: Path | None) -> None:
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out."""
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
 
-    rows = load_benchmark(_data_dir(data_dir, lock), benchmark)
+    rows = load_benchmark(_data_dir(data_dir, lock, home), benchmark)
     result = tool_lookup_audit(rows, max_splits=folds)
     result["benchmark"] = benchmark
     table = format_tool_lookup(result)
-    _emit(result, table, out)
+    _emit(result, table, out, as_json)
 
 
-@audit.command("association")
+@audit.command("association", short_help="Decisions vs nuisance features (rung 2).")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
               show_default=True)
 @click.option("--preds", default="released", show_default=True,
@@ -235,13 +241,14 @@ def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
 @click.option("--only-recorded", is_flag=True,
               help="With a run directory: audit only the benchmark rows that have a record "
               "(the count left out is reported); by default a row without one fails closed.")
-@click.option("--replicates", type=click.IntRange(min=1), default=10_000, show_default=True,
+@click.option("--replicates", type=REPLICATES, default=10_000, show_default=True,
               help="Bootstrap replicates of the safe-row marker difference.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed (numpy default_rng, fresh).")
 @_data_options
 def association(benchmark: str, preds: str, only_recorded: bool, replicates: int, seed: int,
-                data_dir: Path | None, lock: Path, out: Path | None) -> None:
+                data_dir: Path | None, lock: Path, out: Path | None, as_json: bool,
+                home: Path | None) -> None:
     """Rung 2: the guard's decisions vs nuisance features (observational)."""
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.association import association_audit, format_association
@@ -250,7 +257,7 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
     if only_recorded and preds == "released":
         raise InputError("--only-recorded applies to a run directory's predictions",
                          field="only_recorded")
-    root = _data_dir(data_dir, lock)
+    root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     values = _predictions(root, rows, benchmark, preds)
     left_out = 0
@@ -265,15 +272,16 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
     result = association_audit(rows, values, benchmark, replicates=replicates, seed=seed)
     result["preds"] = preds
     result["rows_without_record_left_out"] = left_out
-    _emit(result, format_association(result), out)
+    _emit(result, format_association(result), out, as_json)
 
 
-@audit.command("ladder")
+@audit.command("ladder", short_help="What each audit rung may and may not show.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the JSON here (atomically).")
-def ladder_cmd(out: Path | None) -> None:
+@JSON_OPTION
+def ladder_cmd(out: Path | None, as_json: bool) -> None:
     """The audit ladder: what each rung may and may not be taken to show."""
     from guardrepro.checks.association import format_ladder, ladder
 
     result = ladder()
-    _emit(result, format_ladder(result), out)
+    _emit(result, format_ladder(result), out, as_json)

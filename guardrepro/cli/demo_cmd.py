@@ -12,20 +12,21 @@ from pathlib import Path
 
 import click
 
+from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, home_option
 
-@click.command()
+
+@click.command(short_help="The whole pipeline on the toy guard, offline.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Demo directory (default: runs/demo-<UTC timestamp>). An existing one resumes.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="guardrepro cache (default: $GUARDREPRO_HOME or the user cache dir).")
+@home_option
 @click.option("--mlx/--no-mlx", "with_mlx", default=None,
               help="Include the MLX Q8 quantize + run step (default: when mlx is installed).")
-@click.option("--replicates", default=2000, show_default=True,
+@click.option("--replicates", default=2000, show_default=True, type=REPLICATES,
               help="Bootstrap replicates for the demo's intervals (published analyses: 10000).")
-@click.option("--sampled", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--sampled", type=COUNT, default=0, show_default=True,
               help="Also run K seeded repeats in the authors' sampled mode on the 64 original "
               "rows and attribute every disagreement (K = 5 is the documented setting).")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@PROGRESS_OPTION
 def demo(out: Path | None, home: Path | None, with_mlx: bool | None, replicates: int,
          sampled: int, progress: bool) -> None:
     """Verify, build the cohort, run, quantize, compare, gate and report on the toy guard."""

@@ -10,13 +10,14 @@ batch invariance and the backend/device cannot give it (``guardrepro.run.doctor`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from guardrepro.cli.options import JSON_OPTION, emit
 
-@click.command("doctor")
+
+@click.command("doctor", short_help="Preflight: what a run's determinism depends on.")
 @click.option(
     "--profile",
     "profile_path",
@@ -30,7 +31,7 @@ import click
     default=False,
     help="Refuse unless the profile's setup is batch invariant (as the profile key does).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@JSON_OPTION
 def doctor(profile_path: Path | None, require_batch_invariance: bool, as_json: bool) -> None:
     """Preflight: versions, device, dtype and batching settings that decide
     whether a run's outputs are reproducible and batch invariant."""
@@ -42,10 +43,7 @@ def doctor(profile_path: Path | None, require_batch_invariance: bool, as_json: b
 
         profile = RunProfile.load(profile_path)
     report = diagnose(profile, require=True if require_batch_invariance else None)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    else:
-        click.echo(format_report(report))
+    emit(as_json, report.to_dict(), format_report(report))
     if report.refused:
         assert report.verdict is not None
         raise BatchInvarianceRefused(

@@ -15,20 +15,19 @@ import click
 
 from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.artifacts.store import FULL_ENV
-
-HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
+from guardrepro.cli.options import PROGRESS_OPTION, home_option
 
 
 @click.command("fetch", short_help="Download and verify the files a lock pins.")
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
-@click.option("--no-progress", is_flag=True, help="Do not draw progress bars on stderr.")
+@home_option
+@PROGRESS_OPTION
 @click.option(
     "--verify-full",
     is_flag=True,
     help="Re-hash every cached file instead of the cheap stamp + sampled-block check.",
 )
-def fetch(lock: Path, home: Path | None, no_progress: bool, verify_full: bool) -> None:
+def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool) -> None:
     """Download the files pinned by LOCK into the content-addressed cache.
 
     GitHub files come from the LFS media URL or the raw URL at the pinned commit,
@@ -47,7 +46,7 @@ def fetch(lock: Path, home: Path | None, no_progress: bool, verify_full: bool) -
     """
     if verify_full:
         os.environ[FULL_ENV] = "1"
-    report = fetch_lock(lock, home, progress=not no_progress)
+    report = fetch_lock(lock, home, progress=progress)
     for item in report.files:
         flag = "  [pinned now: first download]" if item.pinned_now else ""
         click.echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")

@@ -2,7 +2,8 @@
 
 Input: run directories or ``records.jsonl`` files (model runs, quantized
 copies, rule baselines); ``NAME=PATH`` names a configuration. Output: the
-table on stdout, ``frontier.json`` and ``frontier.png`` in ``--out``. Exit 0
+table on stdout (with ``--json`` the report on stdout, the table on stderr),
+``frontier.json`` and ``frontier.png`` in ``--out``. Exit 0
 whatever the result (measurement, not a gate); 2 on unusable input.
 """
 
@@ -13,21 +14,23 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.frontier import AXES
+from guardrepro.cli.options import JSON_OPTION, REPLICATES, SEED, emit, say
 
 
-@click.command()
+@click.command(short_help="Cost, harm, dominance and the Pareto frontier.")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--costs", default=None, help="Error costs, e.g. FN=5,FP=1 (default 1 and 1).")
 @click.option("--reference", default=None,
               help="Configuration name the others are paired with (default: the first).")
 @click.option("--axes", default="memory,harm", show_default=True,
               help=f"Two frontier axes, from {', '.join(AXES)}.")
-@click.option("--replicates", default=10_000, show_default=True, type=click.IntRange(1))
-@click.option("--seed", default=260828, show_default=True, type=int)
+@click.option("--replicates", default=10_000, show_default=True, type=REPLICATES)
+@click.option("--seed", default=260828, show_default=True, type=SEED)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder for frontier.json and frontier.png.")
+@JSON_OPTION
 def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, axes: str,
-             replicates: int, seed: int, out: Path) -> None:
+             replicates: int, seed: int, out: Path, as_json: bool) -> None:
     """Cost, strict errors, cost-weighted harm, agreement, dominance and the
     Pareto frontier of RUN... (run directories or records.jsonl files)."""
     from guardrepro.checks.frontier import (
@@ -55,5 +58,5 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "frontier.json", report)
     frontier_figure(report, out / "frontier.png")
-    click.echo(format_frontier(report))
-    click.echo(f"wrote {out / 'frontier.json'} and {out / 'frontier.png'}")
+    emit(as_json, report, format_frontier(report))
+    say(as_json)(f"wrote {out / 'frontier.json'} and {out / 'frontier.png'}")

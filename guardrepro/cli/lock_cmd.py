@@ -58,7 +58,7 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
         raise FetchError(f"{repo}@{revision}: cannot list the files: {exc}") from exc
 
 
-@click.command("lock")
+@click.command("lock", short_help="Write a checkpoint lock (local directory or Hub).")
 @click.argument("directory", required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -33,6 +33,7 @@ from guardrepro.bench.released import (
     reparse_summary,
 )
 from guardrepro.bench.tsbench import BENCHMARK_FILES
+from guardrepro.cli.options import home_option
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
 from guardrepro.guards.registry import GUARD_NAMES, get_parser
@@ -81,7 +82,7 @@ def parse_lines(
         }
 
 
-@click.command()
+@click.command(short_help="Parse guard outputs given as JSON lines (no model).")
 @click.option(
     "--guard",
     "guard_name",
@@ -128,6 +129,7 @@ def _load_set(
     preds: Path | None,
     labels: Path | None,
     meta: Path | None,
+    home: Path | None = None,
 ) -> ReleasedSet:
     files = (preds, labels, meta)
     if lock is not None:
@@ -135,7 +137,7 @@ def _load_set(
             raise InputError("give either DATA_DIR or --lock, not both")
         from guardrepro.artifacts.fetch import materialize
 
-        data_dir = Path(materialize(lock))
+        data_dir = Path(materialize(lock, home))
     if data_dir is not None:
         if any(f is not None for f in files):
             raise InputError("give either DATA_DIR (or --lock) or the three file paths")
@@ -165,7 +167,7 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
     return "\n".join(lines)
 
 
-@click.command()
+@click.command(short_help="Re-parse released raw outputs against their predictions.")
 @click.argument(
     "data_dir", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
@@ -208,6 +210,7 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
     show_default=True,
     help="Whose parser to apply.",
 )
+@home_option
 def reparse(
     data_dir: Path | None,
     lock: Path | None,
@@ -216,6 +219,7 @@ def reparse(
     labels: Path | None,
     meta: Path | None,
     guard_name: str,
+    home: Path | None,
 ) -> None:
     """Re-parse the raw outputs in a released meta_data.json and report, row
     by row, whether they reproduce the released predictions.
@@ -225,7 +229,7 @@ def reparse(
     --labels and --meta-data only the files' own consistency is checked and
     domains are unknown. Writes JSON lines to stdout (one per row, then a
     summary line) and a readable summary to stderr."""
-    released = _load_set(data_dir, lock, benchmark, preds, labels, meta)
+    released = _load_set(data_dir, lock, benchmark, preds, labels, meta, home)
     rows = reparse_released(released, get_parser(guard_name))
     summary = reparse_summary(rows)
     for row in rows:

@@ -6,7 +6,8 @@ seed 260828, confidence 0.95); the gate figures come from ``--gate`` or
 PATH/gate.json when present. Prints every published figure beside the run's
 with the difference and a status; exit 3 when a figure marked ``exact``
 differs or is missing from the run's statistics, 0 otherwise, 2 on unusable
-input. ``--out`` also writes the comparison as JSON (atomically).
+input. ``--out`` also writes the comparison as JSON (atomically); ``--json``
+prints it on stdout (the table then goes to stderr).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import click
 
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, say
 from guardrepro.errors import CheckFailed, InputError
 
 DEFAULT_SPEC = Path("checks/published/ts-guard-q8.toml")
@@ -40,7 +42,7 @@ def _load_json(path: Path) -> dict[str, Any]:
     return data
 
 
-@click.command("vs-published")
+@click.command("vs-published", short_help="A run's figures beside the published ones.")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--spec", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help=f"Published figures (default: {DEFAULT_SPEC}).")
@@ -51,8 +53,10 @@ def _load_json(path: Path) -> dict[str, Any]:
               default=None, help="Cohort file of a run directory.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the comparison as JSON here.")
+@PROGRESS_OPTION
+@JSON_OPTION
 def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: Path | None,
-                 out: Path | None) -> None:
+                 out: Path | None, progress: bool, as_json: bool) -> None:
     """Print the run's figures beside the published ones, row by row."""
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.published import compare, format_comparison, load_published
@@ -61,7 +65,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
 
     published = load_published(spec if spec is not None else _default_spec())
     run = load_rows(path, cohort)
-    stats = compute_stats(run.rows, expected_source=run.expected_source).to_json()
+    stats = compute_stats(run.rows, expected_source=run.expected_source,
+                          progress=progress).to_json()
     if gate_file is None and path.is_dir() and (path / "gate.json").is_file():
         gate_file = path / "gate.json"
     gate = _load_json(gate_file) if gate_file is not None else None
@@ -69,10 +74,10 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
                "gate": str(gate_file) if gate_file is not None else "not computed",
                "audit": "not computed"}
     result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources)
-    click.echo(format_comparison(result))
+    emit(as_json, result.to_json(), format_comparison(result))
     if out is not None:
         write_json_atomic(out, result.to_json())
-        click.echo(f"wrote {out}")
+        say(as_json)(f"wrote {out}")
     if result.failed:
         names = ", ".join(r.figure.name for r in result.failed)
         raise CheckFailed(f"{len(result.failed)} figure(s) differ from {published.name}: "

@@ -16,9 +16,10 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.quantize.convert import quantize as run_quantize
+from guardrepro.cli.options import PROGRESS_OPTION, home_option
 
 
-@click.command()
+@click.command(short_help="Convert a verified checkpoint to a pinned MLX artifact.")
 @click.option("--recipe", "recipe", required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Quantization recipe TOML (quantize/q8-g64.toml, bf16.toml, ...).")
@@ -28,15 +29,17 @@ from guardrepro.artifacts.quantize.convert import quantize as run_quantize
               help="New output directory for the MLX artifact (must not exist).")
 @click.option("--unpinned", is_flag=True, default=False,
               help="Accept a plain directory as the source (recorded as unpinned).")
-@click.option("--home", type=click.Path(path_type=Path), default=None,
-              help="guardrepro cache home (default: $GUARDREPRO_HOME or the user cache).")
-def quantize(recipe: Path, model: Path, out: Path, unpinned: bool, home: Path | None) -> None:
+@home_option
+@PROGRESS_OPTION
+def quantize(recipe: Path, model: Path, out: Path, unpinned: bool, home: Path | None,
+             progress: bool) -> None:
     """Convert a verified checkpoint to an MLX artifact with mlx-lm and pin it."""
 
-    def progress(message: str) -> None:
-        click.echo(f"[quantize] {message}", err=True)
+    def step(message: str) -> None:
+        if progress:
+            click.echo(f"[quantize] {message}", err=True)
 
-    result = run_quantize(recipe, model, out, unpinned=unpinned, home=home, progress=progress)
+    result = run_quantize(recipe, model, out, unpinned=unpinned, home=home, progress=step)
     size_mb = result.bytes / 1e6
     click.echo(f"artifact   {result.artifact}")
     click.echo(f"lock       {result.lock_path}")

@@ -13,14 +13,15 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.cli.options import REPLICATES, SEED
 
 
-@click.command()
+@click.command(short_help="report.md (and report.html) with figures for a run.")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--recompute", is_flag=True, help="Recompute stats.json even if present.")
-@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed when stats.json is computed.")
-@click.option("--replicates", type=click.IntRange(min=1), default=DEFAULT_REPLICATES,
+@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES,
               show_default=True, help="Bootstrap replicates when stats.json is computed.")
 @click.option("--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Cohort file of the run (default: from its manifest).")
@@ -32,7 +33,7 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
               help="Also write RUN_DIR/report.html: one self-contained file (no network) with "
               "the verdict, tables, figures and a per-row drill-down.")
 @click.option("--attribution", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="attribution JSON (`guardrepro attribute --json`) whose "
+              default=None, help="attribution JSON (`guardrepro attribute --out`) whose "
               "causes the drill-down shows (default: RUN_DIR/attribution.json when present).")
 def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
            guard_runs: tuple[Path, ...], html: bool, attribution: Path | None) -> None:

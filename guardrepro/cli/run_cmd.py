@@ -8,7 +8,8 @@ Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 a greedy profile; it is part of the recorded decoding, so it changes the
 provenance hash) and ``--workers N`` (worker processes over
 deterministic shards, merged in cohort order: ``runners.workers``; default:
-the profile's ``workers``, else 1). Output: the
+the profile's ``workers``, else 1); ``--home`` is the cache the checkpoint and
+template come from. Output: the
 run directory's ``manifest.json`` and ``records.jsonl``; on stdout a short
 summary whose last line is the run directory (for scripts). Progress goes to
 stderr.
@@ -23,9 +24,10 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.store import FULL_ENV
+from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, home_option
 
 
-@click.command("run")
+@click.command("run", short_help="Run (or resume) a cohort with a run profile.")
 @click.option(
     "--profile",
     "profile_path",
@@ -55,13 +57,13 @@ from guardrepro.artifacts.store import FULL_ENV
 )
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    type=COUNT,
     default=None,
     help="Only the first N selected rows in this invocation (a later run resumes the rest).",
 )
 @click.option(
     "--seed",
-    type=click.IntRange(min=0),
+    type=SEED,
     default=None,
     help="Sampled profiles only: the repeat index of the per-base, per-attempt seeds "
     "(0 = the published seeds sha256('260828:<base>:<serialization>:<attempt>'), N > 0 "
@@ -69,13 +71,14 @@ from guardrepro.artifacts.store import FULL_ENV
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=POSITIVE,
     default=None,
     help="Worker processes (default: the profile's `workers`, else 1). Each runs a "
     "deterministic shard with its share of the CPU cores; the records are merged into "
     "--out in cohort order with one provenance.",
 )
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@PROGRESS_OPTION
+@home_option
 @click.option(
     "--verify-full",
     is_flag=True,
@@ -90,6 +93,7 @@ def run(
     seed: int | None,
     workers: int | None,
     progress: bool,
+    home: Path | None,
     verify_full: bool,
 ) -> None:
     """Run a cohort with a profile: one record per row in RUN_DIR (resumable).
@@ -130,11 +134,13 @@ def run(
         from guardrepro.run.pipeline import run_cohort
 
         summary = run_cohort(
-            profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress
+            profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress,
+            home=home,
         )
     else:
         summary = run_with_workers(
-            profile, cohort_path, run_dir, workers=n_workers, limit=limit, progress=progress
+            profile, cohort_path, run_dir, workers=n_workers, limit=limit, progress=progress,
+            home=home,
         )
     counts = summary.counts
     shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 
-@click.command("merge")
+@click.command("merge", short_help="Merge shard runs into one run.")
 @click.argument(
     "run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path)
 )

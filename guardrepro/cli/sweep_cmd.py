@@ -12,20 +12,21 @@ from pathlib import Path
 
 import click
 
+from guardrepro.cli.options import PROGRESS_OPTION, home_option
 
-@click.command()
+
+@click.command(short_help="Run or resume a quantization recipe sweep.")
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory (created; an existing one is resumed).")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="guardrepro cache (default: $GUARDREPRO_HOME).")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
-def sweep(spec: Path, out: Path, home: Path | None, no_progress: bool) -> None:
+@home_option
+@PROGRESS_OPTION
+def sweep(spec: Path, out: Path, home: Path | None, progress: bool) -> None:
     """Quantize each recipe of SPEC, run the cohort, measure teacher-forced
     divergence from the reference, and write the summary and the frontier."""
     from guardrepro.experiments.sweep import run_sweep
 
-    result = run_sweep(spec, out, home=home, progress=not no_progress,
+    result = run_sweep(spec, out, home=home, progress=progress,
                        say=lambda line: click.echo(line, err=True))
     click.echo((result.out / "summary.md").read_text(encoding="utf-8"))
     click.echo((result.out / "frontier.md").read_text(encoding="utf-8"))

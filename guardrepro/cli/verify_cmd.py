@@ -3,7 +3,8 @@
 Input: a lock file and an optional cache root. Output (stdout): one line per file
 (ok, mismatch, missing, unpinned, unexpected or unsafe, with expected and observed
 sha256/size where they differ), the tree hash line for a local directory, then a
-summary. Exit 0 when everything is intact; otherwise exit 2 through
+summary; with ``--json`` the whole report as JSON on stdout (the lines on
+stderr). Exit 0 when everything is intact; otherwise exit 2 through
 MissingArtifactError (nothing wrong, something absent) or IntegrityError.
 """
 
@@ -14,14 +15,14 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.verify import verify_lock
-
-HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
+from guardrepro.cli.options import JSON_OPTION, emit, home_option, to_jsonable
 
 
 @click.command("verify", short_help="Re-hash a lock's files; exit 2 on any problem.")
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), help=HOME_HELP)
-def verify(lock: Path, home: Path | None) -> None:
+@home_option
+@JSON_OPTION
+def verify(lock: Path, home: Path | None, as_json: bool) -> None:
     """Re-hash every file pinned by LOCK in the cache (or its local directory).
 
     No cached verification is trusted: every byte is read again. Files the lock
@@ -30,12 +31,12 @@ def verify(lock: Path, home: Path | None) -> None:
     2 otherwise, naming each bad file with its expected and observed hash.
     """
     report = verify_lock(lock, home)
-    for status in report.files:
-        click.echo(status.describe())
+    lines = [status.describe() for status in report.files]
     if report.tree is not None:
-        click.echo(report.tree.describe())
+        lines.append(report.tree.describe())
     if report.directory is not None:
-        click.echo(f"directory: {report.directory}")
+        lines.append(f"directory: {report.directory}")
     if report.ok:
-        click.echo(f"ok: {len(report.files)} file(s) of lock {report.lock!r} verified")
+        lines.append(f"ok: {len(report.files)} file(s) of lock {report.lock!r} verified")
+    emit(as_json, {**to_jsonable(report), "ok": report.ok}, "\n".join(lines))
     report.raise_for_status()

@@ -1,0 +1,116 @@
+"""Options and output helpers every ``guardrepro`` verb shares.
+
+Input: nothing at import time; each decorator adds one click option to a
+command. Output: the option values the verbs receive, and ``emit``, which
+writes a verb's result under the JSON convention of the package docstring.
+
+Invariants: ``--home`` means the same on every verb that touches the cache
+(the directory given, else ``$GUARDREPRO_HOME``, else the user cache dir) and
+holds for everything the verb calls, worker processes included, because the
+decorator sets ``GUARDREPRO_HOME`` for the duration of the command and
+restores it afterwards. ``--json`` puts exactly one JSON document on stdout
+and every human line on stderr. Numbers are taken through click ranges only,
+so a bad value is a usage error (exit 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from guardrepro.artifacts.store import HOME_ENV
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# numeric parameter types: out-of-range or non-numeric values exit 2 with the option named
+SEED = click.IntRange(min=0)
+REPLICATES = click.IntRange(min=1)
+COUNT = click.IntRange(min=0)
+POSITIVE = click.IntRange(min=1)
+CONFIDENCE = click.FloatRange(0, 1, min_open=True, max_open=True)
+
+RUN_OR_FILE = click.Path(exists=True, path_type=Path)
+HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
+
+COHORT_OPTION = click.option(
+    "--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    help="Cohort file of a run directory (default: the one its manifest names, if on disk; "
+    "else every base x every variant seen in the records).",
+)
+OUT_OPTION = click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Directory for the JSON (default: the run directory, or the predictions "
+    "file's directory).",
+)
+JSON_OPTION = click.option(
+    "--json", "as_json", is_flag=True,
+    help="Print the machine-readable result as JSON on stdout (human lines go to stderr).",
+)
+PROGRESS_OPTION = click.option(
+    "--progress/--no-progress", default=True, show_default=True,
+    help="Draw progress on stderr.",
+)
+
+
+def home_option(command: F) -> F:
+    """Add ``--home`` and make it hold for the whole command.
+
+    The command receives ``home`` (a Path or None); while it runs,
+    ``GUARDREPRO_HOME`` names the given directory, so code that resolves the
+    cache without an explicit argument (and worker processes) uses it too.
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        home = kwargs.get("home")
+        if home is None:
+            return command(*args, **kwargs)
+        before = os.environ.get(HOME_ENV)
+        os.environ[HOME_ENV] = str(home)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            if before is None:
+                os.environ.pop(HOME_ENV, None)
+            else:
+                os.environ[HOME_ENV] = before
+
+    option = click.option("--home", type=click.Path(file_okay=False, path_type=Path),
+                          default=None, help=HOME_HELP)
+    return option(wrapper)  # type: ignore[return-value]
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, paths and tuples as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def say(as_json: bool) -> Callable[[str], None]:
+    """Where human lines go: stderr under ``--json``, else stdout."""
+    return lambda line: click.echo(line, err=as_json)
+
+
+def emit(as_json: bool, result: Any, human: str | None) -> None:
+    """Write a verb's result: the JSON document on stdout and ``human`` on
+    stderr with ``--json``; ``human`` alone on stdout without it."""
+    if as_json:
+        if human is not None:
+            click.echo(human, err=True)
+        click.echo(json.dumps(to_jsonable(result), indent=2, sort_keys=True, ensure_ascii=False))
+    elif human is not None:
+        click.echo(human)
