@@ -171,7 +171,7 @@ def evaluate(
         figures=figures,
         checks=tuple(checks),
         confusion=_confusion(table),
-        disagreements=tuple(disagreements),
+        disagreement_rows=tuple(disagreements),
         exact_disagreements=tuple(exact_diff),
         rows=tuple({k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
                                       "decision_margin")} for t in table if t["present"]),
@@ -348,7 +348,7 @@ class GateResult:
     figures: Mapping[str, Any]
     checks: tuple[dict[str, Any], ...]
     confusion: Mapping[str, Any]
-    disagreements: tuple[dict[str, Any], ...]
+    disagreement_rows: tuple[dict[str, Any], ...]
     exact_disagreements: tuple[dict[str, Any], ...]
     rows: tuple[dict[str, Any], ...]
     extra: Mapping[str, Any] = dc_field(default_factory=dict)
@@ -359,6 +359,51 @@ class GateResult:
 
     def with_extra(self, **extra: Any) -> GateResult:
         return replace(self, extra={**self.extra, **extra})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> GateResult:
+        """The inverse of ``to_json``: a gate.json object of this schema."""
+        if data.get("schema") != SCHEMA:
+            raise InputError(f"gate schema {data.get('schema')!r} is not {SCHEMA!r}",
+                             file=file, field="schema")
+        spec, boot = data["spec"], data["spec"]["bootstrap"]
+        known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
+                 "figures", "checks", "confusion", "disagreements", "exact_disagreements",
+                 "rows"}
+        return cls(
+            spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
+                          rows=spec["rows"], reference=spec["reference"],
+                          thresholds=spec["thresholds"], replicates=boot["replicates"],
+                          seed=boot["seed"], confidence=boot["confidence"]),
+            conservative=data["conservative"],
+            passed=data["passed"],
+            verdict=data["verdict"],
+            figures=data["figures"],
+            checks=tuple(data["checks"]),
+            confusion=data["confusion"],
+            disagreement_rows=tuple(data["disagreements"]),
+            exact_disagreements=tuple(data["exact_disagreements"]),
+            rows=tuple(data["rows"]),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_frame(self) -> Any:
+        """The gated rows that are present locally: agreement and margin (pandas)."""
+        from guardrepro.checks.frames import _pd
+
+        return _pd().DataFrame(list(self.rows), columns=[
+            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
+
+    def disagreements(self) -> Any:
+        """Rows whose strict decision disagrees or that are missing, with scores
+        and (when present) the local decision margin (pandas)."""
+        from guardrepro.checks.frames import _pd
+
+        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
+                "local_score", "local_status", "reason"]
+        rows = _pd().DataFrame(list(self.disagreement_rows), columns=cols)
+        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
+                          how="left")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -371,7 +416,7 @@ class GateResult:
             "figures": dict(self.figures),
             "checks": list(self.checks),
             "confusion": dict(self.confusion),
-            "disagreements": list(self.disagreements),
+            "disagreements": list(self.disagreement_rows),
             "exact_disagreements": list(self.exact_disagreements),
             "rows": list(self.rows),
             **self.extra,

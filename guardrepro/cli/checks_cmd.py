@@ -128,7 +128,7 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
         from guardrepro.checks.frames import StatsResult
 
         for target in exports:
-            click.echo(f"wrote {StatsResult(result).export(target)}")
+            click.echo(f"wrote {StatsResult.from_json(result).export(target)}")
 
 
 @click.group()
