@@ -227,7 +227,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
     result.runs["mlx-q8"] = mlx_dir
     comparison = compare_runs(result.runs["hf-fp32"], mlx_dir)
-    result.comparison = comparison.to_dict()
+    result.comparison = comparison.to_json()
     write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison)
     steps.mark("run_mlx")
 
