@@ -97,6 +97,24 @@ def write_originals(cohort: Path, out: Path) -> Path:
     return out
 
 
+class _Steps:
+    """Numbered step headers and per-step wall times into ``result.seconds``."""
+
+    def __init__(self, result: DemoResult, total: int, say: Say) -> None:
+        self.result, self.total, self.say = result, total, say
+        self._done = 0
+        self._clock = time.perf_counter()
+
+    def start(self, text: str) -> None:
+        self._done += 1
+        self.say(f"[{self._done}/{self.total}] {text}")
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.result.seconds[name] = round(now - self._clock, 2)
+        self._clock = now
+
+
 def run_demo(
     out_dir: str | Path,
     *,
@@ -115,113 +133,130 @@ def run_demo(
     adds K seeded sampled runs of the originals and the attribution of every
     disagreement with the reference (``attribute_step``).
     """
-    from guardrepro.artifacts.fetch import fetch_lock
-    from guardrepro.artifacts.verify import verify_lock
-    from guardrepro.bench.cohort.build import build_cohort_file
-    from guardrepro.checks.gate import evaluate, load_spec, reference_rows
-    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
-    from guardrepro.checks.runio import load_run, write_json_atomic
-    from guardrepro.checks.stats import compute_stats
-    from guardrepro.run.pipeline import run_cohort
-
     root = repo_root()
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     use_mlx = mlx_available() if with_mlx is None else with_mlx
-    steps = 7 if use_mlx else 5
-    step = iter(range(1, steps + 1))
-    clock = time.perf_counter()
-
-    def mark(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        result.seconds[name] = round(now - clock, 2)
-        clock = now
-
     result = DemoResult(out_dir=out, cohort=out / "cohort.jsonl")
+    steps = _Steps(result, 7 if use_mlx else 5, say)
 
-    say(f"[{next(step)}/{steps}] verify the pinned toy guard and toy benchmark")
+    _verify_and_build(root, result, steps, home)
+    hf_dir = _run_hf(root, result, steps, progress, home)
+    if use_mlx:
+        _run_mlx(root, result, steps, progress, home)
+    _gate_and_stats(root, result, steps, hf_dir, replicates, home)
+    if sampled:
+        say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
+            "on the 64 original rows, then attribution of every disagreement")
+        result.attribution = attribute_step(root, out, result, sampled, replicates=replicates,
+                                            progress=progress, home=home)
+        steps.mark("sampled_attribution")
+    from guardrepro.checks.html_report import build_html
+
+    result.html = build_html(hf_dir)
+    return result
+
+
+def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
+                      home: str | Path | None) -> None:
+    """Steps 1-2: fetch and verify the pinned toy guard and benchmark; build the cohort."""
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.artifacts.verify import verify_lock
+    from guardrepro.bench.cohort.build import build_cohort_file
+
+    steps.start("verify the pinned toy guard and toy benchmark")
     for pinned in ("locks/toy-guard.toml", "locks/toy-bench.toml"):
         fetch_lock(root / pinned, home, progress=False)
         verify_lock(root / pinned, home).raise_for_status()
-    mark("verify")
+    steps.mark("verify")
 
-    say(f"[{next(step)}/{steps}] build the toy cohort (cohorts/toy-64.toml)")
+    steps.start("build the toy cohort (cohorts/toy-64.toml)")
     if not result.cohort.exists():
         manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort)
-        say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
-            f"matches the spec's pinned hash: {manifest['sha256_matches']}")
-    mark("cohort")
+        steps.say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
+                  f"matches the spec's pinned hash: {manifest['sha256_matches']}")
+    steps.mark("cohort")
 
-    say(f"[{next(step)}/{steps}] run the toy guard with transformers (runners/toy-hf.toml)")
-    hf_dir = out / "hf-fp32"
+
+def _run_hf(root: Path, result: DemoResult, steps: _Steps, progress: bool,
+            home: str | Path | None) -> Path:
+    """Step 3: the transformers run of the toy guard; returns its directory."""
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.workers import run_with_workers
 
+    steps.start("run the toy guard with transformers (runners/toy-hf.toml)")
+    hf_dir = result.out_dir / "hf-fp32"
     hf_profile = RunProfile.load(root / "runners/toy-hf.toml")
     run_with_workers(hf_profile, result.cohort, hf_dir, workers=hf_profile.workers,
                      progress=progress, home=home)
     result.runs["hf-fp32"] = hf_dir
-    mark("run_hf")
+    steps.mark("run_hf")
+    return hf_dir
 
-    if use_mlx:
-        from guardrepro.artifacts.quantize.convert import quantize
-        from guardrepro.checks.compare import compare_runs
 
-        plan = mlx_plan()
-        result.mlx_plan = plan
-        say(f"[{next(step)}/{steps}] quantize the toy guard to MLX Q8 g64 ({plan.recipe})")
-        artifact = out / "artifacts" / "toy-guard-mlx-q8"
-        lock = artifact.parent / f"{artifact.name}.lock.toml"
-        if not lock.exists():
-            q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
-                         artifact, home=Path(home) if home else None)
-            say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
-                f"expected tree hash matched: {q.expected_match}")
-        mark("quantize")
+def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
+             home: str | Path | None) -> None:
+    """Steps 4-5: quantize to MLX Q8 g64, run it, compare with transformers."""
+    from guardrepro.artifacts.quantize.convert import quantize
+    from guardrepro.checks.compare import compare_runs
+    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
 
-        scope = "all rows" if plan.rows == "all" else "the 64 original rows"
-        say(f"[{next(step)}/{steps}] run the Q8 artifact with MLX on {plan.device} ({scope}) "
-            "and compare with transformers")
-        mlx_cohort: Path = result.cohort
-        if plan.rows == "originals":
-            mlx_cohort = write_originals(result.cohort, out / "cohort-originals.jsonl")
-        profile = RunProfile.load(root / "runners/toy-mlx-q8.toml").with_checkpoint_lock(lock)
-        mlx_dir = out / "mlx-q8"
-        run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
-        result.runs["mlx-q8"] = mlx_dir
-        comparison = compare_runs(hf_dir, mlx_dir)
-        result.comparison = comparison.to_dict()
-        write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison)
-        mark("run_mlx")
+    out = result.out_dir
+    plan = mlx_plan()
+    result.mlx_plan = plan
+    steps.start(f"quantize the toy guard to MLX Q8 g64 ({plan.recipe})")
+    artifact = out / "artifacts" / "toy-guard-mlx-q8"
+    lock = artifact.parent / f"{artifact.name}.lock.toml"
+    if not lock.exists():
+        q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
+                     artifact, home=Path(home) if home else None)
+        steps.say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
+                  f"expected tree hash matched: {q.expected_match}")
+    steps.mark("quantize")
 
-    say(f"[{next(step)}/{steps}] parity gate against the shipped reference (checks/toy-guard.toml)")
+    scope = "all rows" if plan.rows == "all" else "the 64 original rows"
+    steps.start(f"run the Q8 artifact with MLX on {plan.device} ({scope}) "
+                "and compare with transformers")
+    mlx_cohort: Path = result.cohort
+    if plan.rows == "originals":
+        mlx_cohort = write_originals(result.cohort, out / "cohort-originals.jsonl")
+    profile = RunProfile.load(root / "runners/toy-mlx-q8.toml").with_checkpoint_lock(lock)
+    mlx_dir = out / "mlx-q8"
+    run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
+    result.runs["mlx-q8"] = mlx_dir
+    comparison = compare_runs(result.runs["hf-fp32"], mlx_dir)
+    result.comparison = comparison.to_json()
+    write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison)
+    steps.mark("run_mlx")
+
+
+def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
+                    replicates: int, home: str | Path | None) -> None:
+    """The last two steps: the parity gate, then stats.json and the report."""
+    from guardrepro.checks.gate import evaluate, load_spec, reference_rows
+    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
+    from guardrepro.checks.runio import load_run, write_json_atomic
+    from guardrepro.checks.stats import compute_stats
+
+    steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
     key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference).to_json()
     result.gate["reference"] = ref_info  # as `guardrepro gate` writes it
     write_json_atomic(hf_dir / "gate.json", result.gate)
-    mark("gate")
+    steps.mark("gate")
 
-    say(f"[{next(step)}/{steps}] statistics and report")
+    steps.start("statistics and report")
     result.stats = compute_stats(run.rows, replicates=replicates, seed=260828,
                                  expected_source=run.expected_source).to_json()
     write_json_atomic(hf_dir / "stats.json", result.stats)
     result.report = build_report(hf_dir)
     if not figures_available():
-        say(FIGURES_NOTE)
-    mark("stats_report")
-    if sampled:
-        say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
-            "on the 64 original rows, then attribution of every disagreement")
-        result.attribution = attribute_step(root, out, result, sampled, replicates=replicates,
-                                            progress=progress, home=home)
-        mark("sampled_attribution")
-    from guardrepro.checks.html_report import build_html
-
-    result.html = build_html(hf_dir)
-    return result
+        steps.say(FIGURES_NOTE)
+    steps.mark("stats_report")
 
 
 def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replicates: int,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import MISSING as _MISSING
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -28,7 +28,6 @@ BENCH_FIELDS = (
     "score",
 )
 GOLD_SCORES = (0.0, 0.5, 1.0)
-RecordStatus = Literal["ok", "parse_error", "inference_error"]
 RECORD_STATUSES = ("ok", "parse_error", "inference_error")
 
 
@@ -307,10 +306,6 @@ class Provenance:
     package_versions: Mapping[str, str]
 
     @property
-    def backend_config_sha256(self) -> str:
-        return sha256_text(canonical_json(dict(self.backend_config)))
-
-    @property
     def sha256(self) -> str:
         return sha256_text(canonical_json(self.to_dict()))
 
@@ -411,14 +406,3 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (row index, parsed object) for each line; bad JSON names file and row."""
-    path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for index, line in enumerate(fh):
-            try:
-                yield index, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc}", file=str(path), row=index) from exc

@@ -108,4 +108,16 @@ def test_gate_and_load_gate(run: Path, tmp_path: Path) -> None:
     # b3's parse error is invalid: a disagreement under the gate's rule
     assert result.to_frame()["strict_agree"].tolist() == [True, True, False]
     assert gr.load_gate(run) is None  # gr.gate writes nothing
+    # one GateResult type: the API returns the checks' own result, and a
+    # gate.json written by the CLI reads back as an equal one
+    from guardrepro.checks.gate import GateResult
+    from guardrepro.checks.stats import StatsResult
+
+    assert gr.GateResult is GateResult and isinstance(result, GateResult)
+    assert gr.StatsResult is StatsResult and isinstance(gr.stats(run, replicates=50), StatsResult)
+    main(["gate", str(run), "--spec", str(spec)])
+    loaded = gr.load_gate(run)
+    assert loaded is not None and loaded.passed
+    assert loaded.to_frame().equals(result.to_frame())
+    assert loaded.disagreements()["row_id"].tolist() == ["b3:original"]
     assert not hasattr(gr, "frontier")

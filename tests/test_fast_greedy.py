@@ -110,7 +110,7 @@ def test_a_single_prompt_is_bit_identical_to_generate() -> None:
     want = naive(model, prompt, None, 16)
     decoded, prefill_s = LeanDecoder(model).decode([prompt], eos_token_ids=[], max_new_tokens=16)
     assert decoded[0].token_ids == want and decoded[0].finish_reason == "length"
-    assert prefill_s >= 0.0
+    assert prefill_s > 0.0  # measured: a real prefill takes time
 
 
 def test_unsupported_models_are_named() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
-from guardrepro.checks.gate import RefRow, evaluate, load_spec
+from guardrepro.checks.gate import GateResult, RefRow, evaluate, load_spec
 from guardrepro.checks.runio import load_run
 from guardrepro.cli import main
 from guardrepro.errors import InputError
@@ -96,6 +96,16 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
     assert [(d["row_id"], d["reason"]) for d in gate["disagreements"]] == [
         ("r3:original", "strict"), ("r4:original", "local_invalid")]
     assert {d["row_id"] for d in gate["exact_disagreements"]} == {"r2:original", "r3:original"}
+    # gate.json reads back as the same typed result (one GateResult type)
+    typed = GateResult.from_json(gate)
+    assert typed.to_json() == gate
+    assert typed.passed is True and [d["row_id"] for d in typed.disagreement_rows] == [
+        "r3:original", "r4:original"]
+
+
+def test_gate_json_of_another_schema_is_refused() -> None:
+    with pytest.raises(InputError, match=r"gate schema 'guardrepro\.gate/1'"):
+        GateResult.from_json({"schema": "guardrepro.gate/1"}, file="gate.json")
 
 
 def test_gate_fails_exit_3_and_still_writes_json(setup: dict[str, Path],

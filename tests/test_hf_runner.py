@@ -159,7 +159,8 @@ def test_max_new_tokens_gives_length(tiny: Path, tok: Tokenizer) -> None:
     for g in gens:
         assert len(g.token_ids) == 5 and g.finish_reason == "length"
         assert len(g.step_margins) == 5
-        assert g.timings.total_s >= g.timings.prefill_s >= 0
+        # measured, not defaulted: a real prefill and decode take time
+        assert 0 < g.timings.prefill_s <= g.timings.total_s
         assert g.peak_memory_bytes is not None and g.peak_memory_bytes > 0
 
 

@@ -99,11 +99,16 @@ def test_prompt_ids_identical_and_greedy_twice_identical(fp32_model: Path) -> No
     second = runner.generate(requests, GREEDY)
     assert [g.token_ids for g in first] == [g.token_ids for g in second]
     assert [g.step_margins for g in first] == [g.step_margins for g in second]
-    for g in first:
+    for request, g in zip(requests, first, strict=True):
         assert g.finish_reason in ("stop", "length")
         assert len(g.step_margins) == len(g.token_ids) <= 24
-        assert all(m >= 0 for m in g.step_margins)
-        assert g.timings.total_s >= g.timings.prefill_s >= 0
+        # each margin is top-1 minus top-2 of the teacher-forced logits at that step
+        seq = list(request.prompt_token_ids) + list(g.token_ids)
+        logits = np.array(runner.logits(seq))[len(request.prompt_token_ids) - 1 : -1]
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        assert list(g.step_margins) == pytest.approx(list(top2[:, 1] - top2[:, 0]), abs=5e-4)
+        # measured, not defaulted: a real prefill and decode take time
+        assert 0 < g.timings.prefill_s <= g.timings.total_s
         assert g.peak_memory_bytes is not None and g.peak_memory_bytes > 0
 
 

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from guardrepro.errors import InferenceError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.guards.registry import get_guard
+from guardrepro.guards.ts_guard.parser import parse_ts_guard
 from guardrepro.run.attempts import decision_margin, generate_chunk, token_index_at
 from guardrepro.run.pipeline import prepare_rows, run_cohort
 from guardrepro.run.prompts import PromptTokenizer
@@ -105,7 +106,10 @@ def test_run_writes_manifest_and_one_record_per_row(
     for record, row in zip(records, cohort, strict=True):
         assert record.provenance_sha256 == manifest.provenance_sha256
         assert record.gold_label == row.gold_label and record.variant == row.variant
-        assert record.status in ("ok", "parse_error")
+        # the record's status and score are those of parsing its own output text
+        parsed = parse_ts_guard(record.output_text)
+        assert record.status == ("ok" if parsed.status == "ok" else "parse_error")
+        assert record.score == parsed.score
         assert len(record.output_token_ids) == 8 or record.finish_reason == "stop"
         assert len(record.attempts) == 1 and record.attempts[0]["seed"] is None
     # a rerun resumes and has nothing left to do
@@ -252,7 +256,9 @@ def test_inference_error_is_isolated_to_its_row(tiny: Path) -> None:
     bad = history["row001"][0][0]
     assert bad.status == "inference_error" and bad.error_type == "InferenceError: device lost"
     for row_id in ("row000", "row002"):
-        assert history[row_id][0][0].status in ("ok", "parse_error")
+        attempt = history[row_id][0][0]
+        parsed = parse_ts_guard(attempt.text)
+        assert attempt.status == ("ok" if parsed.status == "ok" else "parse_error")
     assert all(len(history[r][0][0].token_ids) >= 1 for r in ("row000", "row002"))
     json.dumps([a.__dict__ for a, _, _ in history["row001"]])
 

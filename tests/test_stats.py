@@ -20,7 +20,7 @@ from bootref import Row, reference_interval
 from recordsets import grid, write_run
 
 from guardrepro.checks.runio import load_run
-from guardrepro.checks.stats import compute_stats
+from guardrepro.checks.stats import StatsResult, compute_stats
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1),
@@ -210,6 +210,11 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["settings"]["intervals"]["seed"] == 5
     assert data["settings"]["intervals"]["replicates"] == 200
     assert cd(data["edits"]["marker_paraphrase"]["all_pairs"]["flip_rate"]) == (3, 5)
+    # stats.json reads back as the same typed result (one StatsResult type)
+    typed = StatsResult.from_json(data)
+    assert typed.to_json() == data and typed.extra["run_dir"] == data["run_dir"]
+    flip = typed.edits["marker_paraphrase"].views["all_pairs"].statistics["flip_rate"]
+    assert (flip.count, flip.denominator) == (3, 5)
 
 
 def test_unpaired_edit_rows_are_counted() -> None:

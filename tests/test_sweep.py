@@ -92,12 +92,12 @@ def test_spec_errors_name_the_field(tmp_path: Path) -> None:
 def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlx_lm")
-    import guardrepro.run.pipeline as pipeline
+    import guardrepro.run.attempts as attempts
     from guardrepro.experiments.sweep import run_sweep
 
     spec = _spec(tmp_path)
     out, home = tmp_path / "out", tmp_path / "home"
-    real = pipeline.generate_chunk
+    real = attempts.generate_chunk
     calls: list[int] = []
 
     def killing(*args: Any, **kwargs: Any) -> Any:
@@ -107,7 +107,7 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "generate_chunk", killing)
+    monkeypatch.setattr(attempts, "generate_chunk", killing)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
     first = sorted((out / "runs").iterdir())
@@ -118,8 +118,8 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     assert not (out / "summary.json").exists()
 
     calls.clear()
-    monkeypatch.setattr(pipeline, "generate_chunk", real)
-    monkeypatch.setattr(pipeline, "generate_chunk", lambda *a, **k: (calls.append(len(a[2])),
+    monkeypatch.setattr(attempts, "generate_chunk", real)
+    monkeypatch.setattr(attempts, "generate_chunk", lambda *a, **k: (calls.append(len(a[2])),
                                                                     real(*a, **k))[1])
     result = run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
     assert calls == [1]  # only the killed recipe's missing row is generated

@@ -148,6 +148,30 @@ def _check_meta_entry(entry: Any, *, file: str, index: int) -> tuple[Any, dict[s
     return entry["meta_sample"], guard_res
 
 
+def _matching_row(meta_sample: Any, rows: Sequence[BenchRow], i: int,
+                  by_content: Mapping[str, int], meta_file: str) -> BenchRow:
+    """Benchmark row ``i``, which must equal the released ``meta_sample``."""
+    row = rows[i]
+    diff = _first_difference(meta_sample, row.raw)
+    if diff is not None:
+        other = by_content.get(_canonical(meta_sample))
+        hint = (
+            f"; it equals benchmark row {other} instead: the row order differs from "
+            "upstream (AgentDojo workspace, travel, slack, banking; AgentHarm "
+            "harmful_steps, benign_steps)"
+            if other is not None
+            else ""
+        )
+        raise InputError(
+            f"meta_sample differs from benchmark row {i} ({row.file} row {row.index}) "
+            f"at {diff}{hint}",
+            file=meta_file,
+            row=i,
+            field=f"meta_sample.{diff}",
+        )
+    return row
+
+
 def align_released(
     preds_path: str | Path,
     labels_path: str | Path,
@@ -188,24 +212,7 @@ def align_released(
             raw = validate_row(meta_sample, file=f"{meta_file} meta_sample", index=i)
             sample_id, domain, interaction = base_sample_id(raw), None, None
         else:
-            row = rows[i]
-            diff = _first_difference(meta_sample, row.raw)
-            if diff is not None:
-                other = by_content.get(_canonical(meta_sample))
-                hint = (
-                    f"; it equals benchmark row {other} instead: the row order differs from "
-                    "upstream (AgentDojo workspace, travel, slack, banking; AgentHarm "
-                    "harmful_steps, benign_steps)"
-                    if other is not None
-                    else ""
-                )
-                raise InputError(
-                    f"meta_sample differs from benchmark row {i} ({row.file} row {row.index}) "
-                    f"at {diff}{hint}",
-                    file=meta_file,
-                    row=i,
-                    field=f"meta_sample.{diff}",
-                )
+            row = _matching_row(meta_sample, rows, i, by_content, meta_file)
             raw, sample_id = row.raw, row.base_sample_id
             domain, interaction = row.domain, row.interaction_id
         label = labels[i]

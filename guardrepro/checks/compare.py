@@ -174,7 +174,8 @@ class Comparison:
             },
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """The compare JSON object (summary, rows only in one run, every row)."""
         return {
             "run_a": self.run_a,
             "run_b": self.run_b,
@@ -272,6 +273,6 @@ def format_table(comparison: Comparison) -> str:
 def write_json(comparison: Comparison, out: str | Path) -> Path:
     """Write the comparison as JSON atomically."""
     out = Path(out)
-    text = json.dumps(comparison.to_dict(), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n"
     atomic_write_bytes(out, text.encode("utf-8"))
     return out

@@ -2,8 +2,9 @@
 
 Input: run directories (``records.jsonl`` + ``manifest.json``), cohort JSONL
 files, gate specs. Output: pandas DataFrames with typed columns and small
-typed result objects (``StatsResult``, ``GateResult``) that keep the JSON the
-CLI writes and export tables to CSV or Parquet.
+the checks' own typed results (``checks.stats.StatsResult``,
+``checks.gate.GateResult``, whose ``to_frame()`` views live here) and
+exports of tables to CSV or Parquet.
 
 Invariants:
 - ``load_run`` has one row per *expected* cohort row (the checks' row set):
@@ -22,12 +23,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.compare import Comparison, RowComparison
+from guardrepro.checks.gate import GateResult
 from guardrepro.checks.runio import variant_order
+from guardrepro.checks.stats import StatsResult
 from guardrepro.errors import DependencyMissingError, InputError
 
 RUN_DTYPES = {
@@ -146,62 +149,18 @@ def write_table(df: Any, path: str | Path) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class StatsResult:
-    """A run's statistics: ``data`` is the stats.json object."""
-
-    data: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return self.data
-
-    def to_frame(self) -> Any:
-        """One row per figure (count/denominator or interval), dotted path first."""
-        df = _pd().DataFrame(flatten_leaves(self.data))
-        first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
-                             "lower", "upper") if c in df.columns]
-        df = df[first + [c for c in df.columns if c not in first]]
-        for col in ("numerator", "count", "denominator"):
-            values = df[col].dropna() if col in df else None
-            if values is not None and bool((values == values.round()).all()):
-                df[col] = df[col].astype("Int64")
-        return df
-
-    def export(self, path: str | Path) -> Path:
-        return write_table(self.to_frame(), path)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """A gate verdict: ``data`` is the gate.json object."""
-
-    data: dict[str, Any]
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.data["passed"])
-
-    @property
-    def verdict(self) -> str:
-        return str(self.data["verdict"])
-
-    def to_json(self) -> dict[str, Any]:
-        return self.data
-
-    def to_frame(self) -> Any:
-        """The gated rows that are present locally: agreement and margin."""
-        return _pd().DataFrame(self.data["rows"], columns=[
-            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
-
-    def disagreements(self) -> Any:
-        """Rows whose strict decision disagrees or that are missing, with scores
-        and (when present) the local decision margin."""
-        pd = _pd()
-        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
-                "local_score", "local_status", "reason"]
-        rows = pd.DataFrame(self.data["disagreements"], columns=cols)
-        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
-                          how="left")
+def stats_frame(data: Mapping[str, Any]) -> Any:
+    """A stats.json object as one row per figure (count/denominator or
+    interval), dotted path first (``StatsResult.to_frame``)."""
+    df = _pd().DataFrame(flatten_leaves(data))
+    first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
+                         "lower", "upper") if c in df.columns]
+    df = df[first + [c for c in df.columns if c not in first]]
+    for col in ("numerator", "count", "denominator"):
+        values = df[col].dropna() if col in df else None
+        if values is not None and bool((values == values.round()).all()):
+            df[col] = df[col].astype("Int64")
+    return df
 
 
 def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
@@ -214,16 +173,15 @@ def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
     if isinstance(run, str | Path):
         from guardrepro.checks.report import load_or_compute_stats
 
-        return StatsResult(load_or_compute_stats(run, replicates=replicates, seed=seed,
-                                                 cohort=cohort))
+        return StatsResult.from_json(load_or_compute_stats(run, replicates=replicates,
+                                                           seed=seed, cohort=cohort))
     rows = [RowResult(r.row_id, r.base_sample_id, str(r.variant), r.domain,
                       float(r.gold_label), r.status,
                       None if _is_na(r.score) else float(r.score),
                       None if _is_na(r.decision_margin) else float(r.decision_margin))
             for r in run.itertuples(index=False)]
     source = run.attrs.get("expected_source", "dataframe")
-    return StatsResult(compute_stats(rows, replicates=replicates, seed=seed,
-                                     expected_source=source).to_json())
+    return compute_stats(rows, replicates=replicates, seed=seed, expected_source=source)
 
 
 def _is_na(value: Any) -> bool:
@@ -235,7 +193,7 @@ def load_gate(run: str | Path) -> GateResult | None:
     from guardrepro.checks.report import load_gate as read_gate
 
     data = read_gate(run)
-    return None if data is None else GateResult(data)
+    return None if data is None else GateResult.from_json(data, file=str(Path(run) / "gate.json"))
 
 
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
@@ -247,10 +205,8 @@ def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
     gate_spec = load_spec(spec)
     rows = load_rows(run, cohort)
     key_field, reference, info = reference_rows(gate_spec)
-    result = evaluate(gate_spec, rows.rows, key_field=key_field, reference=reference,
-                      conservative=conservative).to_json()
-    result["reference"] = info
-    return GateResult(result)
+    return evaluate(gate_spec, rows.rows, key_field=key_field, reference=reference,
+                    conservative=conservative).with_extra(reference=info)
 
 
 def compare(a: str | Path, b: str | Path) -> Any:

@@ -145,12 +145,49 @@ def evaluate(
     conservative: bool = False,
 ) -> GateResult:
     """The gate of the run's expected ``rows`` against ``reference``."""
+    expected = int(spec.thresholds["expected_rows"])
+    by_key, keys = _gated_rows(spec, rows, key_field, reference, expected)
+    table = _row_table(keys, by_key, reference, key_field, expected - len(keys))
+    figures = _figures(table, spec, conservative)
+    checks = _checks(figures, spec, expected, conservative)
+    passed = all(c["passed"] for c in checks)
+    jointly_valid = [t for t in table if t["valid"] and t["reference_valid"]]
+    disagreements = [
+        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
+                           "reference_score", "local_score", "local_status")}
+        | {"reason": _reason(t)}
+        for t in table if not t["strict_agree"]
+    ]
+    exact_diff = [
+        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
+                           "reference_score", "local_score")}
+        for t in jointly_valid if not t["exact_agree"]
+    ]
+    return GateResult(
+        spec=spec,
+        conservative=conservative,
+        passed=passed,
+        verdict=verdict(spec.name, passed, figures, checks),
+        figures=figures,
+        checks=tuple(checks),
+        confusion=_confusion(table),
+        disagreement_rows=tuple(disagreements),
+        exact_disagreements=tuple(exact_diff),
+        rows=tuple({k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
+                                      "decision_margin")} for t in table if t["present"]),
+    )
+
+
+def _gated_rows(spec: GateSpec, rows: list[RowResult], key_field: str,
+                reference: Mapping[str, RefRow], expected: int,
+                ) -> tuple[dict[str, RowResult], list[str]]:
+    """(key -> local original row, the gated keys in order); errors on an
+    ungatable row set."""
     local = [r for r in rows if r.variant == "original"]
     if key_field == "row_id":
         # the reference names the gated rows; local rows without a record add
         # nothing (and a grid-mode placeholder has no real row id)
         local = [r for r in local if r.present]
-    expected = int(spec.thresholds["expected_rows"])
 
     def key_of(r: RowResult) -> str:
         return r.row_id if key_field == "row_id" else r.base_sample_id
@@ -179,8 +216,12 @@ def evaluate(
                 f"the run has {len(keys)} original rows but the spec expects {expected}",
                 file=str(spec.path), field="thresholds.expected_rows",
             )
-    unknown_missing = expected - len(keys)
+    return by_key, keys
 
+
+def _row_table(keys: list[str], by_key: Mapping[str, RowResult], reference: Mapping[str, RefRow],
+               key_field: str, unknown_missing: int) -> list[dict[str, Any]]:
+    """One comparison row per gated key, then ``unknown_missing`` placeholders."""
     table: list[dict[str, Any]] = []
     for k in keys:
         ref = reference[k]
@@ -219,10 +260,15 @@ def evaluate(
                       "reference_valid": False, "local_score": None, "local_status": MISSING,
                       "present": False, "valid": False, "strict_agree": False,
                       "exact_agree": False, "decision_margin": None})
+    return table
 
-    def ratio(sub: list[dict[str, Any]], field: str) -> Ratio:
-        return Ratio(sum(1 for t in sub if t[field]), len(sub))
 
+def _ratio(sub: list[dict[str, Any]], field: str) -> Ratio:
+    return Ratio(sum(1 for t in sub if t[field]), len(sub))
+
+
+def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) -> dict[str, Any]:
+    """Every gate figure as numerator / denominator / value (+ interval)."""
     safe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 0]
     unsafe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 1]
     jointly_valid = [t for t in table if t["valid"] and t["reference_valid"]]
@@ -230,15 +276,20 @@ def evaluate(
                "strict_agreement_gold_safe": (safe, "strict_agree"),
                "strict_agreement_gold_unsafe": (unsafe, "strict_agree")}
     figures: dict[str, Any] = {
-        "rows_present": ratio(table, "present").to_dict(),
-        "reference_coverage": ratio(table, "reference_valid").to_dict(),
-        "exact_agreement": ratio(jointly_valid, "exact_agree").to_dict(),
+        "rows_present": _ratio(table, "present").to_dict(),
+        "reference_coverage": _ratio(table, "reference_valid").to_dict(),
+        "exact_agreement": _ratio(jointly_valid, "exact_agree").to_dict(),
     }
     for name, (sub, field) in subsets.items():
-        figures[name] = ratio(sub, field).to_dict()
+        figures[name] = _ratio(sub, field).to_dict()
         if conservative:
             figures[name]["interval"] = _interval(sub, field, spec)
+    return figures
 
+
+def _checks(figures: Mapping[str, Any], spec: GateSpec, expected: int,
+            conservative: bool) -> list[dict[str, Any]]:
+    """The count check and the ratio checks against the spec's thresholds."""
     checks = [{
         "name": "all_rows_present",
         "figure": "rows_present",
@@ -258,8 +309,11 @@ def evaluate(
             "basis": "bootstrap_lower_bound" if conservative else "point",
             "passed": tested is not None and tested >= spec.thresholds[key],
         })
-    passed = all(c["passed"] for c in checks)
+    return checks
 
+
+def _confusion(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reference score (rows) by local score (columns) over the known rows."""
     matrix = [[0] * len(LOCAL_LABELS) for _ in REF_LABELS]
     for t in table:
         if t["key"].startswith("<unknown missing"):
@@ -267,33 +321,9 @@ def evaluate(
         i = REF_LABELS.index("invalid" if t["reference_score"] is None
                              else str(float(t["reference_score"])))
         matrix[i][LOCAL_LABELS.index(_label(t["local_score"], t["local_status"]))] += 1
-
-    disagreements = [
-        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
-                           "reference_score", "local_score", "local_status")}
-        | {"reason": _reason(t)}
-        for t in table if not t["strict_agree"]
-    ]
-    exact_diff = [
-        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
-                           "reference_score", "local_score")}
-        for t in jointly_valid if not t["exact_agree"]
-    ]
-    return GateResult(
-        spec=spec,
-        conservative=conservative,
-        passed=passed,
-        verdict=verdict(spec.name, passed, figures, checks),
-        figures=figures,
-        checks=tuple(checks),
-        confusion={"rows": "reference score", "columns": "local score",
-                   "row_labels": list(REF_LABELS), "column_labels": list(LOCAL_LABELS),
-                   "matrix": matrix},
-        disagreements=tuple(disagreements),
-        exact_disagreements=tuple(exact_diff),
-        rows=tuple({k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
-                                      "decision_margin")} for t in table if t["present"]),
-    )
+    return {"rows": "reference score", "columns": "local score",
+            "row_labels": list(REF_LABELS), "column_labels": list(LOCAL_LABELS),
+            "matrix": matrix}
 
 
 def _reason(t: Mapping[str, Any]) -> str:
@@ -318,7 +348,7 @@ class GateResult:
     figures: Mapping[str, Any]
     checks: tuple[dict[str, Any], ...]
     confusion: Mapping[str, Any]
-    disagreements: tuple[dict[str, Any], ...]
+    disagreement_rows: tuple[dict[str, Any], ...]
     exact_disagreements: tuple[dict[str, Any], ...]
     rows: tuple[dict[str, Any], ...]
     extra: Mapping[str, Any] = dc_field(default_factory=dict)
@@ -329,6 +359,51 @@ class GateResult:
 
     def with_extra(self, **extra: Any) -> GateResult:
         return replace(self, extra={**self.extra, **extra})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> GateResult:
+        """The inverse of ``to_json``: a gate.json object of this schema."""
+        if data.get("schema") != SCHEMA:
+            raise InputError(f"gate schema {data.get('schema')!r} is not {SCHEMA!r}",
+                             file=file, field="schema")
+        spec, boot = data["spec"], data["spec"]["bootstrap"]
+        known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
+                 "figures", "checks", "confusion", "disagreements", "exact_disagreements",
+                 "rows"}
+        return cls(
+            spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
+                          rows=spec["rows"], reference=spec["reference"],
+                          thresholds=spec["thresholds"], replicates=boot["replicates"],
+                          seed=boot["seed"], confidence=boot["confidence"]),
+            conservative=data["conservative"],
+            passed=data["passed"],
+            verdict=data["verdict"],
+            figures=data["figures"],
+            checks=tuple(data["checks"]),
+            confusion=data["confusion"],
+            disagreement_rows=tuple(data["disagreements"]),
+            exact_disagreements=tuple(data["exact_disagreements"]),
+            rows=tuple(data["rows"]),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_frame(self) -> Any:
+        """The gated rows that are present locally: agreement and margin (pandas)."""
+        from guardrepro.checks.frames import _pd
+
+        return _pd().DataFrame(list(self.rows), columns=[
+            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
+
+    def disagreements(self) -> Any:
+        """Rows whose strict decision disagrees or that are missing, with scores
+        and (when present) the local decision margin (pandas)."""
+        from guardrepro.checks.frames import _pd
+
+        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
+                "local_score", "local_status", "reason"]
+        rows = _pd().DataFrame(list(self.disagreement_rows), columns=cols)
+        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
+                          how="left")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -341,7 +416,7 @@ class GateResult:
             "figures": dict(self.figures),
             "checks": list(self.checks),
             "confusion": dict(self.confusion),
-            "disagreements": list(self.disagreements),
+            "disagreements": list(self.disagreement_rows),
             "exact_disagreements": list(self.exact_disagreements),
             "rows": list(self.rows),
             **self.extra,

@@ -48,7 +48,8 @@ run-to-run disagreement of a ``repeat`` control.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -141,6 +142,11 @@ class ViewStats:
     statistics: Mapping[str, Statistic]
     counts: Mapping[str, Any]
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ViewStats:
+        stats = {k: Statistic(**v) for k, v in data.items() if k not in ("pairs", "counts")}
+        return cls(data["pairs"], stats, data["counts"])
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: s.to_json() for name, s in self.statistics.items()}
         out["pairs"] = self.pairs
@@ -156,6 +162,15 @@ class EditStats:
     unpaired_original_rows: int
     views: Mapping[str, ViewStats]
     extras: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EditStats:
+        own = ("pairs", "valid_both_pairs", "unpaired_edit_rows", "unpaired_original_rows",
+               "extras")
+        return cls(data["pairs"], data["valid_both_pairs"], data["unpaired_edit_rows"],
+                   data["unpaired_original_rows"],
+                   {k: ViewStats.from_json(v) for k, v in data.items() if k not in own},
+                   data["extras"])
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {v: s.to_json() for v, s in self.views.items()}
@@ -174,6 +189,41 @@ class StatsResult:
     variants: Mapping[str, Any]
     edits: Mapping[str, EditStats]
     extras: Mapping[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict)  # what the caller adds (run_dir ...)
+
+    def with_extra(self, **extra: Any) -> StatsResult:
+        return replace(self, extra={**self.extra, **extra})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StatsResult:
+        """The inverse of ``to_json``: a stats.json object of this schema."""
+        if data.get("schema") != SCHEMA:
+            raise InputError(f"stats schema {data.get('schema')!r} is not {SCHEMA!r}",
+                             field="schema")
+        intervals = data["settings"]["intervals"]
+        known = {"schema", "settings", "rows", "variants", "edits", "extras"}
+        return cls(
+            settings=Settings(intervals["replicates"], intervals["seed"],
+                              intervals["confidence"]),
+            expected_source=data["settings"]["expected_rows"],
+            rows=data["rows"],
+            variants=data["variants"],
+            edits={e: EditStats.from_json(v) for e, v in data["edits"].items()},
+            extras=data["extras"],
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_frame(self) -> Any:
+        """One row per figure (count/denominator or interval), dotted path first."""
+        from guardrepro.checks.frames import stats_frame
+
+        return stats_frame(self.to_json())
+
+    def export(self, path: str | Path) -> Path:
+        """``to_frame()`` as CSV or Parquet (by suffix), written atomically."""
+        from guardrepro.checks.frames import write_table
+
+        return write_table(self.to_frame(), path)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,6 +238,7 @@ class StatsResult:
             "variants": dict(self.variants),
             "edits": {e: s.to_json() for e, s in self.edits.items()},
             "extras": dict(self.extras),
+            **self.extra,
         }
 
 

@@ -131,10 +131,10 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     emit(as_json, result, format_table(result) + "\n" + format_rung(result["interpretation"]))
     say(as_json)(f"wrote {written}")
     if exports:
-        from guardrepro.checks.frames import StatsResult
+        from guardrepro.checks.stats import StatsResult
 
         for target in exports:
-            say(as_json)(f"wrote {StatsResult(result).export(target)}")
+            say(as_json)(f"wrote {StatsResult.from_json(result).export(target)}")
 
 
 @click.group(short_help="Audits of the benchmark itself (no model).")

@@ -32,7 +32,7 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
     """Compare two runs row by row: token identity, first divergence,
     exact-score and strict agreement, decision margins."""
     comparison = compare_runs(run_a, run_b)
-    emit(as_json, comparison.to_dict(), format_table(comparison))
+    emit(as_json, comparison.to_json(), format_table(comparison))
     if json_out is not None:
         write_json(comparison, json_out)
         say(as_json)(f"wrote {json_out}")

@@ -35,7 +35,7 @@ from typing import Any
 
 from guardrepro.errors import InferenceError
 from guardrepro.guards.base import GuardAdapter
-from guardrepro.run.records import utc_now
+from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
 from guardrepro.schema import Attempt, CohortRow, DecodingParams, Provenance, Record
 
@@ -213,3 +213,25 @@ def make_record(
         peak_memory_bytes=max(peaks) if peaks else None,
         created_at=utc_now(),
     )
+
+
+def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Runner,
+                  guard: GuardAdapter, params: DecodingParams,
+                  decode: Callable[[Sequence[int]], str], *, chunk_size: int, run_id: str,
+                  provenance: Provenance, progress: bool) -> None:
+    """Generate ``todo`` in chunks of ``chunk_size`` and append each row's
+    record to ``writer`` as soon as its chunk is done."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"run {run_id}", unit="row", disable=not progress)
+    try:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            history = generate_chunk(runner, guard, chunk, params, decode)
+            for p in chunk:
+                writer.append(
+                    make_record(run_id, p, history[p.row.row_id], provenance, provenance.sha256)
+                )
+            bar.update(len(chunk))
+    finally:
+        bar.close()

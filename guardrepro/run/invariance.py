@@ -34,7 +34,7 @@ from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest
-from guardrepro.schema import CohortRow, read_cohort
+from guardrepro.schema import CohortRow, DecodingParams, read_cohort
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,36 @@ def _reset_cache(runner: Any) -> None:
         reset()
 
 
+def _two_passes(runner: Any, requests: Sequence[GenerationRequest], params: DecodingParams,
+                size: int,
+                progress: bool) -> tuple[list[Generation], list[Generation], float, float]:
+    """(batch-1 generations, batched generations, seconds of each pass); the
+    runner's prefix cache is reset before each pass."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=2 * len(requests), desc="check-invariance", unit="row",
+               disable=not progress)
+    try:
+        _reset_cache(runner)
+        start = time.perf_counter()
+        alone: list[Generation] = []
+        for request in requests:
+            alone.extend(runner.generate([request], params))
+            bar.update(1)
+        seconds_alone = time.perf_counter() - start
+        _reset_cache(runner)
+        start = time.perf_counter()
+        batched: list[Generation] = []
+        for begin in range(0, len(requests), size):
+            chunk = requests[begin : begin + size]
+            batched.extend(runner.generate(chunk, params))
+            bar.update(len(chunk))
+        seconds_batched = time.perf_counter() - start
+    finally:
+        bar.close()
+    return alone, batched, seconds_alone, seconds_batched
+
+
 def check_invariance(
     profile_path: str | Path,
     cohort_path: str | Path,
@@ -142,8 +172,6 @@ def check_invariance(
 ) -> InvarianceReport:
     """Run ``sample`` rows at batch 1 and at the batch size (the profile's, or
     ``batch_size`` when given) with one runner and compare the tokens."""
-    from tqdm import tqdm
-
     from guardrepro.run.pipeline import prepare_rows, resolve_profile
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.runners.registry import create_runner
@@ -182,26 +210,8 @@ def check_invariance(
     )
     try:
         description = dict(runner.describe())
-        bar = tqdm(total=2 * len(requests), desc="check-invariance", unit="row",
-                   disable=not progress)
-        try:
-            _reset_cache(runner)
-            start = time.perf_counter()
-            alone: list[Generation] = []
-            for request in requests:
-                alone.extend(runner.generate([request], params))
-                bar.update(1)
-            seconds_alone = time.perf_counter() - start
-            _reset_cache(runner)
-            start = time.perf_counter()
-            batched: list[Generation] = []
-            for begin in range(0, len(requests), size):
-                chunk = requests[begin : begin + size]
-                batched.extend(runner.generate(chunk, params))
-                bar.update(len(chunk))
-            seconds_batched = time.perf_counter() - start
-        finally:
-            bar.close()
+        alone, batched, seconds_alone, seconds_batched = _two_passes(
+            runner, requests, params, size, progress)
     finally:
         runner.close()
     return InvarianceReport(

@@ -187,6 +187,50 @@ def _cohort_ids(
     return [row.row_id for row in read_cohort(path)], path.resolve()
 
 
+def _check_no_duplicates(sources: Sequence[SourceRun]) -> None:
+    owner: dict[str, Path] = {}
+    duplicates: list[str] = []
+    for source in sources:
+        for record in source.records:
+            if record.row_id in owner:
+                duplicates.append(f"{record.row_id!r} ({owner[record.row_id]} and {source.path})")
+            else:
+                owner[record.row_id] = source.path
+    if duplicates:
+        shown = "; ".join(duplicates[:SHOW])
+        more = f"; ... ({len(duplicates)} in all)" if len(duplicates) > SHOW else ""
+        raise InputError(f"rows recorded by more than one run: {shown}{more}")
+
+
+def _order_records(
+    sources: Sequence[SourceRun], ids: list[str] | None, cohort_file: Path
+) -> tuple[list[Record], list[str], int]:
+    """(the records in cohort order, the cohort rows without one, the cohort's size).
+
+    Without the cohort's ids the records keep the runs' order and the size is
+    the manifest's count."""
+    cohort_rows = int(sources[0].manifest.cohort["rows"])
+    by_id = {r.row_id: r for s in sources for r in s.records}
+    missing: list[str] = []
+    if ids is not None:
+        cohort_rows = len(ids)
+        known = set(ids)
+        stray = [row_id for row_id in by_id if row_id not in known]
+        if stray:
+            raise InputError(f"records of rows not in the cohort: {_ids(stray)}",
+                             file=str(cohort_file))
+        missing = [row_id for row_id in ids if row_id not in by_id]
+        ordered = [by_id[row_id] for row_id in ids if row_id in by_id]
+    else:
+        ordered = [r for s in sources for r in s.records]
+        if len(ordered) > cohort_rows:
+            raise InputError(
+                f"{len(ordered)} records for a cohort of {cohort_rows} rows (its file "
+                f"{cohort_file} is not available to name the strays; pass --cohort)"
+            )
+    return ordered, missing, cohort_rows
+
+
 def merge_runs(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -210,40 +254,10 @@ def merge_runs(
     sources = [load_source(d) for d in resolved]
     _check_provenance(sources)
     _check_shards(sources)
+    _check_no_duplicates(sources)
 
-    owner: dict[str, Path] = {}
-    duplicates: list[str] = []
-    for source in sources:
-        for record in source.records:
-            if record.row_id in owner:
-                duplicates.append(f"{record.row_id!r} ({owner[record.row_id]} and {source.path})")
-            else:
-                owner[record.row_id] = source.path
-    if duplicates:
-        shown = "; ".join(duplicates[:SHOW])
-        more = f"; ... ({len(duplicates)} in all)" if len(duplicates) > SHOW else ""
-        raise InputError(f"rows recorded by more than one run: {shown}{more}")
-
-    cohort_rows = int(sources[0].manifest.cohort["rows"])
     ids, cohort_file = _cohort_ids(sources, Path(cohort_path) if cohort_path else None)
-    by_id = {r.row_id: r for s in sources for r in s.records}
-    missing: list[str] = []
-    if ids is not None:
-        cohort_rows = len(ids)
-        known = set(ids)
-        stray = [row_id for row_id in by_id if row_id not in known]
-        if stray:
-            raise InputError(f"records of rows not in the cohort: {_ids(stray)}",
-                             file=str(cohort_file))
-        missing = [row_id for row_id in ids if row_id not in by_id]
-        ordered = [by_id[row_id] for row_id in ids if row_id in by_id]
-    else:
-        ordered = [r for s in sources for r in s.records]
-        if len(ordered) > cohort_rows:
-            raise InputError(
-                f"{len(ordered)} records for a cohort of {cohort_rows} rows (its file "
-                f"{cohort_file} is not available to name the strays; pass --cohort)"
-            )
+    ordered, missing, cohort_rows = _order_records(sources, ids, cohort_file)
     absent = cohort_rows - len(ordered)
     if absent and not allow_partial:
         which = f": {_ids(missing)}" if missing else " (pass --cohort to list them)"

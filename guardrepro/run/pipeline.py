@@ -59,12 +59,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 import guardrepro
 from guardrepro.errors import InputError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate
-from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
+from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
     RecordWriter,
@@ -76,7 +74,7 @@ from guardrepro.run.records import (
     write_manifest,
 )
 from guardrepro.run.runners.base import Runner
-from guardrepro.run.shard import format_shard, parse_shard, select_shard
+from guardrepro.run.shard import select_rows
 from guardrepro.schema import (
     RECORD_STATUSES,
     CohortRow,
@@ -300,6 +298,88 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _checkpoint_tree_sha(profile: RunProfile, resolved: ResolvedProfile,
+                         home: str | Path | None) -> str:
+    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+
+    if profile.backend == "rule":  # no model, no checkpoint
+        return "none"
+    if profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
+        return cached_tree_hash(resolved.checkpoint_dir, home).sha256
+    return tree_hash(resolved.checkpoint_dir).sha256
+
+
+def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
+    """The profile's runner; an option error names the profile file."""
+    from guardrepro.run.runners.registry import create_runner
+
+    try:
+        options = dict(profile.backend_options)
+        if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
+            options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
+        return create_runner(
+            profile.backend,
+            resolved.checkpoint_dir,
+            options,
+            eos_token_ids=resolved.tokenizer.eos_token_ids,
+            pad_token_id=resolved.tokenizer.pad_token_id,
+            decode=resolved.tokenizer.decode,
+        )
+    except InputError as exc:
+        if exc.file is not None:
+            raise
+        message = str(exc)
+        if exc.field is not None:
+            message = message.removeprefix(f"field {exc.field!r}: ")
+        raise InputError(message, file=str(profile.path), field=exc.field) from exc
+
+
+def _existing_manifest(writer: RecordWriter, run_dir: Path) -> RunManifest | None:
+    """The run directory's manifest; records without one are refused."""
+    existing = read_manifest(run_dir)
+    if existing is None and writer.records:
+        raise ProvenanceError(
+            f"{writer.path} holds records but {run_dir} has no manifest.json; "
+            "refusing to append to records of unknown provenance"
+        )
+    return existing
+
+
+def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Provenance,
+                     profile: RunProfile, cohort_path: Path, cohort_rows: int,
+                     shard_spec: str | None, rows_selected: int) -> RunManifest:
+    """This run's manifest: a new run's is written; a resumed run keeps its
+    own once ``check_resumable`` accepts the new one."""
+    manifest = RunManifest(
+        run_id=existing.run_id if existing else run_dir.name,
+        created_at=utc_now(),
+        provenance=provenance.to_dict(),
+        provenance_sha256=provenance.sha256,
+        cohort={"path": str(cohort_path), "sha256": _file_sha256(cohort_path),
+                "rows": cohort_rows},
+        profile={"path": str(profile.path), "sha256": profile.text_sha256},
+        shard=shard_spec,
+        rows_selected=rows_selected,
+        guardrepro_version=guardrepro.__version__,
+        git_commit=git_commit(),
+    )
+    if existing is not None:
+        check_resumable(existing, manifest, run_dir)
+        return existing
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def _status_counts(writer: RecordWriter, rows: list[CohortRow]) -> dict[str, int]:
+    """Records per status among the selected ``rows``."""
+    selected_ids = {r.row_id for r in rows}
+    counts = dict.fromkeys(RECORD_STATUSES, 0)
+    for record in writer.records.values():
+        if record.row_id in selected_ids:
+            counts[record.status] += 1
+    return counts
+
+
 def run_cohort(
     profile_path: str | Path | RunProfile,
     cohort_path: str | Path,
@@ -326,143 +406,53 @@ def run_cohort(
     from guardrepro.run.doctor import preflight
 
     started = time.perf_counter()
-    if isinstance(profile_path, RunProfile):
-        profile = profile_path
-    else:
-        profile = RunProfile.load(profile_path)
+    profile = (profile_path if isinstance(profile_path, RunProfile)
+               else RunProfile.load(profile_path))
     if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
         preflight(profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
         raise InputError(f"limit must be >= 0, got {limit}", field="limit")
-    shard_spec = None
     rows_all = read_cohort(cohort_path)
-    rows = rows_all
-    if shard is not None:
-        k, n = parse_shard(shard)
-        shard_spec = format_shard(k, n)
-        rows = select_shard(rows_all, k, n)
+    rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
 
     with RecordWriter(run_dir) as writer:
-        existing_manifest = read_manifest(run_dir)
-        if existing_manifest is None and writer.records:
-            raise ProvenanceError(
-                f"{writer.path} holds records but {run_dir} has no manifest.json; "
-                "refusing to append to records of unknown provenance"
-            )
+        existing_manifest = _existing_manifest(writer, run_dir)
         resolved = resolve_profile(profile, home=home)
-        decode = resolved.tokenizer.decode
-        prepared = prepare_rows(
-            resolved.guard,
-            resolved.tokenizer,
-            scope,
-            profile.decoding.max_new_tokens,
-            cohort_path=cohort_path,
-        )
-        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
-        from guardrepro.run.runners.registry import create_runner
-
-        if profile.backend == "rule":  # no model, no checkpoint
-            tree_sha = "none"
-        elif profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
-            tree_sha = cached_tree_hash(resolved.checkpoint_dir, home).sha256
-        else:
-            tree_sha = tree_hash(resolved.checkpoint_dir).sha256
-        try:
-            options = dict(profile.backend_options)
-            if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
-                options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
-            runner = create_runner(
-                profile.backend,
-                resolved.checkpoint_dir,
-                options,
-                eos_token_ids=resolved.tokenizer.eos_token_ids,
-                pad_token_id=resolved.tokenizer.pad_token_id,
-                decode=decode,
-            )
-        except InputError as exc:
-            if exc.file is not None:
-                raise
-            message = str(exc)
-            if exc.field is not None:
-                message = message.removeprefix(f"field {exc.field!r}: ")
-            raise InputError(message, file=str(profile.path), field=exc.field) from exc
+        prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
+                                profile.decoding.max_new_tokens, cohort_path=cohort_path)
+        tree_sha = _checkpoint_tree_sha(profile, resolved, home)
+        runner = _create_runner(profile, resolved)
         try:
             provenance = build_provenance(resolved, runner, tree_sha)
-            prov_sha = provenance.sha256
-            manifest = RunManifest(
-                run_id=existing_manifest.run_id if existing_manifest else run_dir.name,
-                created_at=utc_now(),
-                provenance=provenance.to_dict(),
-                provenance_sha256=prov_sha,
-                cohort={
-                    "path": str(cohort_path),
-                    "sha256": _file_sha256(cohort_path),
-                    "rows": len(rows_all),
-                },
-                profile={"path": str(profile.path), "sha256": profile.text_sha256},
-                shard=shard_spec,
-                rows_selected=len(rows),
-                guardrepro_version=guardrepro.__version__,
-                git_commit=git_commit(),
-            )
-            if existing_manifest is not None:
-                check_resumable(existing_manifest, manifest, run_dir)
-                manifest = existing_manifest
-            else:
-                write_manifest(run_dir, manifest)
-            _check_existing(writer, rows, prepared, prov_sha)
-            already = sum(1 for p in prepared if p.row.row_id in writer.records)
+            manifest = _settle_manifest(existing_manifest, run_dir, provenance, profile,
+                                        cohort_path, len(rows_all), shard_spec, len(rows))
+            _check_existing(writer, rows, prepared, provenance.sha256)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
+            already = len(prepared) - len(todo)
             if profile.sort_by_length:
                 todo.sort(key=lambda p: len(p.token_ids))
             if on_ready is not None:
                 on_ready()
             generation_started = time.time()
-            chunk_size = int(profile.backend_options.get("batch_size", 1))
-            bar = tqdm(
-                total=len(todo), desc=f"run {manifest.run_id}", unit="row", disable=not progress
-            )
-            try:
-                for start in range(0, len(todo), chunk_size):
-                    chunk = todo[start : start + chunk_size]
-                    history = generate_chunk(
-                        runner, resolved.guard, chunk, profile.decoding, decode
-                    )
-                    for p in chunk:
-                        writer.append(
-                            make_record(
-                                manifest.run_id, p, history[p.row.row_id], provenance, prov_sha
-                            )
-                        )
-                    bar.update(len(chunk))
-            finally:
-                bar.close()
+            generate_into(writer, todo, runner, resolved.guard, profile.decoding,
+                          resolved.tokenizer.decode,
+                          chunk_size=int(profile.backend_options.get("batch_size", 1)),
+                          run_id=manifest.run_id, provenance=provenance, progress=progress)
             generation_finished = time.time()
             if profile.sort_by_length:
                 writer.rewrite_in_order([r.row_id for r in rows])
         finally:
             runner.close()
-        selected_ids = {r.row_id for r in rows}
-        counts = dict.fromkeys(RECORD_STATUSES, 0)
-        for record in writer.records.values():
-            if record.row_id in selected_ids:
-                counts[record.status] += 1
-        done = sum(counts.values())
+        counts = _status_counts(writer, rows)
         return RunSummary(
-            run_dir=run_dir,
-            run_id=manifest.run_id,
-            rows_in_cohort=len(rows_all),
-            rows_selected=len(rows),
-            already_done=already,
-            generated=len(todo),
-            remaining=len(rows) - done,
-            counts=counts,
+            run_dir=run_dir, run_id=manifest.run_id, rows_in_cohort=len(rows_all),
+            rows_selected=len(rows), already_done=already, generated=len(todo),
+            remaining=len(rows) - sum(counts.values()), counts=counts,
             elapsed_s=time.perf_counter() - started,
-            generation_started=generation_started,
-            generation_finished=generation_finished,
+            generation_started=generation_started, generation_finished=generation_finished,
         )
 
 

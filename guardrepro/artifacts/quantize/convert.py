@@ -351,15 +351,7 @@ def quantize(
 
     recipe = load_recipe(recipe_path)
     out = Path(out).absolute()
-    if out.exists() or out.is_symlink():
-        raise InputError("output already exists; choose a new directory", file=str(out))
-    lock_out = pin.lock_path_for(out)
-    for sidecar in (lock_out, pin.provenance_path_for(out)):
-        if sidecar.exists():
-            raise InputError("already exists (from an earlier conversion?)", file=str(sidecar))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in remove_stale_dirs(out.parent, STAGING_TAG):
-        progress(f"removed {stale} (left by an interrupted conversion)")
+    lock_out = _claim_output(out, progress)
     versions = package_versions()
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -370,18 +362,7 @@ def quantize(
 
     with _tempdir(out.parent, f".{out.name}{STAGING_TAG}{os.getpid()}-") as work:
         staging, converted = work / "source", work / "artifact"
-        staging.mkdir()
-        progress("staging source (hardlinks) and normalising config.json")
-        stage_source(source.directory, staging)
-        config_path = staging / "config.json"
-        if not config_path.is_file():
-            raise InputError("source has no config.json", file=str(source.directory))
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        normalized, changes = normalize_mlx_config(config, file=str(source.directory /
-                                                                     "config.json"))
-        if changes:
-            _write_json(config_path, normalized)
-        _check_source_dtype(staging, recipe)
+        changes = _stage(source, staging, recipe, progress)
         plan = plan_quantization(staging, recipe)
         progress(f"plan: {len(plan.quantize)} weights to quantize with {recipe.name}")
 
@@ -425,6 +406,39 @@ def quantize(
             raise
     timings["total_s"] = time.perf_counter() - start
     return result
+
+
+def _claim_output(out: Path, progress: Progress) -> Path:
+    """Refuse an existing ``out`` or sidecar; clear interrupted stagings; the lock path."""
+    if out.exists() or out.is_symlink():
+        raise InputError("output already exists; choose a new directory", file=str(out))
+    lock_out = pin.lock_path_for(out)
+    for sidecar in (lock_out, pin.provenance_path_for(out)):
+        if sidecar.exists():
+            raise InputError("already exists (from an earlier conversion?)", file=str(sidecar))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_dirs(out.parent, STAGING_TAG):
+        progress(f"removed {stale} (left by an interrupted conversion)")
+    return lock_out
+
+
+def _stage(source: SourceInfo, staging: Path, recipe: Recipe,
+           progress: Progress) -> list[str]:
+    """Hardlink the source into ``staging``, normalise its config.json for
+    mlx-lm and check its dtype; returns the config changes."""
+    staging.mkdir()
+    progress("staging source (hardlinks) and normalising config.json")
+    stage_source(source.directory, staging)
+    config_path = staging / "config.json"
+    if not config_path.is_file():
+        raise InputError("source has no config.json", file=str(source.directory))
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    normalized, changes = normalize_mlx_config(config, file=str(source.directory /
+                                                                 "config.json"))
+    if changes:
+        _write_json(config_path, normalized)
+    _check_source_dtype(staging, recipe)
+    return changes
 
 
 def _check_source_dtype(staging: Path, recipe: Recipe) -> None:
