@@ -63,7 +63,7 @@ from tqdm import tqdm
 
 import guardrepro
 from guardrepro.errors import InputError, PromptError, ProvenanceError
-from guardrepro.guards.base import GuardAdapter, GuardTemplate
+from guardrepro.guards.base import GuardAdapter
 from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
@@ -75,6 +75,12 @@ from guardrepro.run.records import (
     utc_now,
     write_manifest,
 )
+from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
+    UNPINNED,
+    ResolvedProfile,
+    RuleTokenizer,
+    resolve_profile,
+)
 from guardrepro.run.runners.base import Runner
 from guardrepro.run.shard import format_shard, parse_shard, select_shard
 from guardrepro.schema import (
@@ -85,22 +91,9 @@ from guardrepro.schema import (
     sha256_text,
 )
 
-UNPINNED = "unpinned"
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
 # backend-specific versions are in runner.describe().
 PROMPT_PACKAGES = ("tokenizers", "transformers", "jinja2")
-
-
-@dataclass(frozen=True)
-class ResolvedProfile:
-    """What a profile points at, loaded and verified."""
-
-    profile: RunProfile
-    checkpoint_dir: Path
-    model_revision: str
-    template: GuardTemplate
-    guard: GuardAdapter
-    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer
 
 
 @dataclass(frozen=True)
@@ -127,102 +120,6 @@ class RunSummary:
 
 # ---------------------------------------------------------------------------
 # resolution
-
-
-def _model_revision(lock_path: Path) -> str:
-    from guardrepro.artifacts.locks import GithubSource, HfSource, load_lock
-
-    lock = load_lock(lock_path)
-    source = lock.source
-    if isinstance(source, HfSource):
-        return f"{source.repo}@{source.revision}"
-    if isinstance(source, GithubSource):
-        return f"{source.repo}@{source.commit}"
-    return f"{source.type}:{lock.name}"
-
-
-class RuleTokenizer:
-    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
-    backend): no chat template, no token ids, nothing to decode."""
-
-    def __init__(self) -> None:
-        self.chat_template_sha256: str | None = None
-        self.eos_token_ids: list[int] = []
-        self.pad_token_id: int | None = None
-
-    def single_token_id(self, text: str) -> int:
-        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
-        return ()
-
-    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
-        return None
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return ""
-
-
-def _template(spec: Any, home: str | Path | None) -> GuardTemplate | None:
-    from guardrepro.artifacts.template import check_placeholders
-    from guardrepro.run.prompts import load_template
-
-    if spec.template_path is not None:
-        text = spec.template_path.read_text(encoding="utf-8")
-        check_placeholders(text, source=str(spec.template_path))
-        return GuardTemplate(text=text, sha256=sha256_text(text))
-    if spec.template_lock is not None and spec.template_file is not None:
-        return load_template(spec.template_lock, spec.template_file, home)
-    return None
-
-
-def _guard(profile: RunProfile, home: str | Path | None) -> tuple[GuardAdapter, GuardTemplate]:
-    from guardrepro.guards.registry import adapter_info, get_guard
-
-    spec = profile.guard
-    try:
-        info = adapter_info(spec.name)
-        template = _template(spec, home)
-        if template is not None and not info.needs_template:
-            raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
-                             "keys from [guard]", field="guard")
-        if info.needs_model != (profile.backend != "rule"):
-            what = "needs a model" if info.needs_model else "runs no model"
-            raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
-                             "not fit", field="backend")
-        guard = get_guard(spec.name, template)
-    except InputError as exc:
-        message = str(exc)
-        if exc.field is not None:
-            message = message.removeprefix(f"field {exc.field!r}: ")
-        field = "guard.name" if exc.field == "guard" else exc.field
-        raise InputError(message, file=str(profile.path), field=field) from exc
-    return guard, guard.template
-
-
-def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
-    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
-    profile.check_paths()
-    from guardrepro.run.prompts import PromptTokenizer
-
-    guard, template = _guard(profile, home)
-    if profile.backend == "rule":
-        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer())
-    if profile.checkpoint.lock is not None:
-        from guardrepro.artifacts.fetch import materialize
-
-        checkpoint_dir = Path(materialize(profile.checkpoint.lock, home))
-        revision = _model_revision(profile.checkpoint.lock)
-    else:
-        assert profile.checkpoint.dir is not None
-        checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
-    tokenizer = PromptTokenizer(checkpoint_dir)
-    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
-    if mismatch is not None:
-        if profile.checkpoint.lock is not None:
-            raise PromptError(mismatch)
-        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
-    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer)
 
 
 def prepare_rows(
@@ -301,7 +198,7 @@ def _file_sha256(path: Path) -> str:
 
 
 def run_cohort(
-    profile_path: str | Path | RunProfile,
+    profile_path: str | Path | RunProfile | ResolvedProfile,
     cohort_path: str | Path,
     run_dir: str | Path,
     *,
@@ -326,7 +223,10 @@ def run_cohort(
     from guardrepro.run.doctor import preflight
 
     started = time.perf_counter()
-    if isinstance(profile_path, RunProfile):
+    given = profile_path if isinstance(profile_path, ResolvedProfile) else None
+    if given is not None:
+        profile = given.profile
+    elif isinstance(profile_path, RunProfile):
         profile = profile_path
     else:
         profile = RunProfile.load(profile_path)
@@ -352,7 +252,7 @@ def run_cohort(
                 f"{writer.path} holds records but {run_dir} has no manifest.json; "
                 "refusing to append to records of unknown provenance"
             )
-        resolved = resolve_profile(profile, home=home)
+        resolved = given if given is not None else resolve_profile(profile, home=home)
         decode = resolved.tokenizer.decode
         prepared = prepare_rows(
             resolved.guard,
@@ -361,23 +261,14 @@ def run_cohort(
             profile.decoding.max_new_tokens,
             cohort_path=cohort_path,
         )
-        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
         from guardrepro.run.runners.registry import create_runner
 
-        if profile.backend == "rule":  # no model, no checkpoint
-            tree_sha = "none"
-        elif profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
-            tree_sha = cached_tree_hash(resolved.checkpoint_dir, home).sha256
-        else:
-            tree_sha = tree_hash(resolved.checkpoint_dir).sha256
+        tree_sha = resolved.tree_sha256
         try:
-            options = dict(profile.backend_options)
-            if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
-                options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
             runner = create_runner(
                 profile.backend,
                 resolved.checkpoint_dir,
-                options,
+                dict(resolved.runner_options),
                 eos_token_ids=resolved.tokenizer.eos_token_ids,
                 pad_token_id=resolved.tokenizer.pad_token_id,
                 decode=decode,
