@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
@@ -114,9 +115,17 @@ def get_parser(name: str) -> Callable[[str], ParseResult]:
     return adapter_info(name).parser
 
 
+def _unbound(name: str) -> GuardAdapter:
+    """Guard ``name``'s adapter for its declarations only (no template bound)."""
+    info = adapter_info(name)
+    return info.build(GuardTemplate("", "") if info.needs_template else None)
+
+
 def expected_tokens(name: str) -> ExpectedTokens:
     """The special tokens guard ``name``'s checkpoint must declare (by token string)."""
-    info = adapter_info(name)
-    if info.needs_template:
-        return info.build(GuardTemplate("", "")).special_tokens
-    return info.build(None).special_tokens
+    return _unbound(name).special_tokens
+
+
+def decoding_defaults(name: str, mode: str) -> dict[str, Any]:
+    """Guard ``name``'s own decoding for ``mode`` (``GuardAdapter.decoding_defaults``)."""
+    return _unbound(name).decoding_defaults(mode)

@@ -123,3 +123,9 @@ class TSGuardAdapter:
             max_attempts=TS_GUARD_MAX_ATTEMPTS,
             seed=seed,
         )
+
+    def decoding_defaults(self, mode: str) -> dict[str, Any]:
+        """Greedy (one attempt) or the authors' sampled mode, with this guard's
+        token budget (``guards.base.GuardAdapter.decoding_defaults``)."""
+        params = self.sampled_decoding() if mode == "sampled" else self.greedy_decoding()
+        return {k: v for k, v in params.to_dict().items() if k != "seed"}
