@@ -224,8 +224,8 @@ def run_cohort(
 
     started = time.perf_counter()
     given = profile_path if isinstance(profile_path, ResolvedProfile) else None
-    if given is not None:
-        profile = given.profile
+    if isinstance(profile_path, ResolvedProfile):
+        profile = profile_path.profile
     elif isinstance(profile_path, RunProfile):
         profile = profile_path
     else:
