@@ -29,10 +29,13 @@ from guardrepro.guards.llama_guard import LlamaGuard3Adapter, parse_llama_guard
 from guardrepro.guards.qwen3guard import Qwen3GuardAdapter, parse_qwen3guard
 from guardrepro.guards.rule import RuleAdapter, parse_rule_output
 from guardrepro.guards.shieldgemma import ShieldGemmaAdapter
-from guardrepro.guards.ts_guard import CHATML_TOKENS, TS_GUARD_EXPECTED, TSGuardAdapter
+from guardrepro.guards.ts_guard import (
+    CHATML_TOKENS,
+    TOY_GUARD_MAX_NEW_TOKENS,
+    TS_GUARD_EXPECTED,
+    TSGuardAdapter,
+)
 from guardrepro.guards.ts_guard.parser import parse_ts_guard
-
-TOY_GUARD_MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True)

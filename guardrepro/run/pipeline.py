@@ -1,12 +1,17 @@
 """Run a cohort through a guard: render, tokenize, generate, parse, record.
 
-Input: a run profile (``runners/*.toml``), a cohort JSONL file and a run
+Input: a run profile (``runners/*.toml``, a parsed ``RunProfile``, or a
+``run.resolve.ResolvedProfile`` already resolved), a cohort JSONL file and a run
 directory. Output: ``manifest.json`` and one ``schema.Record`` per selected
 cohort row appended to ``records.jsonl`` (see ``guardrepro.run.records``), and a
 ``RunSummary`` with the counts.
 
 Invariants:
 
+- The profile is resolved once (``run.resolve.resolve_profile``: each lock read
+  and verified once) and the resulting object is passed down; nothing below
+  re-opens the profile, the locks or the checkpoint's files. A caller holding
+  a ``ResolvedProfile`` passes it in and nothing is resolved again.
 - Every row's prompt is rendered by the guard adapter, chat-templated and
   tokenized once by ``prompts.PromptTokenizer``; the runner receives token
   ids only. ``input_sha256`` is the sha256 of the rendered text (before the

@@ -46,7 +46,7 @@ class OptionTable:
         raise KeyError(name)
 
     def filled(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """``given`` over the defaults (unknown keys are the runner's to refuse)."""
+        """``given`` over the defaults (a key not declared is the runner's to refuse)."""
         return {**self.defaults(), **given}
 
 
