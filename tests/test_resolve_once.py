@@ -23,6 +23,7 @@ from runner_helpers import write_cohort
 
 from guardrepro.artifacts import fetch, locks, verify
 from guardrepro.artifacts.fetch import fetch_lock
+from guardrepro.run.doctor import diagnose
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.prompts import PromptTokenizer
@@ -91,6 +92,7 @@ def test_a_resolved_profile_is_passed_down_without_rereading(
     rest = run_cohort(resolved, cohort, tmp_path / "a", progress=False)
     other = run_cohort(resolved, cohort, tmp_path / "b", progress=False)
     assert (first.generated, rest.generated, rest.already_done, other.generated) == (1, 1, 1, 2)
+    assert diagnose(resolved).to_dict() == diagnose(resolved.profile).to_dict()
     assert dict(calls) == after_resolve  # nothing re-opened after resolution
     assert after_resolve == {"profile": 1, "lock": 1, "verify": 1, "materialize": 1,
                              "tokenizer": 1}

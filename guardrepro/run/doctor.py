@@ -355,10 +355,13 @@ def _env_warnings(facts: Facts) -> list[str]:
 
 
 def diagnose(profile: Any | None = None, *, require: bool | None = None) -> DoctorReport:
-    """Facts and verdict for ``profile`` (a ``RunProfile``) on this machine.
+    """Facts and verdict for ``profile`` (a ``RunProfile``, or a
+    ``run.resolve.ResolvedProfile``: its profile is used, nothing re-read) on
+    this machine.
 
     ``require`` overrides the profile's ``require_batch_invariance``.
     """
+    profile = getattr(profile, "profile", profile)  # a ResolvedProfile carries its profile
     if profile is None:
         facts = gather_facts()
         return DoctorReport(facts, None, bool(require), None)

@@ -236,7 +236,7 @@ def run_cohort(
     else:
         profile = RunProfile.load(profile_path)
     if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
-        preflight(profile)
+        preflight(given if given is not None else profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
