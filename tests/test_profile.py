@@ -120,3 +120,32 @@ def test_shipped_hf_profiles_load(name: str) -> None:
     if name == "hf-cpu.toml":
         assert profile.decoding.max_new_tokens == 2048
         assert profile.guard.name == "ts-guard" and profile.checkpoint.pinned
+
+
+def _guard_profile(tmp_path: Path, guard: str, decoding: str) -> RunProfile:
+    text = (f'name = "p"\nbackend = "hf"\n[guard]\nname = "{guard}"\n'
+            f'[checkpoint]\ndir = "ckpt"\n[decoding]\n{decoding}\n')
+    return load(tmp_path, text)
+
+
+def test_omitted_decoding_keys_come_from_the_guard_adapter(tmp_path: Path) -> None:
+    # budgets declared by the adapters: toy guard 256, Llama Guard 3 20 tokens
+    toy = _guard_profile(tmp_path, "toy-guard", 'mode = "greedy"')
+    assert toy.decoding == DecodingParams(mode="greedy", max_new_tokens=256)
+    toy_sampled = _guard_profile(tmp_path, "toy-guard", 'mode = "sampled"')
+    assert toy_sampled.decoding == DecodingParams(
+        mode="sampled", max_new_tokens=256, temperature=0.1, top_p=0.9, max_attempts=3
+    )
+    llama = _guard_profile(tmp_path, "llama-guard-3", "max_new_tokens = 7")
+    assert llama.decoding == DecodingParams(mode="greedy", max_new_tokens=7)
+    assert _guard_profile(tmp_path, "llama-guard-3", "").decoding.max_new_tokens == 20
+
+
+def test_sampled_mode_of_a_guard_without_published_values_needs_them(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="temperature > 0") as info:
+        _guard_profile(tmp_path, "qwen3guard", 'mode = "sampled"')
+    assert info.value.field == "decoding.mode"
+    given = _guard_profile(tmp_path, "qwen3guard", 'mode = "sampled"\ntemperature = 0.7\n'
+                           "top_p = 0.8")
+    assert given.decoding == DecodingParams(mode="sampled", max_new_tokens=64, temperature=0.7,
+                                            top_p=0.8, max_attempts=1)

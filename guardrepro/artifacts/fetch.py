@@ -318,7 +318,11 @@ def materialize(
     whose inode, size and mtime match an earlier full hash are not re-hashed; run
     ``verify_lock`` for a full re-hash.
     """
-    lock = load_lock(lock_path)
+    return materialize_lock(load_lock(lock_path), home)
+
+
+def materialize_lock(lock: Lock, home: str | os.PathLike[str] | None = None) -> Path:
+    """``materialize`` for a lock already read (``lock.path`` set by ``load_lock``)."""
     return _checked_directory(guardrepro_home(home), lock)
 
 

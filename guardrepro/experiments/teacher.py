@@ -35,11 +35,11 @@ from guardrepro.run.profile import RunProfile
 
 
 def _open_runner(profile: RunProfile, home: str | Path | None) -> tuple[Any, Any]:
-    from guardrepro.run.pipeline import resolve_profile
+    from guardrepro.run.resolve import resolve_profile
     from guardrepro.run.runners.registry import create_runner
 
     resolved = resolve_profile(profile, home=home)
-    runner = create_runner(profile.backend, resolved.checkpoint_dir, profile.backend_options,
+    runner = create_runner(profile.backend, resolved.checkpoint_dir, resolved.runner_options,
                            eos_token_ids=resolved.tokenizer.eos_token_ids,
                            pad_token_id=resolved.tokenizer.pad_token_id,
                            decode=resolved.tokenizer.decode)

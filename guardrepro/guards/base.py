@@ -140,3 +140,16 @@ class GuardAdapter(Protocol):
         ...
 
     def greedy_decoding(self) -> DecodingParams: ...
+
+    def decoding_defaults(self, mode: str) -> dict[str, Any]:
+        """The guard's own decoding for ``mode`` ("greedy" or "sampled"), as the
+        ``DecodingParams`` keys it fixes; a run profile's ``[decoding]`` keys
+        override them. A guard with no published sampled setting fixes only
+        ``mode`` and ``max_new_tokens`` (the profile must then give the
+        temperature and top_p)."""
+        ...
+
+
+def own_decoding(mode: str, max_new_tokens: int) -> dict[str, Any]:
+    """``decoding_defaults`` of a guard that publishes only its token budget."""
+    return {"mode": mode, "max_new_tokens": max_new_tokens}

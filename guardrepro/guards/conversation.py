@@ -27,6 +27,7 @@ from guardrepro.guards.base import (
     ParseResult,
     agent_step_conversation,
     messages_text,
+    own_decoding,
 )
 from guardrepro.schema import DecodingParams, sha256_text
 
@@ -74,3 +75,7 @@ class ConversationAdapter:
 
     def greedy_decoding(self) -> DecodingParams:
         return DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
+
+    def decoding_defaults(self, mode: str) -> dict[str, Any]:
+        """Only the token budget: no sampled setting is published for these guards."""
+        return own_decoding(mode, self.max_new_tokens)

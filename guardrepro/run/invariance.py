@@ -172,8 +172,9 @@ def check_invariance(
 ) -> InvarianceReport:
     """Run ``sample`` rows at batch 1 and at the batch size (the profile's, or
     ``batch_size`` when given) with one runner and compare the tokens."""
-    from guardrepro.run.pipeline import prepare_rows, resolve_profile
+    from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.profile import RunProfile
+    from guardrepro.run.resolve import resolve_profile
     from guardrepro.run.runners.registry import create_runner
 
     profile = RunProfile.load(profile_path)
@@ -203,7 +204,7 @@ def check_invariance(
     runner = create_runner(
         profile.backend,
         resolved.checkpoint_dir,
-        profile.backend_options,
+        resolved.runner_options,
         eos_token_ids=resolved.tokenizer.eos_token_ids,
         pad_token_id=resolved.tokenizer.pad_token_id,
         decode=resolved.tokenizer.decode,

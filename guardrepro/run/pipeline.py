@@ -1,12 +1,17 @@
 """Run a cohort through a guard: render, tokenize, generate, parse, record.
 
-Input: a run profile (``runners/*.toml``), a cohort JSONL file and a run
+Input: a run profile (``runners/*.toml``, a parsed ``RunProfile``, or a
+``run.resolve.ResolvedProfile`` already resolved), a cohort JSONL file and a run
 directory. Output: ``manifest.json`` and one ``schema.Record`` per selected
 cohort row appended to ``records.jsonl`` (see ``guardrepro.run.records``), and a
 ``RunSummary`` with the counts.
 
 Invariants:
 
+- The profile is resolved once (``run.resolve.resolve_profile``: each lock read
+  and verified once) and the resulting object is passed down; nothing below
+  re-opens the profile, the locks or the checkpoint's files. A caller holding
+  a ``ResolvedProfile`` passes it in and nothing is resolved again.
 - Every row's prompt is rendered by the guard adapter, chat-templated and
   tokenized once by ``prompts.PromptTokenizer``; the runner receives token
   ids only. ``input_sha256`` is the sha256 of the rendered text (before the
@@ -61,7 +66,7 @@ from typing import Any
 
 import guardrepro
 from guardrepro.errors import InputError, PromptError, ProvenanceError
-from guardrepro.guards.base import GuardAdapter, GuardTemplate
+from guardrepro.guards.base import GuardAdapter
 from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
@@ -73,6 +78,12 @@ from guardrepro.run.records import (
     utc_now,
     write_manifest,
 )
+from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
+    UNPINNED,
+    ResolvedProfile,
+    RuleTokenizer,
+    resolve_profile,
+)
 from guardrepro.run.runners.base import Runner
 from guardrepro.run.shard import select_rows
 from guardrepro.schema import (
@@ -83,22 +94,9 @@ from guardrepro.schema import (
     sha256_text,
 )
 
-UNPINNED = "unpinned"
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
 # backend-specific versions are in runner.describe().
 PROMPT_PACKAGES = ("tokenizers", "transformers", "jinja2")
-
-
-@dataclass(frozen=True)
-class ResolvedProfile:
-    """What a profile points at, loaded and verified."""
-
-    profile: RunProfile
-    checkpoint_dir: Path
-    model_revision: str
-    template: GuardTemplate
-    guard: GuardAdapter
-    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer
 
 
 @dataclass(frozen=True)
@@ -125,102 +123,6 @@ class RunSummary:
 
 # ---------------------------------------------------------------------------
 # resolution
-
-
-def _model_revision(lock_path: Path) -> str:
-    from guardrepro.artifacts.locks import GithubSource, HfSource, load_lock
-
-    lock = load_lock(lock_path)
-    source = lock.source
-    if isinstance(source, HfSource):
-        return f"{source.repo}@{source.revision}"
-    if isinstance(source, GithubSource):
-        return f"{source.repo}@{source.commit}"
-    return f"{source.type}:{lock.name}"
-
-
-class RuleTokenizer:
-    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
-    backend): no chat template, no token ids, nothing to decode."""
-
-    def __init__(self) -> None:
-        self.chat_template_sha256: str | None = None
-        self.eos_token_ids: list[int] = []
-        self.pad_token_id: int | None = None
-
-    def single_token_id(self, text: str) -> int:
-        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
-        return ()
-
-    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
-        return None
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return ""
-
-
-def _template(spec: Any, home: str | Path | None) -> GuardTemplate | None:
-    from guardrepro.artifacts.template import check_placeholders
-    from guardrepro.run.prompts import load_template
-
-    if spec.template_path is not None:
-        text = spec.template_path.read_text(encoding="utf-8")
-        check_placeholders(text, source=str(spec.template_path))
-        return GuardTemplate(text=text, sha256=sha256_text(text))
-    if spec.template_lock is not None and spec.template_file is not None:
-        return load_template(spec.template_lock, spec.template_file, home)
-    return None
-
-
-def _guard(profile: RunProfile, home: str | Path | None) -> tuple[GuardAdapter, GuardTemplate]:
-    from guardrepro.guards.registry import adapter_info, get_guard
-
-    spec = profile.guard
-    try:
-        info = adapter_info(spec.name)
-        template = _template(spec, home)
-        if template is not None and not info.needs_template:
-            raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
-                             "keys from [guard]", field="guard")
-        if info.needs_model != (profile.backend != "rule"):
-            what = "needs a model" if info.needs_model else "runs no model"
-            raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
-                             "not fit", field="backend")
-        guard = get_guard(spec.name, template)
-    except InputError as exc:
-        message = str(exc)
-        if exc.field is not None:
-            message = message.removeprefix(f"field {exc.field!r}: ")
-        field = "guard.name" if exc.field == "guard" else exc.field
-        raise InputError(message, file=str(profile.path), field=field) from exc
-    return guard, guard.template
-
-
-def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
-    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
-    profile.check_paths()
-    from guardrepro.run.prompts import PromptTokenizer
-
-    guard, template = _guard(profile, home)
-    if profile.backend == "rule":
-        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer())
-    if profile.checkpoint.lock is not None:
-        from guardrepro.artifacts.fetch import materialize
-
-        checkpoint_dir = Path(materialize(profile.checkpoint.lock, home))
-        revision = _model_revision(profile.checkpoint.lock)
-    else:
-        assert profile.checkpoint.dir is not None
-        checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
-    tokenizer = PromptTokenizer(checkpoint_dir)
-    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
-    if mismatch is not None:
-        if profile.checkpoint.lock is not None:
-            raise PromptError(mismatch)
-        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
-    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer)
 
 
 def prepare_rows(
@@ -298,29 +200,16 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _checkpoint_tree_sha(profile: RunProfile, resolved: ResolvedProfile,
-                         home: str | Path | None) -> str:
-    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
-
-    if profile.backend == "rule":  # no model, no checkpoint
-        return "none"
-    if profile.checkpoint.lock is not None:  # just verified by materialize: no re-read
-        return cached_tree_hash(resolved.checkpoint_dir, home).sha256
-    return tree_hash(resolved.checkpoint_dir).sha256
-
-
 def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
-    """The profile's runner; an option error names the profile file."""
+    """The profile's runner with the resolved options; an option error names
+    the profile file."""
     from guardrepro.run.runners.registry import create_runner
 
     try:
-        options = dict(profile.backend_options)
-        if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
-            options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
         return create_runner(
             profile.backend,
             resolved.checkpoint_dir,
-            options,
+            dict(resolved.runner_options),
             eos_token_ids=resolved.tokenizer.eos_token_ids,
             pad_token_id=resolved.tokenizer.pad_token_id,
             decode=resolved.tokenizer.decode,
@@ -381,7 +270,7 @@ def _status_counts(writer: RecordWriter, rows: list[CohortRow]) -> dict[str, int
 
 
 def run_cohort(
-    profile_path: str | Path | RunProfile,
+    profile_path: str | Path | RunProfile | ResolvedProfile,
     cohort_path: str | Path,
     run_dir: str | Path,
     *,
@@ -406,10 +295,15 @@ def run_cohort(
     from guardrepro.run.doctor import preflight
 
     started = time.perf_counter()
-    profile = (profile_path if isinstance(profile_path, RunProfile)
-               else RunProfile.load(profile_path))
+    given = profile_path if isinstance(profile_path, ResolvedProfile) else None
+    if isinstance(profile_path, ResolvedProfile):
+        profile = profile_path.profile
+    elif isinstance(profile_path, RunProfile):
+        profile = profile_path
+    else:
+        profile = RunProfile.load(profile_path)
     if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
-        preflight(profile)
+        preflight(given if given is not None else profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
@@ -420,10 +314,10 @@ def run_cohort(
 
     with RecordWriter(run_dir) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
-        resolved = resolve_profile(profile, home=home)
+        resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
                                 profile.decoding.max_new_tokens, cohort_path=cohort_path)
-        tree_sha = _checkpoint_tree_sha(profile, resolved, home)
+        tree_sha = resolved.tree_sha256
         runner = _create_runner(profile, resolved)
         try:
             provenance = build_provenance(resolved, runner, tree_sha)

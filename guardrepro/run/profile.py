@@ -39,11 +39,14 @@ Format::
     device = "cpu"
     batch_size = 4
 
-    [decoding]                         # schema.DecodingParams; every key optional
+    [decoding]                         # schema.DecodingParams; every key optional:
+                                       # an omitted key takes the guard adapter's own
+                                       # value (GuardAdapter.decoding_defaults)
     mode = "greedy"                    # or "sampled" (the authors' mode)
-    max_new_tokens = 2048
-    # sampled mode only; the authors' values are the defaults when mode = "sampled":
-    # temperature = 0.1, top_p = 0.9, max_attempts = 3
+    max_new_tokens = 2048              # ts-guard 2048, toy-guard 256, ...
+    # sampled mode only; for ts-guard and toy-guard the authors' values are the
+    # defaults: temperature = 0.1, top_p = 0.9, max_attempts = 3 (a guard with no
+    # published sampled setting needs temperature and top_p here)
     # seed = 0                         # repeat index of the per-base, per-attempt
                                        # seeds (schema.sampled_seed; absent or 0 =
                                        # the published seeds)
@@ -68,8 +71,6 @@ from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.schema import DecodingParams, sha256_text
 
 BACKENDS = ("hf", "mlx", "vllm", "rule")
-# The authors' sampling mode (UPSTREAM.md "Parser and score").
-AUTHORS_SAMPLED_DEFAULTS: Mapping[str, Any] = {"temperature": 0.1, "top_p": 0.9, "max_attempts": 3}
 
 _TOP_KEYS = {
     "name",
@@ -182,6 +183,8 @@ class RunProfile:
         if not isinstance(sort_by_length, bool):
             raise InputError("expected true or false", file=file, field="sort_by_length")
         base = path.parent
+        guard_table = data["guard"]
+        name_of_guard = guard_table.get("name") if isinstance(guard_table, dict) else None
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
             raise InputError("expected a table", file=file, field="backend_options")
@@ -193,7 +196,7 @@ class RunProfile:
             guard=_guard(data["guard"], base, file=file),
             checkpoint=_checkpoint(data.get("checkpoint"), base, file=file, backend=backend),
             backend_options=dict(options),
-            decoding=_decoding(data.get("decoding", {}), file=file),
+            decoding=_decoding(data.get("decoding", {}), file=file, guard=name_of_guard),
             description=description,
             require_batch_invariance=invariance,
             workers=workers,
@@ -317,17 +320,25 @@ def _checkpoint(data: Any, base: Path, *, file: str, backend: str) -> Checkpoint
     return CheckpointSpec(dir=_resolve(base, value))
 
 
-def _decoding(data: Any, *, file: str) -> DecodingParams:
+def _guard_decoding(guard: Any, mode: Any) -> dict[str, Any]:
+    """The guard adapter's own decoding for ``mode``; nothing for a guard name or
+    mode that is not known (reported when the profile is resolved, or by
+    ``DecodingParams``)."""
+    from guardrepro.guards.registry import ADAPTERS, decoding_defaults
+
+    if guard not in ADAPTERS or mode not in ("greedy", "sampled"):
+        return {}
+    return decoding_defaults(guard, mode)
+
+
+def _decoding(data: Any, *, file: str, guard: Any) -> DecodingParams:
     _keys(data, set(_DECODING_TYPES), set(), file=file, where="decoding")
     for key, value in data.items():
         types = _DECODING_TYPES[key]
         if isinstance(value, bool) or not isinstance(value, types):
             names = " or ".join(t.__name__ for t in types)
             raise InputError(f"expected {names}, got {value!r}", file=file, field=f"decoding.{key}")
-    values = dict(data)
-    if values.get("mode") == "sampled":
-        for key, default in AUTHORS_SAMPLED_DEFAULTS.items():
-            values.setdefault(key, default)
+    values = {**_guard_decoding(guard, data.get("mode", "greedy")), **data}
     for key in ("temperature", "top_p"):
         if key in values:
             values[key] = float(values[key])

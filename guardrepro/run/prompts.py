@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.fetch import materialize
-from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.fetch import materialize_lock
+from guardrepro.artifacts.locks import Lock, load_lock
 from guardrepro.artifacts.template import check_placeholders, extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import (
@@ -68,6 +68,15 @@ def load_template(
     pinned file sha256 is the template hash.
     """
     lock = load_lock(Path(lock_path))
+    return template_from_lock(lock, file_path, lambda pinned: materialize_lock(pinned, home))
+
+
+def template_from_lock(
+    lock: Lock, file_path: str, materialized: Callable[[Lock], Path]
+) -> GuardTemplate:
+    """``load_template`` for a lock already read; ``materialized(lock)`` gives its
+    verified directory (called once the entry is known to be pinned)."""
+    lock_path = lock.path
     try:
         entry = lock.file(file_path)
     except KeyError:
@@ -77,8 +86,7 @@ def load_template(
             file=str(lock_path),
             field=file_path,
         ) from None
-    root = Path(materialize(Path(lock_path), home))
-    target = root / file_path
+    target = materialized(lock) / file_path
     if entry.extract:
         if not entry.extract_sha256:
             raise InputError(

@@ -36,7 +36,13 @@ from guardrepro.bench.shortcuts import (
     side_effect_prefix,
     tool_key,
 )
-from guardrepro.guards.base import ExpectedTokens, GuardTemplate, Messages, ParseResult
+from guardrepro.guards.base import (
+    ExpectedTokens,
+    GuardTemplate,
+    Messages,
+    ParseResult,
+    own_decoding,
+)
 from guardrepro.schema import DecodingParams, sha256_text
 
 RULE_VERSION = "rule-v1"
@@ -124,4 +130,8 @@ class RuleAdapter:
         return 0 if text else None
 
     def greedy_decoding(self) -> DecodingParams:
-        return DecodingParams(mode="greedy", max_new_tokens=1)
+        return DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
+
+    def decoding_defaults(self, mode: str) -> dict[str, Any]:
+        """One token: a rule writes its verdict, it does not decode."""
+        return own_decoding(mode, self.max_new_tokens)

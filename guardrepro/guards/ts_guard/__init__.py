@@ -3,6 +3,7 @@ rendering, the tag parser (``guardrepro.guards.ts_guard.parser``) and decoding d
 
 from guardrepro.guards.ts_guard.adapter import (
     CHATML_TOKENS,
+    TOY_GUARD_MAX_NEW_TOKENS,
     TS_GUARD_EXPECTED,
     TS_GUARD_MAX_ATTEMPTS,
     TS_GUARD_MAX_NEW_TOKENS,
@@ -15,6 +16,7 @@ from guardrepro.guards.ts_guard.adapter import (
 
 __all__ = [
     "CHATML_TOKENS",
+    "TOY_GUARD_MAX_NEW_TOKENS",
     "TS_GUARD_EXPECTED",
     "TS_GUARD_MAX_ATTEMPTS",
     "TS_GUARD_MAX_NEW_TOKENS",

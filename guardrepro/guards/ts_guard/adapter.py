@@ -6,17 +6,18 @@ TS-Guard-family renderer (Python ``str()`` of a dict agent_action); parsing is
 ``guardrepro.guards.ts_guard.parser.parse_ts_guard``; the decision position is where the
 harmfulness rating value starts.
 
-Decoding defaults (UPSTREAM.md): greedy, one attempt, 2048 new tokens; the
-authors' sampled mode is temperature 0.1, top_p 0.9, up to 3 attempts until
-one parses, 2048 new tokens. The same class serves the toy guard, which
-shares the output format and parser but has its own template, name and a
-shorter generation budget.
+Decoding defaults (docs/PROTOCOL.md): greedy, one attempt, 2048 new tokens;
+the authors' sampled mode is temperature 0.1, top_p 0.9, up to 3 attempts
+until one parses, 2048 new tokens. These are the only copy: a run profile's
+omitted ``[decoding]`` keys are filled from ``decoding_defaults``. The same
+class serves the toy guard, which shares the output format and parser but has
+its own template, name and a shorter generation budget.
 
 Special tokens: the checkpoint's EOS ids must name exactly ``<|im_end|>`` and
 ``<|endoftext|>`` and its pad id ``<|endoftext|>`` (``ExpectedTokens``; the
 ids are read from the checkpoint's own config). TS-Guard additionally pins
 the ids documented upstream (docs/PROTOCOL.md): EOS {151645, 151643}, pad
-151643. ``pipeline.resolve_profile`` refuses a locked checkpoint that
+151643. ``run.resolve.resolve_profile`` refuses a locked checkpoint that
 declares anything else, before any row is generated.
 """
 
@@ -40,6 +41,8 @@ TS_GUARD_MAX_NEW_TOKENS = 2048
 TS_GUARD_TEMPERATURE = 0.1
 TS_GUARD_TOP_P = 0.9
 TS_GUARD_MAX_ATTEMPTS = 3
+# The toy guard's generation budget (its outputs are short; see its TRAINING.md).
+TOY_GUARD_MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -123,3 +126,9 @@ class TSGuardAdapter:
             max_attempts=TS_GUARD_MAX_ATTEMPTS,
             seed=seed,
         )
+
+    def decoding_defaults(self, mode: str) -> dict[str, Any]:
+        """Greedy (one attempt) or the authors' sampled mode, with this guard's
+        token budget (``guards.base.GuardAdapter.decoding_defaults``)."""
+        params = self.sampled_decoding() if mode == "sampled" else self.greedy_decoding()
+        return {k: v for k, v in params.to_dict().items() if k != "seed"}

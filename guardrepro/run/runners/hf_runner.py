@@ -74,6 +74,7 @@ from transformers.utils import logging as hf_logging
 from guardrepro.errors import InferenceError, InputError, MissingArtifactError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason
+from guardrepro.run.runners.options import HF as HF_OPTIONS
 from guardrepro.schema import DecodingParams
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -81,7 +82,7 @@ DTYPES: Mapping[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-OPTIONS = ("dtype", "device", "batch_size", "threads", "attn_implementation", "decode_loop")
+OPTIONS = HF_OPTIONS.names
 
 
 def _option_error(key: str, message: str) -> InputError:
@@ -92,14 +93,7 @@ def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise _option_error(unknown[0], f"unknown option for the hf backend (known: {OPTIONS})")
-    out: dict[str, Any] = {
-        "dtype": options.get("dtype", "float32"),
-        "device": options.get("device", "cpu"),
-        "batch_size": options.get("batch_size", 1),
-        "threads": options.get("threads"),
-        "attn_implementation": options.get("attn_implementation", "sdpa"),
-        "decode_loop": options.get("decode_loop", "generate"),
-    }
+    out: dict[str, Any] = HF_OPTIONS.filled(options)
     if out["threads"] == "auto":
         from guardrepro.run.workers import physical_cores
 
@@ -141,6 +135,7 @@ class _FirstTokenClock(StoppingCriteria):
 
 class HFRunner:
     backend = "hf"
+    OPTIONS = HF_OPTIONS
 
     def __init__(
         self,

@@ -41,11 +41,12 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
-_OPTIONS = {"batch_size", "prefill_step_size", "device", "dtype"}
+_OPTIONS = set(MLX_OPTIONS.names)
 _DEVICES = ("cpu", "gpu", "default")
 
 
@@ -68,6 +69,7 @@ class MLXRunner:
     """Runner protocol implementation on mlx-lm (see module docstring)."""
 
     backend = "mlx"
+    OPTIONS = MLX_OPTIONS
 
     def __init__(
         self,
@@ -83,12 +85,13 @@ class MLXRunner:
             raise InputError(f"unknown MLX option {unknown[0]!r} (allowed: "
                              f"{', '.join(sorted(_OPTIONS))})",
                              field=f"backend_options.{unknown[0]}")
-        batch_size = _positive_int(options, "batch_size", 1)
+        batch_size = _positive_int(options, "batch_size", MLX_OPTIONS.default("batch_size"))
         if batch_size != 1:
             raise InputError("the MLX runner decodes one request at a time; batch_size must "
                              "be 1", field="backend_options.batch_size")
-        self.prefill_step_size = _positive_int(options, "prefill_step_size", 2048)
-        device = options.get("device", "default")
+        self.prefill_step_size = _positive_int(
+            options, "prefill_step_size", MLX_OPTIONS.default("prefill_step_size"))
+        device = options.get("device", MLX_OPTIONS.default("device"))
         if device not in _DEVICES:
             raise InputError(f"device must be one of {_DEVICES}, got {device!r}",
                              field="backend_options.device")

@@ -25,6 +25,9 @@ Constructor contract every runner class in ``RUNNERS`` implements::
 - ``options`` is validated by the runner itself: an unknown key or a bad value
   raises ``InputError(field="backend_options.<key>")``. Common keys: ``dtype``,
   ``device``, ``batch_size`` (requests per ``generate`` chunk).
+- The class declares its options as ``OPTIONS`` (a ``runners.options.OptionTable``:
+  names, types, defaults, help); ``option_table(backend)`` reads the same table
+  without importing the runner, for ``doctor`` and the profile docs.
 - The runner loads local files only (no hub access, no remote code) and
   raises ``InferenceError`` for a failure that concerns a request rather than
   the configuration.
@@ -49,6 +52,8 @@ from typing import Any
 
 from guardrepro.errors import DependencyMissingError, InputError
 from guardrepro.run.runners.base import Runner
+from guardrepro.run.runners.options import TABLES as OPTION_TABLES
+from guardrepro.run.runners.options import OptionTable
 
 RUNNERS: Mapping[str, str] = {
     "hf": "guardrepro.run.runners.hf_runner:HFRunner",
@@ -85,6 +90,14 @@ def _missing(backend: str, exc: ImportError) -> DependencyMissingError | None:
         f"backend {backend!r} needs the Python package {name!r}, which is not installed: "
         f"pip install 'guardrepro[{extra}]'"
     )
+
+
+def option_table(backend: str) -> OptionTable:
+    """The options runner ``backend`` declares (its class's ``OPTIONS``), read
+    from the declarations module: the runner and its dependencies are not
+    imported."""
+    _check_name(backend)
+    return OPTION_TABLES[backend]
 
 
 def runner_class(backend: str) -> type[Any]:

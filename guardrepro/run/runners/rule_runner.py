@@ -18,13 +18,15 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.options import RULE as RULE_OPTIONS
 from guardrepro.schema import DecodingParams
 
-_OPTIONS = {"lookup_table", "batch_size"}
+_OPTIONS = set(RULE_OPTIONS.names)
 
 
 class RuleRunner:
     backend = "rule"
+    OPTIONS = RULE_OPTIONS
 
     def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
                  eos_token_ids: Sequence[int], pad_token_id: int | None,

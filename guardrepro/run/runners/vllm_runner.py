@@ -58,6 +58,7 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.options import VLLM as VLLM_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 
@@ -245,6 +246,7 @@ class VLLMRunner:
     """Runner protocol on an offline ``vllm.LLM`` (see the module docstring)."""
 
     backend = "vllm"
+    OPTIONS = VLLM_OPTIONS
 
     def __init__(
         self,

@@ -1,0 +1,197 @@
+"""Resolve a run profile once into the objects a run needs.
+
+Input: a ``RunProfile`` (already parsed) and the guardrepro cache home.
+Output: a frozen ``ResolvedProfile``: the guard adapter and its template, the
+checkpoint directory (materialized and verified), the checkpoint's lock, the
+model revision, the prompt tokenizer, the runner options and, on first use,
+the artifact tree hash.
+
+Invariants:
+
+- Each lock file the profile names is read once and materialized (verified)
+  once, even when the template and the checkpoint are pinned by the same lock;
+  everything below (template load, revision, tree hash) works on those
+  objects and never re-opens the lock file.
+- A checkpoint pinned by a lock must declare the guard's special tokens
+  (``GuardAdapter.special_tokens``); an unpinned directory that differs only
+  gets a warning (see ``run.pipeline``).
+- The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
+  bytes ``materialize`` just verified are not read again); of an unpinned
+  directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardrepro.errors import InputError, PromptError
+from guardrepro.guards.base import GuardAdapter, GuardTemplate
+from guardrepro.run.profile import RunProfile
+from guardrepro.schema import sha256_text
+
+UNPINNED = "unpinned"
+
+
+class RuleTokenizer:
+    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
+    backend): no chat template, no token ids, nothing to decode."""
+
+    def __init__(self) -> None:
+        self.chat_template_sha256: str | None = None
+        self.eos_token_ids: list[int] = []
+        self.pad_token_id: int | None = None
+
+    def single_token_id(self, text: str) -> int:
+        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
+        return ()
+
+    def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        return None
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class ResolvedProfile:
+    """What a profile points at, loaded and verified (built by ``resolve_profile``)."""
+
+    profile: RunProfile
+    checkpoint_dir: Path
+    model_revision: str
+    template: GuardTemplate
+    guard: GuardAdapter
+    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer or RuleTokenizer
+    checkpoint_lock: Any = None  # guardrepro.artifacts.locks.Lock for a pinned checkpoint
+    runner_options: Mapping[str, Any] = field(default_factory=dict)
+    home: Path | None = None
+
+    @functools.cached_property
+    def tree_sha256(self) -> str:
+        """The artifact tree hash recorded in the provenance (computed on first use)."""
+        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+
+        if self.profile.backend == "rule":  # no model, no checkpoint
+            return "none"
+        if self.checkpoint_lock is not None:  # just verified by materialize: no re-read
+            return cached_tree_hash(self.checkpoint_dir, self.home).sha256
+        return tree_hash(self.checkpoint_dir).sha256
+
+
+class _Locks:
+    """Each lock file read once and materialized once (keyed by resolved path)."""
+
+    def __init__(self, home: str | Path | None) -> None:
+        self.home = home
+        self._locks: dict[Path, Any] = {}
+        self._dirs: dict[Path, Path] = {}
+
+    def load(self, path: Path) -> Any:
+        from guardrepro.artifacts.locks import load_lock
+
+        key = Path(path).resolve()
+        if key not in self._locks:
+            self._locks[key] = load_lock(key)
+        return self._locks[key]
+
+    def materialized(self, lock: Any) -> Path:
+        from guardrepro.artifacts.fetch import materialize_lock
+
+        key = Path(lock.path)
+        if key not in self._dirs:
+            self._dirs[key] = Path(materialize_lock(lock, self.home))
+        return self._dirs[key]
+
+
+def _model_revision(lock: Any) -> str:
+    from guardrepro.artifacts.locks import GithubSource, HfSource
+
+    source = lock.source
+    if isinstance(source, HfSource):
+        return f"{source.repo}@{source.revision}"
+    if isinstance(source, GithubSource):
+        return f"{source.repo}@{source.commit}"
+    return f"{source.type}:{lock.name}"
+
+
+def _template(spec: Any, locks: _Locks) -> GuardTemplate | None:
+    from guardrepro.artifacts.template import check_placeholders
+    from guardrepro.run.prompts import template_from_lock
+
+    if spec.template_path is not None:
+        text = spec.template_path.read_text(encoding="utf-8")
+        check_placeholders(text, source=str(spec.template_path))
+        return GuardTemplate(text=text, sha256=sha256_text(text))
+    if spec.template_lock is not None and spec.template_file is not None:
+        lock = locks.load(spec.template_lock)
+        return template_from_lock(lock, spec.template_file, locks.materialized)
+    return None
+
+
+def _guard(profile: RunProfile, locks: _Locks) -> tuple[GuardAdapter, GuardTemplate]:
+    from guardrepro.guards.registry import adapter_info, get_guard
+
+    spec = profile.guard
+    try:
+        info = adapter_info(spec.name)
+        template = _template(spec, locks)
+        if template is not None and not info.needs_template:
+            raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
+                             "keys from [guard]", field="guard")
+        if info.needs_model != (profile.backend != "rule"):
+            what = "needs a model" if info.needs_model else "runs no model"
+            raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
+                             "not fit", field="backend")
+        guard = get_guard(spec.name, template)
+    except InputError as exc:
+        message = str(exc)
+        if exc.field is not None:
+            message = message.removeprefix(f"field {exc.field!r}: ")
+        field_name = "guard.name" if exc.field == "guard" else exc.field
+        raise InputError(message, file=str(profile.path), field=field_name) from exc
+    return guard, guard.template
+
+
+def runner_options(profile: RunProfile) -> dict[str, Any]:
+    """The profile's ``[backend_options]`` with file paths resolved against the profile."""
+    options = dict(profile.backend_options)
+    if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
+        options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
+    return options
+
+
+def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
+    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
+    profile.check_paths()
+    from guardrepro.run.prompts import PromptTokenizer
+
+    locks = _Locks(home)
+    guard, template = _guard(profile, locks)
+    home_path = None if home is None else Path(home)
+    options = runner_options(profile)
+    if profile.backend == "rule":
+        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer(),
+                               None, options, home_path)
+    lock = None
+    if profile.checkpoint.lock is not None:
+        lock = locks.load(profile.checkpoint.lock)
+        checkpoint_dir = locks.materialized(lock)
+        revision = _model_revision(lock)
+    else:
+        assert profile.checkpoint.dir is not None
+        checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
+    tokenizer = PromptTokenizer(checkpoint_dir)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
+    if mismatch is not None:
+        if lock is not None:
+            raise PromptError(mismatch)
+        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
+    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer,
+                           lock, options, home_path)
