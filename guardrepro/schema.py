@@ -1,7 +1,7 @@
 """Frozen values shared by every stage: cohort rows, decoding parameters,
 provenance and records.
 
-Each class has a strict ``from_dict`` that rejects unknown and missing keys
+Each class has a strict ``from_dict`` that rejects keys outside its fields and missing ones
 (a silently dropped field breaks provenance) and a ``to_dict`` whose output
 ``from_dict`` accepts unchanged. JSON is the only serialisation.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrepro.errors import InputError
+from guardrepro.spec import check_keys
 
 BENCH_FIELDS = (
     "id-interaction",
@@ -46,14 +47,8 @@ def _check_keys(
 ) -> None:
     if not isinstance(data, Mapping):
         raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file, row=row)
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise InputError(f"unknown key(s) {unknown}", file=file, row=row, field=unknown[0])
     required = {f.name for f in fields(cls) if f.default is f.default_factory is _MISSING}
-    missing = sorted(required - set(data))
-    if missing:
-        raise InputError(f"missing key(s) {missing}", file=file, row=row, field=missing[0])
+    check_keys(data, (f.name for f in fields(cls)), file=file, row=row, required=required)
 
 
 

@@ -189,6 +189,12 @@ def read_toml(path: str | Path, what: str = "spec", *,
         raise error(f"{what} not found", file=file) from None
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}", file=file) from None
+    return parse_toml(raw, file, error=error)
+
+
+def parse_toml(raw: bytes, file: str | None, *,
+               error: type[InputError] = InputError) -> tuple[dict[str, Any], str]:
+    """Decode and parse TOML bytes already read (e.g. to hash them too)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
