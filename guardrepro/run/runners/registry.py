@@ -22,7 +22,7 @@ Constructor contract every runner class in ``RUNNERS`` implements::
                                               # backend turns token ids into text with it
         ) -> None: ...
 
-- ``options`` is validated by the runner itself: an unknown key or a bad value
+- ``options`` is validated by the runner itself: a key it does not define or a bad value
   raises ``InputError(field="backend_options.<key>")``. Common keys: ``dtype``,
   ``device``, ``batch_size`` (requests per ``generate`` chunk).
 - The runner loads local files only (no hub access, no remote code) and
