@@ -1,9 +1,9 @@
 """Gate specs (``checks/*.toml``): read and validated strictly.
 
 Input: a TOML file (layout in ``guardrepro.checks.gate``'s docstring).
-Output: a frozen ``GateSpec``. Unknown keys, missing keys, wrong types and
-out-of-range values are ``InputError``s naming the file and the key; paths
-in the spec resolve relative to the spec file.
+Output: a frozen ``GateSpec``. Keys outside the format, missing keys, wrong
+types and out-of-range values are ``InputError``s naming the file and the key;
+paths in the spec resolve relative to the spec file.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ null, so a null fails closed downstream) and, via ``load_rows``, the
 
 Invariants: read strictly; any problem is an ``InputError`` naming the file,
 the 1-based line and the field: bytes that are not UTF-8, a blank or
-non-JSON line, a missing or unknown key, a value of the wrong type, a second
+non-JSON line, a missing key or one outside the format, a value of the wrong type, a second
 row for the same (base_sample_id, variant), or rows of one base that disagree
 on domain or gold label. An empty file is an error. Nothing is skipped or
 coerced (``true`` is not 1).

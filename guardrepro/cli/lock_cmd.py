@@ -82,7 +82,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         raise InputError("lock file exists (use --force to overwrite)", file=str(out))
     name = name or out.stem
     if hub is not None:
-        from guardrepro.artifacts.locks import HEX40
+        from guardrepro.spec import HEX40
 
         if revision is None or not HEX40.match(revision):
             raise InputError(f"--hub needs --revision as a 40-hex commit, got {revision!r}",
