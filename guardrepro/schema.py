@@ -53,12 +53,33 @@ def _check_keys(
 
 
 
-def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(
-            f"expected one of 0, 0.5, 1, got {value!r}", file=file, row=row, field=field_name
-        )
+def is_score(value: Any) -> bool:
+    """True for 0, 0.5 or 1 given as a JSON number (a boolean is not a score)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and value in GOLD_SCORES
+
+
+def check_score(
+    value: Any,
+    *,
+    nullable: bool = False,
+    file: str | None = None,
+    row: int | None = None,
+    line: int | None = None,
+    field: str | None = "score",
+) -> float | None:
+    """The one score check: 0, 0.5 or 1 as a float; with ``nullable``, None passes
+    (an invalid prediction). Anything else is an ``InputError`` naming where."""
+    if value is None and nullable:
+        return None
+    if not is_score(value):
+        allowed = "0, 0.5, 1 or null" if nullable else "0, 0.5 or 1"
+        raise InputError(f"expected {allowed}, got {value!r:.60}", file=file, row=row,
+                         line=line, field=field)
     return float(value)
+
+
+def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
+    return float(check_score(value, file=file, row=row, field=field_name) or 0.0)
 
 
 COHORT_TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")
@@ -382,8 +403,7 @@ class Record:
             raise InputError(f"status must be one of {RECORD_STATUSES}", field="status")
         if (self.status == "ok") != (self.score is not None):
             raise InputError("score is set exactly when status is ok", field="score")
-        if self.score is not None and self.score not in GOLD_SCORES:
-            raise InputError(f"score must be 0, 0.5 or 1, got {self.score!r}", field="score")
+        check_score(self.score, nullable=True)
 
     @property
     def valid(self) -> bool:

@@ -48,7 +48,7 @@ from guardrepro.bench.tsbench import (
 )
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
-from guardrepro.schema import GOLD_SCORES
+from guardrepro.schema import check_score
 
 RELEASED_DIR = "guardian_test_logs/{benchmark}/TS-Guard"
 RELEASED_FILES = ("preds.json", "labels.json", "meta_data.json")
@@ -116,11 +116,7 @@ def _canonical(value: Any) -> str:
 
 
 def _check_pred(value: Any, *, file: str | None, index: int) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5, 1 or null, got {value!r}", file=file, row=index)
-    return float(value)
+    return check_score(value, nullable=True, file=file, row=index, field=None)
 
 
 def _check_meta_entry(entry: Any, *, file: str, index: int) -> tuple[Any, dict[str, Any]]:

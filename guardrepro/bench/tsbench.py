@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.schema import BENCH_FIELDS, GOLD_SCORES
+from guardrepro.schema import BENCH_FIELDS, check_score
 
 UNIT_SEPARATOR = "\x1f"
 
@@ -172,11 +172,7 @@ def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
                 row=index,
                 field=name,
             )
-    score = row["score"]
-    if isinstance(score, bool) or not isinstance(score, int | float) or score not in GOLD_SCORES:
-        raise InputError(
-            f"expected a score of 0, 0.5 or 1, got {score!r}", file=file, row=index, field="score"
-        )
+    check_score(row["score"], file=file, row=index)
     return row
 
 

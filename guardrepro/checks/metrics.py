@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.schema import GOLD_SCORES
+from guardrepro.schema import check_score as schema_check_score
 
 Number = int | float
 
@@ -63,17 +63,11 @@ def _plain(x: Number) -> Number:
 
 def check_score(value: Any, *, field: str = "score", row: int | None = None) -> float | None:
     """Validate a predicted score: one of 0, 0.5, 1, or None (invalid)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5, 1 or null, got {value!r}", row=row, field=field)
-    return float(value)
+    return schema_check_score(value, nullable=True, row=row, field=field)
 
 
 def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5 or 1, got {value!r}", row=row, field=field)
-    return float(value)
+    return float(schema_check_score(value, row=row, field=field) or 0.0)
 
 
 def strict_decision(score: float | None) -> int:

@@ -86,7 +86,7 @@ class CohortSpec:
 class _Table(Table):
     """The shared strict table, with the cohort spec's string rules."""
 
-    def __init__(self, data: Any, file: str, prefix: str) -> None:
+    def __init__(self, data: Any, file: str | None, prefix: str) -> None:
         super().__init__(data, file, prefix.rstrip("."))
 
     def take(self, key: str, kind: type | tuple[type, ...], default: Any = REQUIRED, *,
