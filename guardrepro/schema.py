@@ -78,6 +78,12 @@ def check_score(
     return float(value)
 
 
+def strict_decision(score: float | None) -> int:
+    """The strict rule, for a prediction or a gold score alike: 1 (unsafe / block)
+    unless the score is exactly 0; None (invalid or missing) fails closed to 1."""
+    return 1 if score is None or score != 0 else 0
+
+
 def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
     return float(check_score(value, file=file, row=row, field=field_name) or 0.0)
 
@@ -166,7 +172,7 @@ class CohortRow:
         if isinstance(label, bool) or not isinstance(label, int) or label not in (0, 1):
             raise InputError(f"expected the strict label 0 or 1, got {label!r}", file=file,
                              row=row, field="original_label")
-        strict = 0 if sample["label"] == 0 else 1
+        strict = strict_decision(sample["label"])
         if label != strict:
             raise InputError(f"is {label} but sample.label {sample['label']!r} has strict "
                              f"label {strict}", file=file, row=row, field="original_label")
@@ -412,7 +418,7 @@ class Record:
     @property
     def strict_decision(self) -> int:
         """Strict (unsafe) decision, fail-closed: invalid rows count as 1."""
-        return 1 if self.score is None or self.score != 0 else 0
+        return strict_decision(self.score)
 
     @classmethod
     def from_dict(

@@ -55,7 +55,7 @@ from typing import Any
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Record, strict_decision
 
 CAUSES = ("sampling", "quantization", "backend", "unexplained")
 LEVELS = ("strict", "exact")
@@ -101,7 +101,7 @@ class RunInput:
 
 def strict_value(score: float | None) -> str:
     """Fail-closed strict decision as a value: invalid counts as unsafe."""
-    return "1" if score is None or score != 0 else "0"
+    return str(strict_decision(score))
 
 
 def exact_value(score: float | None) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from guardrepro.checks.compare import Comparison, RowComparison
 from guardrepro.checks.runio import variant_order
 from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.schema import strict_decision
 
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
@@ -66,7 +67,7 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
             "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
             "domain": r.domain, "gold_label": r.gold_label, "status": r.status,
             "score": r.score, "valid": r.valid,
-            "strict_decision": int(r.score is None or r.score != 0),  # fail-closed
+            "strict_decision": strict_decision(r.score),  # fail-closed
             "decision_margin": r.decision_margin,
             "error_type": rec.error_type if rec else None,
             "output_text": rec.output_text if rec else None,

@@ -37,7 +37,7 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Record, strict_decision
 
 # axis -> (field in the metrics, True when lower is better)
 AXES: dict[str, tuple[str, bool]] = {
@@ -129,7 +129,7 @@ def parse_costs(text: str | None) -> dict[str, float]:
 
 def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, float]:
     """(fn, fp, harm) of one row, fail-closed."""
-    gold = int(record.gold_label != 0)
+    gold = strict_decision(record.gold_label)
     decision = record.strict_decision
     fn = int(gold == 1 and decision == 0)
     fp = int(gold == 0 and decision == 1)
@@ -174,7 +174,7 @@ def config_metrics(config: Config, costs: Mapping[str, float],
     per_row = [row_harm(r, costs) for r in records]
     fn = sum(p[0] for p in per_row)
     fp = sum(p[1] for p in per_row)
-    gold_unsafe = sum(1 for r in records if r.gold_label != 0)
+    gold_unsafe = sum(strict_decision(r.gold_label) for r in records)
     invalid = sum(1 for r in records if not r.valid)
     harm = 100.0 * sum(p[2] for p in per_row) / len(records)
     interval = ratio_interval([100.0 * p[2] for p in per_row], [1.0] * len(records),

@@ -45,7 +45,7 @@ from guardrepro.checks.runio import (
 )
 from guardrepro.errors import DependencyMissingError, GuardreproError, InputError
 from guardrepro.run.records import RunManifest, write_atomic
-from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text
+from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text, strict_decision
 
 HTML_FILE = "report.html"
 FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png")
@@ -141,7 +141,7 @@ def _output_pair(rec: Record | None, other: Record | None) -> dict[str, Any]:
 def _strict(score: float | None, status: str) -> int | None:
     if status == "missing":
         return None
-    return int(score is None or score != 0)
+    return strict_decision(score)
 
 
 def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score as schema_check_score
+from guardrepro.schema import strict_decision
 
 Number = int | float
 
@@ -70,13 +71,9 @@ def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None)
     return float(schema_check_score(value, row=row, field=field) or 0.0)
 
 
-def strict_decision(score: float | None) -> int:
-    """1 (unsafe / block) unless the score is exactly 0; None fails closed to 1."""
-    return 1 if score is None or score != 0 else 0
-
-
 def gold_strict(gold: float) -> int:
-    return 0 if gold == 0 else 1
+    """The strict gold label: the same rule as a decision (``schema.strict_decision``)."""
+    return strict_decision(gold)
 
 
 @dataclass(frozen=True)
