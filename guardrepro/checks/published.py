@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.stats import fmt_num
+from guardrepro.checks.formatting import fmt_num
 from guardrepro.errors import InputError
 from guardrepro.spec import Table, load_toml
 
