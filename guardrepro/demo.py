@@ -23,7 +23,7 @@ from typing import Any
 
 import guardrepro
 from guardrepro.checks.formatting import frac_equals
-from guardrepro.errors import GateFailed, InputError
+from guardrepro.errors import GateFailed, InputError, missing_extra
 
 Say = Callable[[str], None]
 
@@ -80,7 +80,10 @@ class MlxPlan:
 
 
 def mlx_plan() -> MlxPlan:
-    import mlx.core as mx
+    try:
+        import mlx.core as mx
+    except ImportError as exc:
+        raise missing_extra("the MLX part of the demo", "mlx", "mlx") from exc
 
     device = str(mx.default_device())
     if mx.default_device() == mx.gpu:

@@ -28,7 +28,7 @@ from typing import Any
 
 from guardrepro.checks.compare import Comparison, RowComparison
 from guardrepro.checks.runio import variant_order
-from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.errors import InputError, missing_extra
 from guardrepro.schema import strict_decision
 
 RUN_DTYPES = {
@@ -45,7 +45,7 @@ def _pd() -> Any:
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - pandas is a core dependency
-        raise DependencyMissingError("the Python API needs pandas: pip install pandas") from exc
+        raise missing_extra("the Python API", "pandas", None) from exc
     return pd
 
 
@@ -139,8 +139,7 @@ def write_table(df: Any, path: str | Path) -> Path:
         try:
             df.to_parquet(buffer, index=False)
         except ImportError as exc:
-            raise DependencyMissingError(
-                "Parquet export needs pyarrow: pip install 'guardrepro[report]'") from exc
+            raise missing_extra("Parquet export", "pyarrow", "report") from exc
     else:
         raise InputError("table export needs a .csv or .parquet file name", file=str(path))
     atomic_write_bytes(path, buffer.getvalue())

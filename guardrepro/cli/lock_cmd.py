@@ -47,10 +47,9 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
     try:
         from huggingface_hub import HfApi
     except ImportError as exc:
-        from guardrepro.errors import DependencyMissingError
+        from guardrepro.errors import missing_extra
 
-        raise DependencyMissingError("--hub needs huggingface_hub: pip install "
-                                     "'guardrepro[hf]'") from exc
+        raise missing_extra("--hub", "huggingface_hub", "hf") from exc
     try:
         items = HfApi().list_repo_tree(repo, revision=revision, recursive=True)
         return [item.path for item in items if type(item).__name__ == "RepoFile"]

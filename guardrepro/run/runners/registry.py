@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.errors import DependencyMissingError, InputError, missing_extra
 from guardrepro.run.runners.base import Runner
 
 RUNNERS: Mapping[str, str] = {
@@ -80,11 +80,7 @@ def _missing(backend: str, exc: ImportError) -> DependencyMissingError | None:
     name = (getattr(exc, "name", None) or "").split(".")[0]
     if name not in DEPENDENCIES[backend]:
         return None
-    extra = EXTRAS[backend]
-    return DependencyMissingError(
-        f"backend {backend!r} needs the Python package {name!r}, which is not installed: "
-        f"pip install 'guardrepro[{extra}]'"
-    )
+    return missing_extra(f"backend {backend!r}", name, EXTRAS[backend])
 
 
 def runner_class(backend: str) -> type[Any]:
