@@ -85,7 +85,9 @@ def strict_decision(score: float | None) -> int:
 
 
 def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
-    return float(check_score(value, file=file, row=row, field=field_name) or 0.0)
+    score = check_score(value, file=file, row=row, field=field_name)
+    assert score is not None  # not nullable
+    return score
 
 
 COHORT_TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")

@@ -68,7 +68,9 @@ def check_score(value: Any, *, field: str = "score", row: int | None = None) -> 
 
 
 def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None) -> float:
-    return float(schema_check_score(value, row=row, field=field) or 0.0)
+    score = schema_check_score(value, row=row, field=field)
+    assert score is not None  # not nullable
+    return score
 
 
 def gold_strict(gold: float) -> int:
