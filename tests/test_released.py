@@ -181,7 +181,7 @@ def test_files_only_mode(tmp_path: Path) -> None:
     assert [r.sample_id for r in released.rows] == [base_sample_id(r) for r in rows]
     assert all(r.domain is None for r in released.rows)
     rewrite(paths[2], lambda d: d[4]["meta_sample"].pop("score"))
-    with pytest.raises(InputError, match="missing field") as info:
+    with pytest.raises(InputError, match="missing key") as info:
         align_released(*paths, None)
     assert info.value.row == 4 and info.value.field == "score"
 

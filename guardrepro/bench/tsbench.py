@@ -39,6 +39,7 @@ from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.schema import BENCH_FIELDS, check_score
+from guardrepro.spec import check_keys
 
 UNIT_SEPARATOR = "\x1f"
 
@@ -140,12 +141,7 @@ def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
     """Check one decoded row against the TS-Bench schema and return it unchanged."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, got {type(row).__name__}", file=file, row=index)
-    missing = [name for name in BENCH_FIELDS if name not in row]
-    if missing:
-        raise InputError(f"missing field(s) {missing}", file=file, row=index, field=missing[0])
-    extra = sorted(set(row) - set(BENCH_FIELDS))
-    if extra:
-        raise InputError(f"unknown field(s) {extra}", file=file, row=index, field=extra[0])
+    check_keys(row, BENCH_FIELDS, file=file, row=index, required=BENCH_FIELDS)
     for name in _ID_FIELDS:
         value = row[name]
         if isinstance(value, bool) or not isinstance(value, int | str):

@@ -43,6 +43,7 @@ from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
+from guardrepro.spec import check_keys
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
 _OPTIONS = {"batch_size", "prefill_step_size", "device", "dtype"}
@@ -78,11 +79,7 @@ class MLXRunner:
         pad_token_id: int | None,
         decode: Callable[[Sequence[int]], str],
     ) -> None:
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:
-            raise InputError(f"unknown MLX option {unknown[0]!r} (allowed: "
-                             f"{', '.join(sorted(_OPTIONS))})",
-                             field=f"backend_options.{unknown[0]}")
+        check_keys(options, _OPTIONS, where="backend_options")
         batch_size = _positive_int(options, "batch_size", 1)
         if batch_size != 1:
             raise InputError("the MLX runner decodes one request at a time; batch_size must "
