@@ -111,10 +111,7 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
                   row: int | None) -> dict[str, Any]:
     if not isinstance(sample, Mapping):
         raise InputError("expected an object", file=file, row=row, field="sample")
-    if set(sample) != set(SAMPLE_KEYS):
-        diff = sorted(set(sample) ^ set(SAMPLE_KEYS))
-        raise InputError(f"sample keys differ from the 13 cohort sample keys: {diff}",
-                         file=file, row=row, field=f"sample.{diff[0]}")
+    check_keys(sample, SAMPLE_KEYS, file=file, row=row, where="sample", required=SAMPLE_KEYS)
     for name in ("sample_id", "source", "split"):
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
     for name in COHORT_TEXT_FIELDS:  # a built cohort holds the stringified texts

@@ -49,6 +49,7 @@ from guardrepro.bench.tsbench import (
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
 from guardrepro.schema import check_score
+from guardrepro.spec import check_keys
 
 RELEASED_DIR = "guardian_test_logs/{benchmark}/TS-Guard"
 RELEASED_FILES = ("preds.json", "labels.json", "meta_data.json")
@@ -124,15 +125,8 @@ def _check_meta_entry(entry: Any, *, file: str, index: int) -> tuple[Any, dict[s
         raise InputError(
             f"expected a JSON object, got {type(entry).__name__}", file=file, row=index
         )
-    expected = {"meta_sample", "guard_res"}
-    if set(entry) != expected:
-        diff = sorted(set(entry) ^ expected)
-        raise InputError(
-            f"expected keys {sorted(expected)}, found {sorted(entry)}",
-            file=file,
-            row=index,
-            field=diff[0],
-        )
+    check_keys(entry, ("meta_sample", "guard_res"), file=file, row=index,
+               required=("meta_sample", "guard_res"))
     guard_res = entry["guard_res"]
     if not isinstance(guard_res, dict):
         raise InputError(

@@ -49,7 +49,7 @@ from guardrepro.artifacts.store import (
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Record
-from guardrepro.spec import check_keys
+from guardrepro.spec import check_keys, type_problem
 
 RECORDS_FILE = "records.jsonl"
 LOCK_FILE = "records.jsonl.lock"
@@ -117,8 +117,9 @@ class RunManifest:
         names = [f.name for f in fields(cls)]
         check_keys(data, names, file=file, required=names)
         for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
-            if not isinstance(data[key], Mapping) or set(data[key]) != set(sub):
-                raise InputError(f"expected an object with keys {list(sub)}", file=file, field=key)
+            if not isinstance(data[key], Mapping):
+                raise InputError(type_problem(data[key], dict), file=file, field=key)
+            check_keys(data[key], sub, file=file, where=key, required=sub)
         return cls(**{name: data[name] for name in names})
 
     def to_dict(self) -> dict[str, Any]:
