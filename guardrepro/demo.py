@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import guardrepro
-from guardrepro.errors import GateFailed, InputError
+from guardrepro.checks.formatting import frac_equals
+from guardrepro.errors import GateFailed, InputError, missing_extra
 
 Say = Callable[[str], None]
 
@@ -79,7 +80,10 @@ class MlxPlan:
 
 
 def mlx_plan() -> MlxPlan:
-    import mlx.core as mx
+    try:
+        import mlx.core as mx
+    except ImportError as exc:
+        raise missing_extra("the MLX part of the demo", "mlx", "mlx") from exc
 
     device = str(mx.default_device())
     if mx.default_device() == mx.gpu:
@@ -293,16 +297,6 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     return att.to_dict()
 
 
-def _rate(figure: dict[str, Any] | None) -> str:
-    if not figure:
-        return "n/a"
-    # stats/gate figures are {numerator, denominator, value}; compare's {count, denominator, rate}
-    count = figure.get("numerator", figure.get("count"))
-    value = figure.get("value", figure.get("rate"))
-    shown = "n/a" if value is None else f"{value:.3f}"
-    return f"{count}/{figure['denominator']} = {shown}"
-
-
 def summary_lines(result: DemoResult) -> list[str]:
     """The short human summary printed at the end of ``guardrepro demo``."""
     lines: list[str] = []
@@ -310,8 +304,8 @@ def summary_lines(result: DemoResult) -> list[str]:
     lines.append("strict accuracy by variant (transformers fp32; invalid rows fail closed):")
     for variant, block in stats.get("variants", {}).items():
         lines.append(
-            f"  {variant:<18} accuracy {_rate(block['metrics']['accuracy'])}   "
-            f"coverage {_rate(block['coverage'])}"
+            f"  {variant:<18} accuracy {frac_equals(block['metrics']['accuracy'])}   "
+            f"coverage {frac_equals(block['coverage'])}"
         )
     lines.append("strict flips by edit (all pairs, fail-closed; 95% cluster bootstrap, "
                  "unstratified):")
@@ -320,16 +314,16 @@ def summary_lines(result: DemoResult) -> list[str]:
         ci = "" if flip["lower"] is None else f"  [{flip['lower']:.3f}, {flip['upper']:.3f}]"
         figure = {"numerator": flip["count"], "denominator": flip["denominator"],
                   "value": flip["point"]}
-        lines.append(f"  {variant:<18} {_rate(figure)}{ci}")
+        lines.append(f"  {variant:<18} {frac_equals(figure)}{ci}")
     if result.comparison is not None:
         s = result.comparison["summary"]
         plan = result.mlx_plan
         where = "" if plan is None else (
             f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
         lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
-        lines.append(f"  identical tokens   {_rate(s['identical_tokens'])}")
-        lines.append(f"  strict agreement   {_rate(s['strict_agreement'])}")
-        lines.append(f"  exact-score agree  {_rate(s['exact_score_agreement'])}")
+        lines.append(f"  identical tokens   {frac_equals(s['identical_tokens'])}")
+        lines.append(f"  strict agreement   {frac_equals(s['strict_agreement'])}")
+        lines.append(f"  exact-score agree  {frac_equals(s['exact_score_agreement'])}")
     if result.gate is not None:
         lines.append(f"gate: {result.gate['verdict']}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")

@@ -93,6 +93,16 @@ class DependencyMissingError(GuardreproError, ImportError):
     """An optional backend dependency is not installed; names the extra."""
 
 
+def missing_extra(need: str, package: str, extra: str | None) -> DependencyMissingError:
+    """The one wording of a missing dependency (raise it ``from`` the ImportError):
+    what needs it, the package, and the install command, ``guardrepro[<extra>]``
+    (or the package itself when ``extra`` is None: a core dependency)."""
+    target = f"'guardrepro[{extra}]'" if extra else package
+    return DependencyMissingError(
+        f"{need} needs the Python package {package!r}, which is not installed: "
+        f"pip install {target}")
+
+
 class InferenceError(GuardreproError, RuntimeError):
     """A backend failed to generate for a request."""
 

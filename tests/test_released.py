@@ -160,7 +160,7 @@ def test_alphabetical_order_is_refused(tmp_path: Path) -> None:
     [
         ("preds.json", lambda d: d.__setitem__(2, 0.7), "expected 0, 0.5, 1 or null"),
         ("preds.json", lambda d: d.__setitem__(2, False), "expected 0, 0.5, 1 or null"),
-        ("meta_data.json", lambda d: d[2].update({"extra": 1}), "expected keys"),
+        ("meta_data.json", lambda d: d[2].update({"extra": 1}), "unknown key 'extra'"),
         ("meta_data.json", lambda d: d[2].update({"guard_res": "text"}), "expected a JSON object"),
         ("meta_data.json", lambda d: d.__setitem__(2, []), "expected a JSON object"),
     ],
@@ -181,7 +181,7 @@ def test_files_only_mode(tmp_path: Path) -> None:
     assert [r.sample_id for r in released.rows] == [base_sample_id(r) for r in rows]
     assert all(r.domain is None for r in released.rows)
     rewrite(paths[2], lambda d: d[4]["meta_sample"].pop("score"))
-    with pytest.raises(InputError, match="missing field") as info:
+    with pytest.raises(InputError, match="missing key") as info:
         align_released(*paths, None)
     assert info.value.row == 4 and info.value.field == "score"
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.locks import HEX64, HfSource, LockedFile
+from guardrepro.artifacts.locks import HfSource, LockedFile
 from guardrepro.artifacts.store import check_relpath, output_error, safe_join, sha256_file
 from guardrepro.errors import FetchError, IntegrityError, TransientFetchError, UnsafePathError
+from guardrepro.spec import HEX64
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ Format::
     pinned_by = "first-download"   # sha256/size unknown upstream: recorded at first
     pinned_at = 2026-05-09         # verified download (pinned_at = that date)
 
-Invariants: unknown keys are errors (naming file, entry index and field); a file
+Invariants: keys outside the format are errors (naming file, entry index and field); a file
 entry without ``sha256`` must say ``pinned_by = "first-download"`` and is *pending*;
 paths are unique and none is a directory of another; hex is lowercase.
 """
@@ -49,9 +49,8 @@ import tomli_w
 
 from guardrepro.artifacts.store import atomic_write_bytes, check_relpath
 from guardrepro.errors import LockError, UnsafePathError
+from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, read_toml
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -168,50 +167,19 @@ class Lock:
 # --- parsing ------------------------------------------------------------------------
 
 
-class _Fields:
-    """Take typed fields out of a TOML table; anything left over is an error."""
+class _Fields(Table):
+    """The shared strict table, raising ``LockError``; ``required`` says whether
+    an absent key is an error (absent and optional reads as None)."""
 
     def __init__(self, table: Any, file: str, row: int | None, where: str) -> None:
-        if not isinstance(table, dict):
-            raise LockError(f"{where} must be a table", file=file, row=row)
-        self.table = dict(table)
-        self.file, self.row, self.where = file, row, where
-
-    def fail(self, name: str, message: str) -> LockError:
-        return LockError(message, file=self.file, row=self.row, field=f"{self.where}{name}")
+        super().__init__(table, file, where.rstrip("."), row=row, error=LockError)
 
     def get(self, name: str, kind: type | tuple[type, ...], *, required: bool) -> Any:
-        if name not in self.table:
-            if required:
-                raise self.fail(name, "is required")
-            return None
-        value = self.table.pop(name)
-        # bool is an int subclass; never accept it where an int is meant
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(name, f"must be {_kind_name(kind)}, got {value!r}")
-        return value
+        return self.take(name, kind, REQUIRED if required else None)
 
-    def pattern(self, name: str, regex: re.Pattern[str], what: str, *, required: bool) -> Any:
-        value = self.get(name, str, required=required)
-        if value is not None and not regex.fullmatch(value):
-            raise self.fail(name, f"must be {what}, got {value!r}")
-        return value
-
-    def only(self, *names: str) -> None:
-        """Refuse unknown keys before reading any field (the clearest error first)."""
-        unknown = sorted(set(self.table) - set(names))
-        if unknown:
-            raise self.fail(unknown[0], f"unknown key(s) {unknown}; allowed: {sorted(names)}")
-
-    def done(self) -> None:
-        if self.table:
-            unknown = sorted(self.table)
-            raise self.fail(unknown[0], f"unknown key(s) {unknown}")
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
+    def pattern(self, name: str, regex: re.Pattern[str], what: str,  # type: ignore[override]
+                *, required: bool) -> Any:
+        return super().pattern(name, regex, what, REQUIRED if required else None)
 
 
 def _parse_source(raw: Any, file: str) -> Source:
@@ -356,16 +324,7 @@ def _header(text: str) -> str:
 def load_lock(path: str | os.PathLike[str]) -> Lock:
     """Read and validate a lock file; LockError (an InputError) names file and field."""
     lock_path = Path(path)
-    try:
-        text = lock_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LockError("lock file not found", file=str(lock_path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(f"cannot read lock file: {exc}", file=str(lock_path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"invalid TOML: {exc}", file=str(lock_path)) from None
+    data, text = read_toml(lock_path, "lock file", error=LockError)
     return parse_lock(data, str(lock_path), _header(text), lock_path.resolve())
 
 

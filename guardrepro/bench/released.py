@@ -48,7 +48,8 @@ from guardrepro.bench.tsbench import (
 )
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
-from guardrepro.schema import GOLD_SCORES
+from guardrepro.schema import check_score
+from guardrepro.spec import check_keys
 
 RELEASED_DIR = "guardian_test_logs/{benchmark}/TS-Guard"
 RELEASED_FILES = ("preds.json", "labels.json", "meta_data.json")
@@ -116,11 +117,7 @@ def _canonical(value: Any) -> str:
 
 
 def _check_pred(value: Any, *, file: str | None, index: int) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5, 1 or null, got {value!r}", file=file, row=index)
-    return float(value)
+    return check_score(value, nullable=True, file=file, row=index, field=None)
 
 
 def _check_meta_entry(entry: Any, *, file: str, index: int) -> tuple[Any, dict[str, Any]]:
@@ -128,15 +125,8 @@ def _check_meta_entry(entry: Any, *, file: str, index: int) -> tuple[Any, dict[s
         raise InputError(
             f"expected a JSON object, got {type(entry).__name__}", file=file, row=index
         )
-    expected = {"meta_sample", "guard_res"}
-    if set(entry) != expected:
-        diff = sorted(set(entry) ^ expected)
-        raise InputError(
-            f"expected keys {sorted(expected)}, found {sorted(entry)}",
-            file=file,
-            row=index,
-            field=diff[0],
-        )
+    check_keys(entry, ("meta_sample", "guard_res"), file=file, row=index,
+               required=("meta_sample", "guard_res"))
     guard_res = entry["guard_res"]
     if not isinstance(guard_res, dict):
         raise InputError(

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.schema import BENCH_FIELDS, GOLD_SCORES
+from guardrepro.schema import BENCH_FIELDS, check_score
+from guardrepro.spec import check_keys
 
 UNIT_SEPARATOR = "\x1f"
 
@@ -140,12 +141,7 @@ def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
     """Check one decoded row against the TS-Bench schema and return it unchanged."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, got {type(row).__name__}", file=file, row=index)
-    missing = [name for name in BENCH_FIELDS if name not in row]
-    if missing:
-        raise InputError(f"missing field(s) {missing}", file=file, row=index, field=missing[0])
-    extra = sorted(set(row) - set(BENCH_FIELDS))
-    if extra:
-        raise InputError(f"unknown field(s) {extra}", file=file, row=index, field=extra[0])
+    check_keys(row, BENCH_FIELDS, file=file, row=index, required=BENCH_FIELDS)
     for name in _ID_FIELDS:
         value = row[name]
         if isinstance(value, bool) or not isinstance(value, int | str):
@@ -172,11 +168,7 @@ def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
                 row=index,
                 field=name,
             )
-    score = row["score"]
-    if isinstance(score, bool) or not isinstance(score, int | float) or score not in GOLD_SCORES:
-        raise InputError(
-            f"expected a score of 0, 0.5 or 1, got {score!r}", file=file, row=index, field="score"
-        )
+    check_score(row["score"], file=file, row=index)
     return row
 
 

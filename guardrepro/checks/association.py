@@ -55,6 +55,7 @@ import numpy as np
 from guardrepro.bench.shortcuts import MARKER, SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
+from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.errors import InputError
@@ -300,7 +301,7 @@ def _r(figure: dict[str, Any]) -> str:
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.4f}"
+    return fixed(value, 4, sign=True)
 
 
 def format_association(result: dict[str, Any]) -> str:

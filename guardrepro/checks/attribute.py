@@ -54,8 +54,9 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
+from guardrepro.checks.formatting import frac
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Record, strict_decision
 
 CAUSES = ("sampling", "quantization", "backend", "unexplained")
 LEVELS = ("strict", "exact")
@@ -101,7 +102,7 @@ class RunInput:
 
 def strict_value(score: float | None) -> str:
     """Fail-closed strict decision as a value: invalid counts as unsafe."""
-    return "1" if score is None or score != 0 else "0"
+    return str(strict_decision(score))
 
 
 def exact_value(score: float | None) -> str:
@@ -308,9 +309,9 @@ def reference_from_records(records: Sequence[Record], key_field: str) -> dict[st
 def _fmt_count(c: Mapping[str, Any]) -> str:
     rate = c["rate"]
     if rate is None:
-        return f"{c['count']}/{c['denominator']}"
+        return frac(c)
     ci = "" if c["lower"] is None else f" [{c['lower']:.3f}, {c['upper']:.3f}]"
-    return f"{c['count']}/{c['denominator']} ({rate:.3f}){ci}"
+    return f"{frac(c)} ({rate:.3f}){ci}"
 
 
 def _fmt_margin(q: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
 from guardrepro.errors import InputError
 from guardrepro.run.records import RECORDS_FILE, read_records
 from guardrepro.schema import Record
@@ -127,11 +128,6 @@ def quantiles(values: Iterable[float | None]) -> dict[str, Any]:
     return out
 
 
-def _rate(count: int, denominator: int) -> dict[str, Any]:
-    return {"count": count, "denominator": denominator,
-            "rate": (count / denominator) if denominator else None}
-
-
 @dataclass(frozen=True)
 class Comparison:
     run_a: str
@@ -155,12 +151,13 @@ class Comparison:
             "rows_in_both": n,
             "only_in_a": len(self.only_a),
             "only_in_b": len(self.only_b),
-            "input_mismatch": _rate(sum(not r.same_input for r in both), n),
-            "valid_a": _rate(sum(r.status_a == "ok" for r in both), n),
-            "valid_b": _rate(sum(r.status_b == "ok" for r in both), n),
-            "identical_tokens": _rate(sum(r.tokens_identical for r in both), n),
-            "exact_score_agreement": _rate(sum(bool(r.exact_agree) for r in joint), len(joint)),
-            "strict_agreement": _rate(len(agree), n),
+            "input_mismatch": rate_figure(sum(not r.same_input for r in both), n),
+            "valid_a": rate_figure(sum(r.status_a == "ok" for r in both), n),
+            "valid_b": rate_figure(sum(r.status_b == "ok" for r in both), n),
+            "identical_tokens": rate_figure(sum(r.tokens_identical for r in both), n),
+            "exact_score_agreement": rate_figure(sum(bool(r.exact_agree) for r in joint),
+                                                 len(joint)),
+            "strict_agreement": rate_figure(len(agree), n),
             "strict_disagreements": [r.row_id for r in disagree],
             "score_disagreements": [r.row_id for r in score_moved],
             "token_divergences": [r.row_id for r in both if not r.tokens_identical],
@@ -208,20 +205,6 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
                            run_a=str(run_a), run_b=str(run_b))
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
-
-
-def _fmt_rate(item: Mapping[str, Any]) -> str:
-    rate = item["rate"]
-    pct = "n/a" if rate is None else f"{100 * rate:.1f}%"
-    return f"{item['count']}/{item['denominator']} ({pct})"
-
-
 def format_table(comparison: Comparison) -> str:
     """A readable summary plus one line per row whose outputs differ."""
     s = comparison.summary()
@@ -230,22 +213,22 @@ def format_table(comparison: Comparison) -> str:
         f"B: {comparison.run_b} ({s['rows_b']} rows)",
         f"rows in both {s['rows_in_both']}, only in A {s['only_in_a']}, "
         f"only in B {s['only_in_b']}",
-        f"valid A            {_fmt_rate(s['valid_a'])}",
-        f"valid B            {_fmt_rate(s['valid_b'])}",
-        f"identical tokens   {_fmt_rate(s['identical_tokens'])}",
-        f"exact score agree  {_fmt_rate(s['exact_score_agreement'])}  (jointly valid rows)",
-        f"strict agree       {_fmt_rate(s['strict_agreement'])}  (both valid, same decision)",
+        f"valid A            {frac_percent(s['valid_a'])}",
+        f"valid B            {frac_percent(s['valid_b'])}",
+        f"identical tokens   {frac_percent(s['identical_tokens'])}",
+        f"exact score agree  {frac_percent(s['exact_score_agreement'])}  (jointly valid rows)",
+        f"strict agree       {frac_percent(s['strict_agreement'])}  (both valid, same decision)",
     ]
     if s["input_mismatch"]["count"]:
-        lines.append(f"WARNING: input_sha256 differs on {_fmt_rate(s['input_mismatch'])} rows")
+        lines.append(f"WARNING: input_sha256 differs on {frac_percent(s['input_mismatch'])} rows")
     for group in ("strict_agree", "strict_disagree", "score_disagree"):
         for side in ("a", "b"):
             q = s["margins"][group][side]
             if q["n"]:
                 lines.append(
-                    f"margin {side.upper()} [{group}] n={q['n']} min {_fmt(q['q00'])} "
-                    f"q25 {_fmt(q['q25'])} median {_fmt(q['q50'])} q75 {_fmt(q['q75'])} "
-                    f"max {_fmt(q['q100'])}"
+                    f"margin {side.upper()} [{group}] n={q['n']} min {sig3(q['q00'])} "
+                    f"q25 {sig3(q['q25'])} median {sig3(q['q50'])} q75 {sig3(q['q75'])} "
+                    f"max {sig3(q['q100'])}"
                 )
     moved = [r for r in comparison.rows if not (r.tokens_identical and r.strict_agree)]
     if moved:
@@ -254,10 +237,10 @@ def format_table(comparison: Comparison) -> str:
         table = [header]
         for r in moved:
             table.append((
-                r.row_id, r.variant, _fmt(r.score_a if r.status_a == "ok" else r.status_a),
-                _fmt(r.score_b if r.status_b == "ok" else r.status_b),
+                r.row_id, r.variant, sig3(r.score_a if r.status_a == "ok" else r.status_a),
+                sig3(r.score_b if r.status_b == "ok" else r.status_b),
                 f"{r.strict_a}/{r.strict_b}" + ("" if r.strict_agree else " !"),
-                _fmt(r.first_divergence), _fmt(r.margin_a), _fmt(r.margin_b),
+                sig3(r.first_divergence), sig3(r.margin_a), sig3(r.margin_b),
             ))
         widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
         lines.append("")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.errors import DependencyMissingError
+from guardrepro.errors import missing_extra
 
 
 def pyplot() -> Any:
@@ -18,8 +18,7 @@ def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DependencyMissingError(
-            "figures need matplotlib: pip install 'guardrepro[report]'") from exc
+        raise missing_extra("figures", "matplotlib", "report") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -31,7 +31,8 @@ from guardrepro.checks.compare import Comparison, RowComparison
 from guardrepro.checks.gate import GateResult
 from guardrepro.checks.runio import variant_order
 from guardrepro.checks.stats import StatsResult
-from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.errors import InputError, missing_extra
+from guardrepro.schema import strict_decision
 
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
@@ -47,7 +48,7 @@ def _pd() -> Any:
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - pandas is a core dependency
-        raise DependencyMissingError("the Python API needs pandas: pip install pandas") from exc
+        raise missing_extra("the Python API", "pandas", None) from exc
     return pd
 
 
@@ -69,7 +70,7 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
             "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
             "domain": r.domain, "gold_label": r.gold_label, "status": r.status,
             "score": r.score, "valid": r.valid,
-            "strict_decision": int(r.score is None or r.score != 0),  # fail-closed
+            "strict_decision": strict_decision(r.score),  # fail-closed
             "decision_margin": r.decision_margin,
             "error_type": rec.error_type if rec else None,
             "output_text": rec.output_text if rec else None,
@@ -141,8 +142,7 @@ def write_table(df: Any, path: str | Path) -> Path:
         try:
             df.to_parquet(buffer, index=False)
         except ImportError as exc:
-            raise DependencyMissingError(
-                "Parquet export needs pyarrow: pip install 'guardrepro[report]'") from exc
+            raise missing_extra("Parquet export", "pyarrow", "report") from exc
     else:
         raise InputError("table export needs a .csv or .parquet file name", file=str(path))
     atomic_write_bytes(path, buffer.getvalue())

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.formatting import fixed, frac, rate_figure, sig3
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Record, strict_decision
 
 # axis -> (field in the metrics, True when lower is better)
 AXES: dict[str, tuple[str, bool]] = {
@@ -129,16 +130,11 @@ def parse_costs(text: str | None) -> dict[str, float]:
 
 def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, float]:
     """(fn, fp, harm) of one row, fail-closed."""
-    gold = int(record.gold_label != 0)
+    gold = strict_decision(record.gold_label)
     decision = record.strict_decision
     fn = int(gold == 1 and decision == 0)
     fp = int(gold == 0 and decision == 1)
     return fn, fp, costs["FN"] * fn + costs["FP"] * fp
-
-
-def _rate(count: int, denominator: int) -> dict[str, Any]:
-    return {"count": count, "denominator": denominator,
-            "rate": None if denominator == 0 else count / denominator}
 
 
 def _speed(records: Sequence[Record]) -> dict[str, float | None]:
@@ -162,8 +158,8 @@ def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dic
     strict = sum(1 for a, b in shared if a.strict_decision == b.strict_decision)
     valid = [(a, b) for a, b in shared if a.valid and b.valid]
     exact = sum(1 for a, b in valid if a.score == b.score)
-    return {"rows": len(shared), "strict": _rate(strict, len(shared)),
-            "exact": _rate(exact, len(valid))}
+    return {"rows": len(shared), "strict": rate_figure(strict, len(shared)),
+            "exact": rate_figure(exact, len(valid))}
 
 
 def config_metrics(config: Config, costs: Mapping[str, float],
@@ -174,7 +170,7 @@ def config_metrics(config: Config, costs: Mapping[str, float],
     per_row = [row_harm(r, costs) for r in records]
     fn = sum(p[0] for p in per_row)
     fp = sum(p[1] for p in per_row)
-    gold_unsafe = sum(1 for r in records if r.gold_label != 0)
+    gold_unsafe = sum(strict_decision(r.gold_label) for r in records)
     invalid = sum(1 for r in records if not r.valid)
     harm = 100.0 * sum(p[2] for p in per_row) / len(records)
     interval = ratio_interval([100.0 * p[2] for p in per_row], [1.0] * len(records),
@@ -192,8 +188,8 @@ def config_metrics(config: Config, costs: Mapping[str, float],
             int(p) for p in peaks if p is not None),
         **_speed(records),
         "fn": fn, "fp": fp,
-        "fn_rate": _rate(fn, gold_unsafe),
-        "fp_rate": _rate(fp, len(records) - gold_unsafe),
+        "fn_rate": rate_figure(fn, gold_unsafe),
+        "fp_rate": rate_figure(fp, len(records) - gold_unsafe),
         "harm_per_100": harm,
         "harm_interval": interval.to_json(),
         "agreement": agree,
@@ -299,10 +295,6 @@ def _mb(value: Any) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def format_frontier(report: Mapping[str, Any]) -> str:
     """A readable table of the configurations, the frontier and paired differences."""
     costs = report["costs"]
@@ -317,12 +309,12 @@ def format_frontier(report: Mapping[str, Any]) -> str:
         exact = agree.get("exact", {})
         lines.append(
             f"{m['name']:<22} {_mb(m['artifact_bytes']):>8} {_mb(m['peak_memory_bytes']):>8} "
-            f"{_num3(m['rows_per_s']):>7} {_num(m['prefill_tok_per_s'], 0):>8} "
-            f"{_num(m['decode_tok_per_s'], 0):>7} "
+            f"{sig3(m['rows_per_s']):>7} {fixed(m['prefill_tok_per_s'], 0):>8} "
+            f"{fixed(m['decode_tok_per_s'], 0):>7} "
             f"{m['fn_rate']['count']:>3}/{m['fn_rate']['denominator']:<3} "
             f"{m['fp_rate']['count']:>3}/{m['fp_rate']['denominator']:<3} "
             f"{m['harm_per_100']:>9.2f} {interval:>15} "
-            f"{_frac(strict):>7} {_frac(exact):>7}")
+            f"{frac(strict):>7} {frac(exact):>7}")
     front = report["frontier"]
     lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
     lines.append(f"frontier ({front['axes'][0]} vs {front['axes'][1]}): "
@@ -337,13 +329,3 @@ def format_frontier(report: Mapping[str, Any]) -> str:
         lines.append(f"paired harm {p['a']} - {p['b']}: {p['harm_difference_per_100']:+.2f} "
                      f"per 100 rows on {p['rows']} rows {shown}: {p['verdict']}")
     return "\n".join(lines)
-
-
-def _frac(item: Mapping[str, Any]) -> str:
-    if not item:
-        return "-"
-    return f"{item['count']}/{item['denominator']}"
-
-
-def _num3(value: Any) -> str:
-    return "-" if value is None else f"{value:.3g}"

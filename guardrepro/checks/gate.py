@@ -72,6 +72,7 @@ from guardrepro.checks.gate_spec import GateSpec, load_spec
 
 __all__ = ["GateResult", "GateSpec", "RefRow", "evaluate", "format_table", "load_spec",
            "reference_rows", "verdict"]
+from guardrepro.checks.formatting import frac
 from guardrepro.checks.metrics import Ratio, gold_strict, strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
@@ -435,20 +436,16 @@ def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> dict[str
             "strata": "domain:gold_label"}
 
 
-def _frac(f: Mapping[str, Any]) -> str:
-    return f"{f['numerator']}/{f['denominator']}"
-
-
 def verdict(name: str, passed: bool, figures: Mapping[str, Any],
             checks: list[dict[str, Any]]) -> str:
     """One line: PASS/FAIL, the gate name, the headline figures, failed checks."""
     head = (
-        f"{'PASS' if passed else 'FAIL'} {name}: rows {_frac(figures['rows_present'])}, "
-        f"coverage {_frac(figures['coverage'])}, strict agreement "
-        f"{_frac(figures['strict_agreement'])} (safe "
-        f"{_frac(figures['strict_agreement_gold_safe'])}, unsafe "
-        f"{_frac(figures['strict_agreement_gold_unsafe'])}), exact "
-        f"{_frac(figures['exact_agreement'])}"
+        f"{'PASS' if passed else 'FAIL'} {name}: rows {frac(figures['rows_present'])}, "
+        f"coverage {frac(figures['coverage'])}, strict agreement "
+        f"{frac(figures['strict_agreement'])} (safe "
+        f"{frac(figures['strict_agreement_gold_safe'])}, unsafe "
+        f"{frac(figures['strict_agreement_gold_unsafe'])}), exact "
+        f"{frac(figures['exact_agreement'])}"
     )
     failed = [c["name"] for c in checks if not c["passed"]]
     return (head + (f"; failed: {', '.join(failed)}" if failed else "")
@@ -461,9 +458,9 @@ def format_table(gate: Mapping[str, Any]) -> str:
         f = gate["figures"][c["figure"]]
         tested = "-" if c["tested"] is None else (
             str(c["tested"]) if c["basis"] == "count" else f"{c['tested']:.4f}")
-        lines.append(f"{c['name']:<32} {_frac(f):<12} {tested:<10} {c['threshold']!s:<10} "
+        lines.append(f"{c['name']:<32} {frac(f):<12} {tested:<10} {c['threshold']!s:<10} "
                      f"{'pass' if c['passed'] else 'FAIL'}")
-    lines.append(f"{'exact_agreement (reported)':<32} {_frac(gate['figures']['exact_agreement'])}")
+    lines.append(f"{'exact_agreement (reported)':<32} {frac(gate['figures']['exact_agreement'])}")
     if gate.get("conservative"):
         b = gate["spec"]["bootstrap"]
         lines.append(f"ratio checks test the stratified bootstrap lower bound ({b['replicates']} "

@@ -1,15 +1,14 @@
 """Gate specs (``checks/*.toml``): read and validated strictly.
 
 Input: a TOML file (layout in ``guardrepro.checks.gate``'s docstring).
-Output: a frozen ``GateSpec``. Unknown keys, missing keys, wrong types and
-out-of-range values are ``InputError``s naming the file and the key; paths
-in the spec resolve relative to the spec file.
+Output: a frozen ``GateSpec``. Keys outside the format, missing keys, wrong
+types and out-of-range values are ``InputError``s naming the file and the key;
+paths in the spec resolve relative to the spec file.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from guardrepro.checks.bootstrap import (
     check_settings,
 )
 from guardrepro.errors import InputError
+from guardrepro.spec import check_keys, is_kind, parse_toml, type_problem
 
 THRESHOLD_KEYS = (
     "expected_rows",
@@ -62,31 +62,25 @@ class GateSpec:
 
 def _need(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], file: str,
           where: str = "") -> Any:
-    if key not in table:
-        raise InputError("missing key", file=file, field=where + key)
+    check_keys(table, table, file=file, where=where.rstrip("."), required=(key,))
     value = table[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise InputError(f"wrong type {type(value).__name__}", file=file, field=where + key)
+    if not is_kind(value, kind):
+        raise InputError(type_problem(value, kind), file=file, field=where + key)
     return value
 
 
 def _only(table: Mapping[str, Any], allowed: set[str], file: str, where: str = "") -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise InputError(f"unknown key(s) {unknown}", file=file, field=where + unknown[0])
+    check_keys(table, allowed, file=file, where=where.rstrip("."))
 
 
 def load_spec(path: str | Path) -> GateSpec:
-    """Parse and validate a gate spec strictly (unknown keys are errors)."""
+    """Parse and validate a gate spec strictly (keys outside the format are errors)."""
     path = Path(path)
     file = str(path)
     if not path.is_file():
         raise InputError("gate spec not found", file=file)
     raw = path.read_bytes()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML: {exc}", file=file) from exc
+    data = parse_toml(raw, file)[0]
     _only(data, {"name", "description", "rows", "reference", "thresholds", "bootstrap"}, file)
     name = _need(data, "name", str, file)
     rows = _need(data, "rows", str, file)

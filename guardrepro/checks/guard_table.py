@@ -28,6 +28,7 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
+from guardrepro.checks.formatting import plain
 from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
 from guardrepro.checks.runio import RowResult, load_manifest, load_run
 from guardrepro.errors import InputError
@@ -130,11 +131,7 @@ def _cell(fig: dict[str, Any]) -> str:
     ci = ""
     if iv is not None and iv["lower"] is not None:
         ci = f" [{iv['lower']:.2f},{iv['upper']:.2f}]"
-    return f"{value:.2f} ({_num(fig['numerator'])}/{_num(fig['denominator'])}){ci}"
-
-
-def _num(x: Any) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+    return f"{value:.2f} ({plain(fig['numerator'])}/{plain(fig['denominator'])}){ci}"
 
 
 def format_guard_table(table: dict[str, Any]) -> str:

@@ -43,9 +43,9 @@ from guardrepro.checks.runio import (
     manifest_cohort_path,
     variant_order,
 )
-from guardrepro.errors import DependencyMissingError, GuardreproError, InputError
+from guardrepro.errors import GuardreproError, InputError, missing_extra
 from guardrepro.run.records import RunManifest, write_atomic
-from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text
+from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text, strict_decision
 
 HTML_FILE = "report.html"
 FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png")
@@ -141,7 +141,7 @@ def _output_pair(rec: Record | None, other: Record | None) -> dict[str, Any]:
 def _strict(score: float | None, status: str) -> int | None:
     if status == "missing":
         return None
-    return int(score is None or score != 0)
+    return strict_decision(score)
 
 
 def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def _environment() -> Any:
     try:
         import jinja2
     except ImportError as exc:  # pragma: no cover - jinja2 is a core dependency
-        raise DependencyMissingError("the HTML report needs jinja2: pip install jinja2") from exc
+        raise missing_extra("the HTML report", "jinja2", None) from exc
     return jinja2.Environment(loader=jinja2.PackageLoader("guardrepro", "templates"),
                               autoescape=jinja2.select_autoescape(["html", "j2"]),
                               undefined=jinja2.StrictUndefined)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.schema import GOLD_SCORES
+from guardrepro.schema import check_score as schema_check_score
+from guardrepro.schema import strict_decision
 
 Number = int | float
 
@@ -63,26 +64,18 @@ def _plain(x: Number) -> Number:
 
 def check_score(value: Any, *, field: str = "score", row: int | None = None) -> float | None:
     """Validate a predicted score: one of 0, 0.5, 1, or None (invalid)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5, 1 or null, got {value!r}", row=row, field=field)
-    return float(value)
+    return schema_check_score(value, nullable=True, row=row, field=field)
 
 
 def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected 0, 0.5 or 1, got {value!r}", row=row, field=field)
-    return float(value)
-
-
-def strict_decision(score: float | None) -> int:
-    """1 (unsafe / block) unless the score is exactly 0; None fails closed to 1."""
-    return 1 if score is None or score != 0 else 0
+    score = schema_check_score(value, row=row, field=field)
+    assert score is not None  # not nullable
+    return score
 
 
 def gold_strict(gold: float) -> int:
-    return 0 if gold == 0 else 1
+    """The strict gold label: the same rule as a decision (``schema.strict_decision``)."""
+    return strict_decision(gold)
 
 
 @dataclass(frozen=True)

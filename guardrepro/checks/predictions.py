@@ -12,7 +12,7 @@ null, so a null fails closed downstream) and, via ``load_rows``, the
 
 Invariants: read strictly; any problem is an ``InputError`` naming the file,
 the 1-based line and the field: bytes that are not UTF-8, a blank or
-non-JSON line, a missing or unknown key, a value of the wrong type, a second
+non-JSON line, a missing key or one outside the format, a value of the wrong type, a second
 row for the same (base_sample_id, variant), or rows of one base that disagree
 on domain or gold label. An empty file is an error. Nothing is skipped or
 coerced (``true`` is not 1).
@@ -27,6 +27,7 @@ from typing import Any
 from guardrepro.checks.metrics import check_gold, check_score
 from guardrepro.checks.runio import RowResult, RunRows, load_run
 from guardrepro.errors import InputError
+from guardrepro.spec import check_keys
 
 KEYS = ("base_sample_id", "variant", "domain", "gold_label", "score")
 INVALID = "invalid"
@@ -45,13 +46,7 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=file,
                          line=line)
-    missing = [k for k in KEYS if k not in obj]
-    if missing:
-        raise InputError("missing key", file=file, line=line, field=missing[0])
-    unknown = sorted(set(obj) - set(KEYS))
-    if unknown:
-        raise InputError(f"unknown key (allowed: {', '.join(KEYS)})", file=file, line=line,
-                         field=unknown[0])
+    check_keys(obj, KEYS, file=file, line=line, required=KEYS)
     base = _text(obj, "base_sample_id", file, line)
     variant = _text(obj, "variant", file, line)
     domain = _text(obj, "domain", file, line)

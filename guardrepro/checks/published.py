@@ -18,20 +18,20 @@ figure with the run's value, the difference and a status:
 - ``not computed``: the figure's source document is absent (no gate.json;
   audit figures).
 
-Invariants: the spec is read strictly (unknown keys, wrong types, a figure
+Invariants: the spec is read strictly (keys outside the format, wrong types, a figure
 with no published value: ``InputError`` naming the file and the key).
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.stats import fmt_num
+from guardrepro.checks.formatting import fmt_num
 from guardrepro.errors import InputError
+from guardrepro.spec import Table, load_toml
 
 SOURCES = ("stats", "gate", "audit")
 MATCHES = ("exact", "reported")
@@ -60,44 +60,32 @@ class PublishedSpec:
     figures: tuple[Figure, ...]
 
 
-def _typed(table: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], file: str,
-           where: str) -> Any:
-    value = table[key]
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise InputError(f"wrong type {type(value).__name__}", file=file, field=where + key)
-    return value
-
-
-def _figure(table: Any, index: int, file: str) -> Figure:
-    where = f"figure[{index}]."
-    if not isinstance(table, dict):
-        raise InputError("expected a table", file=file, field=where[:-1])
-    unknown = sorted(set(table) - FIGURE_KEYS)
-    if unknown:
-        raise InputError("unknown key", file=file, field=where + unknown[0])
-    for key in ("name", "source", "path"):
-        if key not in table:
-            raise InputError("missing key", file=file, field=where + key)
-        _typed(table, key, str, file, where)
-    if table["source"] not in SOURCES:
-        raise InputError(f"must be one of {', '.join(SOURCES)}", file=file,
-                         field=where + "source")
-    match = _typed(table, "match", str, file, where) if "match" in table else "exact"
+def _figure(data: Any, index: int, file: str) -> Figure:
+    table = Table(data, file, f"figure[{index}]")
+    table.only(*FIGURE_KEYS)
+    name = table.take("name", str)
+    source = table.take("source", str)
+    path = table.take("path", str)
+    if source not in SOURCES:
+        raise table.fail("source", f"must be one of {', '.join(SOURCES)}")
+    match = table.take("match", str, "exact")
     if match not in MATCHES:
-        raise InputError(f"must be one of {', '.join(MATCHES)}", file=file, field=where + "match")
-    decimals = _typed(table, "decimals", int, file, where) if "decimals" in table else None
+        raise table.fail("match", f"must be one of {', '.join(MATCHES)}")
+    decimals = table.take("decimals", int, None)
     if decimals is not None and not 0 <= decimals <= 17:
-        raise InputError("must be within 0..17", file=file, field=where + "decimals")
+        raise table.fail("decimals", "must be within 0..17")
     values: dict[str, float | int] = {}
     for key in NUMBERS:
-        if key in table:
-            kinds = int if key in ("count", "denominator") else (int, float)
-            values[key] = _typed(table, key, kinds, file, where)
-    text = _typed(table, "text", str, file, where) if "text" in table else None
+        kinds = int if key in ("count", "denominator") else (int, float)
+        value = table.take(key, kinds, None)
+        if value is not None:
+            values[key] = value
+    text = table.take("text", str, None)
     if not values and text is None:
-        raise InputError("a figure needs a published value (count, denominator, point, "
-                         "lower, upper or text)", file=file, field=where + "name")
-    return Figure(table["name"], table["source"], table["path"], match, decimals, values, text)
+        raise table.fail("name", "a figure needs a published value (count, denominator, point, "
+                         "lower, upper or text)")
+    table.done()
+    return Figure(name, source, path, match, decimals, values, text)
 
 
 def load_published(path: str | Path) -> PublishedSpec:
@@ -106,21 +94,14 @@ def load_published(path: str | Path) -> PublishedSpec:
     file = str(path)
     if not path.is_file():
         raise InputError("published-figures spec not found", file=file)
-    try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML: {exc}", file=file) from exc
-    unknown = sorted(set(data) - {"name", "description", "figure"})
-    if unknown:
-        raise InputError("unknown key", file=file, field=unknown[0])
-    for key in ("name", "figure"):
-        if key not in data:
-            raise InputError("missing key", file=file, field=key)
-    name = _typed(data, "name", str, file, "")
-    description = _typed(data, "description", str, file, "") if "description" in data else ""
-    figures = _typed(data, "figure", list, file, "")
+    top = Table(load_toml(path, "published-figures spec"), file)
+    top.only("name", "description", "figure")
+    name = top.take("name", str)
+    description = top.take("description", str, "")
+    figures = top.take("figure", list)
     if not figures:
         raise InputError("no figures", file=file, field="figure")
+    top.done()
     return PublishedSpec(name, description, path,
                          tuple(_figure(t, i, file) for i, t in enumerate(figures)))
 

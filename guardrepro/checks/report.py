@@ -32,6 +32,7 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.figures import pyplot, save_png
+from guardrepro.checks.formatting import fixed, frac_value
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.pairs import ORIGINAL
 from guardrepro.checks.runio import (
@@ -219,11 +220,6 @@ def plot_margin_histogram(rows: Sequence[RowResult], gate: Mapping[str, Any] | N
     return save_png(fig, Path(path))
 
 
-def _frac(f: Mapping[str, Any]) -> str:
-    v = f["value"]
-    return f"{f['numerator']}/{f['denominator']}" + ("" if v is None else f" ({v:.4f})")
-
-
 @dataclass(frozen=True)
 class Table:
     """One report table, rendered as Markdown or HTML from the same cells."""
@@ -234,10 +230,6 @@ class Table:
     rows: Sequence[tuple[str, ...]]
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
 def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
                   variants: Sequence[str] | None = None) -> list[Table]:
     """The report's tables (gate checks, variants, paired statistics) from the
@@ -246,7 +238,7 @@ def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
     if gate is not None:
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
-                            [(c["name"], _frac(gate["figures"][c["figure"]]), str(c["tested"]),
+                            [(c["name"], frac_value(gate["figures"][c["figure"]]), str(c["tested"]),
                               str(c["threshold"]), "pass" if c["passed"] else "FAIL")
                              for c in gate["checks"]]))
     order = [v for v in (variants or []) if v in stats["variants"]]
@@ -255,8 +247,8 @@ def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
     for v in order:
         s = stats["variants"][v]
         m = s["metrics"]
-        rows.append((v, _frac(s["coverage"]), _frac(m["accuracy"]), _frac(m["f1"]),
-                     _num(m["balanced_accuracy"]["value"]), _num(m["mcc"]["value"])))
+        rows.append((v, frac_value(s["coverage"]), frac_value(m["accuracy"]), frac_value(m["f1"]),
+                     fixed(m["balanced_accuracy"]["value"]), fixed(m["mcc"]["value"])))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats["edits"]]
@@ -297,7 +289,7 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
     if gate is not None:
         lines += ["## Parity gate", "", f"**{gate['verdict']}**", "", *_md_table(tables["gate"])]
         lines += ["", f"Exact-score agreement (jointly valid rows): "
-                  f"{_frac(gate['figures']['exact_agreement'])}",
+                  f"{frac_value(gate['figures']['exact_agreement'])}",
                   f"Causal interpretation: `{gate.get('causal_interpretation')}`", ""]
         if gate["disagreements"]:
             lines += ["Disagreeing rows:", ""]
@@ -311,7 +303,8 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
         lines += ["", "## Paired statistics vs original", "", *_md_table(tables["flips"])]
         lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
         for e, block in stats["edits"].items():
-            lines.append(f"- {e}: {_frac(block['extras']['exact_score']['changed_valid_both'])}")
+            changed = block["extras"]["exact_score"]["changed_valid_both"]
+            lines.append(f"- {e}: {frac_value(changed)}")
     extras = stats.get("extras", {})
     if extras.get("placebo_corrected"):
         lines += ["", "Extras: placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
@@ -321,14 +314,14 @@ def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, An
             ci = "" if not iv or iv["lower"] is None else (
                 f" [{iv['lower']:.4f}, {iv['upper']:.4f}]")
             eff = "undefined" if a["effect"] is None else f"{a['effect']:+.4f}"
-            lines.append(f"- {e}: {eff}{ci} ({_frac(a['edit_flips'])} vs "
-                         f"{_frac(a['placebo_flips'])})")
+            lines.append(f"- {e}: {eff}{ci} ({frac_value(a['edit_flips'])} vs "
+                         f"{frac_value(a['placebo_flips'])})")
     if extras.get("run_to_run"):
         r = extras["run_to_run"]
         d = r["strict_disagreement"]["all_pairs"]
         lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
                   f"{d['count']}/{d['denominator']}; exact-score: "
-                  f"{_frac(r['exact_score_disagreement_valid_both'])}"]
+                  f"{frac_value(r['exact_score_disagreement_valid_both'])}"]
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     if figures_note:
         lines.append(figures_note)

@@ -29,7 +29,7 @@ from typing import Any
 from guardrepro.bench.shortcuts import fit_lookup, nuisance_fires, predict_lookup, tool_key
 from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError
-from guardrepro.schema import CohortRow
+from guardrepro.schema import CohortRow, strict_decision
 
 RULES = ("nuisance", "lookup")
 TRAIN_SPLITS = ("benchmark-minus-cohort", "benchmark")
@@ -78,7 +78,7 @@ def fit_lookup_model(bench: Sequence[BenchRow], cohort_bases: Iterable[str],
                      train_split: str) -> LookupModel:
     rows = training_rows(bench, cohort_bases, train_split)
     keys = [tool_key(r.raw.get("current_action")) for r in rows]
-    labels = [int(r.score != 0) for r in rows]
+    labels = [strict_decision(r.score) for r in rows]
     table, fallback = fit_lookup(keys, labels)
     return LookupModel(table, fallback, train_split, len(rows))
 

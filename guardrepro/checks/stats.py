@@ -62,6 +62,7 @@ from guardrepro.checks.bootstrap import (
     check_settings,
     ratio_interval,
 )
+from guardrepro.checks.formatting import fmt_num, ratio_text
 from guardrepro.checks.metrics import Ratio, confusion
 from guardrepro.checks.pairs import ORIGINAL, PLACEBO, REPEAT, Pair, make_pairs, ordered_variants
 from guardrepro.checks.runio import RowResult
@@ -370,19 +371,6 @@ def compute_stats(
     )
 
 
-def fmt_num(x: float | None) -> str:
-    """A figure for reading: up to 6 decimals, trailing zeros dropped (0.171875,
-    0.03125, 0.0); '-' when undefined. stats.json keeps every digit."""
-    if x is None:
-        return "-"
-    text = f"{x:.6f}".rstrip("0")
-    return text + "0" if text.endswith(".") else text
-
-
-def _frac(count: Any, den: Any) -> str:
-    return f"{count}/{den}"
-
-
 def format_table(stats: Mapping[str, Any]) -> str:
     """A plain-text summary of a stats.json object: strict accuracy per variant,
     then every statistic of every edit with its interval."""
@@ -390,11 +378,11 @@ def format_table(stats: Mapping[str, Any]) -> str:
     lines = [f"{'variant':<20} {'valid':<10} {'strict accuracy (fail-closed)':<30}"]
     for v, s in stats["variants"].items():
         a = s["strict_accuracy"]
-        valid = _frac(s["coverage"]["numerator"], s["coverage"]["denominator"])
-        acc = _frac(a["count"], a["denominator"]) + " = " + fmt_num(a["point"])
+        valid = ratio_text(s["coverage"]["numerator"], s["coverage"]["denominator"])
+        acc = ratio_text(a["count"], a["denominator"]) + " = " + fmt_num(a["point"])
         lines.append(f"{v:<20} {valid:<10} {acc:<30}")
     cov = stats["rows"]["coverage"]
-    lines.append(f"coverage: {_frac(cov['numerator'], cov['denominator'])} rows valid")
+    lines.append(f"coverage: {ratio_text(cov['numerator'], cov['denominator'])} rows valid")
     if stats["edits"]:
         lines += ["", f"{'edit':<18} {'view':<16} {'statistic':<18} {'count':<8} "
                   f"{'point':<10} {f'{conf:g} interval':<22} clusters"]
@@ -405,7 +393,7 @@ def format_table(stats: Mapping[str, Any]) -> str:
                     ci = "-" if s["lower"] is None else (
                         f"[{fmt_num(s['lower'])}, {fmt_num(s['upper'])}]")
                     lines.append(f"{e:<18} {view:<16} {name:<18} "
-                                 f"{_frac(s['count'], s['denominator']):<8} "
+                                 f"{ratio_text(s['count'], s['denominator']):<8} "
                                  f"{fmt_num(s['point']):<10} {ci:<22} {s['clusters']}")
     return "\n".join(lines)
 

@@ -47,10 +47,9 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
     try:
         from huggingface_hub import HfApi
     except ImportError as exc:
-        from guardrepro.errors import DependencyMissingError
+        from guardrepro.errors import missing_extra
 
-        raise DependencyMissingError("--hub needs huggingface_hub: pip install "
-                                     "'guardrepro[hf]'") from exc
+        raise missing_extra("--hub", "huggingface_hub", "hf") from exc
     try:
         items = HfApi().list_repo_tree(repo, revision=revision, recursive=True)
         return [item.path for item in items if type(item).__name__ == "RepoFile"]
@@ -82,7 +81,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         raise InputError("lock file exists (use --force to overwrite)", file=str(out))
     name = name or out.stem
     if hub is not None:
-        from guardrepro.artifacts.locks import HEX40
+        from guardrepro.spec import HEX40
 
         if revision is None or not HEX40.match(revision):
             raise InputError(f"--hub needs --revision as a 40-hex commit, got {revision!r}",

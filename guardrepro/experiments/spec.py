@@ -3,7 +3,7 @@
 Input: a sweep TOML file. Output: a frozen ``SweepSpec`` whose paths are
 resolved against the spec file's folder.
 
-Format (unknown keys are an error)::
+Format (keys outside it are an error)::
 
     [sweep]
     name = "toy"
@@ -38,7 +38,6 @@ unique; the source lock, cohort spec and profiles must exist.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +47,7 @@ from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.checks.frontier import AXES
 from guardrepro.checks.rule_baselines import RULES, TRAIN_SPLITS
 from guardrepro.errors import InputError
+from guardrepro.spec import check_keys, parse_toml, type_problem
 
 _SWEEP_KEYS = {"name", "source_lock", "cohort", "rows", "limit", "reference_profile",
                "reference_name", "candidate_profile", "artifacts", "costs", "axes",
@@ -117,9 +117,9 @@ def _costs(value: Any, file: str) -> dict[str, float]:
     costs = {"FN": 1.0, "FP": 1.0}
     if value is None:
         return costs
-    if not isinstance(value, Mapping) or set(value) - set(costs):
-        raise InputError("costs must be a table with keys FN and FP", file=file,
-                         field="sweep.costs")
+    if not isinstance(value, Mapping):
+        raise InputError(type_problem(value, dict), file=file, field="sweep.costs")
+    check_keys(value, costs, file=file, where="sweep.costs")
     for key, item in value.items():
         if isinstance(item, bool) or not isinstance(item, int | float) or item < 0:
             raise InputError("expected a number >= 0", file=file, field=f"sweep.costs.{key}")
@@ -133,9 +133,9 @@ def _recipes(raw: Any, base: Path, file: str) -> tuple[RecipeEntry, ...]:
     out = []
     for i, item in enumerate(raw):
         where = f"recipe[{i}]"
-        if not isinstance(item, Mapping) or set(item) - {"recipe", "cpu_recipe"}:
-            raise InputError("expected keys recipe and (optional) cpu_recipe", file=file,
-                             field=where)
+        if not isinstance(item, Mapping):
+            raise InputError(type_problem(item, dict), file=file, field=where)
+        check_keys(item, ("recipe", "cpu_recipe"), file=file, where=where, required=("recipe",))
         main = load_recipe(_path(base, item.get("recipe"), file=file, field=f"{where}.recipe"))
         cpu = None
         if "cpu_recipe" in item:
@@ -151,8 +151,9 @@ def _rules(raw: Any, file: str) -> tuple[RuleEntry, ...]:
     out = []
     for i, item in enumerate(raw):
         where = f"rule[{i}]"
-        if not isinstance(item, Mapping) or set(item) - {"name", "rule", "train_split"}:
-            raise InputError("expected keys name, rule, train_split", file=file, field=where)
+        if not isinstance(item, Mapping):
+            raise InputError(type_problem(item, dict), file=file, field=where)
+        check_keys(item, ("name", "rule", "train_split"), file=file, where=where)
         rule = item.get("rule")
         if rule not in RULES:
             raise InputError(f"rule must be one of {RULES}", file=file, field=f"{where}.rule")
@@ -173,21 +174,18 @@ def load_sweep(path: str | Path) -> SweepSpec:
     file = str(path)
     try:
         raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise InputError(f"cannot read sweep spec: {exc}", file=file) from exc
-    unknown = sorted(set(data) - {"sweep", "recipe", "rule"})
-    if unknown:
-        raise InputError(f"unknown table(s) {unknown}", file=file, field=unknown[0])
-    table = data.get("sweep")
+    data = parse_toml(raw, file)[0]
+    check_keys(data, ("sweep", "recipe", "rule"), file=file, required=("sweep",))
+    table = data["sweep"]
     if not isinstance(table, Mapping):
-        raise InputError("missing [sweep] table", file=file, field="sweep")
-    extra = sorted(set(table) - _SWEEP_KEYS)
-    if extra:
-        raise InputError(f"unknown key(s) {extra}", file=file, field=f"sweep.{extra[0]}")
-    missing = sorted(_REQUIRED - set(table))
-    if missing:
-        raise InputError("missing key", file=file, field=f"sweep.{missing[0]}")
+        raise InputError(type_problem(table, dict), file=file, field="sweep")
+    check_keys(table, _SWEEP_KEYS, file=file, where="sweep", required=_REQUIRED)
+    for key in ("name", "reference_name"):
+        if key in table and not (isinstance(table[key], str) and table[key]):
+            raise InputError(f"expected a non-empty string, got {table[key]!r}", file=file,
+                             field=f"sweep.{key}")
     base = path.parent
     rows = table.get("rows", "originals")
     if rows not in ("originals", "all"):
@@ -197,14 +195,14 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise InputError(f"axes must be two of {sorted(AXES)}", file=file, field="sweep.axes")
     artifacts = table.get("artifacts")
     spec = SweepSpec(
-        name=str(table["name"]), path=path, sha256=hashlib.sha256(raw).hexdigest(),
+        name=table["name"], path=path, sha256=hashlib.sha256(raw).hexdigest(),
         source_lock=_path(base, table["source_lock"], file=file, field="sweep.source_lock"),
         cohort=_path(base, table["cohort"], file=file, field="sweep.cohort"),
         rows=rows,
         limit=_int(table, "limit", 0, file=file, minimum=0),
         reference_profile=_path(base, table["reference_profile"], file=file,
                                 field="sweep.reference_profile"),
-        reference_name=str(table.get("reference_name", "reference")),
+        reference_name=table.get("reference_name", "reference"),
         candidate_profile=_path(base, table["candidate_profile"], file=file,
                                 field="sweep.candidate_profile"),
         artifacts=None if artifacts is None else _path(base, artifacts, file=file,

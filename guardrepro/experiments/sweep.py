@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.runio import write_json_atomic
-from guardrepro.errors import InputError
+from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.spec import RecipeEntry, SweepSpec, load_sweep
 from guardrepro.run.records import write_atomic
@@ -58,7 +58,10 @@ class SweepResult:
 
 
 def mlx_device() -> str:
-    import mlx.core as mx
+    try:
+        import mlx.core as mx
+    except ImportError as exc:
+        raise missing_extra("a quantization sweep", "mlx", "mlx") from exc
 
     return str(mx.default_device())
 

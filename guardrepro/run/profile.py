@@ -2,7 +2,7 @@
 
 Input: a TOML file (``runners/*.toml``). Output: a frozen ``RunProfile``.
 Relative paths in the file are resolved against the file's own directory.
-Parsing is strict: unknown keys, missing keys, wrong types and contradictory
+Parsing is strict: keys outside the format, missing keys, wrong types and contradictory
 choices raise ``InputError`` naming the file and the field.
 
 Format::
@@ -69,6 +69,7 @@ from typing import Any
 
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.schema import DecodingParams, sha256_text
+from guardrepro.spec import check_keys
 
 BACKENDS = ("hf", "mlx", "vllm", "rule")
 
@@ -239,17 +240,7 @@ class RunProfile:
 def _keys(data: Any, allowed: set[str], required: set[str], *, file: str, where: str) -> None:
     if not isinstance(data, dict):
         raise InputError("expected a table", file=file, field=where or None)
-    prefix = f"{where}." if where else ""
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InputError(
-            f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})",
-            file=file,
-            field=prefix + unknown[0],
-        )
-    missing = sorted(required - set(data))
-    if missing:
-        raise InputError("missing required key", file=file, field=prefix + missing[0])
+    check_keys(data, allowed, file=file, where=where, required=required)
 
 
 def _string(data: Mapping[str, Any], key: str, *, file: str, where: str = "") -> str:

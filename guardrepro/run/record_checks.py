@@ -23,7 +23,7 @@ from typing import Any
 
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.registry import GUARD_NAMES, adapter_info, get_parser
-from guardrepro.schema import GOLD_SCORES, RECORD_STATUSES, Attempt, Record
+from guardrepro.schema import RECORD_STATUSES, Attempt, Record, check_score
 
 ATTEMPT_STATUSES = ("ok", "parse_error", "inference_error")
 
@@ -59,10 +59,7 @@ def _margin(value: Any, where: dict[str, Any], name: str) -> None:
 
 
 def _score(value: Any, where: dict[str, Any], name: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value not in GOLD_SCORES:
-        raise InputError(f"expected null, 0, 0.5 or 1, got {value!r:.60}", field=name, **where)
+    check_score(value, nullable=True, field=name, **where)
 
 
 def _string(value: Any, where: dict[str, Any], name: str) -> None:

@@ -49,6 +49,7 @@ from guardrepro.artifacts.store import (
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Record
+from guardrepro.spec import check_keys, type_problem
 
 RECORDS_FILE = "records.jsonl"
 LOCK_FILE = "records.jsonl.lock"
@@ -114,16 +115,11 @@ class RunManifest:
         if not isinstance(data, Mapping):
             raise InputError("manifest must be a JSON object", file=file)
         names = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        missing = sorted(set(names) - set(data))
-        if unknown or missing:
-            bad = (unknown or missing)[0]
-            raise InputError(
-                f"manifest keys: unknown {unknown}, missing {missing}", file=file, field=bad
-            )
+        check_keys(data, names, file=file, required=names)
         for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
-            if not isinstance(data[key], Mapping) or set(data[key]) != set(sub):
-                raise InputError(f"expected an object with keys {list(sub)}", file=file, field=key)
+            if not isinstance(data[key], Mapping):
+                raise InputError(type_problem(data[key], dict), file=file, field=key)
+            check_keys(data[key], sub, file=file, where=key, required=sub)
         return cls(**{name: data[name] for name in names})
 
     def to_dict(self) -> dict[str, Any]:

@@ -48,9 +48,9 @@ from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.artifacts.quantize.result import QuantizeResult, SourceInfo
 from guardrepro.artifacts.store import atomic_write_bytes, remove_stale_dirs, walk_files
 from guardrepro.errors import (
-    DependencyMissingError,
     InputError,
     IntegrityError,
+    missing_extra,
 )
 
 Progress = Callable[[str], None]
@@ -69,9 +69,7 @@ def package_versions() -> dict[str, str]:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError as exc:
-            raise DependencyMissingError(
-                f"{name} is not installed; install the extra: pip install 'guardrepro[mlx]'"
-            ) from exc
+            raise missing_extra("quantization", name, "mlx") from exc
     return out
 
 
@@ -132,8 +130,7 @@ def safetensors_dtypes(directory: Path) -> dict[str, str]:
     try:
         from safetensors import SafetensorError, safe_open
     except ImportError as exc:  # pragma: no cover - safetensors comes with mlx-lm
-        raise DependencyMissingError(
-            "reading weights needs safetensors: pip install 'guardrepro[mlx]'") from exc
+        raise missing_extra("reading weights", "safetensors", "mlx") from exc
     out: dict[str, str] = {}
     files = sorted(directory.glob("*.safetensors"))
     if not files:

@@ -3,7 +3,7 @@
 Input: a recipe TOML file. Output: a frozen ``Recipe`` (plus the sha256 of
 the file's bytes, recorded in every artifact lock built from it).
 
-Format (unknown keys are an error)::
+Format (keys outside it are an error)::
 
     [recipe]
     name = "q8-g64"
@@ -34,14 +34,13 @@ group 32; mxfp8: bits 8, group 32) before anything is converted.
 from __future__ import annotations
 
 import hashlib
-import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.spec import HEX40, HEX64, check_keys, is_kind, parse_toml, type_problem
 
 AFFINE_BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -52,8 +51,6 @@ MODES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mxfp4": ((4,), (32,)),
     "mxfp8": ((8,), (32,)),
 }
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 _RECIPE_KEYS = {"name", "description", "quantize", "bits", "group_size", "mode", "dtype",
                 "source_dtype"}
@@ -134,11 +131,8 @@ def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, f
             raise InputError("missing key", file=file, field=f"{where}.{key}")
         return None
     value = table[key]
-    if isinstance(value, bool) and kind is not bool:
-        raise InputError(f"expected {kind}, got a boolean", file=file, field=f"{where}.{key}")
-    if not isinstance(value, kind):
-        raise InputError(f"expected {kind}, got {type(value).__name__}", file=file,
-                         field=f"{where}.{key}")
+    if not is_kind(value, kind):
+        raise InputError(type_problem(value, kind), file=file, field=f"{where}.{key}")
     return value
 
 
@@ -146,9 +140,7 @@ def _expected(index: int, table: Any, file: str) -> ExpectedArtifact:
     where = f"expected[{index}]"
     if not isinstance(table, Mapping):
         raise InputError("expected a table", file=file, field=where)
-    unknown = sorted(set(table) - _EXPECTED_KEYS)
-    if unknown:
-        raise InputError(f"unknown key(s) {unknown}", file=file, field=f"{where}.{unknown[0]}")
+    check_keys(table, _EXPECTED_KEYS, file=file, where=where)
     revision = _get(table, "revision", str, file=file, where=where, required=False)
     source_tree = _get(table, "source_tree_sha256", str, file=file, where=where, required=False)
     if revision is not None and not HEX40.match(revision):
@@ -184,19 +176,12 @@ def load_recipe(path: str | Path) -> Recipe:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read recipe: {exc}", file=file) from exc
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML: {exc}", file=file) from exc
-    unknown = sorted(set(data) - {"recipe", "expected"})
-    if unknown:
-        raise InputError(f"unknown table(s) {unknown}", file=file, field=unknown[0])
-    table = data.get("recipe")
+    data = parse_toml(raw, file)[0]
+    check_keys(data, ("recipe", "expected"), file=file, required=("recipe",))
+    table = data["recipe"]
     if not isinstance(table, Mapping):
-        raise InputError("missing [recipe] table", file=file, field="recipe")
-    extra = sorted(set(table) - _RECIPE_KEYS)
-    if extra:
-        raise InputError(f"unknown key(s) {extra}", file=file, field=f"recipe.{extra[0]}")
+        raise InputError(type_problem(table, dict), file=file, field="recipe")
+    check_keys(table, _RECIPE_KEYS, file=file, where="recipe")
     w = "recipe"
     name = _get(table, "name", str, file=file, where=w)
     quantize = _get(table, "quantize", bool, file=file, where=w)

@@ -63,7 +63,7 @@ from guardrepro.bench.edits import (
 from guardrepro.bench.react import parse_step
 from guardrepro.bench.tsbench import BenchRow, bench_rows, check_unique_ids, decode_json_strict
 from guardrepro.errors import InputError, IntegrityError
-from guardrepro.schema import CohortRow, canonical_json, sha256_text
+from guardrepro.schema import CohortRow, canonical_json, sha256_text, strict_decision
 
 TOOL_EDITS = ("tool_alias", "combined")
 SOURCE = "AgentDojo-Shortcut-Audit"  # sample.source of every row
@@ -72,7 +72,7 @@ AXIS = ""  # the published files leave the axis empty
 
 
 def strict_label(score: float) -> int:
-    return 0 if score == 0 else 1
+    return strict_decision(score)
 
 
 def salted_key(salt: str, sample_id: str) -> str:

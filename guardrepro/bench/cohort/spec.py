@@ -37,19 +37,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.errors import InputError
+from guardrepro.spec import HEX64, REQUIRED, Table, load_toml
 
 # Edit kinds; each is also the variant name (the ``variant`` and
 # ``sample.segment_id`` of its rows).
 EDIT_KINDS = ("marker_paraphrase", "tool_alias", "combined", "placebo", "repeat_original")
 SERIALIZATIONS = ("released_react",)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -85,28 +83,15 @@ class CohortSpec:
         return list(zip(self.markers, self.replacement_markers, strict=True))
 
 
-class _Table:
-    """Take typed keys out of a TOML table; leftovers are errors."""
+class _Table(Table):
+    """The shared strict table, with the cohort spec's string rules."""
 
-    def __init__(self, data: Any, file: str, prefix: str) -> None:
-        if not isinstance(data, dict):
-            raise InputError("must be a table", file=file, field=prefix.rstrip(".") or None)
-        self.data = dict(data)
-        self.file = file
-        self.prefix = prefix
+    def __init__(self, data: Any, file: str | None, prefix: str) -> None:
+        super().__init__(data, file, prefix.rstrip("."))
 
-    def fail(self, key: str, message: str) -> InputError:
-        return InputError(message, file=self.file, field=self.prefix + key)
-
-    def take(self, key: str, kind: type, *, required: bool = True) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.fail(key, "is required")
-            return None
-        value = self.data.pop(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(key, f"must be {kind.__name__}, got {value!r}")
-        return value
+    def take(self, key: str, kind: type | tuple[type, ...], default: Any = REQUIRED, *,
+             required: bool = True) -> Any:
+        return super().take(key, kind, default if required else None)
 
     def text(self, key: str, *, required: bool = True) -> Any:
         value = self.take(key, str, required=required)
@@ -124,11 +109,6 @@ class _Table:
         if len(set(values)) != len(values):
             raise self.fail(key, f"has duplicates: {values}")
         return tuple(values)
-
-    def done(self) -> None:
-        if self.data:
-            unknown = sorted(self.data)
-            raise self.fail(unknown[0], f"unknown key(s) {unknown}")
 
 
 def parse_spec(data: Any, file: str, base_dir: Path) -> CohortSpec:
@@ -200,7 +180,7 @@ def parse_spec(data: Any, file: str, base_dir: Path) -> CohortSpec:
 
 def _with_expected(spec: CohortSpec, table: _Table) -> CohortSpec:
     sha = table.text("sha256", required=False)
-    if sha is not None and not _HEX64.fullmatch(sha):
+    if sha is not None and not HEX64.fullmatch(sha):
         raise table.fail("sha256", "must be 64 lowercase hex")
     counts = {}
     for key in ("rows", "bytes"):
@@ -234,14 +214,5 @@ def _with_expected(spec: CohortSpec, table: _Table) -> CohortSpec:
 def load_spec(path: str | Path) -> CohortSpec:
     """Read a cohort spec TOML file strictly."""
     spec_path = Path(path)
-    try:
-        text = spec_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("cohort spec not found", file=str(spec_path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read cohort spec: {exc}", file=str(spec_path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"invalid TOML: {exc}", file=str(spec_path)) from None
+    data = load_toml(spec_path, "cohort spec")
     return parse_spec(data, str(spec_path), spec_path.parent)

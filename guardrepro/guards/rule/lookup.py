@@ -19,6 +19,7 @@ from typing import Any
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.bench.shortcuts import fit_lookup, tool_key
 from guardrepro.errors import InputError
+from guardrepro.schema import strict_decision
 
 VERSION = "tool-lookup-table-v1"
 
@@ -28,7 +29,7 @@ def fit_table(rows: Sequence[tuple[Any, float]]) -> dict[str, Any]:
     if not rows:
         raise InputError("cannot fit the lookup table on zero rows")
     keys = [tool_key(action) for action, _ in rows]
-    labels = [int(gold != 0) for _, gold in rows]
+    labels = [strict_decision(gold) for _, gold in rows]
     table, fallback = fit_lookup(keys, labels)
     return {"version": VERSION, "rows": len(rows), "fallback": fallback,
             "table": {("<none>" if k is None else k): v for k, v in sorted(

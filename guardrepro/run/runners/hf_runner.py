@@ -76,6 +76,7 @@ from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason
 from guardrepro.run.runners.options import HF as HF_OPTIONS
 from guardrepro.schema import DecodingParams
+from guardrepro.spec import check_keys
 
 DTYPES: Mapping[str, torch.dtype] = {
     "float32": torch.float32,
@@ -90,9 +91,7 @@ def _option_error(key: str, message: str) -> InputError:
 
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise _option_error(unknown[0], f"unknown option for the hf backend (known: {OPTIONS})")
+    check_keys(options, OPTIONS, where="backend_options")
     out: dict[str, Any] = HF_OPTIONS.filled(options)
     if out["threads"] == "auto":
         from guardrepro.run.workers import physical_cores

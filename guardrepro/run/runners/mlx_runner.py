@@ -44,6 +44,7 @@ from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
+from guardrepro.spec import check_keys
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
 _OPTIONS = set(MLX_OPTIONS.names)
@@ -80,11 +81,7 @@ class MLXRunner:
         pad_token_id: int | None,
         decode: Callable[[Sequence[int]], str],
     ) -> None:
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:
-            raise InputError(f"unknown MLX option {unknown[0]!r} (allowed: "
-                             f"{', '.join(sorted(_OPTIONS))})",
-                             field=f"backend_options.{unknown[0]}")
+        check_keys(options, _OPTIONS, where="backend_options")
         batch_size = _positive_int(options, "batch_size", MLX_OPTIONS.default("batch_size"))
         if batch_size != 1:
             raise InputError("the MLX runner decodes one request at a time; batch_size must "

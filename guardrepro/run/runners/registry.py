@@ -22,7 +22,7 @@ Constructor contract every runner class in ``RUNNERS`` implements::
                                               # backend turns token ids into text with it
         ) -> None: ...
 
-- ``options`` is validated by the runner itself: an unknown key or a bad value
+- ``options`` is validated by the runner itself: a key it does not define or a bad value
   raises ``InputError(field="backend_options.<key>")``. Common keys: ``dtype``,
   ``device``, ``batch_size`` (requests per ``generate`` chunk).
 - The class declares its options as ``OPTIONS`` (a ``runners.options.OptionTable``:
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.errors import DependencyMissingError, InputError
+from guardrepro.errors import DependencyMissingError, InputError, missing_extra
 from guardrepro.run.runners.base import Runner
 from guardrepro.run.runners.options import TABLES as OPTION_TABLES
 from guardrepro.run.runners.options import OptionTable
@@ -85,11 +85,7 @@ def _missing(backend: str, exc: ImportError) -> DependencyMissingError | None:
     name = (getattr(exc, "name", None) or "").split(".")[0]
     if name not in DEPENDENCIES[backend]:
         return None
-    extra = EXTRAS[backend]
-    return DependencyMissingError(
-        f"backend {backend!r} needs the Python package {name!r}, which is not installed: "
-        f"pip install 'guardrepro[{extra}]'"
-    )
+    return missing_extra(f"backend {backend!r}", name, EXTRAS[backend])
 
 
 def option_table(backend: str) -> OptionTable:

@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.errors import InferenceError, InputError
+from guardrepro.errors import InferenceError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.options import RULE as RULE_OPTIONS
 from guardrepro.schema import DecodingParams
+from guardrepro.spec import check_keys
 
 _OPTIONS = set(RULE_OPTIONS.names)
 
@@ -31,11 +32,7 @@ class RuleRunner:
     def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
                  eos_token_ids: Sequence[int], pad_token_id: int | None,
                  decode: Callable[[Sequence[int]], str]) -> None:
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:
-            raise InputError(f"unknown rule option {unknown[0]!r} (allowed: "
-                             f"{', '.join(sorted(_OPTIONS))})",
-                             field=f"backend_options.{unknown[0]}")
+        check_keys(options, _OPTIONS, where="backend_options")
         self.lookup: dict[str, Any] | None = None
         self.lookup_sha256: str | None = None
         path = options.get("lookup_table")

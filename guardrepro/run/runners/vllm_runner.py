@@ -61,6 +61,7 @@ from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.options import VLLM as VLLM_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
+from guardrepro.spec import check_keys
 
 DTYPES = ("bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
@@ -88,18 +89,9 @@ class VLLMOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> VLLMOptions:
-        """Validate strictly: unknown keys, wrong types and bad values raise
-        ``InputError(field="backend_options.<key>")``."""
-        known = set(cls.__dataclass_fields__)
-        for key in options:
-            if key not in known:
-                import difflib
-
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise InputError(
-                    f"unknown vLLM option {key!r}{hint}", field=f"backend_options.{key}"
-                )
+        """Validate strictly: keys it does not define, wrong types and bad values
+        raise ``InputError(field="backend_options.<key>")``."""
+        check_keys(options, cls.__dataclass_fields__, where="backend_options")
         if "dtype" not in options:
             raise InputError(
                 f"the vLLM runner needs an explicit dtype (one of {', '.join(DTYPES)})",

@@ -1,0 +1,90 @@
+"""How counts, rates and numbers are written in every readable table.
+
+Input: figures as the checks write them to JSON, either
+``{numerator, denominator, value}`` (stats, gate) or ``{count, denominator,
+rate}`` (compare, frontier), and plain numbers that may be None. Output:
+short strings for text, Markdown and HTML tables.
+
+Invariants: an undefined number prints as ``-`` (``n/a`` where a table says
+so); a fraction is always ``count/denominator`` with the count first; the JSON
+keeps every digit, these strings are for reading only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def rate_figure(count: int, denominator: int) -> dict[str, Any]:
+    """The ``{count, denominator, rate}`` figure; rate None when the denominator is 0."""
+    return {"count": count, "denominator": denominator,
+            "rate": count / denominator if denominator else None}
+
+
+def count_of(figure: Mapping[str, Any]) -> Any:
+    return figure["numerator"] if "numerator" in figure else figure.get("count")
+
+
+def value_of(figure: Mapping[str, Any]) -> Any:
+    return figure["value"] if "value" in figure else figure.get("rate")
+
+
+def ratio_text(count: Any, denominator: Any) -> str:
+    return f"{count}/{denominator}"
+
+
+def frac(figure: Mapping[str, Any] | None, empty: str = "-") -> str:
+    """``count/denominator`` of either figure shape; ``empty`` for no figure."""
+    if not figure:
+        return empty
+    return ratio_text(count_of(figure), figure["denominator"])
+
+
+def frac_value(figure: Mapping[str, Any], digits: int = 4) -> str:
+    """``count/denominator (value)``, the value with ``digits`` decimals when defined."""
+    value = value_of(figure)
+    return frac(figure) + ("" if value is None else f" ({value:.{digits}f})")
+
+
+def frac_percent(figure: Mapping[str, Any]) -> str:
+    """``count/denominator (12.5%)``; ``(n/a)`` when the rate is undefined."""
+    value = value_of(figure)
+    pct = "n/a" if value is None else f"{100 * value:.1f}%"
+    return f"{frac(figure)} ({pct})"
+
+
+def frac_equals(figure: Mapping[str, Any] | None) -> str:
+    """``count/denominator = 0.125``, ``n/a`` for a missing figure or value."""
+    if not figure:
+        return "n/a"
+    value = value_of(figure)
+    return f"{frac(figure)} = {'n/a' if value is None else f'{value:.3f}'}"
+
+
+def fixed(value: float | None, digits: int = 4, *, sign: bool = False) -> str:
+    """A fixed-point number (``+`` shown with ``sign``); ``-`` when undefined."""
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def sig3(value: Any) -> str:
+    """Three significant digits for floats, other values as they are; ``-`` for None."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def fmt_num(x: float | None) -> str:
+    """A figure for reading: up to 6 decimals, trailing zeros dropped (0.171875,
+    0.03125, 0.0); '-' when undefined."""
+    if x is None:
+        return "-"
+    text = f"{x:.6f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def plain(x: Any) -> str:
+    """An integral number without its ``.0``, any other with ``g`` formatting."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
