@@ -101,7 +101,7 @@ def test_a_shared_prompt_prefix_computed_once_keeps_generate_tokens(
     assert prefix is not None and prefix[0][0].shape[2] == 20  # the path under test runs
     assert decoder._shared_prefix([head[:3] + t for t in tails]) is None  # too short
     # a prompt that is the whole prefix keeps its last token to itself
-    assert decoder._shared_prefix([head, head + [1]])[0][0].shape[2] == 19  # type: ignore[index]
+    assert decoder._shared_prefix([head, [*head, 1]])[0][0].shape[2] == 19  # type: ignore[index]
     free = [naive(model, p, None, 12) for p in prompts]
     eos = _eos_for_mixed_stops(free)
     stops = [len(out) for out in _check_same(model, prompts, eos, 12)]
