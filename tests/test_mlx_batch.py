@@ -20,13 +20,13 @@ pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'guard
 pytest.importorskip("mlx_lm", reason="mlx-lm is not installed (pip install 'guardrepro[mlx]')")
 pytest.importorskip("torch", reason="torch writes the tiny checkpoints")
 
-from mlx_tiny import PROMPTS, build_source  # noqa: E402
+from mlx_tiny import PROMPTS, build_source
 
-from guardrepro.run.prompts import PromptTokenizer  # noqa: E402
-from guardrepro.run.runners import mlx_batch  # noqa: E402
-from guardrepro.run.runners.base import GenerationRequest  # noqa: E402
-from guardrepro.run.runners.mlx_runner import MLXRunner  # noqa: E402
-from guardrepro.schema import DecodingParams  # noqa: E402
+from guardrepro.run.prompts import PromptTokenizer
+from guardrepro.run.runners import mlx_batch
+from guardrepro.run.runners.base import GenerationRequest
+from guardrepro.run.runners.mlx_runner import MLXRunner
+from guardrepro.schema import DecodingParams
 
 pytestmark = pytest.mark.mlx
 STEPS = DecodingParams(max_new_tokens=20)
