@@ -34,9 +34,11 @@ Invariants:
   the runner checks: its first batch is also decoded at batch 1, and unless
   every row's tokens and finish reason are identical it logs the differing
   rows, returns the batch-1 results and runs batch 1 from then on.
-  ``describe()["batching"]`` says which happened (``"unchecked"`` before the
+  The attribute ``batching`` says which happened (``"unchecked"`` before the
   first batch, ``"verified on N rows"``, or ``"fell back to batch 1: ..."``);
-  a model whose caches cannot be merged falls back at load time.
+  ``describe()`` (hashed into provenance, so fixed per configuration) states
+  the rule, or the load-time fallback of a model whose caches cannot be
+  merged.
 """
 
 from __future__ import annotations
@@ -141,10 +143,13 @@ class MLXRunner:
                                  f"floating tensors are {floats}", field="backend_options.dtype")
         self.device = str(mx.default_device())
         self.batching = "batch 1" if self.batch_size == 1 else "unchecked"
+        self._batch_rule = ("batch 1" if self.batch_size == 1 else
+                            "greedy batches; first batch checked against batch 1")
         if self.batch_size > 1:
             reason = mlx_batch.unsupported_reason(self.model)
             if reason is not None:
                 self._fall_back(reason)
+                self._batch_rule = self.batching
 
     # ------------------------------------------------------------ protocol
 
@@ -158,7 +163,7 @@ class MLXRunner:
             "tensor_dtypes": self.dtypes,
             "config_normalisation": list(self.config_changes),
             "batch_size": self.batch_size,
-            "batching": self.batching,
+            "batching": self._batch_rule,
             "prefill_step_size": self.prefill_step_size,
             "eos_token_ids": list(self.eos_token_ids),
             "decoder": DECODER_VERSION,
