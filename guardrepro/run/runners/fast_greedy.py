@@ -111,9 +111,14 @@ class _Batch:
         first = caches[0][0][0]
         _, kv_heads, _, dim = first.shape
         shape = (layers, len(caches), kv_heads, self.width + GROW, dim)
-        self.keys = first.new_zeros(shape)
-        self.values = first.new_zeros(shape)
+        # uninitialised: every column up to ``used`` is written below or by a
+        # step before it is read, except the left padding, zeroed here (it is
+        # masked, but 0 * garbage could be NaN in the values product)
+        self.keys = first.new_empty(shape)
+        self.values = first.new_empty(shape)
         for row, (cache, n) in enumerate(zip(caches, lengths, strict=True)):
+            self.keys[:, row, :, : self.width - n] = 0
+            self.values[:, row, :, : self.width - n] = 0
             for i in range(layers):
                 self.keys[i, row, :, self.width - n : self.width] = cache[i][0][0]
                 self.values[i, row, :, self.width - n : self.width] = cache[i][1][0]
