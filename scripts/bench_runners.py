@@ -85,6 +85,8 @@ CONFIGS: dict[str, Config] = {
     "naive-2threads": Config(HF, {"decode_loop": "generate", "batch_size": 1, "threads": 2}, 1,
                              False, note="generate per row, 2 threads"),
     "toy-hf": Config(HF, note="runners/toy-hf.toml as shipped"),
+    "toy-hf-b16": Config(HF, {"batch_size": 16}, note="toy-hf with batches of 16"),
+    "toy-hf-b64": Config(HF, {"batch_size": 64}, note="toy-hf with batches of 64"),
     "mlx-q8": Config("runners/toy-mlx-q8.toml", recipe="quantize/q8-g64.toml",
                      note="MLX Q8 g64, batch 1"),
 }

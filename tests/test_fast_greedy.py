@@ -87,6 +87,27 @@ def test_tiny_random_models_match_generate_with_rows_stopping_apart(
     assert stops[0] <= 3 and stops[1] <= 7
 
 
+@pytest.mark.parametrize(("kind", "kv_heads"), [("qwen2", 2), ("llama", 1)])
+def test_a_shared_prompt_prefix_computed_once_keeps_generate_tokens(
+    kind: str, kv_heads: int
+) -> None:
+    model = _tiny(kind, kv_heads, seed=23)
+    gen = torch.Generator().manual_seed(5)
+    head = torch.randint(1, 96, (20,), generator=gen).tolist()  # >= MIN_PREFIX
+    tails = [torch.randint(1, 96, (n,), generator=gen).tolist() for n in (1, 9, 4, 15)]
+    prompts = [head + tail for tail in tails]
+    decoder = LeanDecoder(model)
+    prefix = decoder._shared_prefix(prompts)
+    assert prefix is not None and prefix[0][0].shape[2] == 20  # the path under test runs
+    assert decoder._shared_prefix([head[:3] + t for t in tails]) is None  # too short
+    # a prompt that is the whole prefix keeps its last token to itself
+    assert decoder._shared_prefix([head, [*head, 1]])[0][0].shape[2] == 19  # type: ignore[index]
+    free = [naive(model, p, None, 12) for p in prompts]
+    eos = _eos_for_mixed_stops(free)
+    stops = [len(out) for out in _check_same(model, prompts, eos, 12)]
+    assert len(set(stops)) > 1, f"rows must stop at different lengths: {stops}"
+
+
 def test_margins_are_the_top_two_gap_of_generate_scores() -> None:
     model = _tiny("qwen2", 2, seed=11)
     prompts = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]]

@@ -169,7 +169,7 @@ def test_prompt_mismatch_and_option_errors(fp32_model: Path) -> None:
         runner.check_prompt(PROMPTS[1], ids, row_id="x")
     assert runner.prompt_checks["x"] == "mismatch"
     for options, field in (({"colour": 1}, "backend_options.colour"),
-                           ({"batch_size": 2}, "backend_options.batch_size"),
+                           ({"batch_size": 0}, "backend_options.batch_size"),
                            ({"device": "tpu"}, "backend_options.device"),
                            ({"dtype": "bfloat16"}, "backend_options.dtype")):
         with pytest.raises(InputError) as info:

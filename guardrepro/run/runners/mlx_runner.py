@@ -26,20 +26,33 @@ Invariants:
   ``InferenceError`` unless the ids equal the given ones; a request that
   carries ``prompt_text`` is checked before generation and the outcome is
   kept in ``prompt_checks[row_id]``.
-- Requests run one at a time (batch 1): MLX's batched path would need left
-  padding with masks, and batch 1 is what the published Q8 run used.
+- ``batch_size`` 1 (the default) runs requests one at a time, as the
+  published Q8 run did. ``batch_size`` N > 1 (greedy only; sampled mode
+  stays at batch 1) decodes N requests together (``runners.mlx_batch``:
+  each prompt prefilled alone, decoding batched over a left-padded cache).
+  Batched tokens are not guaranteed to equal batch 1 for every recipe, so
+  the runner checks: its first batch is also decoded at batch 1, and unless
+  every row's tokens and finish reason are identical it logs the differing
+  rows, returns the batch-1 results and runs batch 1 from then on.
+  The attribute ``batching`` says which happened (``"unchecked"`` before the
+  first batch, ``"verified on N rows"``, or ``"fell back to batch 1: ..."``);
+  ``describe()`` (hashed into provenance, so fixed per configuration) states
+  the rule, or the load-time fallback of a model whose caches cannot be
+  merged.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
+from guardrepro.run.runners import mlx_batch
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
@@ -47,6 +60,7 @@ from guardrepro.schema import DecodingParams
 from guardrepro.spec import check_keys
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
+log = logging.getLogger(__name__)
 _OPTIONS = set(MLX_OPTIONS.names)
 _DEVICES = ("cpu", "gpu", "default")
 
@@ -82,10 +96,7 @@ class MLXRunner:
         decode: Callable[[Sequence[int]], str],
     ) -> None:
         check_keys(options, _OPTIONS, where="backend_options")
-        batch_size = _positive_int(options, "batch_size", MLX_OPTIONS.default("batch_size"))
-        if batch_size != 1:
-            raise InputError("the MLX runner decodes one request at a time; batch_size must "
-                             "be 1", field="backend_options.batch_size")
+        self.batch_size = _positive_int(options, "batch_size", MLX_OPTIONS.default("batch_size"))
         self.prefill_step_size = _positive_int(
             options, "prefill_step_size", MLX_OPTIONS.default("prefill_step_size"))
         device = options.get("device", MLX_OPTIONS.default("device"))
@@ -131,6 +142,14 @@ class MLXRunner:
                 raise InputError(f"profile asks for dtype {want!r} but the checkpoint's "
                                  f"floating tensors are {floats}", field="backend_options.dtype")
         self.device = str(mx.default_device())
+        self.batching = "batch 1" if self.batch_size == 1 else "unchecked"
+        self._batch_rule = ("batch 1" if self.batch_size == 1 else
+                            "greedy batches; first batch checked against batch 1")
+        if self.batch_size > 1:
+            reason = mlx_batch.unsupported_reason(self.model)
+            if reason is not None:
+                self._fall_back(reason)
+                self._batch_rule = self.batching
 
     # ------------------------------------------------------------ protocol
 
@@ -143,7 +162,8 @@ class MLXRunner:
             "quantization": self.quantization,
             "tensor_dtypes": self.dtypes,
             "config_normalisation": list(self.config_changes),
-            "batch_size": 1,
+            "batch_size": self.batch_size,
+            "batching": self._batch_rule,
             "prefill_step_size": self.prefill_step_size,
             "eos_token_ids": list(self.eos_token_ids),
             "decoder": DECODER_VERSION,
@@ -151,7 +171,7 @@ class MLXRunner:
 
     def generate(self, requests: Sequence[GenerationRequest],
                  params: DecodingParams) -> list[Generation]:
-        out = []
+        out: list[Generation] = []
         for request in requests:
             if request.prompt_messages is not None:
                 self.check_prompt(request.prompt_messages, request.prompt_token_ids,
@@ -159,7 +179,15 @@ class MLXRunner:
             elif request.prompt_text is not None:
                 self.check_prompt(request.prompt_text, request.prompt_token_ids,
                                   row_id=request.row_id)
-            out.append(self._generate_one(request, params))
+        size = self.batch_size
+        for start in range(0, len(requests), size):
+            chunk = requests[start : start + size]
+            if params.mode != "greedy" or len(chunk) == 1 or not self._batching_on():
+                out.extend(self._generate_one(r, params) for r in chunk)
+            elif self.batching == "unchecked":
+                out.extend(self._checked_batch(chunk, params))
+            else:
+                out.extend(self._generate_batch(chunk, params))
         return out
 
     def close(self) -> None:
@@ -199,6 +227,59 @@ class MLXRunner:
 
     # ------------------------------------------------------------ decoding
 
+    def _batching_on(self) -> bool:
+        return self.batch_size > 1 and not self.batching.startswith("fell back")
+
+    def _fall_back(self, reason: str) -> None:
+        self.batching = f"fell back to batch 1: {reason}"
+        log.warning("MLX batch_size %d: %s", self.batch_size, self.batching)
+
+    def _checked_batch(self, chunk: Sequence[GenerationRequest],
+                       params: DecodingParams) -> list[Generation]:
+        """The first batch, decoded batched and at batch 1: the batch-1 results,
+        and batching stays on only if every row's tokens agree."""
+        batched = self._generate_batch(chunk, params)
+        single = [self._generate_one(r, params) for r in chunk]
+        differ = [b.row_id for b, s in zip(batched, single, strict=True)
+                  if (b.token_ids, b.finish_reason) != (s.token_ids, s.finish_reason)]
+        if differ:
+            self._fall_back(f"batched tokens differ from batch 1 on {len(differ)} of "
+                            f"{len(chunk)} rows of the first batch ({', '.join(differ[:5])})")
+        else:
+            self.batching = f"verified on {len(chunk)} rows"
+        return single
+
+    def _generate_batch(self, chunk: Sequence[GenerationRequest],
+                        params: DecodingParams) -> list[Generation]:
+        import mlx.core as mx
+
+        for request in chunk:
+            if not request.prompt_token_ids:
+                raise InferenceError(f"row {request.row_id!r}: empty prompt")
+        mx.reset_peak_memory()
+        start = time.perf_counter()
+        try:
+            decoded = mlx_batch.decode_batch(
+                self.model, [list(r.prompt_token_ids) for r in chunk],
+                eos_token_ids=self.eos_token_ids, max_new_tokens=params.max_new_tokens,
+                prefill_step_size=self.prefill_step_size)
+        except (RuntimeError, ValueError) as exc:
+            ids = [r.row_id for r in chunk]
+            raise InferenceError(f"rows {ids}: MLX batched generation failed: {exc}") from exc
+        total = time.perf_counter() - start
+        decode_s = (total - sum(d.prefill_s for d in decoded)) / len(chunk)
+        peak = int(mx.get_peak_memory())
+        out = []
+        for request, d in zip(chunk, decoded, strict=True):
+            body = d.token_ids[:-1] if d.finish_reason == "stop" else d.token_ids
+            out.append(Generation(
+                row_id=request.row_id, token_ids=tuple(d.token_ids), text=self._decode(body),
+                finish_reason=d.finish_reason, step_margins=tuple(d.margins),
+                timings=Timings(prefill_s=d.prefill_s, decode_s=decode_s,
+                                total_s=d.prefill_s + decode_s),
+                peak_memory_bytes=peak))
+        return out
+
     def logits(self, token_ids: Sequence[int]) -> Any:
         """Teacher-forced float32 logits, shape (len(token_ids), vocab) (tests, probes)."""
         import mlx.core as mx
@@ -209,8 +290,6 @@ class MLXRunner:
 
     def _generate_one(self, request: GenerationRequest, params: DecodingParams) -> Generation:
         import mlx.core as mx
-        from mlx_lm.models.cache import make_prompt_cache
-
         ids = list(request.prompt_token_ids)
         if not ids:
             raise InferenceError(f"row {request.row_id!r}: empty prompt")
@@ -226,13 +305,7 @@ class MLXRunner:
         mx.reset_peak_memory()
         start = time.perf_counter()
         try:
-            cache = make_prompt_cache(self.model)
-            prompt = mx.array(ids)
-            for lo in range(0, len(ids) - 1, self.prefill_step_size):
-                hi = min(lo + self.prefill_step_size, len(ids) - 1)
-                self.model(prompt[None, lo:hi], cache=cache)
-                mx.eval([c.state for c in cache])
-            logits = self.model(prompt[None, -1:], cache=cache)[0, -1].astype(mx.float32)
+            cache, logits = mlx_batch.prefill(self.model, ids, self.prefill_step_size)
             tokens: list[int] = []
             margins: list[float] = []
             finish = "length"

@@ -68,7 +68,8 @@ HF = OptionTable("hf", (
 MLX = OptionTable("mlx", (
     Option("dtype", _STR, None, "expected float dtype of the loaded weights (checked)"),
     Option("device", _STR, "default", "cpu | gpu | default"),
-    Option("batch_size", _INT, 1, "must be 1: one request at a time"),
+    Option("batch_size", _INT, 1, "requests decoded together (greedy; the first batch is "
+           "checked against batch 1, which is used from then on if they differ)"),
     Option("prefill_step_size", _INT, 2048, "prompt tokens per prefill step"),
 ))
 
