@@ -159,3 +159,18 @@ def test_frontier_cli(tmp_path: Path) -> None:
     assert data["frontier"]["dominated"] == {"B": ["a"]}
     assert (out / "frontier.png").stat().st_size > 0
     assert "dominated: B (by a)" in result.output
+
+
+def test_agreement_follows_the_gate_rule() -> None:
+    """Two invalid rows never agree: 4 shared rows, row r3 invalid on both
+    sides, r2 valid on both with different decisions -> strict 2/4 (r0, r1);
+    exact over the 3 jointly valid rows: r0 and r1 equal scores -> 2/3."""
+    from guardrepro.checks.frontier import agreement
+
+    ref = {r.row_id: r for r in (rec("r0", 1.0, 1.0), rec("r1", 0.0, 0.0), rec("r2", 1.0, 1.0),
+                                 rec("r3", 1.0, None))}
+    run = [rec("r0", 1.0, 1.0), rec("r1", 0.0, 0.0), rec("r2", 1.0, 0.0), rec("r3", 1.0, None)]
+    got = agreement(run, ref)
+    assert got["rows"] == 4
+    assert (got["strict"]["count"], got["strict"]["denominator"]) == (2, 4)
+    assert (got["exact"]["count"], got["exact"]["denominator"]) == (2, 3)

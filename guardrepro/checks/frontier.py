@@ -153,10 +153,12 @@ def _speed(records: Sequence[Record]) -> dict[str, float | None]:
 
 
 def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dict[str, Any]:
-    """Strict (fail-closed) and exact-score (jointly valid) agreement on shared rows."""
+    """Strict and exact-score agreement on shared rows, by the gate's rule: a
+    row agrees only when both sides are valid (strict: same decision, over all
+    shared rows; exact: same score, over the jointly valid rows)."""
     shared = [(r, reference[r.row_id]) for r in records if r.row_id in reference]
-    strict = sum(1 for a, b in shared if a.strict_decision == b.strict_decision)
     valid = [(a, b) for a, b in shared if a.valid and b.valid]
+    strict = sum(1 for a, b in valid if a.strict_decision == b.strict_decision)
     exact = sum(1 for a, b in valid if a.score == b.score)
     return {"rows": len(shared), "strict": rate_figure(strict, len(shared)),
             "exact": rate_figure(exact, len(valid))}
