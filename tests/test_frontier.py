@@ -174,3 +174,21 @@ def test_agreement_follows_the_gate_rule() -> None:
     assert got["rows"] == 4
     assert (got["strict"]["count"], got["strict"]["denominator"]) == (2, 4)
     assert (got["exact"]["count"], got["exact"]["denominator"]) == (2, 3)
+
+
+def test_recommendation_uses_the_reference_agreement_ceiling() -> None:
+    """The reference agrees with itself on its 3 valid rows of 4 (gate rule):
+    a recipe reaching 3/4 qualifies, one at 2/4 does not even if smaller."""
+    from guardrepro.experiments.outputs import recommend
+
+    def row(name: str, kind: str, count: int, size: int | None) -> dict[str, Any]:
+        return {"name": name, "kind": kind, "artifact_bytes": size, "mean_kl": 0.0,
+                "strict_agreement": {"count": count, "denominator": 4, "rate": count / 4},
+                "exact_agreement": {"count": count, "denominator": 3, "rate": count / 3},
+                "decision_min_margin": 1.0}
+
+    rows = [row("ref", "reference", 3, 100), row("big", "recipe", 3, 50),
+            row("small", "recipe", 2, 10)]
+    report = {"paired_vs_reference": []}
+    assert recommend(rows, report)["name"] == "big"
+    assert recommend(rows[:1] + rows[2:], report)["name"] is None

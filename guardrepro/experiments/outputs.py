@@ -110,13 +110,18 @@ def write_outputs(spec: SweepSpec, out: Path,
 
 
 def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> dict[str, Any]:
-    """The smallest recipe artifact that agrees with the reference on every row's
-    strict decision and whose paired harm interval does not show it worse; ties
-    go to the lower mean KL. None when no recipe qualifies."""
+    """The smallest recipe artifact that agrees with the reference on every row
+    the reference itself can agree on (its valid rows: the reference's
+    agreement with itself under the gate's rule) and whose paired harm interval
+    does not show it worse; ties go to the lower mean KL. None when no recipe
+    qualifies."""
     worse = {p["a"] for p in report["paired_vs_reference"]
              if p["verdict"] == f"{p['b']} better"}
+    ceiling = next((r["strict_agreement"]["count"] for r in rows
+                    if r["kind"] == "reference" and r["strict_agreement"]), None)
     ok = [r for r in rows if r["kind"] == "recipe" and r["name"] not in worse
-          and r["strict_agreement"] and r["strict_agreement"]["rate"] == 1.0
+          and r["strict_agreement"] and ceiling is not None
+          and r["strict_agreement"]["count"] == ceiling
           and r["artifact_bytes"] is not None]
     if not ok:
         return {"name": None, "reason": "no recipe agrees with the reference on every row"}
