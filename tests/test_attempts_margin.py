@@ -51,3 +51,12 @@ def test_bisection_equals_the_linear_scan_on_the_toy_tokenizer(seed: int) -> Non
 
 def test_empty_output_has_no_decision_token() -> None:
     assert token_index_at([], 0, lambda ids: "") is None
+
+
+def test_the_margin_benchmark_methods_agree_with_the_scan() -> None:
+    from guardrepro.run.prompts import PromptTokenizer
+    from scripts.bench_margin import measure_length
+
+    lines = measure_length(PromptTokenizer(GUARD_DIR), 40, 1)
+    assert [line.split()[1] for line in lines] == ["scan", "bisection", "offsets"]
+    assert all(line.split()[-1] == "True" for line in lines)

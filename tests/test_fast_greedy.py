@@ -88,20 +88,35 @@ def test_tiny_random_models_match_generate_with_rows_stopping_apart(
 
 
 @pytest.mark.parametrize(("kind", "kv_heads"), [("qwen2", 2), ("llama", 1)])
-def test_a_shared_prompt_prefix_computed_once_keeps_generate_tokens(
+def test_prefixes_shared_with_earlier_prompts_are_reused_and_keep_generate_tokens(
     kind: str, kv_heads: int
 ) -> None:
     model = _tiny(kind, kv_heads, seed=23)
     gen = torch.Generator().manual_seed(5)
-    head = torch.randint(1, 96, (20,), generator=gen).tolist()  # >= MIN_PREFIX
-    tails = [torch.randint(1, 96, (n,), generator=gen).tolist() for n in (1, 9, 4, 15)]
-    prompts = [head + tail for tail in tails]
+    base = torch.randint(1, 95, (50,), generator=gen).tolist()
+
+    def edit(at: int) -> list[int]:  # an edited variant: one token changed at ``at``
+        out = list(base)
+        out[at] = out[at] % 95 + 1
+        return out
+
+    prompts = [
+        base,
+        edit(35),  # shares 35 tokens with the base
+        [*edit(25), 7, 8, 9],  # shares 25 with either earlier prompt
+        base[:10] + [1] * 12,  # shares only 10 (< MIN_PREFIX): prefilled alone
+        list(base),  # a duplicate: reuses all but its last token
+        [*edit(35), 4, 4],  # extends edit(35): reuses all 50 of its tokens
+    ]
+    # the longest prefix each prompt shares with an earlier one, by hand
+    expected = [None, 35, 25, None, 49, 50]
     decoder = LeanDecoder(model)
-    prefix = decoder._shared_prefix(prompts)
-    assert prefix is not None and prefix[0][0].shape[2] == 20  # the path under test runs
-    assert decoder._shared_prefix([head[:3] + t for t in tails]) is None  # too short
-    # a prompt that is the whole prefix keeps its last token to itself
-    assert decoder._shared_prefix([head, [*head, 1]])[0][0].shape[2] == 19  # type: ignore[index]
+    done: list[Any] = []
+    for prompt, want in zip(prompts, expected, strict=True):
+        ids = torch.tensor(prompt)
+        kv = decoder._reusable_prefix(ids, done)
+        assert (None if kv is None else kv[0][0].shape[2]) == want
+        done.append((ids, decoder._prefill(prompt)[0]))
     free = [naive(model, p, None, 12) for p in prompts]
     eos = _eos_for_mixed_stops(free)
     stops = [len(out) for out in _check_same(model, prompts, eos, 12)]

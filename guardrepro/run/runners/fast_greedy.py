@@ -13,15 +13,19 @@ How it stays ``generate(do_sample=False)``:
 - Prefill runs each prompt alone through the model's own ``forward``, called
   as ``generate`` calls it at batch 1 (no attention mask, positions from 0,
   ``logits_to_keep=1``, a ``DynamicCache``), so no prompt pays for another's
-  padding. When all prompts of a batch share a token prefix of at least
-  ``MIN_PREFIX`` tokens (the guard template's head), that prefix is prefilled
-  once and each prompt runs only its own remainder on a cache holding the
-  prefix's KV (same positions; the prefix tensors are shared, never written).
-  Without a shared prefix the first token, its margin and the KV cache are
-  bit-for-bit those of the naive loop; with one, the remainder's attention
-  runs with a key length longer than its query length, which may round the
-  last bits differently (on the toy guard: margins within 6e-6, tokens
-  identical on every row tested).
+  padding. Prompts of one batch share token prefixes: the guard template's
+  head, and far more between the edited variants of one base sample, which
+  differ only from the first edited token on. Each prompt therefore looks
+  up the longest prefix it shares with a prompt of the batch already
+  prefilled; when that is at least ``MIN_PREFIX`` tokens, it reuses those
+  positions' keys and values (causal attention: a position's KV depends only
+  on the tokens up to it) and runs only its own remainder, at the same
+  positions, attending to the reused keys (the tensors are shared, never
+  written). A prompt with no such prefix (the first of every batch) gets
+  bit-for-bit the naive loop's first token, margin and KV cache. A reused
+  prefix makes the remainder's attention run with a key length longer than
+  its query length, which may round the last bits differently (on the toy
+  guard: margins within 1e-5, tokens identical on every row tested).
 - Decoding then runs all unfinished sequences as one batch through a
   hand-written forward that applies the model's own weights with the same
   operations in the same order as the transformers modules (RMSNorm in
@@ -59,7 +63,7 @@ from transformers import DynamicCache
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
-MIN_PREFIX = 16  # shortest shared prompt prefix whose KV is computed once per batch
+MIN_PREFIX = 16  # shortest shared prompt prefix whose KV a later prompt reuses
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
 
 
@@ -95,6 +99,13 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + eps)
     return weight * x.to(dtype)
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many leading tokens two 1-D id tensors share."""
+    n = min(int(a.shape[0]), int(b.shape[0]))
+    differ = torch.nonzero(a[:n] != b[:n])
+    return int(differ[0, 0]) if differ.numel() else n
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -185,21 +196,20 @@ class LeanDecoder:
         layers: Any = cache.layers
         return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
 
-    def _shared_prefix(self, prompts: Sequence[Sequence[int]]) -> KV | None:
-        """The KV of the token prefix all ``prompts`` share (each keeps at least
-        one token of its own), or None when it is shorter than ``min_prefix``."""
-        if len(prompts) < 2 or self.min_prefix <= 0:
+    def _reusable_prefix(self, prompt: torch.Tensor, done: Sequence[tuple[torch.Tensor, KV]],
+                         ) -> KV | None:
+        """The KV of the longest token prefix ``prompt`` shares with a prompt of
+        ``done`` (each already prefilled), leaving ``prompt`` at least one token
+        of its own; None when that prefix is shorter than ``min_prefix``."""
+        best, source = 0, None
+        for tokens, kv in done:
+            n = _common_prefix(prompt, tokens)
+            if n > best:
+                best, source = n, kv
+        best = min(best, int(prompt.shape[0]) - 1)
+        if source is None or self.min_prefix <= 0 or best < self.min_prefix:
             return None
-        first, size = prompts[0], min(len(p) for p in prompts) - 1
-        for prompt in prompts[1:]:
-            n = 0
-            while n < size and prompt[n] == first[n]:
-                n += 1
-            size = n
-        if size < self.min_prefix:
-            return None
-        kv, _ = self._prefill(first[:size])
-        return kv
+        return [(keys[:, :, :best], values[:, :, :best]) for keys, values in source]
 
     def _attend(self, layer: Any, h: torch.Tensor, cos: Any, sin: Any) -> Any:
         rows = h.shape[0]
@@ -275,11 +285,14 @@ class LeanDecoder:
         finish = ["length"] * len(prompts)
         started = time.perf_counter()
         caches, logits = [], []
-        prefix = self._shared_prefix(prompts)
+        done: list[tuple[torch.Tensor, KV]] = []
         for prompt in prompts:
-            cache, last = self._prefill(prompt, prefix)
+            ids = torch.tensor(list(prompt), dtype=torch.long)
+            cache, last = self._prefill(prompt, self._reusable_prefix(ids, done))
+            done.append((ids, cache))
             caches.append(cache)
             logits.append(last)
+        del done
         batch = _Batch(caches, [len(p) for p in prompts], len(self.layers))
         del caches
         alive = list(range(len(prompts)))  # original index of each batch row
