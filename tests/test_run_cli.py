@@ -170,7 +170,7 @@ def test_seed_override_in_sampled_mode(
     # the per-attempt seeds derive from the override, not from the profile's 0
     rec_a = read_records(run_a)
     rec_b = read_records(run_b)
-    assert rec_a[0].attempts[0]["seed"] != rec_b[0].attempts[0]["seed"]
+    assert rec_a[0].attempts[0].seed != rec_b[0].attempts[0].seed
     # same seed: the run resumes
     code, out, _ = run_main(*base, "--out", str(run_a), "--seed", "1", capsys=capsys)
     assert code == 0 and "2 already done, 3 generated" in out

@@ -138,10 +138,9 @@ def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, floa
 
 
 def _speed(records: Sequence[Record]) -> dict[str, float | None]:
-    def total(key: str) -> float:
-        return float(sum(float(r.timings.get(key, 0.0)) for r in records))
-
-    wall, prefill, decode = total("total_s"), total("prefill_s"), total("decode_s")
+    wall = float(sum(r.timings.total_s for r in records))
+    prefill = float(sum(r.timings.prefill_s for r in records))
+    decode = float(sum(r.timings.decode_s for r in records))
     prompt = sum(r.prompt_tokens for r in records)
     output = sum(len(r.output_token_ids) for r in records)
     return {
