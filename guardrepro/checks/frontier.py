@@ -78,13 +78,14 @@ def _artifact_bytes(path: Path) -> int | None:
             raise InputError("artifact_bytes must be an integer", file=str(side),
                              field="artifact_bytes")
         return value
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return None
     from guardrepro.artifacts.locks import load_lock
     from guardrepro.run.profile import RunProfile
+    from guardrepro.run.records import read_manifest
 
-    profile_path = Path(json.loads(manifest.read_text(encoding="utf-8"))["profile"]["path"])
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return None
+    profile_path = Path(manifest.profile["path"])
     if not profile_path.is_file():
         return None
     profile = RunProfile.load(profile_path)

@@ -359,6 +359,8 @@ class RecordWriter:
         if self._fd is None:
             raise InputError("record writer is closed", file=str(self.path))
         lines = self.path.read_bytes().splitlines(keepends=True)
+        # Lines move as bytes; each was read into a Record when the writer opened
+        # or was written by ``append``, so only its row id is looked up here.
         by_id = {json.loads(line)["row_id"]: line for line in lines}
         unnamed = sorted(set(by_id) - set(row_ids))
         if unnamed:
