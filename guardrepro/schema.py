@@ -85,18 +85,15 @@ def strict_decision(score: float | None) -> int:
     return 1 if score is None or score != 0 else 0
 
 
-def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
-    score = check_score(value, file=file, row=row, field=field_name)
-    assert score is not None  # not nullable
-    return score
-
-
 COHORT_TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")
 # The 13 keys of a cohort row's ``sample`` (docs/PROTOCOL.md, "Cohort file").
 SAMPLE_KEYS = (
     "sample_id", "source", "split", *COHORT_TEXT_FIELDS, "label", "trajectory_id",
     "segment_id", "subset", "malicious_user_request", "prompt_injection",
 )
+# The top-level keys of a cohort row; ``original_label`` is ``CohortRow.gold_strict``.
+COHORT_KEYS = ("axis", "base_sample_id", "cohort", "domain", "original_label", "serialization",
+               "variant", "sample")
 
 
 def _text(value: Any, *, file: str | None, row: int | None, field_name: str,
@@ -117,7 +114,7 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
     for name in COHORT_TEXT_FIELDS:  # a built cohort holds the stringified texts
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
-    _gold(sample["label"], file=file, row=row, field_name="sample.label")
+    check_score(sample["label"], file=file, row=row, field="sample.label")
     for name, top_name in (("trajectory_id", "base_sample_id"), ("segment_id", "variant"),
                            ("subset", "domain")):
         if sample[name] != top[top_name]:
@@ -135,8 +132,8 @@ class CohortRow:
     """One line of a cohort JSONL file (layout: ``docs/PROTOCOL.md``, "Cohort
     file"; built by ``guardrepro.bench.cohort.build``).
 
-    ``original_label`` is the base's strict label (0 or 1); the gold score is
-    ``sample["label"]`` (:attr:`gold_label`). ``sample`` holds the 13 sample
+    The gold score is ``sample["label"]`` (:attr:`gold_label`); ``gold_strict`` is
+    its strict label (0 or 1), the file's ``original_label``. ``sample`` holds the 13 sample
     keys; its four texts are strings (the stringified TS-Bench fields with the
     row's edit applied), which is what the prompt renders.
     """
@@ -145,7 +142,7 @@ class CohortRow:
     base_sample_id: str
     cohort: str
     domain: str
-    original_label: int
+    gold_strict: int
     serialization: str
     variant: str
     sample: Mapping[str, Any]
@@ -163,7 +160,10 @@ class CohortRow:
     def from_dict(
         cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
     ) -> CohortRow:
-        _check_keys(data, cls, file=file, row=row)
+        if not isinstance(data, Mapping):
+            raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file,
+                             row=row)
+        check_keys(data, COHORT_KEYS, file=file, row=row, required=COHORT_KEYS)
         for name in ("cohort", "base_sample_id", "variant", "domain", "serialization"):
             _text(data[name], file=file, row=row, field_name=name, empty=False)
         _text(data["axis"], file=file, row=row, field_name="axis")
@@ -181,14 +181,15 @@ class CohortRow:
             base_sample_id=data["base_sample_id"],
             cohort=data["cohort"],
             domain=data["domain"],
-            original_label=label,
+            gold_strict=label,
             serialization=data["serialization"],
             variant=data["variant"],
             sample=sample,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """The cohort file's object (``gold_strict`` written as ``original_label``)."""
+        out = {"original_label" if k == "gold_strict" else k: v for k, v in asdict(self).items()}
         out["sample"] = dict(self.sample)
         return out
 
@@ -473,7 +474,7 @@ class Record:
     def from_dict(
         cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
     ) -> Record:
-        """A record from one ``records.jsonl`` object; a missing or unknown key (also in
+        """A record from one ``records.jsonl`` object; a key missing or not known (also in
         ``provenance``, ``attempts[i]``, ``timings``) is an error naming file, row, field."""
         _check_keys(data, cls, file=file, row=row)
         attempts = data["attempts"]

@@ -681,7 +681,7 @@ def test_read_cohort_refuses_non_utf8(built: Path) -> None:
 def test_read_cohort_gold_and_strict_labels(built: Path) -> None:
     rows = read_cohort(built)
     rich = next(r for r in rows if r.base_sample_id == rid(RICH))
-    assert (rich.original_label, rich.gold_label) == (1, 0.5)
+    assert (rich.gold_strict, rich.gold_label) == (1, 0.5)
     assert rich.to_dict()["sample"]["label"] == 0.5
 
 
