@@ -325,8 +325,7 @@ def _seconds(value: Any, *, file: str | None, row: int | None, field_name: str) 
     return value
 
 
-# Provenance fields holding an object; every other field holds a string.
-PROVENANCE_OBJECTS = ("backend_config", "decoding", "package_versions")
+PROVENANCE_OBJECTS = ("backend_config", "decoding", "package_versions")  # others: strings
 
 
 @dataclass(frozen=True)
@@ -340,7 +339,7 @@ class Provenance:
     artifact_tree_sha256: str
     model_revision: str
     template_sha256: str
-    chat_template_sha256: str
+    chat_template_sha256: str | None  # None: the tokenizer has no chat template
     parser_version: str
     decoding: Mapping[str, Any]
     package_versions: Mapping[str, str]
@@ -354,7 +353,8 @@ class Provenance:
                   row: int | None = None, where: str = "") -> Provenance:
         _check_keys(data, cls, file=file, row=row, where=where)
         for name in (f.name for f in fields(cls) if f.name not in PROVENANCE_OBJECTS):
-            _text(data[name], file=file, row=row, field_name=_where(where, name))
+            if data[name] is not None or name != "chat_template_sha256":
+                _text(data[name], file=file, row=row, field_name=_where(where, name))
         for name in (n for n in PROVENANCE_OBJECTS if not isinstance(data[n], Mapping)):
             raise InputError(f"expected an object, got {data[name]!r:.60}", file=file,
                              row=row, field=_where(where, name))

@@ -211,7 +211,7 @@ def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[
         "tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
         "statuses": {s: sum(1 for r in records if r.status == s)
                      for s in sorted({r.status for r in records})},
-        "backend_config": dict(manifest.provenance["backend_config"]) if manifest else None,
+        "backend_config": dict(manifest.provenance.backend_config) if manifest else None,
     }
     if invariance is not None and invariance.is_file():
         report = json.loads(invariance.read_text())

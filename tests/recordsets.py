@@ -148,7 +148,7 @@ def write_run(
     manifest = RunManifest(
         run_id=run_id,
         created_at="2025-01-01T00:00:00Z",
-        provenance=PROVENANCE,
+        provenance=Provenance.from_dict(PROVENANCE),
         provenance_sha256="4" * 64,
         cohort={"path": str(cohort_path), "sha256": digest, "rows": len(specs)},
         profile={"path": "runners/hf-cpu.toml", "sha256": "5" * 64},

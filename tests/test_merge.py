@@ -70,7 +70,8 @@ def write_run(
     prov = prov or provenance()
     run_dir.mkdir(parents=True)
     manifest = RunManifest(
-        run_id=run_dir.name, created_at="2025-01-01T00:00:00Z", provenance=prov,
+        run_id=run_dir.name, created_at="2025-01-01T00:00:00Z",
+        provenance=Provenance.from_dict(prov),
         provenance_sha256=Provenance.from_dict(prov).sha256,
         cohort={"path": str(cohort), "sha256": hashlib.sha256(cohort.read_bytes()).hexdigest(),
                 "rows": len(read_cohort(cohort))},

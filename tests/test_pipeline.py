@@ -98,11 +98,11 @@ def test_run_writes_manifest_and_one_record_per_row(
     assert manifest.cohort["sha256"] == hashlib.sha256(setup["cohort"].read_bytes()).hexdigest()
     assert manifest.profile["sha256"] == hashlib.sha256(setup["profile"].read_bytes()).hexdigest()
     prov = manifest.provenance
-    assert prov["model_revision"] == "unpinned"
-    assert prov["artifact_tree_sha256"] == tree_hash(tiny).sha256
-    assert prov["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
-    assert prov["backend_config"]["dtype"] == "float32"
-    assert prov["decoding"]["max_new_tokens"] == 8
+    assert prov.model_revision == "unpinned" and prov.sha256 == manifest.provenance_sha256
+    assert prov.artifact_tree_sha256 == tree_hash(tiny).sha256
+    assert prov.template_sha256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert prov.backend_config["dtype"] == "float32"
+    assert prov.decoding["max_new_tokens"] == 8
     for record, row in zip(records, cohort, strict=True):
         assert record.provenance_sha256 == manifest.provenance_sha256
         assert record.gold_label == row.gold_label and record.variant == row.variant
@@ -296,9 +296,9 @@ def test_pinned_checkpoint_and_template_through_locks(
     run_cohort(profile, cohort, tmp_path / "run", progress=False, home=tmp_path / "home")
     manifest = read_manifest(tmp_path / "run")
     assert manifest is not None
-    assert manifest.provenance["model_revision"] == "local:tinyck"
-    assert manifest.provenance["artifact_tree_sha256"] == tree_hash(tiny).sha256
-    assert manifest.provenance["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert manifest.provenance.model_revision == "local:tinyck"
+    assert manifest.provenance.artifact_tree_sha256 == tree_hash(tiny).sha256
+    assert manifest.provenance.template_sha256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
     assert len(read_records(tmp_path / "run")) == 2
     # a resume trusts the cached tree hash (stamps unchanged): no byte re-read
     import guardrepro.artifacts.verify as verify_mod

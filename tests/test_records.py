@@ -159,6 +159,7 @@ NESTED_FAULTS: list[tuple[str, Any, str, str]] = [
     ("provenance", _without(PROVENANCE, "guard"), "provenance.guard", "missing"),
     ("provenance", {**PROVENANCE, "host": "x"}, "provenance.host", "unknown"),
     ("provenance", {**PROVENANCE, "backend": 3}, "provenance.backend", "string"),
+    ("provenance", {**PROVENANCE, "guard": None}, "provenance.guard", "string"),
     ("provenance", {**PROVENANCE, "decoding": "greedy"}, "provenance.decoding", "object"),
 ]
 
@@ -174,6 +175,14 @@ def test_nested_values_are_read_strictly(tmp_path: Path, key: str, value: Any, f
         read_records(path)
     assert err.value.file == str(path) and err.value.row == 1
     assert err.value.field == field and says in str(err.value)
+
+
+def test_a_checkpoint_without_chat_template_has_a_null_hash(tmp_path: Path) -> None:
+    rec = record("a", provenance={**PROVENANCE, "chat_template_sha256": None})
+    with RecordWriter(tmp_path) as writer:
+        writer.append(rec)
+    (back,) = read_records(tmp_path)
+    assert back == rec and back.provenance.chat_template_sha256 is None
 
 
 def test_record_refuses_untyped_nested_values() -> None:
@@ -232,7 +241,8 @@ def manifest(**changes: Any) -> RunManifest:
     data: dict[str, Any] = {
         "run_id": "run1",
         "created_at": "2026-01-01T00:00:00Z",
-        "provenance": {"backend": "hf", "backend_config": {"dtype": "float32", "batch_size": 1}},
+        "provenance": Provenance.from_dict(
+            {**PROVENANCE, "backend_config": {"dtype": "float32", "batch_size": 1}}),
         "provenance_sha256": "p" * 64,
         "cohort": {"path": "/c.jsonl", "sha256": "c" * 64, "rows": 4},
         "profile": {"path": "/p.toml", "sha256": "f" * 64},
@@ -261,7 +271,8 @@ def test_resume_check_lists_every_difference(tmp_path: Path) -> None:
     old = manifest()
     check_resumable(old, manifest(created_at="later", git_commit="x" * 40), tmp_path)  # same run
     new = manifest(
-        provenance={"backend": "hf", "backend_config": {"dtype": "bfloat16", "batch_size": 1}},
+        provenance=Provenance.from_dict(
+            {**PROVENANCE, "backend_config": {"dtype": "bfloat16", "batch_size": 1}}),
         provenance_sha256="q" * 64,
         cohort={"path": "/other.jsonl", "sha256": "d" * 64, "rows": 4},
         shard="1/2",

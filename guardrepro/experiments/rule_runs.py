@@ -63,7 +63,7 @@ def run_rule(rule: str, cohort_path: Path, run_dir: Path, *,
     rows = read_cohort(cohort_path)
     provenance = rule_provenance(rule, lookup)
     manifest = RunManifest(
-        run_id=run_dir.name, created_at=utc_now(), provenance=provenance.to_dict(),
+        run_id=run_dir.name, created_at=utc_now(), provenance=provenance,
         provenance_sha256=provenance.sha256,
         cohort={"path": str(cohort_path), "sha256": sha256_text(cohort_path.read_text(
             encoding="utf-8")), "rows": len(rows)},
