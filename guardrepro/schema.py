@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING as _MISSING
 from dataclasses import asdict, dataclass, field, fields
@@ -42,14 +43,15 @@ def sha256_text(text: str) -> str:
 
 
 def _check_keys(
-    data: Mapping[str, Any], cls: type, *, file: str | None, row: int | None
+    data: Mapping[str, Any], cls: type, *, file: str | None, row: int | None, where: str = ""
 ) -> None:
+    """Refuse a non-object, unknown and missing keys; ``where``: dotted path of ``data``."""
     if not isinstance(data, Mapping):
-        raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file, row=row)
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file, row=row,
+                         field=where or None)
     required = {f.name for f in fields(cls) if f.default is f.default_factory is _MISSING}
-    check_keys(data, (f.name for f in fields(cls)), file=file, row=row, required=required)
-
-
+    check_keys(data, (f.name for f in fields(cls)), file=file, row=row, where=where,
+               required=required)
 
 
 def is_score(value: Any) -> bool:
@@ -83,18 +85,15 @@ def strict_decision(score: float | None) -> int:
     return 1 if score is None or score != 0 else 0
 
 
-def _gold(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
-    score = check_score(value, file=file, row=row, field=field_name)
-    assert score is not None  # not nullable
-    return score
-
-
 COHORT_TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")
 # The 13 keys of a cohort row's ``sample`` (docs/PROTOCOL.md, "Cohort file").
 SAMPLE_KEYS = (
     "sample_id", "source", "split", *COHORT_TEXT_FIELDS, "label", "trajectory_id",
     "segment_id", "subset", "malicious_user_request", "prompt_injection",
 )
+# The top-level keys of a cohort row; ``original_label`` is ``CohortRow.gold_strict``.
+COHORT_KEYS = ("axis", "base_sample_id", "cohort", "domain", "original_label", "serialization",
+               "variant", "sample")
 
 
 def _text(value: Any, *, file: str | None, row: int | None, field_name: str,
@@ -115,7 +114,7 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
     for name in COHORT_TEXT_FIELDS:  # a built cohort holds the stringified texts
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
-    _gold(sample["label"], file=file, row=row, field_name="sample.label")
+    check_score(sample["label"], file=file, row=row, field="sample.label")
     for name, top_name in (("trajectory_id", "base_sample_id"), ("segment_id", "variant"),
                            ("subset", "domain")):
         if sample[name] != top[top_name]:
@@ -133,8 +132,8 @@ class CohortRow:
     """One line of a cohort JSONL file (layout: ``docs/PROTOCOL.md``, "Cohort
     file"; built by ``guardrepro.bench.cohort.build``).
 
-    ``original_label`` is the base's strict label (0 or 1); the gold score is
-    ``sample["label"]`` (:attr:`gold_label`). ``sample`` holds the 13 sample
+    The gold score is ``sample["label"]`` (:attr:`gold_label`); ``gold_strict`` is
+    its strict label (0 or 1), the file's ``original_label``. ``sample`` holds the 13 sample
     keys; its four texts are strings (the stringified TS-Bench fields with the
     row's edit applied), which is what the prompt renders.
     """
@@ -143,7 +142,7 @@ class CohortRow:
     base_sample_id: str
     cohort: str
     domain: str
-    original_label: int
+    gold_strict: int
     serialization: str
     variant: str
     sample: Mapping[str, Any]
@@ -161,7 +160,10 @@ class CohortRow:
     def from_dict(
         cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
     ) -> CohortRow:
-        _check_keys(data, cls, file=file, row=row)
+        if not isinstance(data, Mapping):
+            raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file,
+                             row=row)
+        check_keys(data, COHORT_KEYS, file=file, row=row, required=COHORT_KEYS)
         for name in ("cohort", "base_sample_id", "variant", "domain", "serialization"):
             _text(data[name], file=file, row=row, field_name=name, empty=False)
         _text(data["axis"], file=file, row=row, field_name="axis")
@@ -179,14 +181,15 @@ class CohortRow:
             base_sample_id=data["base_sample_id"],
             cohort=data["cohort"],
             domain=data["domain"],
-            original_label=label,
+            gold_strict=label,
             serialization=data["serialization"],
             variant=data["variant"],
             sample=sample,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """The cohort file's object (``gold_strict`` written as ``original_label``)."""
+        out = {"original_label" if k == "gold_strict" else k: v for k, v in asdict(self).items()}
         out["sample"] = dict(self.sample)
         return out
 
@@ -310,6 +313,21 @@ def sampled_seed(base_sample_id: str, serialization: str, attempt: int, repeat: 
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big")
 
 
+def _where(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _seconds(value: Any, *, file: str | None, row: int | None, field_name: str) -> float:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
+        raise InputError(f"expected a non-negative number of seconds, got {value!r:.60}",
+                         file=file, row=row, field=field_name)
+    return value
+
+
+PROVENANCE_OBJECTS = ("backend_config", "decoding", "package_versions")  # others: strings
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Everything a run's outputs depend on. Two runs (or a run and its
@@ -321,7 +339,7 @@ class Provenance:
     artifact_tree_sha256: str
     model_revision: str
     template_sha256: str
-    chat_template_sha256: str
+    chat_template_sha256: str | None  # None: the tokenizer has no chat template
     parser_version: str
     decoding: Mapping[str, Any]
     package_versions: Mapping[str, str]
@@ -331,20 +349,27 @@ class Provenance:
         return sha256_text(canonical_json(self.to_dict()))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> Provenance:
-        _check_keys(data, cls, file=file, row=None)
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
+                  row: int | None = None, where: str = "") -> Provenance:
+        _check_keys(data, cls, file=file, row=row, where=where)
+        for name in (f.name for f in fields(cls) if f.name not in PROVENANCE_OBJECTS):
+            if data[name] is not None or name != "chat_template_sha256":
+                _text(data[name], file=file, row=row, field_name=_where(where, name))
+        for name in (n for n in PROVENANCE_OBJECTS if not isinstance(data[n], Mapping)):
+            raise InputError(f"expected an object, got {data[name]!r:.60}", file=file,
+                             row=row, field=_where(where, name))
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("backend_config", "decoding", "package_versions"):
+        for key in PROVENANCE_OBJECTS:
             out[key] = dict(out[key])
         return out
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One generation attempt and how it parsed."""
+    """One generation attempt and how it parsed (values checked by ``run.record_checks``)."""
 
     text: str
     token_ids: list[int]
@@ -357,10 +382,36 @@ class Attempt:
 
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
+        cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None,
+        where: str = ""
     ) -> Attempt:
-        _check_keys(data, cls, file=file, row=row)
+        _check_keys(data, cls, file=file, row=row, where=where)
         return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds of one generation (in a record: of all the row's attempts), a batch's wall
+    time shared equally by its requests; ``prefill_s + decode_s == total_s`` up to rounding."""
+
+    prefill_s: float
+    decode_s: float
+    total_s: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
+                  row: int | None = None, where: str = "") -> Timings:
+        _check_keys(data, cls, file=file, row=row, where=where)
+        values = {f.name: _seconds(data[f.name], file=file, row=row,
+                                   field_name=_where(where, f.name)) for f in fields(cls)}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"prefill_s": self.prefill_s, "decode_s": self.decode_s, "total_s": self.total_s}
+
+    def __add__(self, other: Timings) -> Timings:
+        return Timings(self.prefill_s + other.prefill_s, self.decode_s + other.decode_s,
+                       self.total_s + other.total_s)
 
 
 @dataclass(frozen=True)
@@ -370,7 +421,8 @@ class Record:
     ``status`` is ``ok`` (parsed, ``score`` set), ``parse_error`` (every
     attempt failed to parse; ``error_type`` set) or ``inference_error`` (the
     backend failed; ``error_type`` holds the message). ``output_*`` and
-    ``decision_margin`` come from the final attempt.
+    ``decision_margin`` come from the final attempt. ``row_id`` is the cohort row's id,
+    ``base_sample_id`` the TS-Bench sample its variants derive from.
     """
 
     run_id: str
@@ -383,7 +435,7 @@ class Record:
     input_sha256: str
     prompt_tokens: int
     provenance_sha256: str
-    provenance: Mapping[str, Any]
+    provenance: Provenance
     status: str
     score: float | None
     error_type: str | None
@@ -392,13 +444,17 @@ class Record:
     output_text: str
     output_token_ids: list[int]
     finish_reason: str
-    attempts: list[Mapping[str, Any]]
-    timings: Mapping[str, float]
+    attempts: tuple[Attempt, ...]
+    timings: Timings
     peak_memory_bytes: int | None
     created_at: str
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        typed = (isinstance(self.provenance, Provenance), isinstance(self.timings, Timings),
+                 isinstance(self.attempts, tuple), *(isinstance(a, Attempt) for a in self.attempts))
+        if not all(typed):
+            raise TypeError("Record takes a Provenance, a tuple of Attempt and a Timings")
         if self.status not in RECORD_STATUSES:
             raise InputError(f"status must be one of {RECORD_STATUSES}", field="status")
         if (self.status == "ok") != (self.score is not None):
@@ -418,11 +474,27 @@ class Record:
     def from_dict(
         cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
     ) -> Record:
+        """A record from one ``records.jsonl`` object; a key missing or not known (also in
+        ``provenance``, ``attempts[i]``, ``timings``) is an error naming file, row, field."""
         _check_keys(data, cls, file=file, row=row)
+        attempts = data["attempts"]
+        if not isinstance(attempts, list):
+            raise InputError(f"expected a list, got {attempts!r:.60}", file=file, row=row,
+                             field="attempts")
+        values = dict(data)
+        values["provenance"] = Provenance.from_dict(data["provenance"], file=file, row=row,
+                                                    where="provenance")
+        values["attempts"] = tuple(
+            Attempt.from_dict(a, file=file, row=row, where=f"attempts[{i}]")
+            for i, a in enumerate(attempts)
+        )
+        values["timings"] = Timings.from_dict(data["timings"], file=file, row=row,
+                                              where="timings")
         try:
-            return cls(**dict(data))
+            return cls(**values)
         except InputError as exc:
             raise InputError(exc.message, file=file, row=row, field=exc.field) from exc
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return out

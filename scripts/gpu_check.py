@@ -202,8 +202,8 @@ def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[
 
     records = read_records(run_dir)
     manifest = read_manifest(run_dir)
-    tokens = sum(len(a["token_ids"]) for r in records for a in r.attempts)
-    gen_s = sum(float(r.timings["total_s"]) for r in records)
+    tokens = sum(len(a.token_ids) for r in records for a in r.attempts)
+    gen_s = sum(r.timings.total_s for r in records)
     entry: dict[str, Any] = {
         "run_dir": str(run_dir), "rows": len(records), "generated_tokens": tokens,
         "prompt_tokens": sum(r.prompt_tokens for r in records),
@@ -211,7 +211,7 @@ def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[
         "tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
         "statuses": {s: sum(1 for r in records if r.status == s)
                      for s in sorted({r.status for r in records})},
-        "backend_config": dict(manifest.provenance["backend_config"]) if manifest else None,
+        "backend_config": dict(manifest.provenance.backend_config) if manifest else None,
     }
     if invariance is not None and invariance.is_file():
         report = json.loads(invariance.read_text())

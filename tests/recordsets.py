@@ -18,7 +18,7 @@ from typing import Any
 
 from guardrepro.run.records import RunManifest, write_manifest
 from guardrepro.run.shard import shard_of
-from guardrepro.schema import Record, canonical_json
+from guardrepro.schema import Provenance, Record, Timings, canonical_json
 
 Spec = tuple[str, str, str, float, Any]
 
@@ -84,7 +84,7 @@ def make_record(
         input_sha256="3" * 64,
         prompt_tokens=10,
         provenance_sha256="4" * 64,
-        provenance=PROVENANCE,
+        provenance=Provenance.from_dict(PROVENANCE),
         status=status,
         score=value,
         error_type=error_type,
@@ -93,8 +93,8 @@ def make_record(
         output_text=guard_text(value),
         output_token_ids=[],
         finish_reason="stop",
-        attempts=[],
-        timings={"generate_s": 0.1},
+        attempts=(),
+        timings=Timings(prefill_s=0.0, decode_s=0.1, total_s=0.1),
         peak_memory_bytes=None,
         created_at="2025-01-01T00:00:00Z",
     )
@@ -148,7 +148,7 @@ def write_run(
     manifest = RunManifest(
         run_id=run_id,
         created_at="2025-01-01T00:00:00Z",
-        provenance=PROVENANCE,
+        provenance=Provenance.from_dict(PROVENANCE),
         provenance_sha256="4" * 64,
         cohort={"path": str(cohort_path), "sha256": digest, "rows": len(specs)},
         profile={"path": "runners/hf-cpu.toml", "sha256": "5" * 64},

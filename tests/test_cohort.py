@@ -24,6 +24,7 @@ from guardrepro.bench.react import ReactStep
 from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.base import render_ts_guard_prompt
+from guardrepro.run.records import read_records
 from guardrepro.schema import read_cohort
 
 SALT = "260828"
@@ -680,7 +681,7 @@ def test_read_cohort_refuses_non_utf8(built: Path) -> None:
 def test_read_cohort_gold_and_strict_labels(built: Path) -> None:
     rows = read_cohort(built)
     rich = next(r for r in rows if r.base_sample_id == rid(RICH))
-    assert (rich.original_label, rich.gold_label) == (1, 0.5)
+    assert (rich.gold_strict, rich.gold_label) == (1, 0.5)
     assert rich.to_dict()["sample"]["label"] == 0.5
 
 
@@ -691,9 +692,8 @@ def test_toy_reference_records_match_toy_cohort() -> None:
     spec = load_spec(root / "cohorts/toy-64.toml")
     build = build_cohort(spec, root / "guardrepro/data/toy_bench", pinned=False)
     template = (root / "guardrepro/data/toy_guard/template.txt").read_text(encoding="utf-8")
-    ref = [json.loads(line) for line in
-           (root / "guardrepro/data/toy_reference/records.jsonl").read_text("utf-8").splitlines()]
-    by_id = {r["row_id"]: r for r in ref}
+    ref = read_records(root / "guardrepro/data/toy_reference/records.jsonl")
+    by_id = {r.row_id: r for r in ref}
     assert len(by_id) == len(build.rows) == 256
     for row_obj in build.rows:
         s = row_obj["sample"]
@@ -701,5 +701,5 @@ def test_toy_reference_records_match_toy_cohort() -> None:
         action = {"interaction_history": s["history"], "current_action": s["current_action"]}
         prompt = template.format(user_request=s["instruction"], agent_action=action,
                                  env_info=s["env_info"])
-        assert rec["input_sha256"] == sha(prompt)
-        assert (rec["variant"], rec["gold_label"]) == (row_obj["variant"], s["label"])
+        assert rec.input_sha256 == sha(prompt)
+        assert (rec.variant, rec.gold_label) == (row_obj["variant"], s["label"])

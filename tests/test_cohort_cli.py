@@ -144,5 +144,5 @@ def test_published_spec_unpinned_on_hand_built_data(tmp_path: Path) -> None:
     rows = read_cohort(out)
     assert [r.domain for r in rows[::4]] == [d for d in domains for _ in range(2)]
     assert {r.cohort for r in rows} == {"agentdojo"}
-    assert [r.original_label for r in rows[::4]] == [0, 1] * 4
+    assert [r.gold_strict for r in rows[::4]] == [0, 1] * 4
     assert [r.gold_label for r in rows[::4]] == [0.0, 0.5] * 4

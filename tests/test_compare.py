@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from recordsets import PROVENANCE
 
 from guardrepro.checks.compare import compare_runs, first_divergence, load_records, quantiles
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Provenance, Record, Timings
+
+# An unregistered guard: these hand-made records carry no output text to re-parse.
+HAND_MADE = Provenance.from_dict({**PROVENANCE, "guard": "hand-made"})
 
 # row_id: (tokens, score or status, margin) for run A and run B
 RUN_A: dict[str, tuple[list[int], Any, float | None]] = {
@@ -42,11 +46,11 @@ def _record(run_id: str, row_id: str, tokens: list[int], outcome: Any,
     return Record(
         run_id=run_id, row_id=row_id, base_sample_id="b-" + row_id, cohort="c",
         variant="original", domain="banking", gold_label=0.0, input_sha256="a" * 64,
-        prompt_tokens=10, provenance_sha256="b" * 64, provenance={}, status=status,
+        prompt_tokens=10, provenance_sha256="b" * 64, provenance=HAND_MADE, status=status,
         score=None if status != "ok" else float(outcome),
         error_type=None if status == "ok" else "x", components=None,
         decision_margin=margin, output_text="", output_token_ids=list(tokens),
-        finish_reason="stop", attempts=[], timings={}, peak_memory_bytes=None,
+        finish_reason="stop", attempts=(), timings=Timings(0.0, 0.0, 0.0), peak_memory_bytes=None,
         created_at="2026-01-01T00:00:00Z",
     )
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recordsets import PROVENANCE
 
 from guardrepro.checks.frontier import (
     Config,
@@ -19,7 +20,10 @@ from guardrepro.checks.frontier import (
     parse_costs,
 )
 from guardrepro.errors import InputError
-from guardrepro.schema import Record
+from guardrepro.schema import Provenance, Record, Timings
+
+# An unregistered guard: these hand-made records carry no output text to re-parse.
+HAND_MADE = Provenance.from_dict({**PROVENANCE, "guard": "hand-made"})
 
 
 def rec(row: str, gold: float, score: float | None, *, base: str | None = None,
@@ -28,11 +32,11 @@ def rec(row: str, gold: float, score: float | None, *, base: str | None = None,
     return Record(
         run_id="r", row_id=row, base_sample_id=base or row, cohort="c", variant="original",
         domain="banking", gold_label=gold, input_sha256="0" * 64, prompt_tokens=10,
-        provenance_sha256="p", provenance={}, status=status, score=score,
+        provenance_sha256="p", provenance=HAND_MADE, status=status, score=score,
         error_type=None if score is not None else "no_rating", components=None,
         decision_margin=None, output_text="", output_token_ids=[1, 2, 3, 4],
-        finish_reason="stop", attempts=[],
-        timings={"prefill_s": 0.1, "decode_s": 0.4, "total_s": total_s},
+        finish_reason="stop", attempts=(),
+        timings=Timings(prefill_s=0.1, decode_s=0.4, total_s=total_s),
         peak_memory_bytes=peak, created_at="now")
 
 

@@ -17,7 +17,7 @@ from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.merge import merge_runs, provenance_differences
 from guardrepro.run.records import RunManifest, read_manifest, read_records, write_manifest
 from guardrepro.run.shard import shard_of
-from guardrepro.schema import Provenance, Record, read_cohort
+from guardrepro.schema import Provenance, Record, Timings, read_cohort
 
 BASE_PROVENANCE: dict[str, Any] = {
     "guard": "toy-guard",
@@ -44,15 +44,16 @@ def provenance(**changes: Any) -> dict[str, Any]:
 
 
 def record(row: Any, run_id: str, prov: dict[str, Any]) -> dict[str, Any]:
-    prov_sha = Provenance.from_dict(prov).sha256
+    typed = Provenance.from_dict(prov)
+    prov_sha = typed.sha256
     return Record(
         run_id=run_id, row_id=row.row_id, base_sample_id=row.base_sample_id, cohort=row.cohort,
         variant=row.variant, domain=row.domain, gold_label=row.gold_label,
-        input_sha256="d" * 64, prompt_tokens=10, provenance_sha256=prov_sha, provenance=prov,
+        input_sha256="d" * 64, prompt_tokens=10, provenance_sha256=prov_sha, provenance=typed,
         status="ok", score=row.gold_label, error_type=None, components=None,
         decision_margin=1.5, output_text=guard_text(row.gold_label),
         output_token_ids=[5, 2], finish_reason="stop",
-        attempts=[], timings={"prefill_s": 0.1, "decode_s": 0.2, "total_s": 0.3},
+        attempts=(), timings=Timings(prefill_s=0.1, decode_s=0.2, total_s=0.3),
         peak_memory_bytes=None, created_at="2025-01-01T00:00:00Z",
     ).to_dict()
 
@@ -69,7 +70,8 @@ def write_run(
     prov = prov or provenance()
     run_dir.mkdir(parents=True)
     manifest = RunManifest(
-        run_id=run_dir.name, created_at="2025-01-01T00:00:00Z", provenance=prov,
+        run_id=run_dir.name, created_at="2025-01-01T00:00:00Z",
+        provenance=Provenance.from_dict(prov),
         provenance_sha256=Provenance.from_dict(prov).sha256,
         cohort={"path": str(cohort), "sha256": hashlib.sha256(cohort.read_bytes()).hexdigest(),
                 "rows": len(read_cohort(cohort))},

@@ -98,11 +98,11 @@ def test_run_writes_manifest_and_one_record_per_row(
     assert manifest.cohort["sha256"] == hashlib.sha256(setup["cohort"].read_bytes()).hexdigest()
     assert manifest.profile["sha256"] == hashlib.sha256(setup["profile"].read_bytes()).hexdigest()
     prov = manifest.provenance
-    assert prov["model_revision"] == "unpinned"
-    assert prov["artifact_tree_sha256"] == tree_hash(tiny).sha256
-    assert prov["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
-    assert prov["backend_config"]["dtype"] == "float32"
-    assert prov["decoding"]["max_new_tokens"] == 8
+    assert prov.model_revision == "unpinned" and prov.sha256 == manifest.provenance_sha256
+    assert prov.artifact_tree_sha256 == tree_hash(tiny).sha256
+    assert prov.template_sha256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert prov.backend_config["dtype"] == "float32"
+    assert prov.decoding["max_new_tokens"] == 8
     for record, row in zip(records, cohort, strict=True):
         assert record.provenance_sha256 == manifest.provenance_sha256
         assert record.gold_label == row.gold_label and record.variant == row.variant
@@ -111,7 +111,7 @@ def test_run_writes_manifest_and_one_record_per_row(
         assert record.status == ("ok" if parsed.status == "ok" else "parse_error")
         assert record.score == parsed.score
         assert len(record.output_token_ids) == 8 or record.finish_reason == "stop"
-        assert len(record.attempts) == 1 and record.attempts[0]["seed"] is None
+        assert len(record.attempts) == 1 and record.attempts[0].seed is None
     # a rerun resumes and has nothing left to do
     again = run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", progress=False)
     assert (again.generated, again.already_done) == (0, 6)
@@ -176,8 +176,8 @@ def test_sampled_mode_retries_with_derived_seeds(
     for record in records:
         # the random model never writes the tags, so every attempt is used
         assert record.status == "parse_error"
-        assert record.provenance["decoding"]["temperature"] == 0.1
-        seeds = [a["seed"] for a in record.attempts]
+        assert record.provenance.decoding["temperature"] == 0.1
+        seeds = [a.seed for a in record.attempts]
         # repeat 11: the published string for attempt a, then ":r11"
         expected = [
             int(hashlib.sha256(
@@ -185,10 +185,10 @@ def test_sampled_mode_retries_with_derived_seeds(
             for a in range(3)
         ]
         assert seeds == expected
-        assert record.output_token_ids == record.attempts[-1]["token_ids"]
+        assert record.output_token_ids == record.attempts[-1].token_ids
     # both rows are variants of base0: they share their seeds
     assert {r.base_sample_id for r in records} == {"base0"} and len(records) == 2
-    assert [a["seed"] for a in records[0].attempts] == [a["seed"] for a in records[1].attempts]
+    assert [a.seed for a in records[0].attempts] == [a.seed for a in records[1].attempts]
 
 
 def test_token_index_and_decision_margin_from_offsets(tiny: Path) -> None:
@@ -296,9 +296,9 @@ def test_pinned_checkpoint_and_template_through_locks(
     run_cohort(profile, cohort, tmp_path / "run", progress=False, home=tmp_path / "home")
     manifest = read_manifest(tmp_path / "run")
     assert manifest is not None
-    assert manifest.provenance["model_revision"] == "local:tinyck"
-    assert manifest.provenance["artifact_tree_sha256"] == tree_hash(tiny).sha256
-    assert manifest.provenance["template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert manifest.provenance.model_revision == "local:tinyck"
+    assert manifest.provenance.artifact_tree_sha256 == tree_hash(tiny).sha256
+    assert manifest.provenance.template_sha256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
     assert len(read_records(tmp_path / "run")) == 2
     # a resume trusts the cached tree hash (stamps unchanged): no byte re-read
     import guardrepro.artifacts.verify as verify_mod

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recordsets import guard_text
+from recordsets import PROVENANCE, guard_text
 
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.records import (
@@ -21,9 +21,10 @@ from guardrepro.run.records import (
     check_resumable,
     read_manifest,
     read_records,
+    record_line,
     write_manifest,
 )
-from guardrepro.schema import Record
+from guardrepro.schema import Attempt, Provenance, Record, Timings
 
 
 def record(row_id: str, **changes: Any) -> Record:
@@ -38,7 +39,7 @@ def record(row_id: str, **changes: Any) -> Record:
         "input_sha256": "0" * 64,
         "prompt_tokens": 12,
         "provenance_sha256": "a" * 64,
-        "provenance": {"guard": "toy-guard"},
+        "provenance": PROVENANCE,
         "status": "ok",
         "score": 0.5,
         "error_type": None,
@@ -53,7 +54,7 @@ def record(row_id: str, **changes: Any) -> Record:
         "created_at": "2026-01-01T00:00:00Z",
     }
     data.update(changes)
-    return Record(**data)
+    return Record.from_dict(data)
 
 
 def test_append_then_read_back(tmp_path: Path) -> None:
@@ -107,6 +108,92 @@ def test_invalid_record_names_file_row_and_field(tmp_path: Path) -> None:
         read_records(path)
 
 
+REFERENCE = Path(__file__).resolve().parents[1] / "guardrepro/data/toy_reference/records.jsonl"
+
+
+def test_shipped_reference_records_reserialise_byte_for_byte() -> None:
+    """Every line of the shipped reference run, read into typed values and
+    written back by ``record_line``, is the same bytes; the nested values are
+    objects, not dicts (spot-checked against the raw JSON)."""
+    raw = REFERENCE.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    records = read_records(REFERENCE)
+    assert len(records) == len(lines) == 256
+    for line, rec in zip(lines, records, strict=True):
+        assert record_line(rec).encode("utf-8") == line
+    data = json.loads(lines[0])
+    first = records[0]
+    assert isinstance(first.provenance, Provenance) and isinstance(first.timings, Timings)
+    assert first.provenance.guard == data["provenance"]["guard"] == "toy-guard"
+    assert first.provenance.sha256 == first.provenance_sha256
+    assert first.timings.total_s == data["timings"]["total_s"]
+    assert [a.token_ids for a in first.attempts] == [a["token_ids"] for a in data["attempts"]]
+    assert isinstance(first.attempts, tuple) and isinstance(first.attempts[0], Attempt)
+
+
+def _attempt(**changes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": guard_text(0.5), "token_ids": [1], "finish_reason": "stop",
+                           "status": "ok", "score": 0.5, "error_type": None,
+                           "decision_margin": 1.0, "seed": None}
+    out.update(changes)
+    return out
+
+
+def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}
+
+
+NESTED_FAULTS: list[tuple[str, Any, str, str]] = [
+    ("attempts", [_attempt(), _without(_attempt(), "status")], "attempts[1].status", "missing"),
+    ("attempts", [_attempt(colour="red")], "attempts[0].colour", "unknown"),
+    ("attempts", [_attempt(), "text"], "attempts[1]", "JSON object"),
+    ("attempts", {"0": _attempt()}, "attempts", "a list"),
+    ("timings", {"decode_s": 0.2, "total_s": 0.3}, "timings.prefill_s", "missing"),
+    ("timings", {"prefill_s": 0.1, "decode_s": 0.2, "total_s": 0.3, "wall_s": 1.0},
+     "timings.wall_s", "unknown"),
+    ("timings", {"prefill_s": -0.1, "decode_s": 0.2, "total_s": 0.3}, "timings.prefill_s",
+     "non-negative"),
+    ("timings", {"prefill_s": True, "decode_s": 0.2, "total_s": 0.3}, "timings.prefill_s",
+     "non-negative"),
+    ("timings", [0.1, 0.2, 0.3], "timings", "JSON object"),
+    ("provenance", _without(PROVENANCE, "guard"), "provenance.guard", "missing"),
+    ("provenance", {**PROVENANCE, "host": "x"}, "provenance.host", "unknown"),
+    ("provenance", {**PROVENANCE, "backend": 3}, "provenance.backend", "string"),
+    ("provenance", {**PROVENANCE, "guard": None}, "provenance.guard", "string"),
+    ("provenance", {**PROVENANCE, "decoding": "greedy"}, "provenance.decoding", "object"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "field", "says"), NESTED_FAULTS)
+def test_nested_values_are_read_strictly(tmp_path: Path, key: str, value: Any, field: str,
+                                         says: str) -> None:
+    good = record("a").to_dict()
+    bad = dict(record("b").to_dict(), **{key: value})
+    path = tmp_path / RECORDS_FILE
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(InputError) as err:
+        read_records(path)
+    assert err.value.file == str(path) and err.value.row == 1
+    assert err.value.field == field and says in str(err.value)
+
+
+def test_a_checkpoint_without_chat_template_has_a_null_hash(tmp_path: Path) -> None:
+    rec = record("a", provenance={**PROVENANCE, "chat_template_sha256": None})
+    with RecordWriter(tmp_path) as writer:
+        writer.append(rec)
+    (back,) = read_records(tmp_path)
+    assert back == rec and back.provenance.chat_template_sha256 is None
+
+
+def test_record_refuses_untyped_nested_values() -> None:
+    data = record("a").to_dict()
+    with pytest.raises(TypeError, match="Provenance"):
+        Record(**data)  # plain dicts where the typed values belong
+    typed = record("a", attempts=[_attempt()])
+    assert typed.attempts == (Attempt(**_attempt()),)
+    assert typed.to_dict()["attempts"] == [_attempt()]
+
+
 def test_torn_final_line_is_refused_by_readers_and_truncated_on_resume(tmp_path: Path) -> None:
     with RecordWriter(tmp_path) as writer:
         writer.append(record("a"))
@@ -154,7 +241,8 @@ def manifest(**changes: Any) -> RunManifest:
     data: dict[str, Any] = {
         "run_id": "run1",
         "created_at": "2026-01-01T00:00:00Z",
-        "provenance": {"backend": "hf", "backend_config": {"dtype": "float32", "batch_size": 1}},
+        "provenance": Provenance.from_dict(
+            {**PROVENANCE, "backend_config": {"dtype": "float32", "batch_size": 1}}),
         "provenance_sha256": "p" * 64,
         "cohort": {"path": "/c.jsonl", "sha256": "c" * 64, "rows": 4},
         "profile": {"path": "/p.toml", "sha256": "f" * 64},
@@ -183,7 +271,8 @@ def test_resume_check_lists_every_difference(tmp_path: Path) -> None:
     old = manifest()
     check_resumable(old, manifest(created_at="later", git_commit="x" * 40), tmp_path)  # same run
     new = manifest(
-        provenance={"backend": "hf", "backend_config": {"dtype": "bfloat16", "batch_size": 1}},
+        provenance=Provenance.from_dict(
+            {**PROVENANCE, "backend_config": {"dtype": "bfloat16", "batch_size": 1}}),
         provenance_sha256="q" * 64,
         cohort={"path": "/other.jsonl", "sha256": "d" * 64, "rows": 4},
         shard="1/2",

@@ -73,10 +73,10 @@ def test_load_released_aligned(tmp_path: Path) -> None:
     assert len(released.rows) == 8 and released.benchmark == "agentdojo"
     assert [r.domain for r in released.rows][::2] == ["workspace", "travel", "slack", "banking"]
     assert [r.pred for r in released.rows] == [0.0, 1.0, 0.0, 0.5, None, 1.0, 0.0, 1.0]
-    assert [r.label for r in released.rows] == [0.0, 1.0] * 4
+    assert [r.gold_label for r in released.rows] == [0.0, 1.0] * 4
     first = released.rows[0]
-    assert first.sample_id == base_sample_id(rows[0])
-    assert released.by_sample_id[first.sample_id] is first
+    assert first.base_sample_id == base_sample_id(rows[0])
+    assert released.by_base_sample_id[first.base_sample_id] is first
     assert first.guard_res == {"risk rating": 0.0, "results": {}, "reason": DOJO_ANSWERS[0][1]}
     assert first.interaction_id == "workspace/0"
 
@@ -178,7 +178,7 @@ def test_files_only_mode(tmp_path: Path) -> None:
     rows = build_dojo(tmp_path)
     paths = [released_file(tmp_path, n) for n in ("preds.json", "labels.json", "meta_data.json")]
     released = align_released(*paths, None)
-    assert [r.sample_id for r in released.rows] == [base_sample_id(r) for r in rows]
+    assert [r.base_sample_id for r in released.rows] == [base_sample_id(r) for r in rows]
     assert all(r.domain is None for r in released.rows)
     rewrite(paths[2], lambda d: d[4]["meta_sample"].pop("score"))
     with pytest.raises(InputError, match="missing key") as info:

@@ -164,13 +164,13 @@ def test_seed_override_in_sampled_mode(
     assert run_main(*base, "--out", str(run_b), "--seed", "2", capsys=capsys)[0] == 0
     man_a, man_b = read_manifest(run_a), read_manifest(run_b)
     assert man_a is not None and man_b is not None
-    assert man_a.provenance["decoding"]["seed"] == 1
-    assert man_b.provenance["decoding"]["seed"] == 2
+    assert man_a.provenance.decoding["seed"] == 1
+    assert man_b.provenance.decoding["seed"] == 2
     assert man_a.provenance_sha256 != man_b.provenance_sha256
     # the per-attempt seeds derive from the override, not from the profile's 0
     rec_a = read_records(run_a)
     rec_b = read_records(run_b)
-    assert rec_a[0].attempts[0]["seed"] != rec_b[0].attempts[0]["seed"]
+    assert rec_a[0].attempts[0].seed != rec_b[0].attempts[0].seed
     # same seed: the run resumes
     code, out, _ = run_main(*base, "--out", str(run_a), "--seed", "1", capsys=capsys)
     assert code == 0 and "2 already done, 3 generated" in out

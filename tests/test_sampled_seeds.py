@@ -131,12 +131,12 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
     assert [r.row_id for r in a] == [r.row_id for r in b] and len(a) == 4
     for ra, rb in zip(a, b, strict=True):
         assert ra.attempts == rb.attempts  # texts, token ids and seeds, attempt by attempt
-        assert [x["seed"] for x in ra.attempts] == [
+        assert [x.seed for x in ra.attempts] == [
             independent(f"260828:{ra.base_sample_id}:released_react:{i}")
             for i in range(len(ra.attempts))
         ]
     assert len(a[0].attempts) == 2
-    assert len({tuple(x["seed"] for x in r.attempts) for r in a}) == 1  # variants share
+    assert len({tuple(x.seed for x in r.attempts) for r in a}) == 1  # variants share
 
     # repeat 1 of the original row: other seeds, and the draw follows them
     rep = RunProfile.load(profile)
@@ -144,7 +144,7 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
     run_cohort(rep, one_base, tmp_path / "r1", limit=1, progress=False)
     (r1,) = read_records(tmp_path / "r1")
     assert r1.row_id == a[0].row_id
-    assert [x["seed"] for x in r1.attempts] == [
+    assert [x.seed for x in r1.attempts] == [
         independent(f"260828:{r1.base_sample_id}:released_react:{i}:r1") for i in range(2)
     ]
-    assert [x["token_ids"] for x in r1.attempts] != [x["token_ids"] for x in a[0].attempts]
+    assert [x.token_ids for x in r1.attempts] != [x.token_ids for x in a[0].attempts]

@@ -252,9 +252,9 @@ def test_run_with_the_vllm_profile_gives_records_the_gate_reads(
     vllm_run = probe["base"] / "run-vllm"
     records = read_records(vllm_run)
     assert len(records) == 6
-    assert {r.provenance["backend"] for r in records} == {"vllm"}
+    assert {r.provenance.backend for r in records} == {"vllm"}
     manifest = read_manifest(vllm_run)
-    assert manifest is not None and manifest.provenance["backend_config"]["device"] == "cpu"
+    assert manifest is not None and manifest.provenance.backend_config["device"] == "cpu"
 
     hf_profile = write_profile(tmp_path / "hf.toml", probe["checkpoint"], probe["template"],
                                options={"batch_size": 3})

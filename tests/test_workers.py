@@ -99,7 +99,7 @@ def test_a_limit_runs_one_process_and_bad_counts_are_refused(setup: dict[str, Pa
     # the first three cohort rows, in one process with the workers' thread count
     assert [r.row_id for r in records] == [r.row_id for r in read_cohort(setup["cohort"])[:3]]
     threads = worker_profile(profile, 2).backend_options["threads"]
-    assert {r.provenance["backend_config"]["threads"] for r in records} == {threads}
+    assert {r.provenance.backend_config["threads"] for r in records} == {threads}
     rest = run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, progress=False)
     assert rest.already_done == 3
     with pytest.raises(InputError, match="workers"):

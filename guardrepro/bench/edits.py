@@ -43,8 +43,8 @@ def stringify(value: Any) -> str:
     return field_text(value)
 
 
-def tool_alias(salt: str, sample_id: str, tool: str) -> str:
-    digest = hashlib.sha256(f"{salt}:{sample_id}:{tool}".encode()).hexdigest()
+def tool_alias(salt: str, base_sample_id: str, tool: str) -> str:
+    digest = hashlib.sha256(f"{salt}:{base_sample_id}:{tool}".encode()).hexdigest()
     return "tool_" + digest[:12]
 
 

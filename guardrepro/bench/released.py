@@ -3,8 +3,9 @@
 Input: ``preds.json``, ``labels.json`` and ``meta_data.json`` from
 ``guardian_test_logs/<benchmark>/TS-Guard/`` (parallel JSON lists, one entry
 per row) and the benchmark rows from ``guardrepro.bench.tsbench`` in upstream
-order. Output: a ``ReleasedSet`` whose rows carry the sample id, domain, gold
-label, released prediction and the raw ``guard_res`` object.
+order. Output: a ``ReleasedSet`` whose rows carry the base sample id, domain,
+gold label (the row's gold score), released prediction and the raw ``guard_res``
+object. The re-parse report keeps its published keys ``sample_id`` and ``label``.
 
 Alignment rules (``docs/PROTOCOL.md``, "Released predictions"), each
 failure an ``InputError`` naming the file, the index and the field, never a
@@ -65,10 +66,10 @@ class ReleasedRow:
     the three files alone (no TS-Bench rows to take them from)."""
 
     index: int
-    sample_id: str
+    base_sample_id: str
     domain: str | None
     interaction_id: str | None
-    label: float
+    gold_label: float
     pred: float | None
     guard_res: dict[str, Any]
 
@@ -77,7 +78,7 @@ class ReleasedRow:
 class ReleasedSet:
     benchmark: str | None
     rows: tuple[ReleasedRow, ...]
-    by_sample_id: Mapping[str, ReleasedRow]
+    by_base_sample_id: Mapping[str, ReleasedRow]
     files: Mapping[str, str]
 
 
@@ -200,10 +201,10 @@ def align_released(
         meta_sample, guard_res = _check_meta_entry(entry, file=meta_file, index=i)
         if rows is None:
             raw = validate_row(meta_sample, file=f"{meta_file} meta_sample", index=i)
-            sample_id, domain, interaction = base_sample_id(raw), None, None
+            base_id, domain, interaction = base_sample_id(raw), None, None
         else:
             row = _matching_row(meta_sample, rows, i, by_content, meta_file)
-            raw, sample_id = row.raw, row.base_sample_id
+            raw, base_id = row.raw, row.base_sample_id
             domain, interaction = row.domain, row.interaction_id
         label = labels[i]
         if isinstance(label, bool) or not isinstance(label, int | float) or label != raw["score"]:
@@ -213,21 +214,21 @@ def align_released(
                 row=i,
             )
         pred = _check_pred(preds[i], file=str(paths["preds"]), index=i)
-        if sample_id in seen:
+        if base_id in seen:
             raise InputError(
-                f"duplicate sample id {sample_id} (first at index {seen[sample_id]})",
+                f"duplicate sample id {base_id} (first at index {seen[base_id]})",
                 file=meta_file,
                 row=i,
                 field="meta_sample",
             )
-        seen[sample_id] = i
+        seen[base_id] = i
         out.append(
             ReleasedRow(
                 index=i,
-                sample_id=sample_id,
+                base_sample_id=base_id,
                 domain=domain,
                 interaction_id=interaction,
-                label=float(raw["score"]),
+                gold_label=float(raw["score"]),
                 pred=pred,
                 guard_res=guard_res,
             )
@@ -235,7 +236,7 @@ def align_released(
     return ReleasedSet(
         benchmark=benchmark,
         rows=tuple(out),
-        by_sample_id={row.sample_id: row for row in out},
+        by_base_sample_id={row.base_sample_id: row for row in out},
         files={name: str(path) for name, path in paths.items()},
     )
 
@@ -273,9 +274,9 @@ def released_output(guard_res: Mapping[str, Any], *, file: str | None, index: in
 @dataclass(frozen=True)
 class ReparseRow:
     index: int
-    sample_id: str
+    base_sample_id: str
     domain: str | None
-    label: float
+    gold_label: float
     released_pred: float | None
     status: str
     score: float | None
@@ -285,9 +286,9 @@ class ReparseRow:
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
-            "sample_id": self.sample_id,
+            "sample_id": self.base_sample_id,  # the key names of the reparse report
             "domain": self.domain,
-            "label": self.label,
+            "label": self.gold_label,
             "released_pred": self.released_pred,
             "status": self.status,
             "score": self.score,
@@ -327,9 +328,9 @@ def reparse_released(
         out.append(
             ReparseRow(
                 index=row.index,
-                sample_id=row.sample_id,
+                base_sample_id=row.base_sample_id,
                 domain=row.domain,
-                label=row.label,
+                gold_label=row.gold_label,
                 released_pred=row.pred,
                 status=result.status,
                 score=result.score,

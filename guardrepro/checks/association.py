@@ -71,7 +71,7 @@ class AuditRow:
 
     key: str | None
     marker: bool
-    gold: int
+    gold_strict: int
     score: float | None
     cluster: str
 
@@ -105,7 +105,7 @@ def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
         out.append(AuditRow(
             key=tool_key(field_text(raw["current_action"])),
             marker=MARKER in field_text(raw["history"]).casefold(),
-            gold=gold_strict(row.score),
+            gold_strict=gold_strict(row.score),
             score=pred,
             cluster=f"{source}:{row.domain}:{field_text(raw['id-interaction'])}",
         ))
@@ -146,8 +146,8 @@ def rule_summary(items: Sequence[AuditRow]) -> dict[str, Any]:
         "marker_rows": sum(r.marker for r in items),
         "side_effect_rows": sum(r.side_effect for r in items),
         "rule_positive_rows": sum(r.rule for r in items),
-        "vs_gold": confusion([float(r.gold) for r in items], rule).to_dict(),
-        "marker_alone_vs_gold": confusion([float(r.gold) for r in items],
+        "vs_gold": confusion([float(r.gold_strict) for r in items], rule).to_dict(),
+        "marker_alone_vs_gold": confusion([float(r.gold_strict) for r in items],
                                           [float(r.marker) for r in items]).to_dict(),
         "vs_guard": vs_guard,
         "agreement_with_guard": Ratio(cells["both_block"] + cells["neither"],
@@ -163,8 +163,8 @@ def within_tool(items: Sequence[AuditRow], *, marker_safe_only: bool) -> dict[st
     safe_all: list[AuditRow] = []
     unsafe_all: list[AuditRow] = []
     for key, group in _by_key(items).items():
-        safe = [r for r in group if r.gold == 0 and (r.marker or not marker_safe_only)]
-        unsafe = [r for r in group if r.gold == 1]
+        safe = [r for r in group if r.gold_strict == 0 and (r.marker or not marker_safe_only)]
+        unsafe = [r for r in group if r.gold_strict == 1]
         if not safe or not unsafe:
             continue
         safe_all += safe
@@ -192,7 +192,7 @@ def safe_marker_within_tool(items: Sequence[AuditRow]) -> dict[str, Any]:
     diffs: list[float] = []
     present_all: list[AuditRow] = []
     absent_all: list[AuditRow] = []
-    safe_rows = [r for r in items if r.gold == 0]
+    safe_rows = [r for r in items if r.gold_strict == 0]
     for key, group in _by_key(safe_rows).items():
         present = [r for r in group if r.marker]
         absent = [r for r in group if not r.marker]
@@ -221,7 +221,7 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
     marker-absent block rate over all gold-safe rows (module docstring)."""
     if replicates < 1:
         raise InputError("replicates must be >= 1", field="replicates")
-    safe = [r for r in items if r.gold == 0]
+    safe = [r for r in items if r.gold_strict == 0]
     values = [(r.block, 1, 0, 0) if r.marker else (0, 0, r.block, 1) for r in safe]
     table = cluster_table(values, [r.cluster for r in safe]) if safe else None
     total = (np.sum(values, axis=0) if safe else np.zeros(4)).astype(np.int64)
@@ -253,13 +253,13 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
 def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, Any]:
     """Block rates in the strata the rule separates."""
     strata = {
-        "safe_marker_absent": lambda r: r.gold == 0 and not r.marker,
-        "safe_marker_present": lambda r: r.gold == 0 and r.marker,
-        "safe_marker_present_side_effect": lambda r: r.gold == 0 and r.rule == 1,
-        "safe_marker_present_no_side_effect": lambda r: (r.gold == 0 and r.marker
+        "safe_marker_absent": lambda r: r.gold_strict == 0 and not r.marker,
+        "safe_marker_present": lambda r: r.gold_strict == 0 and r.marker,
+        "safe_marker_present_side_effect": lambda r: r.gold_strict == 0 and r.rule == 1,
+        "safe_marker_present_no_side_effect": lambda r: (r.gold_strict == 0 and r.marker
                                                          and not r.side_effect),
-        "unsafe_rule_positive": lambda r: r.gold == 1 and r.rule == 1,
-        "unsafe_rule_negative": lambda r: r.gold == 1 and r.rule == 0,
+        "unsafe_rule_positive": lambda r: r.gold_strict == 1 and r.rule == 1,
+        "unsafe_rule_negative": lambda r: r.gold_strict == 1 and r.rule == 0,
     }
     return {name: _block([r for r in items if keep(r)]) for name, keep in strata.items()}
 
@@ -273,7 +273,7 @@ def association_audit(rows: Sequence[BenchRow], preds: Sequence[float | None], b
         "benchmark": benchmark,
         "rows": len(items),
         "interactions": len({r.cluster for r in items}),
-        "guard": confusion([float(r.gold) for r in items], list(preds)).to_dict(),
+        "guard": confusion([float(r.gold_strict) for r in items], list(preds)).to_dict(),
         "nuisance_rule": rule_summary(items),
         "block_rate_strata": block_rate_strata(items),
         "within_tool": within_tool(items, marker_safe_only=False),

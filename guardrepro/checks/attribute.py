@@ -96,7 +96,7 @@ class RunInput:
                                  field=key_field)
             out[key] = rec
         if not backend and records:
-            backend = str(records[0].provenance.get("backend", ""))
+            backend = records[0].provenance.backend
         return cls(label, out, backend)
 
 

@@ -138,7 +138,7 @@ def released_preds(rows: Sequence[BenchRow], released: ReleasedSet) -> list[floa
     have one)."""
     out: list[float | None] = []
     for r in rows:
-        rel = released.by_sample_id.get(r.base_sample_id)
+        rel = released.by_base_sample_id.get(r.base_sample_id)
         if rel is None:
             raise InputError(f"no released prediction for row {r.base_sample_id}",
                              file=r.file, row=r.index)

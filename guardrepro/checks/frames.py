@@ -79,7 +79,7 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
             "input_sha256": rec.input_sha256 if rec else None,
             "output_token_ids": list(rec.output_token_ids) if rec else None,
             "components": dict(rec.components) if rec and rec.components else None,
-            "backend": str(rec.provenance.get("backend")) if rec else None,
+            "backend": rec.provenance.backend if rec else None,
             "run_id": rec.run_id if rec else None,
         })
     df = pd.DataFrame(out, columns=["row_id", "base_sample_id", "variant", *[

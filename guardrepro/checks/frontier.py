@@ -78,13 +78,14 @@ def _artifact_bytes(path: Path) -> int | None:
             raise InputError("artifact_bytes must be an integer", file=str(side),
                              field="artifact_bytes")
         return value
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return None
     from guardrepro.artifacts.locks import load_lock
     from guardrepro.run.profile import RunProfile
+    from guardrepro.run.records import read_manifest
 
-    profile_path = Path(json.loads(manifest.read_text(encoding="utf-8"))["profile"]["path"])
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return None
+    profile_path = Path(manifest.profile["path"])
     if not profile_path.is_file():
         return None
     profile = RunProfile.load(profile_path)
@@ -138,10 +139,9 @@ def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, floa
 
 
 def _speed(records: Sequence[Record]) -> dict[str, float | None]:
-    def total(key: str) -> float:
-        return float(sum(float(r.timings.get(key, 0.0)) for r in records))
-
-    wall, prefill, decode = total("total_s"), total("prefill_s"), total("decode_s")
+    wall = float(sum(r.timings.total_s for r in records))
+    prefill = float(sum(r.timings.prefill_s for r in records))
+    decode = float(sum(r.timings.decode_s for r in records))
     prompt = sum(r.prompt_tokens for r in records)
     output = sum(len(r.output_token_ids) for r in records)
     return {

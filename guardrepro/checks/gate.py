@@ -123,8 +123,8 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     data_dir = materialize(lock, home)
     released = load_released(data_dir, ref["benchmark"])
     out = {
-        sid: RefRow(sid, row.pred, row.pred is not None, row.label, row.domain, sid)
-        for sid, row in released.by_sample_id.items()
+        sid: RefRow(sid, row.pred, row.pred is not None, row.gold_label, row.domain, sid)
+        for sid, row in released.by_base_sample_id.items()
     }
     return "base_sample_id", out, {"type": "released", "lock": str(lock),
                                    "benchmark": ref["benchmark"], "files": dict(released.files),

@@ -92,8 +92,8 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
 
 def _label(run_dir: Path) -> str:
     manifest = load_manifest(run_dir)
-    guard = manifest.provenance.get("guard", "?")
-    backend = manifest.provenance.get("backend", "?")
+    guard = manifest.provenance.guard
+    backend = manifest.provenance.backend
     return f"{guard} ({backend})"
 
 

@@ -172,8 +172,8 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
     pair = _output_pair(rec, other)
     gate_agree = ctx["gate_agree"].get(r.row_id)
     return {
-        "row_id": r.row_id, "base": r.base_sample_id, "variant": r.variant,
-        "domain": r.domain, "gold": r.gold_label, "status": r.status, "score": r.score,
+        "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
+        "domain": r.domain, "gold_label": r.gold_label, "status": r.status, "score": r.score,
         "margin": r.decision_margin, "disagree": gate_agree is False, "flip": bool(flip),
         "cause": ctx["causes"].get(r.row_id), "components": json.dumps(
             dict(rec.components) if rec and rec.components else None, indent=1),

@@ -73,9 +73,9 @@ def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None)
     return score
 
 
-def gold_strict(gold: float) -> int:
+def gold_strict(gold_label: float) -> int:
     """The strict gold label: the same rule as a decision (``schema.strict_decision``)."""
-    return strict_decision(gold)
+    return strict_decision(gold_label)
 
 
 @dataclass(frozen=True)
@@ -154,22 +154,23 @@ class Confusion:
 
 
 def confusion(
-    gold: Sequence[float],
+    gold_labels: Sequence[float],
     scores: Sequence[float | None],
     weights: Sequence[float] | None = None,
 ) -> Confusion:
-    """Strict confusion of predicted ``scores`` against ``gold``, fail-closed.
+    """Strict confusion of predicted ``scores`` against ``gold_labels``, fail-closed.
 
     ``weights`` (one positive finite number per row) turns the cells into
     weighted sums; coverage stays a count of rows.
     """
-    if len(gold) != len(scores):
-        raise InputError(f"{len(gold)} gold labels but {len(scores)} scores", field="scores")
-    if weights is not None and len(weights) != len(gold):
-        raise InputError(f"{len(gold)} rows but {len(weights)} weights", field="weights")
+    if len(gold_labels) != len(scores):
+        raise InputError(f"{len(gold_labels)} gold labels but {len(scores)} scores",
+                         field="scores")
+    if weights is not None and len(weights) != len(gold_labels):
+        raise InputError(f"{len(gold_labels)} rows but {len(weights)} weights", field="weights")
     cells: dict[str, Number] = {"tp": 0, "fp": 0, "tn": 0, "fn": 0}
     valid = 0
-    for i, (g, s) in enumerate(zip(gold, scores, strict=True)):
+    for i, (g, s) in enumerate(zip(gold_labels, scores, strict=True)):
         g = check_gold(g, row=i)
         s = check_score(s, row=i)
         w: Number = 1
@@ -185,7 +186,7 @@ def confusion(
         d, y = strict_decision(s), gold_strict(g)
         key = ("tp" if y else "fp") if d else ("fn" if y else "tn")
         cells[key] += w
-    return Confusion(rows=len(gold), valid=valid, **cells)
+    return Confusion(rows=len(gold_labels), valid=valid, **cells)
 
 
 def interaction_weights(interaction_keys: Sequence[object]) -> list[float]:

@@ -45,7 +45,7 @@ class Pair:
         return strict_decision(self.edit.score if self.edit.valid else None)
 
     @property
-    def gold(self) -> int:
+    def gold_strict(self) -> int:
         return gold_strict(self.gold_label)
 
     @property
@@ -54,7 +54,7 @@ class Pair:
 
     @property
     def stratum(self) -> str:
-        return f"{self.domain}:{self.gold}"
+        return f"{self.domain}:{self.gold_strict}"
 
 
 def make_pairs(rows: Sequence[RowResult], variant: str) -> list[Pair]:

@@ -214,14 +214,14 @@ class _Where:
     cohort: tuple[str, dict[str, int]] | None = None
 
     def check(
-        self, rec: Record, base: str, variant: str, domain: str, gold: float,
+        self, rec: Record, base: str, variant: str, domain: str, gold_label: float,
         first: Record | None = None,
     ) -> None:
         for name, got, want in (
             ("base_sample_id", rec.base_sample_id, base),
             ("variant", rec.variant, variant),
             ("domain", rec.domain, domain),
-            ("gold_label", float(rec.gold_label), float(gold)),
+            ("gold_label", float(rec.gold_label), float(gold_label)),
         ):
             if got == want:
                 continue

@@ -33,7 +33,14 @@ from guardrepro.run.records import (
     utc_now,
     write_manifest,
 )
-from guardrepro.schema import Provenance, Record, canonical_json, read_cohort, sha256_text
+from guardrepro.schema import (
+    Provenance,
+    Record,
+    Timings,
+    canonical_json,
+    read_cohort,
+    sha256_text,
+)
 
 RULE_PARSER = "guardrepro-rule-1"
 
@@ -56,7 +63,7 @@ def run_rule(rule: str, cohort_path: Path, run_dir: Path, *,
     rows = read_cohort(cohort_path)
     provenance = rule_provenance(rule, lookup)
     manifest = RunManifest(
-        run_id=run_dir.name, created_at=utc_now(), provenance=provenance.to_dict(),
+        run_id=run_dir.name, created_at=utc_now(), provenance=provenance,
         provenance_sha256=provenance.sha256,
         cohort={"path": str(cohort_path), "sha256": sha256_text(cohort_path.read_text(
             encoding="utf-8")), "rows": len(rows)},
@@ -84,12 +91,12 @@ def _record(run_id: str, row: Any, score: float, provenance: Provenance,
     return Record(
         run_id=run_id, row_id=row.row_id, base_sample_id=row.base_sample_id,
         cohort=row.cohort, variant=row.variant, domain=row.domain,
-        gold_label=row.original_label,
+        gold_label=row.gold_label,
         input_sha256=sha256_text(canonical_json(dict(row.sample))), prompt_tokens=0,
-        provenance_sha256=provenance.sha256, provenance=provenance.to_dict(), status="ok",
+        provenance_sha256=provenance.sha256, provenance=provenance, status="ok",
         score=score, error_type=None, components=None, decision_margin=None,
-        output_text="", output_token_ids=[], finish_reason="rule", attempts=[],
-        timings={"prefill_s": 0.0, "decode_s": 0.0, "total_s": seconds},
+        output_text="", output_token_ids=[], finish_reason="rule", attempts=(),
+        timings=Timings(prefill_s=0.0, decode_s=0.0, total_s=seconds),
         peak_memory_bytes=0, created_at=utc_now())
 
 

@@ -30,14 +30,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.errors import InferenceError
 from guardrepro.guards.base import GuardAdapter
 from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
-from guardrepro.schema import Attempt, CohortRow, DecodingParams, Provenance, Record
+from guardrepro.schema import Attempt, CohortRow, DecodingParams, Provenance, Record, Timings
 
 
 @dataclass(frozen=True)
@@ -179,12 +179,11 @@ def make_record(
     provenance_sha256: str,
 ) -> Record:
     final, _, components = attempts[-1]
-    timings = {"prefill_s": 0.0, "decode_s": 0.0, "total_s": 0.0}
+    timings = Timings(0.0, 0.0, 0.0)
     peaks = []
     for _, gen, _ in attempts:
         if gen is not None:
-            for key, value in gen.timings.to_dict().items():
-                timings[key] += value
+            timings += gen.timings
             if gen.peak_memory_bytes is not None:
                 peaks.append(gen.peak_memory_bytes)
     row = prepared.row
@@ -199,7 +198,7 @@ def make_record(
         input_sha256=prepared.input_sha256,
         prompt_tokens=len(prepared.token_ids),
         provenance_sha256=provenance_sha256,
-        provenance=provenance.to_dict(),
+        provenance=provenance,
         status=final.status,
         score=final.score,
         error_type=final.error_type,
@@ -208,7 +207,7 @@ def make_record(
         output_text=final.text,
         output_token_ids=list(final.token_ids),
         finish_reason=final.finish_reason,
-        attempts=[asdict(a) for a, _, _ in attempts],
+        attempts=tuple(a for a, _, _ in attempts),
         timings=timings,
         peak_memory_bytes=max(peaks) if peaks else None,
         created_at=utc_now(),

@@ -136,7 +136,8 @@ def _check_provenance(sources: Sequence[SourceRun]) -> None:
     problems = []
     for other in sources[1:]:
         if other.manifest.provenance_sha256 != first.manifest.provenance_sha256:
-            diffs = provenance_differences(first.manifest.provenance, other.manifest.provenance)
+            diffs = provenance_differences(first.manifest.provenance.to_dict(),
+                                           other.manifest.provenance.to_dict())
             listing = "\n    ".join(diffs or ["provenance_sha256 (no key differs)"])
             problems.append(f"{other.path} differs from {first.path}:\n    {listing}")
     if problems:

@@ -242,7 +242,7 @@ def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Pr
     manifest = RunManifest(
         run_id=existing.run_id if existing else run_dir.name,
         created_at=utc_now(),
-        provenance=provenance.to_dict(),
+        provenance=provenance,
         provenance_sha256=provenance.sha256,
         cohort={"path": str(cohort_path), "sha256": _file_sha256(cohort_path),
                 "rows": cohort_rows},

@@ -6,8 +6,9 @@ Output: nothing, or an error naming the file, row and field.
 Invariants (checked on every read, so no check, merge or comparison sees them
 broken): ``gold_label`` is 0, 0.5 or 1; ``prompt_tokens`` is a non-negative integer;
 ``output_token_ids`` is a list of non-negative integers; ``decision_margin`` is
-null or a finite number; every attempt has the ``schema.Attempt`` keys with the same
-types, a known status, a score of null/0/0.5/1 set exactly when its status is ok.
+null or a finite number; every attempt (``schema.Attempt``; keys checked, like those
+of ``provenance`` and ``timings``, by ``schema.Record.from_dict``) has fields of the
+right types, a known status, a score of null/0/0.5/1 set exactly when its status is ok.
 For a known guard (``provenance.guard``), re-parsing ``output_text`` -- and each
 attempt's ``text`` -- must give back the recorded status and score: a record whose
 score contradicts its own output is an IntegrityError (exit 2), not a silently
@@ -18,7 +19,6 @@ text, cheap next to reading the line.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.errors import InputError, IntegrityError
@@ -67,13 +67,7 @@ def _string(value: Any, where: dict[str, Any], name: str) -> None:
         raise InputError(f"expected a string, got {value!r:.60}", field=name, **where)
 
 
-def _attempt(data: Any, where: dict[str, Any], prefix: str) -> Attempt:
-    if not isinstance(data, Mapping):
-        raise InputError(f"expected an object, got {data!r:.60}", field=prefix, **where)
-    try:
-        attempt = Attempt.from_dict(data)
-    except InputError as exc:
-        raise InputError(exc.message, field=f"{prefix}.{exc.field}", **where) from None
+def _attempt(attempt: Attempt, where: dict[str, Any], prefix: str) -> None:
     _string(attempt.text, where, f"{prefix}.text")
     _token_ids(attempt.token_ids, where, f"{prefix}.token_ids")
     _string(attempt.finish_reason, where, f"{prefix}.finish_reason")
@@ -92,7 +86,6 @@ def _attempt(data: Any, where: dict[str, Any], prefix: str) -> Attempt:
     if attempt.seed is not None and not _is_int(attempt.seed):
         raise InputError(f"expected null or an integer, got {attempt.seed!r:.60}",
                          field=f"{prefix}.seed", **where)
-    return attempt
 
 
 def _consistent(
@@ -127,14 +120,12 @@ def check_record(record: Record, *, file: str | None, row: int | None) -> None:
     _string(record.output_text, where, "output_text")
     if record.status not in RECORD_STATUSES:  # also enforced by Record itself
         raise InputError(f"unknown status {record.status!r}", field="status", **where)
-    if not isinstance(record.attempts, list):
-        raise InputError("expected a list", field="attempts", **where)
-    attempts = [_attempt(a, where, f"attempts[{i}]") for i, a in enumerate(record.attempts)]
-    guard = record.provenance.get("guard") if isinstance(record.provenance, Mapping) else None
+    for i, attempt in enumerate(record.attempts):
+        _attempt(attempt, where, f"attempts[{i}]")
+    guard = record.provenance.guard
     if guard not in GUARD_NAMES:
         return
-    assert isinstance(guard, str)
     _consistent(record.output_text, record.status, record.score, guard, where, "score")
-    for i, attempt in enumerate(attempts):
+    for i, attempt in enumerate(record.attempts):
         _consistent(attempt.text, attempt.status, attempt.score, guard, where,
                     f"attempts[{i}].score")

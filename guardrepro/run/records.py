@@ -48,7 +48,7 @@ from guardrepro.artifacts.store import (
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.run.record_checks import check_record
-from guardrepro.schema import Record
+from guardrepro.schema import Provenance, Record
 from guardrepro.spec import check_keys, type_problem
 
 RECORDS_FILE = "records.jsonl"
@@ -97,11 +97,12 @@ def write_atomic(path: Path, text: str) -> None:
 class RunManifest:
     """What ``manifest.json`` holds. ``cohort`` = {path, sha256, rows};
     ``profile`` = {path, sha256 (of the profile's text)}; ``shard`` = "k/n" or None;
+    ``provenance`` is the run's ``Provenance`` (its keys read strictly);
     ``rows_selected`` = rows of the cohort in this run (after the shard)."""
 
     run_id: str
     created_at: str
-    provenance: Mapping[str, Any]
+    provenance: Provenance
     provenance_sha256: str
     cohort: Mapping[str, Any]
     profile: Mapping[str, Any]
@@ -120,7 +121,10 @@ class RunManifest:
             if not isinstance(data[key], Mapping):
                 raise InputError(type_problem(data[key], dict), file=file, field=key)
             check_keys(data[key], sub, file=file, where=key, required=sub)
-        return cls(**{name: data[name] for name in names})
+        values = {name: data[name] for name in names}
+        values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
+                                                    where="provenance")
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
@@ -130,7 +134,8 @@ class RunManifest:
         """Human-readable list of what makes ``other`` a different run than this one."""
         diffs: list[str] = []
         if self.provenance_sha256 != other.provenance_sha256:
-            diffs.extend(provenance_differences(self.provenance, other.provenance))
+            diffs.extend(provenance_differences(self.provenance.to_dict(),
+                                                other.provenance.to_dict()))
             if not diffs:  # same keys and values but different hash: report the hash itself
                 diffs.append("provenance_sha256")
         if self.cohort["sha256"] != other.cohort["sha256"]:
@@ -359,6 +364,8 @@ class RecordWriter:
         if self._fd is None:
             raise InputError("record writer is closed", file=str(self.path))
         lines = self.path.read_bytes().splitlines(keepends=True)
+        # Lines move as bytes; each was read into a Record when the writer opened
+        # or was written by ``append``, so only its row id is looked up here.
         by_id = {json.loads(line)["row_id"]: line for line in lines}
         unnamed = sorted(set(by_id) - set(row_ids))
         if unnamed:

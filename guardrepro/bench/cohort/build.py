@@ -75,8 +75,8 @@ def strict_label(score: float) -> int:
     return strict_decision(score)
 
 
-def salted_key(salt: str, sample_id: str) -> str:
-    return hashlib.sha256(f"{salt}:{sample_id}".encode()).hexdigest()
+def salted_key(salt: str, base_sample_id: str) -> str:
+    return hashlib.sha256(f"{salt}:{base_sample_id}".encode()).hexdigest()
 
 
 def derived_id(spec: CohortSpec, base_id: str, variant: str) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from guardrepro.schema import DecodingParams
+from guardrepro.schema import DecodingParams, Timings
 
 
 @dataclass(frozen=True)
@@ -40,28 +40,13 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
-class Timings:
-    """Per-request timings in seconds, amortised over a batch: each request of
-    a batch gets the batch's wall time divided by the number of requests, so
-    the ``total_s`` of a run's rows sum to its generation wall time.
-    ``prefill_s + decode_s == total_s`` (up to rounding)."""
-
-    prefill_s: float
-    decode_s: float
-    total_s: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"prefill_s": self.prefill_s, "decode_s": self.decode_s, "total_s": self.total_s}
-
-
-@dataclass(frozen=True)
 class Generation:
     row_id: str
     token_ids: tuple[int, ...]
     text: str
     finish_reason: str  # "stop" (an EOS id was produced) or "length" (max_new_tokens)
     step_margins: tuple[float, ...]
-    timings: Timings
+    timings: Timings  # this request's equal share of its batch's wall time
     peak_memory_bytes: int | None = None
     score_logits: tuple[float, ...] | None = None
 
