@@ -99,7 +99,7 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
     # gate.json reads back as the same typed result (one GateResult type)
     typed = GateResult.from_json(gate)
     assert typed.to_json() == gate
-    assert typed.passed is True and [d["row_id"] for d in typed.disagreement_rows] == [
+    assert typed.passed is True and [d.row_id for d in typed.disagreement_rows] == [
         "r3:original", "r4:original"]
 
 

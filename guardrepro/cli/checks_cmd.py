@@ -90,7 +90,7 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     # output directory (exit 2) still shows it
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    emit(as_json, data, format_table(data) + "\n" + result.verdict)
+    emit(as_json, data, format_table(result) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
     if not result.passed:
@@ -123,18 +123,16 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.stats import compute_stats, format_table
 
     run = load_rows(path, cohort)
+    rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
-                           progress=progress, expected_source=run.expected_source).to_json()
-    result["run_dir"] = str(path)
-    result["interpretation"] = interpretation(3)
-    written = write_json_atomic(out_dir(path, out) / "stats.json", result)
-    emit(as_json, result, format_table(result) + "\n" + format_rung(result["interpretation"]))
+                           progress=progress, expected_source=run.expected_source).with_extra(
+        run_dir=str(path), interpretation=rung)
+    data = result.to_json()
+    written = write_json_atomic(out_dir(path, out) / "stats.json", data)
+    emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
     say(as_json)(f"wrote {written}")
-    if exports:
-        from guardrepro.checks.stats import StatsResult
-
-        for target in exports:
-            say(as_json)(f"wrote {StatsResult.from_json(result).export(target)}")
+    for target in exports:
+        say(as_json)(f"wrote {result.export(target)}")
 
 
 @click.group(short_help="Audits of the benchmark itself (no model).")
