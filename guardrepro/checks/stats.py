@@ -64,7 +64,6 @@ from guardrepro.checks.pairs import ORIGINAL, PLACEBO, REPEAT, Pair, make_pairs,
 from guardrepro.checks.runio import RowResult
 from guardrepro.checks.stats_extras import exact_score, placebo_corrected
 from guardrepro.checks.stats_types import (
-    COUNTED,
     SCHEMA,
     STATISTICS,
     STRATA,
@@ -127,13 +126,14 @@ class _Engine:
 
 
 def _counts(pairs: Sequence[Pair]) -> FlipCounts:
+    def count(sub: Sequence[Pair], name: str) -> Count:
+        keep, num, den = DEFINITIONS[name]
+        obs = [p for p in sub if keep(p)]
+        return Count(sum(num(p) for p in obs), sum(den(p) for p in obs))
+
     def block(sub: Sequence[Pair]) -> CountBlock:
-        counts = []
-        for name in COUNTED:
-            keep, num, den = DEFINITIONS[name]
-            obs = [p for p in sub if keep(p)]
-            counts.append(Count(sum(num(p) for p in obs), sum(den(p) for p in obs)))
-        return CountBlock(*counts, pairs=len(sub))
+        return CountBlock(count(sub, "flip_rate"), count(sub, "safe_to_unsafe"),
+                          count(sub, "unsafe_to_safe"), len(sub))
 
     by_domain: dict[str, list[Pair]] = {}
     by_gold: dict[str, list[Pair]] = {}

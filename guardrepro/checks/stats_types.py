@@ -101,7 +101,8 @@ class CountBlock:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CountBlock:
-        return cls(*(Count(**data[n]) for n in COUNTED), data["pairs"])
+        f, su, us = (Count(**data[n]) for n in COUNTED)
+        return cls(f, su, us, data["pairs"])
 
 
 @dataclass(frozen=True)
