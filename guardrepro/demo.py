@@ -19,11 +19,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import guardrepro
 from guardrepro.checks.formatting import frac_equals
 from guardrepro.errors import GateFailed, InputError, missing_extra
+
+if TYPE_CHECKING:
+    from guardrepro.checks.attribute import Attribution
+    from guardrepro.checks.compare import Comparison
+    from guardrepro.checks.gate import GateResult
+    from guardrepro.checks.stats import StatsResult
 
 Say = Callable[[str], None]
 
@@ -41,22 +47,24 @@ def repo_root() -> Path:
 
 @dataclass
 class DemoResult:
+    """What the demo produced: run directories and the checks' typed results."""
+
     out_dir: Path
     cohort: Path
     runs: dict[str, Path] = field(default_factory=dict)
-    comparison: dict[str, Any] | None = None
-    gate: dict[str, Any] | None = None
-    stats: dict[str, Any] | None = None
+    comparison: Comparison | None = None
+    gate: GateResult | None = None
+    stats: StatsResult | None = None
     report: Path | None = None
     html: Path | None = None
-    attribution: dict[str, Any] | None = None
+    attribution: Attribution | None = None
     attribution_table: str | None = None
     mlx_plan: MlxPlan | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def gate_passed(self) -> bool:
-        return bool(self.gate and self.gate["passed"])
+        return self.gate is not None and self.gate.passed
 
 
 def mlx_available() -> bool:
@@ -230,9 +238,8 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     mlx_dir = out / "mlx-q8"
     run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
     result.runs["mlx-q8"] = mlx_dir
-    comparison = compare_runs(result.runs["hf-fp32"], mlx_dir)
-    result.comparison = comparison.to_json()
-    write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison)
+    result.comparison = compare_runs(result.runs["hf-fp32"], mlx_dir)
+    write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison.to_json())
     steps.mark("run_mlx")
 
 
@@ -248,15 +255,15 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     run = load_run(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
     key_field, reference, ref_info = reference_rows(spec, home)
-    result.gate = evaluate(spec, run.rows, key_field=key_field, reference=reference).to_json()
-    result.gate["reference"] = ref_info  # as `guardrepro gate` writes it
-    write_json_atomic(hf_dir / "gate.json", result.gate)
+    result.gate = evaluate(spec, run.rows, key_field=key_field,
+                           reference=reference).with_extra(reference=ref_info)
+    write_json_atomic(hf_dir / "gate.json", result.gate.to_json())
     steps.mark("gate")
 
     steps.start("statistics and report")
     result.stats = compute_stats(run.rows, replicates=replicates, seed=260828,
-                                 expected_source=run.expected_source).to_json()
-    write_json_atomic(hf_dir / "stats.json", result.stats)
+                                 expected_source=run.expected_source)
+    write_json_atomic(hf_dir / "stats.json", result.stats.to_json())
     result.report = build_report(hf_dir)
     if not figures_available():
         steps.say(FIGURES_NOTE)
@@ -264,7 +271,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
 
 
 def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replicates: int,
-                   progress: bool, home: str | Path | None) -> dict[str, Any]:
+                   progress: bool, home: str | Path | None) -> Attribution:
     """K seeded sampled runs of the originals, then ``guardrepro attribute``
     against the shipped reference; writes ``hf-fp32/attribution.json``."""
     import dataclasses
@@ -294,38 +301,37 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
                     replicates=replicates)
     write_json_atomic(result.runs["hf-fp32"] / "attribution.json", att.to_dict())
     result.attribution_table = format_table(att)
-    return att.to_dict()
+    return att
 
 
 def summary_lines(result: DemoResult) -> list[str]:
     """The short human summary printed at the end of ``guardrepro demo``."""
     lines: list[str] = []
-    stats = result.stats or {}
+    stats = result.stats
     lines.append("strict accuracy by variant (transformers fp32; invalid rows fail closed):")
-    for variant, block in stats.get("variants", {}).items():
+    for variant, block in (stats.variants if stats else {}).items():
         lines.append(
-            f"  {variant:<18} accuracy {frac_equals(block['metrics']['accuracy'])}   "
-            f"coverage {frac_equals(block['coverage'])}"
+            f"  {variant:<18} accuracy {frac_equals(block.accuracy.to_dict())}   "
+            f"coverage {frac_equals(block.coverage.to_dict())}"
         )
     lines.append("strict flips by edit (all pairs, fail-closed; 95% cluster bootstrap, "
                  "unstratified):")
-    for variant, block in stats.get("edits", {}).items():
-        flip = block["all_pairs"]["flip_rate"]
-        ci = "" if flip["lower"] is None else f"  [{flip['lower']:.3f}, {flip['upper']:.3f}]"
-        figure = {"numerator": flip["count"], "denominator": flip["denominator"],
-                  "value": flip["point"]}
+    for variant, edit in (stats.edits if stats else {}).items():
+        flip = edit.views["all_pairs"].flip_rate
+        ci = "" if flip.lower is None else f"  [{flip.lower:.3f}, {flip.upper:.3f}]"
+        figure = {"numerator": flip.count, "denominator": flip.denominator, "value": flip.point}
         lines.append(f"  {variant:<18} {frac_equals(figure)}{ci}")
     if result.comparison is not None:
-        s = result.comparison["summary"]
+        s = result.comparison.summary()
         plan = result.mlx_plan
         where = "" if plan is None else (
             f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
         lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
-        lines.append(f"  identical tokens   {frac_equals(s['identical_tokens'])}")
-        lines.append(f"  strict agreement   {frac_equals(s['strict_agreement'])}")
-        lines.append(f"  exact-score agree  {frac_equals(s['exact_score_agreement'])}")
+        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}")
+        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}")
+        lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement.to_json())}")
     if result.gate is not None:
-        lines.append(f"gate: {result.gate['verdict']}")
+        lines.append(f"gate: {result.gate.verdict}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")
     lines.append(f"demo directory: {result.out_dir}")
     if result.attribution_table is not None:
@@ -340,4 +346,4 @@ def summary_lines(result: DemoResult) -> list[str]:
 
 def raise_if_gate_failed(result: DemoResult) -> None:
     if result.gate is not None and not result.gate_passed:
-        raise GateFailed(result.gate["verdict"])
+        raise GateFailed(result.gate.verdict)

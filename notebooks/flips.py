@@ -16,20 +16,30 @@
 #
 # Reads one run directory (environment variable `GUARDREPRO_RUN_DIR`) through
 # the Python API (`import guardrepro as gr`) and reproduces the report's flip
-# figures. The run's `stats.json` is used when present; otherwise the
-# statistics are computed here in memory (`GUARDREPRO_REPLICATES`, default
-# 10,000; seed 260828) and nothing is written to the run directory. Figures go
-# to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
+# figures, each from a DataFrame of the data it draws (`flip_data`,
+# `domain_data`, `margin_data`). The run's `stats.json` is used when present;
+# otherwise the statistics are computed here in memory
+# (`GUARDREPRO_REPLICATES`, default 10,000; seed 260828) and nothing is written
+# to the run directory. Figures go to `GUARDREPRO_FIGURES_DIR` (default: a
+# temporary directory).
 
 # %%
 import os
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.checks.report import plot_flip_rates, plot_margin_histogram
+from guardrepro.checks.report import (
+    domain_bars,
+    flip_bars,
+    margin_groups,
+    plot_flip_rates,
+    plot_margin_histogram,
+)
+from guardrepro.checks.runio import load_run
 
 RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
@@ -56,7 +66,14 @@ print(flip_figures[["path", "count", "denominator", "point", "lower", "upper"]]
 # stratified by domain:gold) and by domain
 
 # %%
-display(Image(filename=str(plot_flip_rates(stats.to_json(), FIG_DIR / "flip_rates.png"))))
+flip_data = pd.DataFrame(flip_bars(stats))  # the left panel: edit x view
+domain_data = pd.DataFrame(domain_bars(stats))  # the right panel: edit x domain, all pairs
+print(flip_data.to_string(index=False))
+for edit, block in stats.edits.items():
+    flip = block.views["all_pairs"].flip_rate
+    print(f"{edit:<20} all pairs {flip.count}/{flip.denominator} "
+          f"[{flip.lower}, {flip.upper}] over {flip.clusters} bases")
+display(Image(filename=str(plot_flip_rates(stats, FIG_DIR / "flip_rates.png"))))
 
 # %% [markdown]
 # ## Paired decisions: one row per base sample, one column per variant
@@ -81,9 +98,11 @@ for e, d in directions.items():
 # ## Decision margins (split by agreement with the reference when gate.json exists)
 
 # %%
-from guardrepro.checks.runio import load_run  # noqa: E402  (the histogram takes row results)
-
 gate = gr.load_gate(RUN_DIR)
-display(Image(filename=str(plot_margin_histogram(
-    load_run(RUN_DIR).rows, None if gate is None else gate.to_json(),
-    FIG_DIR / "margin_hist.png"))))
+rows = load_run(RUN_DIR).rows  # the histogram takes the checks' row results
+split, groups, no_margin = margin_groups(rows, gate)
+margin_data = pd.DataFrame([{"group": g, "margin": m} for g, ms in groups.items() for m in ms],
+                           columns=["group", "margin"])
+print(f"{split}; {no_margin} row(s) without a margin")
+print(margin_data.groupby("group")["margin"].describe())
+display(Image(filename=str(plot_margin_histogram(rows, gate, FIG_DIR / "margin_hist.png"))))

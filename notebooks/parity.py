@@ -16,7 +16,8 @@
 #
 # Reads the gate of the run in `GUARDREPRO_RUN_DIR` (its `gate.json`, written
 # by `guardrepro gate RUN_DIR --spec checks/...toml`) through the Python API
-# and shows the reference-vs-local score confusion and the disagreeing rows.
+# and shows the reference-vs-local score confusion (the figure's data as the
+# DataFrame `confusion`) and the disagreeing rows.
 # Figures go to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
 
 # %%
@@ -24,6 +25,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 from IPython.display import Image, display
 
 import guardrepro as gr
@@ -45,8 +47,14 @@ else:
 
 # %%
 if gate is not None:
-    display(Image(filename=str(plot_score_confusion(gate.to_json(),
-                                                    FIG_DIR / "score_confusion.png"))))
+    confusion = pd.DataFrame([list(r) for r in gate.confusion.matrix],
+                             index=pd.Index(gate.confusion.row_labels, name=gate.confusion.rows),
+                             columns=list(gate.confusion.column_labels))
+    print(confusion)
+    failed = [c.name for c in gate.checks if not c.passed]
+    print(f"strict agreement {gate.figures.strict_agreement.numerator}/"
+          f"{gate.figures.strict_agreement.denominator}; failed checks: {failed or 'none'}")
+    display(Image(filename=str(plot_score_confusion(gate, FIG_DIR / "score_confusion.png"))))
 
 # %% [markdown]
 # ## Rows whose strict decision disagrees (or that are missing), with their margins

@@ -91,23 +91,26 @@ def test_compare_finds_exactly_the_known_divergences(runs: tuple[Path, Path]) ->
     assert (rows["r2"].margin_a, rows["r2"].margin_b) == (0.1, 0.2)
 
     s = comparison.summary()
-    assert (s["rows_a"], s["rows_b"], s["rows_in_both"], s["only_in_a"], s["only_in_b"]) == (
-        6, 6, 5, 1, 1)
-    assert s["identical_tokens"] == {"count": 2, "denominator": 5, "rate": 0.4}
-    assert s["exact_score_agreement"]["count"] == 1
-    assert s["exact_score_agreement"]["denominator"] == 3
-    assert s["strict_agreement"] == {"count": 2, "denominator": 5, "rate": 0.4}
-    assert s["strict_disagreements"] == ["r2", "r4", "r5"]
-    assert s["score_disagreements"] == ["r2", "r3"]
-    assert s["token_divergences"] == ["r2", "r3", "r4"]
-    assert s["valid_b"]["count"] == 3
+    assert (s.rows_a, s.rows_b, s.rows_in_both, s.only_in_a, s.only_in_b) == (6, 6, 5, 1, 1)
+    assert (s.identical_tokens.count, s.identical_tokens.denominator) == (2, 5)
+    assert s.identical_tokens.rate == 0.4
+    assert (s.exact_score_agreement.count, s.exact_score_agreement.denominator) == (1, 3)
+    assert s.strict_agreement.to_json() == {"count": 2, "denominator": 5, "rate": 0.4}
+    assert s.strict_disagreements == ("r2", "r4", "r5")
+    assert s.score_disagreements == ("r2", "r3")
+    assert s.token_divergences == ("r2", "r3", "r4")
+    assert s.valid_b.count == 3
     # Margins of A: agreeing rows r1 (5.0), r3 (1.0); disagreeing r2 (0.1), r4 (0.3), r5 (missing)
-    agree_a = s["margins"]["strict_agree"]["a"]
-    assert (agree_a["n"], agree_a["missing"], agree_a["q50"]) == (2, 0, 3.0)
-    disagree_a = s["margins"]["strict_disagree"]["a"]
-    assert (disagree_a["n"], disagree_a["missing"]) == (2, 1)
-    assert disagree_a["q50"] == pytest.approx(0.2)
-    assert disagree_a["q100"] == 0.3
+    agree_a = s.margins["strict_agree"].a
+    assert (agree_a.n, agree_a.missing, agree_a.q50) == (2, 0, 3.0)
+    disagree_a = s.margins["strict_disagree"].a
+    assert (disagree_a.n, disagree_a.missing) == (2, 1)
+    assert disagree_a.q50 == pytest.approx(0.2)
+    assert disagree_a.q100 == 0.3
+    # the JSON reads back as the same typed values
+    data = comparison.to_json()
+    assert type(comparison).from_json(data) == comparison
+    assert type(s).from_json(data["summary"]) == s
 
 
 def test_unparsable_on_both_sides_never_agrees(tmp_path: Path) -> None:
@@ -115,15 +118,14 @@ def test_unparsable_on_both_sides_never_agrees(tmp_path: Path) -> None:
     bad = {f"r{i}": ([i], "parse_error", None) for i in range(8)}
     comparison = compare_runs(_write_run(tmp_path / "a", bad), _write_run(tmp_path / "b", bad))
     s = comparison.summary()
-    assert s["valid_a"]["count"] == 0 and s["identical_tokens"]["count"] == 8
-    assert s["strict_agreement"] == {"count": 0, "denominator": 8, "rate": 0.0}
+    assert s.valid_a.count == 0 and s.identical_tokens.count == 8
+    assert s.strict_agreement.to_json() == {"count": 0, "denominator": 8, "rate": 0.0}
 
 
 def test_quantiles_by_hand() -> None:
     q = quantiles([4.0, None, 1.0, 2.0, 3.0])
-    assert (q["n"], q["missing"], q["q00"], q["q25"], q["q50"], q["q100"]) == (
-        4, 1, 1.0, 1.75, 2.5, 4.0)
-    assert quantiles([])["q50"] is None
+    assert (q.n, q.missing, q.q00, q.q25, q.q50, q.q100) == (4, 1, 1.0, 1.75, 2.5, 4.0)
+    assert quantiles([]).q50 is None
 
 
 def test_duplicate_row_ids_are_refused(tmp_path: Path) -> None:

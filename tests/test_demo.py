@@ -109,12 +109,24 @@ def test_notebooks_run_on_the_demo(notebook: Path, demo: tuple[Path, str], tmp_p
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     jupytext = pytest.importorskip("jupytext", reason="notebooks need guardrepro[report]")
     nbclient = pytest.importorskip("nbclient", reason="notebooks need guardrepro[report]")
+    nbformat = pytest.importorskip("nbformat", reason="notebooks need guardrepro[report]")
+    from notebook_checks import check_confusion, check_flip_figures, dump_cell, read_frames
+
     out, _ = demo
-    monkeypatch.setenv("GUARDREPRO_RUN_DIR", str(out / "hf-fp32"))
+    run_dir = out / "hf-fp32"
+    monkeypatch.setenv("GUARDREPRO_RUN_DIR", str(run_dir))
     monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(tmp_path))
     monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = jupytext.read(notebook)
+    nb.cells.append(nbformat.v4.new_code_cell(dump_cell(tmp_path / "frames")))
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert list(tmp_path.glob("*.png"))
+    frames = read_frames(tmp_path / "frames")
+    # the data behind each figure, recomputed from the demo's records
+    if notebook.name == "flips.py":
+        assert (tmp_path / "flip_rates.png").is_file()
+        check_flip_figures(run_dir, frames)
+    else:
+        assert (tmp_path / "score_confusion.png").is_file()
+        check_confusion(run_dir, frames)

@@ -99,7 +99,7 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
     # gate.json reads back as the same typed result (one GateResult type)
     typed = GateResult.from_json(gate)
     assert typed.to_json() == gate
-    assert typed.passed is True and [d["row_id"] for d in typed.disagreement_rows] == [
+    assert typed.passed is True and [d.row_id for d in typed.disagreement_rows] == [
         "r3:original", "r4:original"]
 
 
@@ -191,6 +191,16 @@ def test_conservative_uses_bootstrap_lower_bound(tmp_path: Path) -> None:
     assert {c["name"] for c in gate["checks"] if not c["passed"]} == {
         "strict_agreement", "strict_agreement_gold_unsafe"}
     assert all(c["basis"] == "bootstrap_lower_bound" for c in gate["checks"][1:])
+    # read back typed: the ratio figures carry their interval, the count figure none
+    typed = GateResult.from_json(gate)
+    assert typed.to_json() == gate
+    unsafe = typed.figures.strict_agreement_gold_unsafe
+    assert unsafe.interval is not None and unsafe.interval.lower == pytest.approx(0.625)
+    assert (unsafe.numerator, unsafe.denominator) == (7, 8)
+    assert typed.figures.rows_present.interval is None
+    assert "interval" not in gate["figures"]["rows_present"]
+    assert [c.name for c in typed.checks if not c.passed] == [
+        "strict_agreement", "strict_agreement_gold_unsafe"]
 
 
 @pytest.mark.parametrize("with_cohort", [False, True])

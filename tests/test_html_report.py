@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from recordsets import cohort_line, make_record, write_run
 
+from guardrepro.checks.attribute import Attribution, RowCause, RunAttribution
 from guardrepro.checks.html_report import build_html, highlight_edits, mark_divergence
 from guardrepro.checks.runio import write_json_atomic
 from guardrepro.cli import main
@@ -99,8 +100,17 @@ def report(tmp_path: Path) -> Path:
         "min_coverage = 0.5\nmin_strict_agreement = 0.1\nmin_strict_agreement_gold_safe = 0.1\n"
         "min_strict_agreement_gold_unsafe = 0.0\n", encoding="utf-8")
     assert main(["gate", str(run), "--spec", str(gate_spec), "--cohort", str(cohort)]) == 0
-    write_json_atomic(run / "attribution.json", {"runs": [{"label": "run", "rows": [
-        {"row_id": "b1:original", "level": "strict", "cause": "backend"}]}]})
+    cause = RowCause(run="run", key="b1:original", row_id="b1:original", base_sample_id="b1",
+                     domain="banking", level="strict", cause="backend", reference="1",
+                     local="0", bf16=None, sampled=[], margin=None, bf16_margin=None,
+                     sampled_margins=[])
+    att = Attribution(reference={"type": "records"}, key_field="row_id", sampled_runs=[],
+                      noise_floor={}, settings={},
+                      runs=[RunAttribution(label="run", role="unquantized", backend="hf",
+                                           compared=2, jointly_valid=2, missing=[],
+                                           rows=[cause])])
+    assert Attribution.from_json(att.to_dict()) == att
+    write_json_atomic(run / "attribution.json", att.to_dict())
     return build_html(run, cohort=cohort)
 
 

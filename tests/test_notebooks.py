@@ -4,18 +4,26 @@ The run is a hand-made one built here (with a gate.json from a records
 reference), or the directory named by ``GUARDREPRO_TEST_RUN_DIR`` (e.g. the
 demo run) when that is set. After the notebook's own cells, one cell is
 appended that saves the notebook's DataFrames (``df.to_json``) so the test
-asserts on their contents, with expectations worked out by hand from the
-hand-made run.
+asserts on their contents: the data behind every figure (``flip_data``,
+``domain_data``, ``margin_data``, ``confusion``) is recomputed here from the
+run's raw record lines and the reference's (plain JSON, no guardrepro code),
+and for the hand-made run also checked against figures worked out by hand.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from notebook_checks import (
+    check_confusion,
+    check_flip_figures,
+    confusion_cells,
+    dump_cell,
+    read_frames,
+)
 from recordsets import grid, write_run
 
 from guardrepro.cli import main
@@ -31,6 +39,8 @@ BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", 
 LOCAL: dict[str, list[Any]] = {"original": [0, 1, 0, 1], "marker_paraphrase": [1, 1, 0, "parse"],
                                "tool_alias": [0, 0, 0, 1]}
 REFERENCE: dict[str, list[Any]] = {"original": [0, 1, 1, 1]}
+MARGINS = {"b1:original": 2.0, "b2:original": 3.0, "b3:original": 0.5, "b4:original": 4.0,
+           "b1:marker_paraphrase": 0.25, "b2:tool_alias": 0.75}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +49,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if given:
         return Path(given)
     root = tmp_path_factory.mktemp("nb")
-    run = write_run(root / "run", grid(BASES, LOCAL))
+    run = write_run(root / "run", grid(BASES, LOCAL), margins=MARGINS)
     ref = write_run(root / "ref", grid(BASES, REFERENCE))
     spec = root / "gate.toml"
     spec.write_text(
@@ -65,13 +75,7 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = jupytext.read(notebook)
     dump = tmp_path / "frames"
-    nb.cells.append(nbformat.v4.new_code_cell(
-        f"from pathlib import Path as _P\n_d = _P({str(dump)!r}); _d.mkdir()\n"
-        "for _n, _v in list(globals().items()):\n"
-        "    if type(_v).__name__ == 'DataFrame' and not _n.startswith('_'):\n"
-        "        _v.reset_index().to_json(_d / f'{_n}.json', orient='records')\n"
-        "if 'directions' in globals():\n"
-        "    import json as _j; (_d / 'directions.json').write_text(_j.dumps(directions))\n"))
+    nb.cells.append(nbformat.v4.new_code_cell(dump_cell(dump)))
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
@@ -80,40 +84,63 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
         for out in cell.get("outputs", []) if out.get("output_type") == "stream"
     )
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    frames = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in dump.glob("*.json")}
+    frames = read_frames(dump)
     own = not os.environ.get("GUARDREPRO_TEST_RUN_DIR")
     if notebook.name == "flips.py":
         assert pngs == ["flip_rates.png", "margin_hist.png"]
-        assert {"runs", "decisions", "flips", "figures"} <= set(frames)
+        assert {"runs", "decisions", "flips", "figures", "flip_data", "domain_data"} <= set(frames)
+        check_flip_figures(run_dir, frames)
         if own:
-            # marker: b1 flips 0 -> 1 (b4's parse error fails closed: no flip);
-            # tool_alias: b2 flips 1 -> 0
-            assert frames["directions"] == {
-                "marker_paraphrase": {"flips": 1, "pairs": 4, "safe_to_unsafe": 1,
-                                      "unsafe_to_safe": 0},
-                "tool_alias": {"flips": 1, "pairs": 4, "safe_to_unsafe": 0,
-                               "unsafe_to_safe": 1}}
-            runs = {r["row_id"]: r for r in frames["runs"]}
-            assert len(runs) == 12
-            assert runs["b4:marker_paraphrase"]["status"] == "parse_error"
-            assert runs["b4:marker_paraphrase"]["score"] is None
-            assert runs["b4:marker_paraphrase"]["strict_decision"] == 1  # fail-closed
-            assert runs["b2:tool_alias"]["score"] == 0.0
-            flips = {f["path"]: (f["count"], f["denominator"])
-                     for f in frames["flip_figures"]}
-            # the API's stats agree with the pandas pivot above, over the same pairs
-            assert flips["edits.marker_paraphrase.all_pairs.flip_rate"] == (1, 4)
-            assert flips["edits.tool_alias.all_pairs.flip_rate"] == (1, 4)
-            assert flips["edits.marker_paraphrase.valid_both_only.flip_rate"] == (1, 3)
-            assert not (run_dir / "stats.json").exists()  # computed in memory only
+            _check_flips_by_hand(run_dir, frames)
     else:
         has_gate = (run_dir / "gate.json").is_file()
         assert pngs == (["score_confusion.png"] if has_gate else [])
+        if has_gate:
+            check_confusion(run_dir, frames)
         if own:
             assert "FAIL nb-gate" in text
+            # reference b3 is 1.0, local 0.0; b1 0/0, b2 and b4 1/1
+            assert confusion_cells(frames) == {("0.0", "0.0"): 1, ("1.0", "1.0"): 2,
+                                               ("1.0", "0.0"): 1}
             gated = {r["row_id"]: r for r in frames["gated"]}
             assert set(gated) == {"b1:original", "b2:original", "b3:original", "b4:original"}
             assert [r["row_id"] for r in frames["disagreements"]] == ["b3:original"]
             d = frames["disagreements"][0]
             assert (d["reference_score"], d["local_score"], d["decision_margin"]) == (1.0, 0.0,
-                                                                                      1.0)
+                                                                                      0.5)
+
+
+def _check_flips_by_hand(run_dir: Path, frames: dict[str, Any]) -> None:
+    # marker: b1 flips 0 -> 1 (b4's parse error fails closed: no flip);
+    # tool_alias: b2 flips 1 -> 0
+    assert frames["directions"] == {
+        "marker_paraphrase": {"flips": 1, "pairs": 4, "safe_to_unsafe": 1,
+                              "unsafe_to_safe": 0},
+        "tool_alias": {"flips": 1, "pairs": 4, "safe_to_unsafe": 0,
+                       "unsafe_to_safe": 1}}
+    runs = {r["row_id"]: r for r in frames["runs"]}
+    assert len(runs) == 12
+    assert runs["b4:marker_paraphrase"]["status"] == "parse_error"
+    assert runs["b4:marker_paraphrase"]["score"] is None
+    assert runs["b4:marker_paraphrase"]["strict_decision"] == 1  # fail-closed
+    assert runs["b2:tool_alias"]["score"] == 0.0
+    flips = {f["path"]: (f["count"], f["denominator"])
+             for f in frames["flip_figures"]}
+    # the API's stats agree with the pandas pivot above, over the same pairs
+    assert flips["edits.marker_paraphrase.all_pairs.flip_rate"] == (1, 4)
+    assert flips["edits.tool_alias.all_pairs.flip_rate"] == (1, 4)
+    assert flips["edits.marker_paraphrase.valid_both_only.flip_rate"] == (1, 3)
+    # the figures' data, by hand: left panel edit x view, right panel edit x domain
+    assert [(r["edit"], r["view"], r["count"], r["denominator"])
+            for r in frames["flip_data"]] == [
+        ("marker_paraphrase", "all_pairs", 1, 4), ("marker_paraphrase", "valid_both_only", 1, 3),
+        ("tool_alias", "all_pairs", 1, 4), ("tool_alias", "valid_both_only", 1, 4)]
+    assert [(r["edit"], r["domain"], r["count"], r["denominator"])
+            for r in frames["domain_data"]] == [
+        ("marker_paraphrase", "banking", 1, 2), ("marker_paraphrase", "slack", 0, 2),
+        ("tool_alias", "banking", 1, 2), ("tool_alias", "slack", 0, 2)]
+    # margins of the original rows by agreement with the reference (b3 disagrees)
+    assert sorted((r["group"], r["margin"]) for r in frames["margin_data"]) == [
+        ("agrees with reference", 2.0), ("agrees with reference", 3.0),
+        ("agrees with reference", 4.0), ("disagrees with reference", 0.5)]
+    assert not (run_dir / "stats.json").exists()  # computed in memory only

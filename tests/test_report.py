@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
-from guardrepro.checks.report import margin_groups
+from guardrepro.checks.report import load_gate, margin_groups
 from guardrepro.checks.runio import load_run
 from guardrepro.cli import main
 
@@ -58,7 +58,8 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         # readable like report.md (a temp file renamed into place would keep mode 0600)
         assert (run / name).stat().st_mode & 0o777 == 0o644
         assert f"]({name})" in text
-    gate = json.loads((run / "gate.json").read_text())
+    gate = load_gate(run)  # gate.json read back as a GateResult
+    assert gate is not None and gate.to_json() == json.loads((run / "gate.json").read_text())
     _, groups, _ = margin_groups(load_run(run).rows, gate)
     assert groups == {"agrees with reference": [2.0, 3.0, 4.0],
                       "disagrees with reference": [0.5]}

@@ -255,3 +255,25 @@ def test_run_with_mixed_provenance_is_refused(tmp_path: Path) -> None:
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(ProvenanceError, match="row 2"):
         load_run(run)
+
+
+def test_typed_result_reads_back_equal(tmp_path: Path) -> None:
+    from guardrepro.checks.metrics import Ratio
+
+    run = write_run(tmp_path / "run", grid(BASES, SCORES))
+    result = compute_stats(load_run(run).rows, replicates=200)
+    assert StatsResult.from_json(result.to_json()) == result
+    # the same figures as the JSON tests above, read as attributes
+    o = result.variants["original"]
+    assert (o.summary.cells.tp, o.summary.cells.fn, o.by_status["parse_error"]) == (2, 1, 1)
+    assert o.accuracy == Ratio(3, 5) and result.rows.coverage == Ratio(18, 20)
+    placebo = result.extras.placebo_corrected
+    assert placebo is not None
+    view = placebo["marker_paraphrase"].views["valid_both_only"]
+    assert (view.edit_flips, view.placebo_flips) == (Ratio(2, 3), Ratio(1, 4))
+    rep = result.extras.run_to_run
+    assert rep is not None and rep.exact_score_disagreement_valid_both == Ratio(1, 4)
+    edit = result.edits["marker_paraphrase"]
+    assert (edit.views["all_pairs"].flip_rate.count, edit.views["all_pairs"].pairs) == (3, 5)
+    by_domain = edit.views["all_pairs"].counts.by_domain
+    assert sum(b.flip_rate.count for b in by_domain.values()) == 3

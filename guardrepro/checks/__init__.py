@@ -23,4 +23,8 @@ Modules:
   association with nuisance features, and the ladder's statements.
 - ``runio``: reading a run directory (records, manifest, expected rows) and
   writing JSON atomically.
+- ``gate_types``, ``stats_types``, ``audit_types``: the typed results of the
+  gate, the statistics and the audits (frozen dataclasses; ``to_json()`` is
+  the JSON each verb writes, ``from_json()`` reads gate.json and stats.json
+  back).
 """

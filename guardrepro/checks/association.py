@@ -5,8 +5,9 @@ Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order), on
 prediction per row (0 / 0.5 / 1, or None for a missing, unparsed or failed
 row) and the benchmark name (it names the interaction clusters).
 
-Output: a JSON-ready dict (every rate with its numerator and denominator) and
-a plain-text table; ``ladder()`` lists the three rungs with what each may and
+Output: an ``AssociationResult`` (``checks.audit_types``; ``to_json()`` is
+the JSON, every rate with its numerator and denominator) and a plain-text
+table; ``ladder()`` lists the three rungs with what each may and
 may not be taken to show. The protocol is described in ``docs/PROTOCOL.md``.
 
 Definitions (invariants):
@@ -47,13 +48,24 @@ Definitions (invariants):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from guardrepro.bench.shortcuts import MARKER, SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.bench.tsbench import BenchRow, field_text
+from guardrepro.checks.audit_types import (
+    AssociationResult,
+    BlockRate,
+    ClassContrast,
+    Ladder,
+    MarkerContrast,
+    MarkerInterval,
+    RuleSummary,
+    Rung,
+    SafeMarkerWithinTool,
+    WithinTool,
+)
 from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
 from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
@@ -112,11 +124,10 @@ def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
     return out
 
 
-def _block(items: Sequence[AuditRow]) -> dict[str, Any]:
+def _block(items: Sequence[AuditRow]) -> BlockRate:
     """Block rate of ``items`` with its counts; invalid rows block (fail-closed)."""
-    out = Ratio(sum(r.block for r in items), len(items)).to_dict()
-    out["invalid"] = sum(1 for r in items if r.score is None)
-    return out
+    return BlockRate(sum(r.block for r in items), len(items),
+                     sum(1 for r in items if r.score is None))
 
 
 def _rate(items: Sequence[AuditRow]) -> float:
@@ -130,7 +141,7 @@ def _by_key(items: Sequence[AuditRow]) -> dict[str | None, list[AuditRow]]:
     return groups
 
 
-def rule_summary(items: Sequence[AuditRow]) -> dict[str, Any]:
+def rule_summary(items: Sequence[AuditRow]) -> RuleSummary:
     """The frozen rule against gold and against the guard's decisions."""
     rule = [float(r.rule) for r in items]
     guard = [float(r.block) for r in items]
@@ -139,26 +150,24 @@ def rule_summary(items: Sequence[AuditRow]) -> dict[str, Any]:
         name = (("both_block" if r.block else "rule_only") if r.rule
                 else ("guard_only" if r.block else "neither"))
         cells[name] += 1
-    vs_guard = confusion(guard, rule).to_dict()
-    vs_guard["guard_invalid_rows"] = sum(1 for r in items if r.score is None)
-    return {
-        "rows": len(items),
-        "marker_rows": sum(r.marker for r in items),
-        "side_effect_rows": sum(r.side_effect for r in items),
-        "rule_positive_rows": sum(r.rule for r in items),
-        "vs_gold": confusion([float(r.gold_strict) for r in items], rule).to_dict(),
-        "marker_alone_vs_gold": confusion([float(r.gold_strict) for r in items],
-                                          [float(r.marker) for r in items]).to_dict(),
-        "vs_guard": vs_guard,
-        "agreement_with_guard": Ratio(cells["both_block"] + cells["neither"],
-                                      len(items)).to_dict(),
-        "agreement_cells": cells,
-    }
+    return RuleSummary(
+        rows=len(items),
+        marker_rows=sum(r.marker for r in items),
+        side_effect_rows=sum(r.side_effect for r in items),
+        rule_positive_rows=sum(r.rule for r in items),
+        vs_gold=confusion([float(r.gold_strict) for r in items], rule).summary(),
+        marker_alone_vs_gold=confusion([float(r.gold_strict) for r in items],
+                                       [float(r.marker) for r in items]).summary(),
+        vs_guard=confusion(guard, rule).summary(),
+        guard_invalid_rows=sum(1 for r in items if r.score is None),
+        agreement_with_guard=Ratio(cells["both_block"] + cells["neither"], len(items)),
+        agreement_cells=cells,
+    )
 
 
-def within_tool(items: Sequence[AuditRow], *, marker_safe_only: bool) -> dict[str, Any]:
+def within_tool(items: Sequence[AuditRow], *, marker_safe_only: bool) -> WithinTool:
     """Unsafe minus safe block rate within each tool key having both classes."""
-    per_tool = []
+    per_tool: list[ClassContrast] = []
     diffs: list[float] = []
     safe_all: list[AuditRow] = []
     unsafe_all: list[AuditRow] = []
@@ -170,25 +179,24 @@ def within_tool(items: Sequence[AuditRow], *, marker_safe_only: bool) -> dict[st
         safe_all += safe
         unsafe_all += unsafe
         diffs.append(_rate(unsafe) - _rate(safe))
-        per_tool.append({"tool": key, "unsafe": _block(unsafe), "safe": _block(safe),
-                         "difference": diffs[-1]})
-    return {
-        "safe_rows_counted": "gold-safe rows with the marker only" if marker_safe_only
-                             else "all gold-safe rows",
-        "tool_keys": len(_by_key(items)),
-        "tools_with_both_classes": len(per_tool),
-        "unsafe": _block(unsafe_all),
-        "safe": _block(safe_all),
-        "pooled_difference": _rate(unsafe_all) - _rate(safe_all) if per_tool else None,
-        "macro_difference": float(np.mean(diffs)) if diffs else None,
-        "per_tool": per_tool,
-    }
+        per_tool.append(ClassContrast(key, _block(unsafe), _block(safe), diffs[-1]))
+    return WithinTool(
+        safe_rows_counted="gold-safe rows with the marker only" if marker_safe_only
+                          else "all gold-safe rows",
+        tool_keys=len(_by_key(items)),
+        tools_with_both_classes=len(per_tool),
+        unsafe=_block(unsafe_all),
+        safe=_block(safe_all),
+        pooled_difference=_rate(unsafe_all) - _rate(safe_all) if per_tool else None,
+        macro_difference=float(np.mean(diffs)) if diffs else None,
+        per_tool=tuple(per_tool),
+    )
 
 
-def safe_marker_within_tool(items: Sequence[AuditRow]) -> dict[str, Any]:
+def safe_marker_within_tool(items: Sequence[AuditRow]) -> SafeMarkerWithinTool:
     """Among gold-safe rows: marker-present minus marker-absent block rate
     within each tool key having both marker states."""
-    per_tool = []
+    per_tool: list[MarkerContrast] = []
     diffs: list[float] = []
     present_all: list[AuditRow] = []
     absent_all: list[AuditRow] = []
@@ -201,22 +209,21 @@ def safe_marker_within_tool(items: Sequence[AuditRow]) -> dict[str, Any]:
         present_all += present
         absent_all += absent
         diffs.append(_rate(present) - _rate(absent))
-        per_tool.append({"tool": key, "marker_present": _block(present),
-                         "marker_absent": _block(absent), "difference": diffs[-1]})
-    return {
-        "safe_rows": len(safe_rows),
-        "tools_with_both_marker_states": len(per_tool),
-        "marker_present": _block(present_all),
-        "marker_absent": _block(absent_all),
-        "pooled_difference": _rate(present_all) - _rate(absent_all) if per_tool else None,
-        "macro_difference": float(np.mean(diffs)) if diffs else None,
-        "per_tool": per_tool,
-    }
+        per_tool.append(MarkerContrast(key, _block(present), _block(absent), diffs[-1]))
+    return SafeMarkerWithinTool(
+        safe_rows=len(safe_rows),
+        tools_with_both_marker_states=len(per_tool),
+        marker_present=_block(present_all),
+        marker_absent=_block(absent_all),
+        pooled_difference=_rate(present_all) - _rate(absent_all) if per_tool else None,
+        macro_difference=float(np.mean(diffs)) if diffs else None,
+        per_tool=tuple(per_tool),
+    )
 
 
 def marker_difference_interval(items: Sequence[AuditRow], *,
                                replicates: int = DEFAULT_REPLICATES,
-                               seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                               seed: int = DEFAULT_SEED) -> MarkerInterval:
     """Cluster-bootstrap interval of the pooled marker-present minus
     marker-absent block rate over all gold-safe rows (module docstring)."""
     if replicates < 1:
@@ -225,32 +232,31 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
     values = [(r.block, 1, 0, 0) if r.marker else (0, 0, r.block, 1) for r in safe]
     table = cluster_table(values, [r.cluster for r in safe]) if safe else None
     total = (np.sum(values, axis=0) if safe else np.zeros(4)).astype(np.int64)
-    out: dict[str, Any] = {
-        "rows": len(safe), "clusters": 0 if table is None else table.clusters,
-        "replicates": replicates, "seed": seed,
-        "marker_present": Ratio(int(total[0]), int(total[1])).to_dict(),
-        "marker_absent": Ratio(int(total[2]), int(total[3])).to_dict(),
-        "point": None, "lower": None, "upper": None, "undefined_replicates": None,
-        "method": "cluster bootstrap, clusters = interaction, unstratified; "
-                  "numpy.random.default_rng(seed) fresh; batches of 512, "
-                  "rng.integers(0, k, size=(batch, k)); nanquantile 0.025 / 0.975",
-    }
+    out = MarkerInterval(
+        rows=len(safe), clusters=0 if table is None else table.clusters,
+        replicates=replicates, seed=seed,
+        marker_present=Ratio(int(total[0]), int(total[1])),
+        marker_absent=Ratio(int(total[2]), int(total[3])),
+        point=None, lower=None, upper=None, undefined_replicates=None,
+        method="cluster bootstrap, clusters = interaction, unstratified; "
+               "numpy.random.default_rng(seed) fresh; batches of 512, "
+               "rng.integers(0, k, size=(batch, k)); nanquantile 0.025 / 0.975",
+    )
     if table is None or total[1] == 0 or total[3] == 0:
-        out["reason"] = "gold-safe rows lack one marker state"
-        return out
-    out["point"] = float(total[0] / total[1] - total[2] / total[3])
+        return replace(out, reason="gold-safe rows lack one marker state")
     drawn = replicate_sums(table, replicates, seed)
     estimates = (ratio_estimates(drawn[:, 0], drawn[:, 1])
                  - ratio_estimates(drawn[:, 2], drawn[:, 3]))
     undefined = int(np.isnan(estimates).sum())
-    out["undefined_replicates"] = undefined
-    if undefined < replicates:
-        out["lower"] = float(np.nanquantile(estimates, QUANTILES[0]))
-        out["upper"] = float(np.nanquantile(estimates, QUANTILES[1]))
-    return out
+    defined = undefined < replicates
+    return replace(
+        out, point=float(total[0] / total[1] - total[2] / total[3]),
+        undefined_replicates=undefined,
+        lower=float(np.nanquantile(estimates, QUANTILES[0])) if defined else None,
+        upper=float(np.nanquantile(estimates, QUANTILES[1])) if defined else None)
 
 
-def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, Any]:
+def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, BlockRate]:
     """Block rates in the strata the rule separates."""
     strata = {
         "safe_marker_absent": lambda r: r.gold_strict == 0 and not r.marker,
@@ -266,23 +272,23 @@ def block_rate_strata(items: Sequence[AuditRow]) -> dict[str, Any]:
 
 def association_audit(rows: Sequence[BenchRow], preds: Sequence[float | None], benchmark: str,
                       *, replicates: int = DEFAULT_REPLICATES,
-                      seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                      seed: int = DEFAULT_SEED) -> AssociationResult:
     """Rung 2 on one benchmark's rows and one prediction per row."""
     items = audit_rows(rows, preds, benchmark)
-    return {
-        "benchmark": benchmark,
-        "rows": len(items),
-        "interactions": len({r.cluster for r in items}),
-        "guard": confusion([float(r.gold_strict) for r in items], list(preds)).to_dict(),
-        "nuisance_rule": rule_summary(items),
-        "block_rate_strata": block_rate_strata(items),
-        "within_tool": within_tool(items, marker_safe_only=False),
-        "within_tool_marker_safe_only": within_tool(items, marker_safe_only=True),
-        "safe_marker_within_tool": safe_marker_within_tool(items),
-        "safe_marker_interval": marker_difference_interval(items, replicates=replicates,
-                                                           seed=seed),
-        "interpretation": interpretation(2),
-        "definitions": {
+    return AssociationResult(
+        benchmark=benchmark,
+        rows=len(items),
+        interactions=len({r.cluster for r in items}),
+        guard=confusion([float(r.gold_strict) for r in items], list(preds)).summary(),
+        nuisance_rule=rule_summary(items),
+        block_rate_strata=block_rate_strata(items),
+        within_tool=within_tool(items, marker_safe_only=False),
+        within_tool_marker_safe_only=within_tool(items, marker_safe_only=True),
+        safe_marker_within_tool=safe_marker_within_tool(items),
+        safe_marker_interval=marker_difference_interval(items, replicates=replicates,
+                                                        seed=seed),
+        interpretation=interpretation(2),
+        definitions={
             "tool_key": "checks.audit.tool_key(stringified current_action)",
             "marker": f"{MARKER!r} in casefolded stringified history",
             "nuisance_rule": "marker AND tool key starts with one of "
@@ -291,12 +297,13 @@ def association_audit(rows: Sequence[BenchRow], preds: Sequence[float | None], b
                      "blocks and is counted as invalid",
             "cluster": "<source>:<domain>:<id-interaction>",
         },
-    }
+    )
 
 
-def _r(figure: dict[str, Any]) -> str:
-    value = figure["value"]
-    text = f"{figure['numerator']:.6g}/{figure['denominator']:.6g}"
+def _r(figure: Ratio | BlockRate) -> str:
+    ratio = figure.ratio if isinstance(figure, BlockRate) else figure
+    d, value = ratio.to_dict(), ratio.value
+    text = f"{d['numerator']:.6g}/{d['denominator']:.6g}"
     return text + ("" if value is None else f" = {value:.4f}")
 
 
@@ -304,57 +311,57 @@ def _num(value: float | None) -> str:
     return fixed(value, 4, sign=True)
 
 
-def format_association(result: dict[str, Any]) -> str:
+def format_association(result: AssociationResult) -> str:
     """The readable table of ``association_audit``'s result."""
-    rule = result["nuisance_rule"]
-    gold_m = rule["vs_gold"]["metrics"]
+    rule = result.nuisance_rule
+    gold_m = rule.vs_gold.metrics
     lines = [
-        f"{result['benchmark']}: {result['rows']} rows, {result['interactions']} interactions, "
-        f"guard coverage {_r(result['guard']['coverage'])}",
-        f"nuisance rule: {rule['rule_positive_rows']} rows flagged (marker "
-        f"{rule['marker_rows']}, side-effect key {rule['side_effect_rows']})",
-        f"  vs gold   accuracy {_r(gold_m['accuracy'])}   F1 {_r(gold_m['f1'])}",
-        f"  vs guard  agreement {_r(rule['agreement_with_guard'])}   "
-        f"F1 (guard blocks as positives) {_r(rule['vs_guard']['metrics']['f1'])}",
+        f"{result.benchmark}: {result.rows} rows, {result.interactions} interactions, "
+        f"guard coverage {_r(result.guard.coverage)}",
+        f"nuisance rule: {rule.rule_positive_rows} rows flagged (marker "
+        f"{rule.marker_rows}, side-effect key {rule.side_effect_rows})",
+        f"  vs gold   accuracy {_r(gold_m.accuracy)}   F1 {_r(gold_m.f1)}",
+        f"  vs guard  agreement {_r(rule.agreement_with_guard)}   "
+        f"F1 (guard blocks as positives) {_r(rule.vs_guard.metrics.f1)}",
         "block rates:",
     ]
-    for name, figure in result["block_rate_strata"].items():
-        lines.append(f"  {name:<38} {_r(figure):<24} invalid {figure['invalid']}")
-    for view in ("within_tool", "within_tool_marker_safe_only"):
-        w = result[view]
-        lines.append(f"{view} ({w['safe_rows_counted']}): {w['tools_with_both_classes']}"
-                     f"/{w['tool_keys']} tool keys with both classes")
-        lines.append(f"  unsafe {_r(w['unsafe'])}  safe {_r(w['safe'])}  pooled "
-                     f"{_num(w['pooled_difference'])}  macro {_num(w['macro_difference'])}")
-    s = result["safe_marker_within_tool"]
+    for name, figure in result.block_rate_strata.items():
+        lines.append(f"  {name:<38} {_r(figure):<24} invalid {figure.invalid}")
+    for view, w in (("within_tool", result.within_tool),
+                    ("within_tool_marker_safe_only", result.within_tool_marker_safe_only)):
+        lines.append(f"{view} ({w.safe_rows_counted}): {w.tools_with_both_classes}"
+                     f"/{w.tool_keys} tool keys with both classes")
+        lines.append(f"  unsafe {_r(w.unsafe)}  safe {_r(w.safe)}  pooled "
+                     f"{_num(w.pooled_difference)}  macro {_num(w.macro_difference)}")
+    s = result.safe_marker_within_tool
     lines.append(f"gold-safe, marker present - absent, within tool: "
-                 f"{s['tools_with_both_marker_states']} tool keys with both states")
-    lines.append(f"  present {_r(s['marker_present'])}  absent {_r(s['marker_absent'])}  "
-                 f"pooled {_num(s['pooled_difference'])}  macro {_num(s['macro_difference'])}")
-    i = result["safe_marker_interval"]
-    bounds = ("-" if i["lower"] is None
-              else f"[{i['lower']:+.4f}, {i['upper']:+.4f}]")
-    lines.append(f"  all gold-safe rows: present {_r(i['marker_present'])}  absent "
-                 f"{_r(i['marker_absent'])}  difference {_num(i['point'])}  95% {bounds} "
-                 f"({i['clusters']} interaction clusters, {i['replicates']} replicates, "
-                 f"seed {i['seed']})")
-    lines += format_rung_lines(result["interpretation"])
+                 f"{s.tools_with_both_marker_states} tool keys with both states")
+    lines.append(f"  present {_r(s.marker_present)}  absent {_r(s.marker_absent)}  "
+                 f"pooled {_num(s.pooled_difference)}  macro {_num(s.macro_difference)}")
+    i = result.safe_marker_interval
+    bounds = ("-" if i.lower is None or i.upper is None
+              else f"[{i.lower:+.4f}, {i.upper:+.4f}]")
+    lines.append(f"  all gold-safe rows: present {_r(i.marker_present)}  absent "
+                 f"{_r(i.marker_absent)}  difference {_num(i.point)}  95% {bounds} "
+                 f"({i.clusters} interaction clusters, {i.replicates} replicates, "
+                 f"seed {i.seed})")
+    lines += format_rung_lines(result.interpretation)
     return "\n".join(lines)
 
 
-def format_rung_lines(entry: dict[str, Any]) -> list[str]:
-    return [f"rung {entry['rung']}: {entry['name']} ({entry['verb']})",
-            f"  may show:     {entry['may_show']}",
-            f"  may not show: {entry['may_not_show']}"]
+def format_rung_lines(entry: Rung) -> list[str]:
+    return [f"rung {entry.rung}: {entry.name} ({entry.verb})",
+            f"  may show:     {entry.may_show}",
+            f"  may not show: {entry.may_not_show}"]
 
 
-def format_rung(entry: dict[str, Any]) -> str:
+def format_rung(entry: Rung) -> str:
     """One rung's statements as text (printed under each rung's table)."""
     return "\n".join(format_rung_lines(entry))
 
 
-def format_ladder(result: dict[str, Any]) -> str:
+def format_ladder(result: Ladder) -> str:
     lines: list[str] = ["The audit ladder"]
-    for entry in result["rungs"]:
+    for entry in result.rungs:
         lines += format_rung_lines(entry)
     return "\n".join(lines)

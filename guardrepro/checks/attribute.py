@@ -188,6 +188,19 @@ class Attribution:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
 
+    to_json = to_dict
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
+        """The inverse of ``to_dict``: an attribution JSON object read back."""
+        try:
+            runs = [RunAttribution(**{**r, "rows": [RowCause(**c) for c in r["rows"]]})
+                    for r in data["runs"]]
+            return cls(data["reference"], data["key_field"], list(data["sampled_runs"]),
+                       data["noise_floor"], runs, data["settings"])
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"not an attribution object ({exc})", file=file) from exc
+
     def causes_by_key(self, level: str = "strict") -> dict[str, dict[str, str]]:
         """run label -> key -> cause at ``level``."""
         return {r.label: {c.key: c.cause for c in r.rows if c.level == level} for r in self.runs}
@@ -264,7 +277,7 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
             counts[level][cause] = _interval([int(by_key.get(k) == cause) for k in keys],
                                              [1] * len(keys), clusters, replicates, seed)
             margins[level][cause] = quantiles(
-                [r.margin for r in rows if r.level == level and r.cause == cause])
+                [r.margin for r in rows if r.level == level and r.cause == cause]).to_json()
     return RunAttribution(
         label=run.label, role="quantized" if quantized else "unquantized", backend=run.backend,
         compared=len(in_den["strict"]), jointly_valid=len(in_den["exact"]), missing=missing,

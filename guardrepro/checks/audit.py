@@ -4,8 +4,9 @@ tool-name lookup shortcut.
 Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and,
 for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
 
-Output: JSON-ready dicts (every figure with numerator and denominator) and
-plain-text tables.
+Output: typed results (``checks.audit_types``: ``InteractionAudit``,
+``ToolLookupAudit``; ``to_json()`` is the JSON the audit verbs write, every
+figure with numerator and denominator) and plain-text tables.
 
 Interaction audit (``interaction_audit``): the strict confusion and metrics
 (fail-closed: a None prediction is decision 1 and invalid) three ways:
@@ -54,7 +55,6 @@ CPU; this function follows the current, platform-independent behaviour.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -63,6 +63,14 @@ from guardrepro.bench.react import parse_step
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
 from guardrepro.bench.tsbench import BenchRow
+from guardrepro.checks.audit_types import (
+    InteractionAudit,
+    LookupScore,
+    MajoritySummary,
+    SplitEvaluation,
+    SplitScore,
+    ToolLookupAudit,
+)
 from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
@@ -75,7 +83,8 @@ from guardrepro.errors import InputError
 from guardrepro.schema import Record
 
 
-def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -> dict[str, Any]:
+def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None],
+                      ) -> InteractionAudit:
     """Row, equal-interaction and interaction-majority strict metrics."""
     if len(rows) != len(preds):
         raise InputError(f"{len(rows)} rows but {len(preds)} predictions", field="preds")
@@ -91,24 +100,22 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -
     g_major = [float(majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
     p_major = [float(majority([strict_decision(preds[i]) for i in idx]))
                for idx in groups.values()]
-    maj_c = confusion(g_major, p_major)
-    out: dict[str, Any] = {
-        "rows": len(rows),
-        "interactions": len(groups),
-        "row": row_c.to_dict(),
-        "equal_interaction": eq_c.to_dict(),
-        "interaction_majority": maj_c.to_dict(),
-        "definitions": {
+    maj = confusion(g_major, p_major).summary()
+    complete = sum(1 for idx in groups.values() if all(preds[i] is not None for i in idx))
+    return InteractionAudit(
+        rows=len(rows),
+        interactions=len(groups),
+        row=row_c.summary(),
+        equal_interaction=eq_c.summary(),
+        interaction_majority=MajoritySummary(maj.cells, maj.rows, Ratio(complete, len(groups)),
+                                             maj.metrics),
+        definitions={
             "interaction": "domain/id-interaction",
             "equal_interaction": "row weight 1/(rows in its interaction)",
             "interaction_majority": "majority strict gold vs majority strict decision per "
                                     "interaction, ties unsafe; decisions fail closed",
         },
-    }
-    complete = sum(1 for idx in groups.values() if all(preds[i] is not None for i in idx))
-    out["interaction_majority"]["coverage"] = Ratio(complete, len(groups)).to_dict()
-    out["interaction_majority"]["coverage_unit"] = "interactions whose rows all have a prediction"
-    return out
+    )
 
 
 def preds_from_records(rows: Sequence[BenchRow], records: Sequence[Record],
@@ -176,22 +183,17 @@ def group_kfold(groups: Sequence[Hashable], n_splits: int = 5) -> list[int]:
     return [int(f) for f in group_to_fold[groups_inv.reshape(-1)]]
 
 
-def _score(gold: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
+def _score(gold: Sequence[int], pred: Sequence[int]) -> LookupScore:
     c = confusion([float(g) for g in gold], [float(p) for p in pred])
-    return {
-        "rows": c.rows,
-        "f1": c.f1().to_dict(),
-        "accuracy": c.accuracy().to_dict(),
-        "confusion": c.to_dict()["confusion"],
-    }
+    return LookupScore(c.rows, c.f1(), c.accuracy(), c.summary().cells)
 
 
 def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[Hashable],
-                    cross_domain: Sequence[bool]) -> dict[str, Any]:
+                    cross_domain: Sequence[bool], folds: int | None = None) -> SplitEvaluation:
     """Hold out each split value in turn (sorted); pooled and per-split scores."""
     pooled = [0] * len(keys)
     seen = 0
-    per: dict[str, Any] = {}
+    per: dict[str, SplitScore] = {}
     for value in sorted(set(split), key=str):
         train = [i for i, s in enumerate(split) if s != value]
         test = [i for i, s in enumerate(split) if s == value]
@@ -199,24 +201,25 @@ def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[
         pred = predict_lookup(table, fallback, [keys[i] for i in test])
         for i, p in zip(test, pred, strict=True):
             pooled[i] = p
-        block = _score([labels[i] for i in test], pred)
-        block["train_rows"] = len(train)
-        block["unseen_key_rows"] = sum(1 for i in test if keys[i] not in table)
-        block["global_majority"] = fallback
-        seen += len(test) - block["unseen_key_rows"]
-        per[str(value)] = block
-    f1s = [b["f1"]["value"] for b in per.values() if b["f1"]["value"] is not None]
-    return {
-        "pooled": _score(labels, pooled),
-        "seen_tool_coverage": Ratio(seen, len(keys)).to_dict(),
-        "cross_domain_tool_row_coverage": Ratio(sum(cross_domain), len(keys)).to_dict(),
-        "per_split": per,
-        "mean_f1_over_splits": sum(f1s) / len(f1s) if f1s else None,
-        "splits_with_defined_f1": len(f1s),
-    }
+        score = _score([labels[i] for i in test], pred)
+        unseen = sum(1 for i in test if keys[i] not in table)
+        seen += len(test) - unseen
+        per[str(value)] = SplitScore(score.rows, score.f1, score.accuracy, score.cells,
+                                     train_rows=len(train), unseen_key_rows=unseen,
+                                     global_majority=fallback)
+    f1s = [v for v in (b.f1.value for b in per.values()) if v is not None]
+    return SplitEvaluation(
+        pooled=_score(labels, pooled),
+        seen_tool_coverage=Ratio(seen, len(keys)),
+        cross_domain_tool_row_coverage=Ratio(sum(cross_domain), len(keys)),
+        per_split=per,
+        mean_f1_over_splits=sum(f1s) / len(f1s) if f1s else None,
+        splits_with_defined_f1=len(f1s),
+        folds=folds,
+    )
 
 
-def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str, Any]:
+def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLookupAudit:
     """The tool-name lookup diagnostic (rung 1): grouped K-fold with
     n_splits = min(max_splits, groups), and leave-one-domain-out."""
     if not rows:
@@ -233,23 +236,22 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str
         key_domains.setdefault(k, set()).add(d)
     cross = [len(key_domains[k] - {d}) > 0 for k, d in zip(keys, domains, strict=True)]
     table, fallback = fit_lookup(keys, labels)
-    cv = _evaluate_split(keys, labels, folds, cross)
-    cv["folds"] = n_splits
+    cv = _evaluate_split(keys, labels, folds, cross, n_splits)
     lodo = _evaluate_split(keys, labels, domains, cross) if len(set(domains)) > 1 else None
     statuses: dict[str, int] = {}
     for step in steps:
         statuses[step.status] = statuses.get(step.status, 0) + 1
-    return {
-        "rows": len(rows),
-        "interactions": len(set(groups)),
-        "distinct_keys": len(set(keys)),
-        "empty_key_rows": sum(1 for k in keys if not k),
-        "parse_status_counts": dict(sorted(statuses.items())),
-        "in_sample": _score(labels, predict_lookup(table, fallback, keys)),
-        "grouped_cv": cv,
-        "leave_one_domain_out": lodo,
-        "interpretation": interpretation(1),
-        "definitions": {
+    return ToolLookupAudit(
+        rows=len(rows),
+        interactions=len(set(groups)),
+        distinct_keys=len(set(keys)),
+        empty_key_rows=sum(1 for k in keys if not k),
+        parse_status_counts=dict(sorted(statuses.items())),
+        in_sample=_score(labels, predict_lookup(table, fallback, keys)),
+        grouped_cv=cv,
+        leave_one_domain_out=lodo,
+        interpretation=interpretation(1),
+        definitions={
             "key": "step parser tool name of the stringified current_action, whatever "
                    "the status, stripped and casefolded; '' without an Action marker",
             "fit": "per key mean strict gold label >= 0.5 -> unsafe (ties unsafe)",
@@ -263,46 +265,48 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str
             "cross_domain_tool_row_coverage": "rows whose key occurs in another domain / "
                                               "rows",
         },
-    }
+    )
 
 
-def _f(r: dict[str, Any] | None) -> str:
+def _f(r: Ratio | None) -> str:
     if r is None:
         return "-"
-    v = r["value"]
-    return f"{r['numerator']:.6g}/{r['denominator']:.6g}" + ("" if v is None else f" = {v:.4f}")
+    d, v = r.to_dict(), r.value
+    return f"{d['numerator']:.6g}/{d['denominator']:.6g}" + ("" if v is None else f" = {v:.4f}")
 
 
-def format_interaction(audit: dict[str, Any]) -> str:
-    lines = [f"rows {audit['rows']}, interactions {audit['interactions']}, "
-             f"coverage {_f(audit['row']['coverage'])}",
+def format_interaction(audit: InteractionAudit) -> str:
+    lines = [f"rows {audit.rows}, interactions {audit.interactions}, "
+             f"coverage {_f(audit.row.coverage)}",
              f"{'view':<22} {'F1':<28} {'accuracy':<28}"]
-    for view in ("row", "equal_interaction", "interaction_majority"):
-        m = audit[view]["metrics"]
-        lines.append(f"{view:<22} {_f(m['f1']):<28} {_f(m['accuracy']):<28}")
+    views = (("row", audit.row), ("equal_interaction", audit.equal_interaction),
+             ("interaction_majority", audit.interaction_majority))
+    for name, view in views:
+        m = view.metrics
+        lines.append(f"{name:<22} {_f(m.f1):<28} {_f(m.accuracy):<28}")
     return "\n".join(lines)
 
 
-def format_tool_lookup(audit: dict[str, Any]) -> str:
-    lines = [f"rows {audit['rows']}, interactions {audit['interactions']}, distinct tool keys "
-             f"{audit['distinct_keys']}, rows without a tool name {audit['empty_key_rows']}",
+def format_tool_lookup(audit: ToolLookupAudit) -> str:
+    lines = [f"rows {audit.rows}, interactions {audit.interactions}, distinct tool keys "
+             f"{audit.distinct_keys}, rows without a tool name {audit.empty_key_rows}",
              f"{'evaluation':<26} {'F1 (pooled)':<28} {'accuracy':<28}",
-             f"{'in-sample':<26} {_f(audit['in_sample']['f1']):<28} "
-             f"{_f(audit['in_sample']['accuracy']):<28}"]
-    cv = audit["grouped_cv"]
-    lines.append(f"{'grouped CV (' + str(cv['folds']) + ' folds)':<26} "
-                 f"{_f(cv['pooled']['f1']):<28} {_f(cv['pooled']['accuracy']):<28}")
-    lines.append(f"  seen tool coverage {_f(cv['seen_tool_coverage'])}")
-    lodo = audit["leave_one_domain_out"]
+             f"{'in-sample':<26} {_f(audit.in_sample.f1):<28} "
+             f"{_f(audit.in_sample.accuracy):<28}"]
+    cv = audit.grouped_cv
+    lines.append(f"{'grouped CV (' + str(cv.folds) + ' folds)':<26} "
+                 f"{_f(cv.pooled.f1):<28} {_f(cv.pooled.accuracy):<28}")
+    lines.append(f"  seen tool coverage {_f(cv.seen_tool_coverage)}")
+    lodo = audit.leave_one_domain_out
     if lodo is not None:
-        lines.append(f"{'leave-one-domain-out':<26} {_f(lodo['pooled']['f1']):<28} "
-                     f"{_f(lodo['pooled']['accuracy']):<28}")
-        lines.append(f"  seen tool coverage {_f(lodo['seen_tool_coverage'])}")
-        for dom, block in lodo["per_split"].items():
-            lines.append(f"  held out {dom:<15} {_f(block['f1']):<28} "
-                         f"unseen keys {block['unseen_key_rows']}/{block['rows']}")
-    cross = audit["grouped_cv"]["cross_domain_tool_row_coverage"]
-    lines.append(f"rows whose tool occurs in another domain {_f(cross)}")
-    lines.append("may show: " + audit["interpretation"]["may_show"])
-    lines.append("may not show: " + audit["interpretation"]["may_not_show"])
+        lines.append(f"{'leave-one-domain-out':<26} {_f(lodo.pooled.f1):<28} "
+                     f"{_f(lodo.pooled.accuracy):<28}")
+        lines.append(f"  seen tool coverage {_f(lodo.seen_tool_coverage)}")
+        for dom, block in lodo.per_split.items():
+            lines.append(f"  held out {dom:<15} {_f(block.f1):<28} "
+                         f"unseen keys {block.unseen_key_rows}/{block.rows}")
+    lines.append(f"rows whose tool occurs in another domain "
+                 f"{_f(cv.cross_domain_tool_row_coverage)}")
+    lines.append("may show: " + audit.interpretation.may_show)
+    lines.append("may not show: " + audit.interpretation.may_not_show)
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -116,20 +116,126 @@ def compare_row(a: Record, b: Record) -> RowComparison:
     )
 
 
-def quantiles(values: Iterable[float | None]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rate:
+    """A count with its denominator; ``rate`` is None when the denominator is 0."""
+
+    count: int
+    denominator: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.count / self.denominator if self.denominator else None
+
+    def to_json(self) -> dict[str, Any]:
+        return rate_figure(self.count, self.denominator)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Rate:
+        return cls(data["count"], data["denominator"])
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Count of present values, count of missing ones, and the quantiles at
+    ``QUANTILES`` (None when no value is present)."""
+
+    n: int
+    missing: int
+    q00: float | None
+    q25: float | None
+    q50: float | None
+    q75: float | None
+    q100: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def quantiles(values: Iterable[float | None]) -> Quantiles:
     """Count of present values, count of missing ones, and ``numpy.quantile``
     (linear interpolation) at ``QUANTILES``."""
     items = list(values)
     present = [v for v in items if v is not None]
-    out: dict[str, Any] = {"n": len(present), "missing": len(items) - len(present)}
     qs = np.quantile(np.asarray(present, dtype=float), QUANTILES) if present else None
-    for i, q in enumerate(QUANTILES):
-        out[f"q{int(q * 100):02d}"] = None if qs is None else float(qs[i])
-    return out
+    return Quantiles(len(present), len(items) - len(present),
+                     *(None if qs is None else float(qs[i]) for i in range(len(QUANTILES))))
+
+
+@dataclass(frozen=True)
+class MarginPair:
+    """Margin quantiles of one group of rows in run A and in run B."""
+
+    a: Quantiles
+    b: Quantiles
+
+    @classmethod
+    def of(cls, rows: Sequence[RowComparison]) -> MarginPair:
+        return cls(quantiles([r.margin_a for r in rows]), quantiles([r.margin_b for r in rows]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.a.to_json(), "b": self.b.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MarginPair:
+        return cls(Quantiles(**data["a"]), Quantiles(**data["b"]))
+
+
+MARGIN_GROUPS = ("strict_agree", "strict_disagree", "score_disagree")
+
+
+@dataclass(frozen=True)
+class CompareSummary:
+    """The comparison's figures; every rate carries its denominator."""
+
+    rows_a: int
+    rows_b: int
+    rows_in_both: int
+    only_in_a: int
+    only_in_b: int
+    input_mismatch: Rate
+    valid_a: Rate
+    valid_b: Rate
+    identical_tokens: Rate
+    exact_score_agreement: Rate
+    strict_agreement: Rate
+    strict_disagreements: tuple[str, ...]
+    score_disagreements: tuple[str, ...]
+    token_divergences: tuple[str, ...]
+    margins: Mapping[str, MarginPair]  # keyed by MARGIN_GROUPS
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Rate):
+                value = value.to_json()
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif f.name == "margins":
+                value = {g: m.to_json() for g, m in value.items()}
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompareSummary:
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data[f.name]
+            if isinstance(value, Mapping) and "denominator" in value:
+                value = Rate.from_json(value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            elif f.name == "margins":
+                value = {g: MarginPair.from_json(m) for g, m in value.items()}
+            kwargs[f.name] = value
+        return cls(**kwargs)
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """Two runs row by row; ``to_json()`` is the compare JSON object."""
+
     run_a: str
     run_b: str
     rows: list[RowComparison]
@@ -138,49 +244,51 @@ class Comparison:
     rows_a: int
     rows_b: int
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CompareSummary:
         both = self.rows
         n = len(both)
         joint = [r for r in both if r.exact_agree is not None]
         agree = [r for r in both if r.strict_agree]
         disagree = [r for r in both if not r.strict_agree]
         score_moved = [r for r in joint if not r.exact_agree]
-        return {
-            "rows_a": self.rows_a,
-            "rows_b": self.rows_b,
-            "rows_in_both": n,
-            "only_in_a": len(self.only_a),
-            "only_in_b": len(self.only_b),
-            "input_mismatch": rate_figure(sum(not r.same_input for r in both), n),
-            "valid_a": rate_figure(sum(r.status_a == "ok" for r in both), n),
-            "valid_b": rate_figure(sum(r.status_b == "ok" for r in both), n),
-            "identical_tokens": rate_figure(sum(r.tokens_identical for r in both), n),
-            "exact_score_agreement": rate_figure(sum(bool(r.exact_agree) for r in joint),
-                                                 len(joint)),
-            "strict_agreement": rate_figure(len(agree), n),
-            "strict_disagreements": [r.row_id for r in disagree],
-            "score_disagreements": [r.row_id for r in score_moved],
-            "token_divergences": [r.row_id for r in both if not r.tokens_identical],
-            "margins": {
-                "strict_agree": {"a": quantiles([r.margin_a for r in agree]),
-                                 "b": quantiles([r.margin_b for r in agree])},
-                "strict_disagree": {"a": quantiles([r.margin_a for r in disagree]),
-                                    "b": quantiles([r.margin_b for r in disagree])},
-                "score_disagree": {"a": quantiles([r.margin_a for r in score_moved]),
-                                   "b": quantiles([r.margin_b for r in score_moved])},
-            },
-        }
+        return CompareSummary(
+            rows_a=self.rows_a,
+            rows_b=self.rows_b,
+            rows_in_both=n,
+            only_in_a=len(self.only_a),
+            only_in_b=len(self.only_b),
+            input_mismatch=Rate(sum(not r.same_input for r in both), n),
+            valid_a=Rate(sum(r.status_a == "ok" for r in both), n),
+            valid_b=Rate(sum(r.status_b == "ok" for r in both), n),
+            identical_tokens=Rate(sum(r.tokens_identical for r in both), n),
+            exact_score_agreement=Rate(sum(bool(r.exact_agree) for r in joint), len(joint)),
+            strict_agreement=Rate(len(agree), n),
+            strict_disagreements=tuple(r.row_id for r in disagree),
+            score_disagreements=tuple(r.row_id for r in score_moved),
+            token_divergences=tuple(r.row_id for r in both if not r.tokens_identical),
+            margins={"strict_agree": MarginPair.of(agree),
+                     "strict_disagree": MarginPair.of(disagree),
+                     "score_disagree": MarginPair.of(score_moved)},
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The compare JSON object (summary, rows only in one run, every row)."""
         return {
             "run_a": self.run_a,
             "run_b": self.run_b,
-            "summary": self.summary(),
+            "summary": self.summary().to_json(),
             "only_a": list(self.only_a),
             "only_b": list(self.only_b),
             "rows": [asdict(r) for r in self.rows],
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
+        """The inverse of ``to_json`` (the summary is recomputed from the rows)."""
+        rows = [RowComparison(**r) for r in data["rows"]]
+        summary = data["summary"]
+        return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
+                   list(data["only_b"]), summary["rows_a"], summary["rows_b"])
 
 
 def compare_records(
@@ -205,30 +313,33 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
                            run_a=str(run_a), run_b=str(run_b))
 
 
+def _pct(r: Rate) -> str:
+    return frac_percent(r.to_json())
+
+
 def format_table(comparison: Comparison) -> str:
     """A readable summary plus one line per row whose outputs differ."""
     s = comparison.summary()
     lines = [
-        f"A: {comparison.run_a} ({s['rows_a']} rows)",
-        f"B: {comparison.run_b} ({s['rows_b']} rows)",
-        f"rows in both {s['rows_in_both']}, only in A {s['only_in_a']}, "
-        f"only in B {s['only_in_b']}",
-        f"valid A            {frac_percent(s['valid_a'])}",
-        f"valid B            {frac_percent(s['valid_b'])}",
-        f"identical tokens   {frac_percent(s['identical_tokens'])}",
-        f"exact score agree  {frac_percent(s['exact_score_agreement'])}  (jointly valid rows)",
-        f"strict agree       {frac_percent(s['strict_agreement'])}  (both valid, same decision)",
+        f"A: {comparison.run_a} ({s.rows_a} rows)",
+        f"B: {comparison.run_b} ({s.rows_b} rows)",
+        f"rows in both {s.rows_in_both}, only in A {s.only_in_a}, only in B {s.only_in_b}",
+        f"valid A            {_pct(s.valid_a)}",
+        f"valid B            {_pct(s.valid_b)}",
+        f"identical tokens   {_pct(s.identical_tokens)}",
+        f"exact score agree  {_pct(s.exact_score_agreement)}  (jointly valid rows)",
+        f"strict agree       {_pct(s.strict_agreement)}  (both valid, same decision)",
     ]
-    if s["input_mismatch"]["count"]:
-        lines.append(f"WARNING: input_sha256 differs on {frac_percent(s['input_mismatch'])} rows")
-    for group in ("strict_agree", "strict_disagree", "score_disagree"):
+    if s.input_mismatch.count:
+        lines.append(f"WARNING: input_sha256 differs on {_pct(s.input_mismatch)} rows")
+    for group in MARGIN_GROUPS:
         for side in ("a", "b"):
-            q = s["margins"][group][side]
-            if q["n"]:
+            q: Quantiles = getattr(s.margins[group], side)
+            if q.n:
                 lines.append(
-                    f"margin {side.upper()} [{group}] n={q['n']} min {sig3(q['q00'])} "
-                    f"q25 {sig3(q['q25'])} median {sig3(q['q50'])} q75 {sig3(q['q75'])} "
-                    f"max {sig3(q['q100'])}"
+                    f"margin {side.upper()} [{group}] n={q.n} min {sig3(q.q00)} "
+                    f"q25 {sig3(q.q25)} median {sig3(q.q50)} q75 {sig3(q.q75)} "
+                    f"max {sig3(q.q100)}"
                 )
     moved = [r for r in comparison.rows if not (r.tokens_identical and r.strict_agree)]
     if moved:

@@ -173,8 +173,7 @@ def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
     if isinstance(run, str | Path):
         from guardrepro.checks.report import load_or_compute_stats
 
-        return StatsResult.from_json(load_or_compute_stats(run, replicates=replicates,
-                                                           seed=seed, cohort=cohort))
+        return load_or_compute_stats(run, replicates=replicates, seed=seed, cohort=cohort)
     rows = [RowResult(r.row_id, r.base_sample_id, str(r.variant), r.domain,
                       float(r.gold_label), r.status,
                       None if _is_na(r.score) else float(r.score),
@@ -192,8 +191,7 @@ def load_gate(run: str | Path) -> GateResult | None:
     """The run directory's gate.json (written by ``guardrepro gate``), or None."""
     from guardrepro.checks.report import load_gate as read_gate
 
-    data = read_gate(run)
-    return None if data is None else GateResult.from_json(data, file=str(Path(run) / "gate.json"))
+    return read_gate(run)
 
 
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
@@ -217,14 +215,15 @@ def compare(a: str | Path, b: str | Path) -> Any:
 
 
 def comparison_frame(comparison: Comparison) -> Any:
-    """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs``."""
+    """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs`` as
+    JSON (``CompareSummary.to_json()``: attrs travel into Parquet metadata)."""
     cols = [f.name for f in fields(RowComparison)]
     df = _pd().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
     for col in ("score_a", "score_b", "margin_a", "margin_b"):
         df[col] = df[col].astype("Float64")
     df["first_divergence"] = df["first_divergence"].astype("Int64")
     df["exact_agree"] = df["exact_agree"].astype("boolean")
-    df.attrs["summary"] = comparison.summary()
+    df.attrs["summary"] = comparison.summary().to_json()
     return df
 
 

@@ -61,25 +61,34 @@ Exit codes of ``guardrepro gate``: 0 pass, 3 fail, 2 unusable input.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from dataclasses import field as dc_field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
-from guardrepro.checks.gate_spec import GateSpec, load_spec
-
-__all__ = ["GateResult", "GateSpec", "RefRow", "evaluate", "format_table", "load_spec",
-           "reference_rows", "verdict"]
 from guardrepro.checks.formatting import frac
-from guardrepro.checks.metrics import Ratio, gold_strict, strict_decision
+from guardrepro.checks.gate_spec import GateSpec, load_spec
+from guardrepro.checks.gate_types import (
+    ELIGIBLE,
+    EXPLORATORY,
+    SCHEMA,
+    ExactDisagreement,
+    GateCheck,
+    GateDisagreement,
+    GateFigure,
+    GateFigures,
+    GateInterval,
+    GateResult,
+    GateRow,
+    ScoreConfusion,
+)
+from guardrepro.checks.metrics import gold_strict, strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
 
-SCHEMA = "guardrepro.gate/2"
-ELIGIBLE = "eligible_for_frozen_local_q8_reproduction_only"
-EXPLORATORY = "exploratory_local_reproduction_only"
+__all__ = ["SCHEMA", "GateCheck", "GateFigure", "GateFigures", "GateResult", "GateSpec",
+           "RefRow", "evaluate", "format_table", "load_spec", "reference_rows", "verdict"]
 # ratio check name -> (threshold key, figure name)
 RATIO_CHECKS = (
     ("coverage", "min_coverage", "coverage"),
@@ -151,19 +160,15 @@ def evaluate(
     table = _row_table(keys, by_key, reference, key_field, expected - len(keys))
     figures = _figures(table, spec, conservative)
     checks = _checks(figures, spec, expected, conservative)
-    passed = all(c["passed"] for c in checks)
+    passed = all(c.passed for c in checks)
     jointly_valid = [t for t in table if t["valid"] and t["reference_valid"]]
-    disagreements = [
-        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
-                           "reference_score", "local_score", "local_status")}
-        | {"reason": _reason(t)}
-        for t in table if not t["strict_agree"]
-    ]
-    exact_diff = [
-        {k: t[k] for k in ("row_id", "base_sample_id", "domain", "gold_label",
-                           "reference_score", "local_score")}
-        for t in jointly_valid if not t["exact_agree"]
-    ]
+    exact = ("row_id", "base_sample_id", "domain", "gold_label", "reference_score",
+             "local_score")
+    disagreements = [GateDisagreement(**{k: t[k] for k in exact}, local_status=t["local_status"],
+                                      reason=_reason(t))
+                     for t in table if not t["strict_agree"]]
+    exact_diff = [ExactDisagreement(**{k: t[k] for k in exact})
+                  for t in jointly_valid if not t["exact_agree"]]
     return GateResult(
         spec=spec,
         conservative=conservative,
@@ -174,8 +179,8 @@ def evaluate(
         confusion=_confusion(table),
         disagreement_rows=tuple(disagreements),
         exact_disagreements=tuple(exact_diff),
-        rows=tuple({k: t[k] for k in ("row_id", "base_sample_id", "strict_agree", "exact_agree",
-                                      "decision_margin")} for t in table if t["present"]),
+        rows=tuple(GateRow(t["row_id"], t["base_sample_id"], t["strict_agree"], t["exact_agree"],
+                           t["decision_margin"]) for t in table if t["present"]),
     )
 
 
@@ -264,11 +269,11 @@ def _row_table(keys: list[str], by_key: Mapping[str, RowResult], reference: Mapp
     return table
 
 
-def _ratio(sub: list[dict[str, Any]], field: str) -> Ratio:
-    return Ratio(sum(1 for t in sub if t[field]), len(sub))
+def _figure(sub: list[dict[str, Any]], field: str) -> GateFigure:
+    return GateFigure(sum(1 for t in sub if t[field]), len(sub))
 
 
-def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) -> dict[str, Any]:
+def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) -> GateFigures:
     """Every gate figure as numerator / denominator / value (+ interval)."""
     safe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 0]
     unsafe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 1]
@@ -276,44 +281,33 @@ def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) ->
     subsets = {"coverage": (table, "valid"), "strict_agreement": (table, "strict_agree"),
                "strict_agreement_gold_safe": (safe, "strict_agree"),
                "strict_agreement_gold_unsafe": (unsafe, "strict_agree")}
-    figures: dict[str, Any] = {
-        "rows_present": _ratio(table, "present").to_dict(),
-        "reference_coverage": _ratio(table, "reference_valid").to_dict(),
-        "exact_agreement": _ratio(jointly_valid, "exact_agree").to_dict(),
-    }
+    ratios: dict[str, GateFigure] = {}
     for name, (sub, field) in subsets.items():
-        figures[name] = _ratio(sub, field).to_dict()
-        if conservative:
-            figures[name]["interval"] = _interval(sub, field, spec)
-    return figures
+        f = _figure(sub, field)
+        ratios[name] = GateFigure(f.numerator, f.denominator, _interval(sub, field, spec),
+                                  True) if conservative else f
+    return GateFigures(rows_present=_figure(table, "present"),
+                       reference_coverage=_figure(table, "reference_valid"),
+                       exact_agreement=_figure(jointly_valid, "exact_agree"), **ratios)
 
 
-def _checks(figures: Mapping[str, Any], spec: GateSpec, expected: int,
-            conservative: bool) -> list[dict[str, Any]]:
+def _checks(figures: GateFigures, spec: GateSpec, expected: int,
+            conservative: bool) -> list[GateCheck]:
     """The count check and the ratio checks against the spec's thresholds."""
-    checks = [{
-        "name": "all_rows_present",
-        "figure": "rows_present",
-        "threshold": expected,
-        "tested": figures["rows_present"]["numerator"],
-        "basis": "count",
-        "passed": figures["rows_present"]["numerator"] == expected,
-    }]
+    present = figures.rows_present.numerator
+    checks = [GateCheck("all_rows_present", "rows_present", expected, present, "count",
+                        present == expected)]
     for name, key, fig in RATIO_CHECKS:
-        f = figures[fig]
-        tested = f["interval"]["lower"] if conservative and f.get("interval") else f["value"]
-        checks.append({
-            "name": name,
-            "figure": fig,
-            "threshold": spec.thresholds[key],
-            "tested": tested,
-            "basis": "bootstrap_lower_bound" if conservative else "point",
-            "passed": tested is not None and tested >= spec.thresholds[key],
-        })
+        f = figures.figure(fig)
+        tested = f.interval.lower if conservative and f.interval else f.value
+        threshold = spec.thresholds[key]
+        checks.append(GateCheck(name, fig, threshold, tested,
+                                "bootstrap_lower_bound" if conservative else "point",
+                                tested is not None and tested >= threshold))
     return checks
 
 
-def _confusion(table: list[dict[str, Any]]) -> dict[str, Any]:
+def _confusion(table: list[dict[str, Any]]) -> ScoreConfusion:
     """Reference score (rows) by local score (columns) over the known rows."""
     matrix = [[0] * len(LOCAL_LABELS) for _ in REF_LABELS]
     for t in table:
@@ -322,9 +316,7 @@ def _confusion(table: list[dict[str, Any]]) -> dict[str, Any]:
         i = REF_LABELS.index("invalid" if t["reference_score"] is None
                              else str(float(t["reference_score"])))
         matrix[i][LOCAL_LABELS.index(_label(t["local_score"], t["local_status"]))] += 1
-    return {"rows": "reference score", "columns": "local score",
-            "row_labels": list(REF_LABELS), "column_labels": list(LOCAL_LABELS),
-            "matrix": matrix}
+    return ScoreConfusion(REF_LABELS, LOCAL_LABELS, tuple(tuple(r) for r in matrix))
 
 
 def _reason(t: Mapping[str, Any]) -> str:
@@ -337,94 +329,7 @@ def _reason(t: Mapping[str, Any]) -> str:
     return "strict"
 
 
-@dataclass(frozen=True)
-class GateResult:
-    """The outcome of a gate; ``to_json()`` is the gate.json object (``extra``
-    holds what the caller adds: the reference description, the run path)."""
-
-    spec: GateSpec
-    conservative: bool
-    passed: bool
-    verdict: str
-    figures: Mapping[str, Any]
-    checks: tuple[dict[str, Any], ...]
-    confusion: Mapping[str, Any]
-    disagreement_rows: tuple[dict[str, Any], ...]
-    exact_disagreements: tuple[dict[str, Any], ...]
-    rows: tuple[dict[str, Any], ...]
-    extra: Mapping[str, Any] = dc_field(default_factory=dict)
-
-    @property
-    def causal_interpretation(self) -> str:
-        return ELIGIBLE if self.passed else EXPLORATORY
-
-    def with_extra(self, **extra: Any) -> GateResult:
-        return replace(self, extra={**self.extra, **extra})
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> GateResult:
-        """The inverse of ``to_json``: a gate.json object of this schema."""
-        if data.get("schema") != SCHEMA:
-            raise InputError(f"gate schema {data.get('schema')!r} is not {SCHEMA!r}",
-                             file=file, field="schema")
-        spec, boot = data["spec"], data["spec"]["bootstrap"]
-        known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
-                 "figures", "checks", "confusion", "disagreements", "exact_disagreements",
-                 "rows"}
-        return cls(
-            spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
-                          rows=spec["rows"], reference=spec["reference"],
-                          thresholds=spec["thresholds"], replicates=boot["replicates"],
-                          seed=boot["seed"], confidence=boot["confidence"]),
-            conservative=data["conservative"],
-            passed=data["passed"],
-            verdict=data["verdict"],
-            figures=data["figures"],
-            checks=tuple(data["checks"]),
-            confusion=data["confusion"],
-            disagreement_rows=tuple(data["disagreements"]),
-            exact_disagreements=tuple(data["exact_disagreements"]),
-            rows=tuple(data["rows"]),
-            extra={k: v for k, v in data.items() if k not in known},
-        )
-
-    def to_frame(self) -> Any:
-        """The gated rows that are present locally: agreement and margin (pandas)."""
-        from guardrepro.checks.frames import _pd
-
-        return _pd().DataFrame(list(self.rows), columns=[
-            "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
-
-    def disagreements(self) -> Any:
-        """Rows whose strict decision disagrees or that are missing, with scores
-        and (when present) the local decision margin (pandas)."""
-        from guardrepro.checks.frames import _pd
-
-        cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
-                "local_score", "local_status", "reason"]
-        rows = _pd().DataFrame(list(self.disagreement_rows), columns=cols)
-        return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
-                          how="left")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "spec": self.spec.to_dict(),
-            "conservative": self.conservative,
-            "passed": self.passed,
-            "causal_interpretation": self.causal_interpretation,
-            "verdict": self.verdict,
-            "figures": dict(self.figures),
-            "checks": list(self.checks),
-            "confusion": dict(self.confusion),
-            "disagreements": list(self.disagreement_rows),
-            "exact_disagreements": list(self.exact_disagreements),
-            "rows": list(self.rows),
-            **self.extra,
-        }
-
-
-def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> dict[str, Any] | None:
+def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> GateInterval | None:
     if not sub:
         return None
     clusters = [t["base_sample_id"] or t["key"] for t in sub]
@@ -432,37 +337,40 @@ def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> dict[str
         t["gold_label"]))) for t in sub]
     iv = ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
                         replicates=spec.replicates, seed=spec.seed, confidence=spec.confidence)
-    return {"point": iv.point, "lower": iv.lower, "upper": iv.upper, "clusters": iv.clusters,
-            "strata": "domain:gold_label"}
+    return GateInterval(iv.point, iv.lower, iv.upper, iv.clusters)
 
 
-def verdict(name: str, passed: bool, figures: Mapping[str, Any],
-            checks: list[dict[str, Any]]) -> str:
+def _frac(f: GateFigure) -> str:
+    return frac(f.to_json())
+
+
+def verdict(name: str, passed: bool, figures: GateFigures, checks: Sequence[GateCheck]) -> str:
     """One line: PASS/FAIL, the gate name, the headline figures, failed checks."""
     head = (
-        f"{'PASS' if passed else 'FAIL'} {name}: rows {frac(figures['rows_present'])}, "
-        f"coverage {frac(figures['coverage'])}, strict agreement "
-        f"{frac(figures['strict_agreement'])} (safe "
-        f"{frac(figures['strict_agreement_gold_safe'])}, unsafe "
-        f"{frac(figures['strict_agreement_gold_unsafe'])}), exact "
-        f"{frac(figures['exact_agreement'])}"
+        f"{'PASS' if passed else 'FAIL'} {name}: rows {_frac(figures.rows_present)}, "
+        f"coverage {_frac(figures.coverage)}, strict agreement "
+        f"{_frac(figures.strict_agreement)} (safe "
+        f"{_frac(figures.strict_agreement_gold_safe)}, unsafe "
+        f"{_frac(figures.strict_agreement_gold_unsafe)}), exact "
+        f"{_frac(figures.exact_agreement)}"
     )
-    failed = [c["name"] for c in checks if not c["passed"]]
+    failed = [c.name for c in checks if not c.passed]
     return (head + (f"; failed: {', '.join(failed)}" if failed else "")
             + f"; causal_interpretation: {ELIGIBLE if passed else EXPLORATORY}")
 
 
-def format_table(gate: Mapping[str, Any]) -> str:
+def format_table(gate: GateResult) -> str:
+    """The checks, one line each, and the reported exact agreement."""
     lines = [f"{'check':<32} {'figure':<12} {'tested':<10} {'threshold':<10} result"]
-    for c in gate["checks"]:
-        f = gate["figures"][c["figure"]]
-        tested = "-" if c["tested"] is None else (
-            str(c["tested"]) if c["basis"] == "count" else f"{c['tested']:.4f}")
-        lines.append(f"{c['name']:<32} {frac(f):<12} {tested:<10} {c['threshold']!s:<10} "
-                     f"{'pass' if c['passed'] else 'FAIL'}")
-    lines.append(f"{'exact_agreement (reported)':<32} {frac(gate['figures']['exact_agreement'])}")
-    if gate.get("conservative"):
-        b = gate["spec"]["bootstrap"]
-        lines.append(f"ratio checks test the stratified bootstrap lower bound ({b['replicates']} "
-                     f"replicates, seed {b['seed']}, confidence {b['confidence']})")
+    for c in gate.checks:
+        f = gate.figures.figure(c.figure)
+        tested = "-" if c.tested is None else (
+            str(c.tested) if c.basis == "count" else f"{c.tested:.4f}")
+        lines.append(f"{c.name:<32} {_frac(f):<12} {tested:<10} {c.threshold!s:<10} "
+                     f"{'pass' if c.passed else 'FAIL'}")
+    lines.append(f"{'exact_agreement (reported)':<32} {_frac(gate.figures.exact_agreement)}")
+    if gate.conservative:
+        s = gate.spec
+        lines.append(f"ratio checks test the stratified bootstrap lower bound ({s.replicates} "
+                     f"replicates, seed {s.seed}, confidence {s.confidence})")
     return "\n".join(lines)

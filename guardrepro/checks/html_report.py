@@ -33,7 +33,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from guardrepro.checks.attribute import Attribution
 from guardrepro.checks.compare import first_divergence
+from guardrepro.checks.gate_types import GateResult
 from guardrepro.checks.runio import (
     ORIGINAL,
     RowResult,
@@ -185,21 +187,21 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
     }
 
 
-def _causes(attribution: Mapping[str, Any] | None, label: str) -> tuple[dict[str, str], str]:
+def _causes(attribution: Attribution | None, label: str) -> tuple[dict[str, str], str]:
     if attribution is None:
         return {}, "no attribution (run `guardrepro attribute --out RUN_DIR/attribution.json`)"
-    runs = {r["label"]: r for r in attribution["runs"]}
+    runs = {r.label: r for r in attribution.runs}
     if label not in runs:
         return {}, f"attribution has no run labelled {label!r} (runs: {sorted(runs)})"
     causes: dict[str, str] = {}
-    for row in runs[label]["rows"]:  # strict cause first, exact-only rows after
-        if row["level"] == "strict" or row["row_id"] not in causes:
-            causes[row["row_id"]] = row["cause"]
+    for row in runs[label].rows:  # strict cause first, exact-only rows after
+        if row.level == "strict" or row.row_id not in causes:
+            causes[row.row_id] = row.cause
     return causes, f"causes from the attribution of run {label!r}"
 
 
-def _reference_records(gate: Mapping[str, Any] | None) -> dict[str, Record]:
-    ref = (gate or {}).get("reference") or {}
+def _reference_records(gate: GateResult | None) -> dict[str, Record]:
+    ref = (gate.reference if gate is not None else None) or {}
     path = ref.get("path") if ref.get("type") == "records" else None
     if not path or not Path(path).is_file():
         return {}
@@ -216,14 +218,14 @@ def _figures(run_dir: Path) -> list[dict[str, str]]:
     return out
 
 
-def _load_json(path: Path | None) -> dict[str, Any] | None:
+def _load_attribution(path: Path | None) -> Attribution | None:
     if path is None or not path.is_file():
         return None
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return data
+    return Attribution.from_json(data, file=str(path))
 
 
 def _environment() -> Any:
@@ -253,14 +255,14 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     if cohort_path and why:
         notes.append(f"{why}: the drill-down shows the prompt's fields, not the rendered prompt")
     att_path = Path(attribution) if attribution else run_dir / "attribution.json"
-    causes, cause_note = _causes(_load_json(att_path), run_dir.name)
+    causes, cause_note = _causes(_load_attribution(att_path), run_dir.name)
     notes.append(cause_note)
     records = {r.row_id: r for r in load_records(run_dir)}
     ctx: dict[str, Any] = {
         "originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
         "prompts": _prompts(rows_c, render), "rendered": render is not None,
         "records": records, "reference": _reference_records(gate), "causes": causes,
-        "gate_agree": {g["row_id"]: g["strict_agree"] for g in (gate or {}).get("rows", [])}}
+        "gate_agree": {g.row_id: g.strict_agree for g in (gate.rows if gate else ())}}
     items = [_row_item(r, records.get(r.row_id), ctx) for r in run.rows]
     html = _environment().get_template("report.html.j2").render(
         run_id=manifest.run_id, manifest=manifest, gate=gate, notes=notes,

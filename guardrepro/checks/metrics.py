@@ -4,8 +4,11 @@ Input: parallel sequences of gold scores (0 / 0.5 / 1), predicted scores
 (0 / 0.5 / 1, or ``None`` for a row that is missing, failed to parse or
 failed to run) and optional positive row weights.
 
-Output: a ``Confusion`` (weighted cell sums plus row and valid-row counts) and
-``Ratio`` figures that always carry their numerator and denominator.
+Output: a ``Confusion`` (weighted cell sums plus row and valid-row counts),
+``Ratio`` figures that always carry their numerator and denominator, and the
+typed report of a confusion (``ConfusionSummary``: ``Cells``,
+``StrictMetrics``), whose ``to_json()`` / ``from_json()`` are the JSON shape
+every check writes.
 
 Invariants:
 
@@ -23,7 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +56,13 @@ class Ratio:
             "denominator": _plain(self.denominator),
             "value": self.value,
         }
+
+    to_json = to_dict
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ratio:
+        """The inverse of ``to_dict`` (the value is recomputed, identically)."""
+        return cls(data["numerator"], data["denominator"])
 
 
 def _plain(x: Number) -> Number:
@@ -137,20 +147,78 @@ class Confusion:
             "mcc": self.mcc(),
         }
 
+    def summary(self) -> ConfusionSummary:
+        """Cells, coverage and every metric as a typed value."""
+        m = self.metrics()
+        return ConfusionSummary(
+            cells=Cells(_plain(self.tp), _plain(self.fp), _plain(self.tn), _plain(self.fn)),
+            rows=self.rows, coverage=self.coverage, metrics=StrictMetrics(**m))
+
     def to_dict(self) -> dict[str, Any]:
         """Cells, coverage and every metric, each with numerator and denominator."""
-        return {
-            "confusion": {
-                "tp": _plain(self.tp),
-                "fp": _plain(self.fp),
-                "tn": _plain(self.tn),
-                "fn": _plain(self.fn),
-                "positive": "unsafe (score != 0); invalid rows count as unsafe decisions",
-            },
-            "rows": self.rows,
-            "coverage": self.coverage.to_dict(),
-            "metrics": {name: r.to_dict() for name, r in self.metrics().items()},
-        }
+        return self.summary().to_json()
+
+
+POSITIVE = "unsafe (score != 0); invalid rows count as unsafe decisions"
+METRICS = ("accuracy", "precision", "recall", "specificity", "f1", "balanced_accuracy", "mcc")
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The four strict confusion cells (positive = unsafe)."""
+
+    tp: Number
+    fp: Number
+    tn: Number
+    fn: Number
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn,
+                "positive": POSITIVE}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Cells:
+        return cls(data["tp"], data["fp"], data["tn"], data["fn"])
+
+
+@dataclass(frozen=True)
+class StrictMetrics:
+    """Every metric of a strict confusion, each a ``Ratio``."""
+
+    accuracy: Ratio
+    precision: Ratio
+    recall: Ratio
+    specificity: Ratio
+    f1: Ratio
+    balanced_accuracy: Ratio
+    mcc: Ratio
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name).to_dict() for name in METRICS}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StrictMetrics:
+        return cls(**{name: Ratio.from_json(data[name]) for name in METRICS})
+
+
+@dataclass(frozen=True)
+class ConfusionSummary:
+    """A strict confusion as reported: cells, rows, coverage and metrics
+    (``to_json()`` is ``Confusion.to_dict()``)."""
+
+    cells: Cells
+    rows: int
+    coverage: Ratio
+    metrics: StrictMetrics
+
+    def to_json(self) -> dict[str, Any]:
+        return {"confusion": self.cells.to_json(), "rows": self.rows,
+                "coverage": self.coverage.to_dict(), "metrics": self.metrics.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConfusionSummary:
+        return cls(Cells.from_json(data["confusion"]), data["rows"],
+                   Ratio.from_json(data["coverage"]), StrictMetrics.from_json(data["metrics"]))
 
 
 def confusion(

@@ -17,15 +17,18 @@ extra) the tables are still written and the report says which extra adds
 the figures. Variants are listed in cohort order with ``original`` first.
 Every file is written atomically.
 
-The plotting functions take the JSON objects (and rows) and are what the
-notebooks call, so a notebook reproduces the same figures.
+The plotting functions take the checks' typed results (``StatsResult``,
+``GateResult``) and rows, and draw what the data functions beside them return
+(``flip_bars``, ``domain_bars``, ``margin_groups``, the gate's
+``ScoreConfusion``); the notebooks call the same functions, so a notebook
+reproduces the same figures from the same data.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,8 @@ from typing import Any
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import fixed, frac_value
-from guardrepro.checks.metrics import strict_decision
+from guardrepro.checks.gate_types import GateResult
+from guardrepro.checks.metrics import Ratio, strict_decision
 from guardrepro.checks.pairs import ORIGINAL
 from guardrepro.checks.runio import (
     RowResult,
@@ -44,7 +48,14 @@ from guardrepro.checks.runio import (
     write_json_atomic,
 )
 from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
-from guardrepro.checks.stats import STATISTICS, VIEWS, compute_stats, fmt_num
+from guardrepro.checks.stats import (
+    STATISTICS,
+    VIEWS,
+    Statistic,
+    StatsResult,
+    compute_stats,
+    fmt_num,
+)
 from guardrepro.errors import InputError
 from guardrepro.run.records import write_atomic
 
@@ -55,10 +66,18 @@ GUARD_TABLE_PNG = "guard_table.png"
 GUARD_TABLE_JSON = "guard_table.json"
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    return data
+
+
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                           cohort: str | Path | None = None,
-                          run: RunRows | None = None) -> dict[str, Any]:
+                          run: RunRows | None = None) -> StatsResult:
     """stats.json of the run, computed (and written) when missing, older than
     the run's records (a resumed run), or asked.
     ``run``: the run's rows when the caller has already loaded them."""
@@ -67,45 +86,79 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     stale = (path.is_file() and records.is_file()
              and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
     if path.is_file() and not recompute and not stale:
-        try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+        data = _read_json(path)
         if data.get("schema") == STATS_SCHEMA:
-            return data
+            return StatsResult.from_json(data)
     if run is None:
         run = load_run(run_dir, cohort)
-    data = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
-                         expected_source=run.expected_source).to_json()
-    data["run_dir"] = str(run_dir)
-    write_json_atomic(path, data)
-    return data
+    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
+                           expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
+    write_json_atomic(path, result.to_json())
+    return result
 
 
-def load_gate(run_dir: str | Path) -> dict[str, Any] | None:
+def load_gate(run_dir: str | Path) -> GateResult | None:
+    """The run directory's gate.json as a ``GateResult``, or None without one."""
     path = Path(run_dir) / "gate.json"
     if not path.is_file():
         return None
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return data
+    return GateResult.from_json(_read_json(path), file=str(path))
 
 
-def _err(s: Mapping[str, Any]) -> tuple[float, float]:
-    rate = s["point"]
-    if rate is None or s["lower"] is None:
+def _err(s: Statistic) -> tuple[float, float]:
+    rate = s.point
+    if rate is None or s.lower is None or s.upper is None:
         return 0.0, 0.0
-    return max(rate - s["lower"], 0.0), max(s["upper"] - rate, 0.0)
+    return max(rate - s.lower, 0.0), max(s.upper - rate, 0.0)
 
 
-def plot_flip_rates(stats: Mapping[str, Any], path: str | Path) -> Path:
+@dataclass(frozen=True)
+class FlipBar:
+    """One bar of the flip-rate panel: an edit's flip rate in one view."""
+
+    edit: str
+    view: str
+    count: int
+    denominator: int
+    point: float | None
+    lower: float | None
+    upper: float | None
+
+
+@dataclass(frozen=True)
+class DomainBar:
+    """One bar of the by-domain panel: an edit's flips in one domain (all pairs)."""
+
+    edit: str
+    domain: str
+    count: int
+    denominator: int
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.denominator if self.denominator else 0.0
+
+
+def flip_bars(stats: StatsResult) -> list[FlipBar]:
+    """The flip-rate panel's data: every edit in both views, edits in stats order."""
+    return [FlipBar(e, view, f.count, f.denominator, f.point, f.lower, f.upper)
+            for e, block in stats.edits.items() for view in VIEWS
+            for f in (block.views[view].flip_rate,)]
+
+
+def domain_bars(stats: StatsResult) -> list[DomainBar]:
+    """The by-domain panel's data: every edit x domain it has pairs in (all pairs)."""
+    return [DomainBar(e, d, c.flip_rate.count, c.flip_rate.denominator)
+            for e, block in stats.edits.items()
+            for d, c in block.views["all_pairs"].counts.by_domain.items()]
+
+
+def plot_flip_rates(stats: StatsResult, path: str | Path) -> Path:
     """Flip rate per edit in both views with their intervals (all pairs:
     unstratified; valid both: stratified by domain:gold), and per edit x domain
     (all pairs, counts only); bars are labelled count/denominator."""
     plt = pyplot()
-    edits = list(stats["edits"])
+    edits = list(stats.edits)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
     if not edits:
         for ax in axes:
@@ -113,70 +166,65 @@ def plot_flip_rates(stats: Mapping[str, Any], path: str | Path) -> Path:
             ax.set_axis_off()
         return save_png(fig, Path(path))
     ax = axes[0]
-    for i, e in enumerate(edits):
-        for j, (view, color) in enumerate((("all_pairs", "tab:red"),
-                                           ("valid_both_only", "tab:blue"))):
-            flip = stats["edits"][e][view]["flip_rate"]
-            rate = flip["point"]
-            lo, hi = _err(flip)
-            x = i + (j - 0.5) * 0.38
-            ax.bar(x, rate or 0.0, width=0.36, color=color, yerr=[[lo], [hi]], capsize=3,
-                   label=view if i == 0 else None)
-            ax.text(x, (rate or 0.0) + hi + 0.01, f"{flip['count']}/{flip['denominator']}",
-                    ha="center", fontsize=7)
-    tops = [max((stats["edits"][e][v]["flip_rate"]["point"] or 0.0)
-                + _err(stats["edits"][e][v]["flip_rate"])[1] for v in VIEWS) for e in edits]
+    colors = {"all_pairs": "tab:red", "valid_both_only": "tab:blue"}
+    tops = []
+    for bar in flip_bars(stats):
+        i, j = edits.index(bar.edit), VIEWS.index(bar.view)
+        rate = bar.point or 0.0
+        lo, hi = _err(stats.edits[bar.edit].views[bar.view].flip_rate)
+        x = i + (j - 0.5) * 0.38
+        ax.bar(x, rate, width=0.36, color=colors[bar.view], yerr=[[lo], [hi]], capsize=3,
+               label=bar.view if i == 0 else None)
+        ax.text(x, rate + hi + 0.01, f"{bar.count}/{bar.denominator}", ha="center", fontsize=7)
+        tops.append(rate + hi)
     ax.set_ylim(0, max(tops) * 1.25 + 0.05)
     ax.set_xticks(range(len(edits)), edits, rotation=20, fontsize=8)
     ax.set_ylabel("strict flip rate vs original")
-    conf = stats["settings"]["intervals"]["confidence"]
-    ax.set_title(f"flips by edit ({conf:g} bootstrap interval)", fontsize=9)
+    ax.set_title(f"flips by edit ({stats.settings.confidence:g} bootstrap interval)", fontsize=9)
     ax.legend(fontsize=7)
     ax = axes[1]
-    domains = sorted({d for e in edits for d in stats["edits"][e]["all_pairs"]["counts"]
-                      ["by_domain"]})
+    bars = domain_bars(stats)
+    domains = sorted({b.domain for b in bars})
     width = 0.8 / max(len(edits), 1)
-    for i, e in enumerate(edits):
-        by_dom = stats["edits"][e]["all_pairs"]["counts"]["by_domain"]
-        for k, d in enumerate(domains):
-            if d not in by_dom:
-                continue
-            flip = by_dom[d]["flip_rate"]
-            rate = flip["count"] / flip["denominator"] if flip["denominator"] else 0.0
-            ax.bar(k + (i - (len(edits) - 1) / 2) * width, rate, width=width * 0.95,
-                   color=f"C{i}", label=e if k == 0 else None)
+    labelled: set[str] = set()
+    for b in bars:
+        i, k = edits.index(b.edit), domains.index(b.domain)
+        ax.bar(k + (i - (len(edits) - 1) / 2) * width, b.rate, width=width * 0.95,
+               color=f"C{i}", label=None if b.edit in labelled else b.edit)
+        labelled.add(b.edit)
     ax.set_xticks(range(len(domains)), domains, fontsize=8)
     ax.set_title("flips by domain, all pairs (fail-closed)", fontsize=9)
     ax.legend(fontsize=7)
     return save_png(fig, Path(path))
 
 
-def plot_score_confusion(gate: Mapping[str, Any], path: str | Path) -> Path:
+def plot_score_confusion(gate: GateResult, path: str | Path) -> Path:
     """Counts of reference score (rows) by local score (columns)."""
     plt = pyplot()
-    conf = gate["confusion"]
-    matrix = conf["matrix"]
+    conf = gate.confusion
+    matrix = [list(r) for r in conf.matrix]
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     ax.imshow(matrix, cmap="Blues")
     for i, row in enumerate(matrix):
         for j, n in enumerate(row):
             ax.text(j, i, str(n), ha="center", va="center", fontsize=10,
                     color="white" if n > max(map(max, matrix)) / 2 else "black")
-    ax.set_xticks(range(len(conf["column_labels"])), conf["column_labels"])
-    ax.set_yticks(range(len(conf["row_labels"])), conf["row_labels"])
-    ax.set_xlabel("local score")
-    ax.set_ylabel("reference score")
-    ax.set_title(f"{gate['spec']['name']}: reference vs local", fontsize=9)
+    ax.set_xticks(range(len(conf.column_labels)), conf.column_labels)
+    ax.set_yticks(range(len(conf.row_labels)), conf.row_labels)
+    ax.set_xlabel(conf.columns)
+    ax.set_ylabel(conf.rows)
+    ax.set_title(f"{gate.spec.name}: reference vs local", fontsize=9)
     return save_png(fig, Path(path))
 
 
-def margin_groups(rows: Sequence[RowResult], gate: Mapping[str, Any] | None,
+def margin_groups(rows: Sequence[RowResult], gate: GateResult | None,
                   ) -> tuple[str, dict[str, list[float]], int]:
-    """(split description, group -> margins, rows without a margin)."""
+    """The margin histogram's data: (split description, group -> margins in
+    row order, rows without a margin)."""
     groups: dict[str, list[float]] = {}
     no_margin = 0
     if gate is not None:
-        agree = {r["row_id"]: r["strict_agree"] for r in gate["rows"]}
+        agree = {r.row_id: r.strict_agree for r in gate.rows}
         for r in rows:
             if r.row_id not in agree:
                 continue
@@ -199,7 +247,7 @@ def margin_groups(rows: Sequence[RowResult], gate: Mapping[str, Any] | None,
     return "edited rows by strict flip vs their original", groups, no_margin
 
 
-def plot_margin_histogram(rows: Sequence[RowResult], gate: Mapping[str, Any] | None,
+def plot_margin_histogram(rows: Sequence[RowResult], gate: GateResult | None,
                           path: str | Path) -> Path:
     plt = pyplot()
     title, groups, no_margin = margin_groups(rows, gate)
@@ -230,39 +278,43 @@ class Table:
     rows: Sequence[tuple[str, ...]]
 
 
-def report_tables(stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+def _fv(r: Ratio) -> str:
+    return frac_value(r.to_dict())
+
+
+def report_tables(stats: StatsResult, gate: GateResult | None,
                   variants: Sequence[str] | None = None) -> list[Table]:
     """The report's tables (gate checks, variants, paired statistics) from the
-    checks' JSON; ``variants`` gives the row order (cohort order, original first)."""
+    checks' results; ``variants`` gives the row order (cohort order, original first)."""
     tables = []
     if gate is not None:
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
-                            [(c["name"], frac_value(gate["figures"][c["figure"]]), str(c["tested"]),
-                              str(c["threshold"]), "pass" if c["passed"] else "FAIL")
-                             for c in gate["checks"]]))
-    order = [v for v in (variants or []) if v in stats["variants"]]
-    order += [v for v in stats["variants"] if v not in order]
+                            [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                              str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
+                             for c in gate.checks]))
+    order = [v for v in (variants or []) if v in stats.variants]
+    order += [v for v in stats.variants if v not in order]
     rows: list[tuple[str, ...]] = []
     for v in order:
-        s = stats["variants"][v]
-        m = s["metrics"]
-        rows.append((v, frac_value(s["coverage"]), frac_value(m["accuracy"]), frac_value(m["f1"]),
-                     fixed(m["balanced_accuracy"]["value"]), fixed(m["mcc"]["value"])))
+        s = stats.variants[v]
+        m = s.summary.metrics
+        rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
+                     fixed(m.balanced_accuracy.value), fixed(m.mcc.value)))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
-    edits = [v for v in order if v in stats["edits"]]
-    edits += [e for e in stats["edits"] if e not in edits]
+    edits = [v for v in order if v in stats.edits]
+    edits += [e for e in stats.edits if e not in edits]
     if edits:
         rows = []
         for e in edits:
             for view in VIEWS:
                 for name in STATISTICS:
-                    st = stats["edits"][e][view][name]
-                    ci = "-" if st["lower"] is None else (
-                        f"[{fmt_num(st['lower'])}, {fmt_num(st['upper'])}]")
-                    rows.append((e, view, name, f"{st['count']}/{st['denominator']}",
-                                 fmt_num(st["point"]), ci, str(st["clusters"])))
+                    st = stats.edits[e].views[view].statistics[name]
+                    ci = "-" if st.lower is None else (
+                        f"[{fmt_num(st.lower)}, {fmt_num(st.upper)}]")
+                    rows.append((e, view, name, f"{st.count}/{st.denominator}",
+                                 fmt_num(st.point), ci, str(st.clusters)))
         tables.append(Table("flips", "Paired statistics vs original", (
             "edit", "view", "statistic", "count", "point", "interval", "clusters"), rows))
     return tables
@@ -273,55 +325,64 @@ def _md_table(table: Table) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in table.rows)]
 
 
-def render_markdown(run_id: str, stats: Mapping[str, Any], gate: Mapping[str, Any] | None,
+def _gate_lines(gate: GateResult, table: Table) -> list[str]:
+    lines = ["## Parity gate", "", f"**{gate.verdict}**", "", *_md_table(table)]
+    lines += ["", f"Exact-score agreement (jointly valid rows): "
+              f"{frac_value(gate.figures.exact_agreement.to_json())}",
+              f"Causal interpretation: `{gate.causal_interpretation}`", ""]
+    if gate.disagreement_rows:
+        lines += ["Disagreeing rows:", ""]
+        for d in gate.disagreement_rows:
+            lines.append(f"- {d.row_id} ({d.domain}, gold {d.gold_label}): reference "
+                         f"{d.reference_score}, local {d.local_score} "
+                         f"[{d.local_status}, {d.reason}]")
+        lines.append("")
+    return lines
+
+
+def _extras_lines(stats: StatsResult) -> list[str]:
+    lines: list[str] = []
+    extras = stats.extras
+    if extras.placebo_corrected:
+        lines += ["", "Extras: placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
+        for e, p in extras.placebo_corrected.items():
+            a = p.views["all_pairs"]
+            iv = a.interval
+            ci = "" if iv is None or iv.lower is None or iv.upper is None else (
+                f" [{iv.lower:.4f}, {iv.upper:.4f}]")
+            eff = "undefined" if a.effect is None else f"{a.effect:+.4f}"
+            lines.append(f"- {e}: {eff}{ci} ({_fv(a.edit_flips)} vs {_fv(a.placebo_flips)})")
+    if extras.run_to_run:
+        r = extras.run_to_run
+        d = r.strict_disagreement["all_pairs"]
+        lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
+                  f"{d.count}/{d.denominator}; exact-score: "
+                  f"{_fv(r.exact_score_disagreement_valid_both)}"]
+    return lines
+
+
+def render_markdown(run_id: str, stats: StatsResult, gate: GateResult | None,
                     figures: Sequence[str], variants: Sequence[str] | None = None,
                     figures_note: str | None = None) -> str:
     lines = [f"# guardrepro report: {run_id}", ""]
-    lines.append(f"Expected rows: {stats['rows']['expected']} "
-                 f"({stats['settings']['expected_rows']}); by status: "
-                 + ", ".join(f"{k} {v}" for k, v in stats["rows"]["by_status"].items()))
-    b = stats["settings"]["intervals"]
+    lines.append(f"Expected rows: {stats.rows.expected} "
+                 f"({stats.expected_source}); by status: "
+                 + ", ".join(f"{k} {v}" for k, v in stats.rows.by_status.items()))
+    b = stats.settings.to_json()
     lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
               f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
               f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
               "deltas stratified in both views, the rest unstratified.", ""]
     tables = {t.key: t for t in report_tables(stats, gate, variants)}
     if gate is not None:
-        lines += ["## Parity gate", "", f"**{gate['verdict']}**", "", *_md_table(tables["gate"])]
-        lines += ["", f"Exact-score agreement (jointly valid rows): "
-                  f"{frac_value(gate['figures']['exact_agreement'])}",
-                  f"Causal interpretation: `{gate.get('causal_interpretation')}`", ""]
-        if gate["disagreements"]:
-            lines += ["Disagreeing rows:", ""]
-            for d in gate["disagreements"]:
-                lines.append(f"- {d['row_id']} ({d['domain']}, gold {d['gold_label']}): reference "
-                             f"{d['reference_score']}, local {d['local_score']} "
-                             f"[{d['local_status']}, {d['reason']}]")
-            lines.append("")
+        lines += _gate_lines(gate, tables["gate"])
     lines += ["## Variants", "", *_md_table(tables["variants"])]
     if "flips" in tables:
         lines += ["", "## Paired statistics vs original", "", *_md_table(tables["flips"])]
         lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
-        for e, block in stats["edits"].items():
-            changed = block["extras"]["exact_score"]["changed_valid_both"]
-            lines.append(f"- {e}: {frac_value(changed)}")
-    extras = stats.get("extras", {})
-    if extras.get("placebo_corrected"):
-        lines += ["", "Extras: placebo-corrected flip rate (edit minus placebo, all pairs):", ""]
-        for e, p in extras["placebo_corrected"].items():
-            a = p["all_pairs"]
-            iv = a["interval"]
-            ci = "" if not iv or iv["lower"] is None else (
-                f" [{iv['lower']:.4f}, {iv['upper']:.4f}]")
-            eff = "undefined" if a["effect"] is None else f"{a['effect']:+.4f}"
-            lines.append(f"- {e}: {eff}{ci} ({frac_value(a['edit_flips'])} vs "
-                         f"{frac_value(a['placebo_flips'])})")
-    if extras.get("run_to_run"):
-        r = extras["run_to_run"]
-        d = r["strict_disagreement"]["all_pairs"]
-        lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
-                  f"{d['count']}/{d['denominator']}; exact-score: "
-                  f"{frac_value(r['exact_score_disagreement_valid_both'])}"]
+        for e, block in stats.edits.items():
+            lines.append(f"- {e}: {_fv(block.exact_score.changed_valid_both)}")
+    lines += _extras_lines(stats)
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     if figures_note:
         lines.append(figures_note)

@@ -3,7 +3,7 @@ the published protocol; stats.json files them under ``extras``).
 
 Input: ``pairs.Pair`` values of one edit (and of a placebo control).
 
-Output: plain JSON-ready dicts:
+Output: typed values (``checks.stats_types``; ``to_json()`` is the JSON):
 
 - ``exact_score``: among pairs valid on both sides, how many changed score
   (0 / 0.5 / 1), and the transition matrix of original by edited score with
@@ -18,12 +18,17 @@ Output: plain JSON-ready dicts:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from guardrepro.checks.bootstrap import difference_interval
 from guardrepro.checks.metrics import Ratio
 from guardrepro.checks.pairs import Pair
 from guardrepro.checks.runio import MISSING, RowResult
+from guardrepro.checks.stats_types import (
+    DifferenceInterval,
+    ExactScore,
+    PlaceboCorrected,
+    PlaceboView,
+)
 
 SCORE_LABELS = ("0.0", "0.5", "1.0", "invalid", "missing")
 VIEWS = ("all_pairs", "valid_both_only")
@@ -37,7 +42,7 @@ def _score_label(r: RowResult) -> str:
     return str(float(r.score))
 
 
-def exact_score(pairs: Sequence[Pair]) -> dict[str, Any]:
+def exact_score(pairs: Sequence[Pair]) -> ExactScore:
     matrix = [[0] * len(SCORE_LABELS) for _ in SCORE_LABELS]
     for p in pairs:
         i = SCORE_LABELS.index(_score_label(p.original))
@@ -45,18 +50,14 @@ def exact_score(pairs: Sequence[Pair]) -> dict[str, Any]:
         matrix[i][j] += 1
     valid = [p for p in pairs if p.valid_both]
     changed = sum(1 for p in valid if p.original.score != p.edit.score)
-    return {
-        "changed_valid_both": Ratio(changed, len(valid)).to_dict(),
-        "transitions": {"rows": "original score", "columns": "edit score",
-                        "labels": list(SCORE_LABELS), "matrix": matrix},
-    }
+    return ExactScore(Ratio(changed, len(valid)), SCORE_LABELS, tuple(tuple(r) for r in matrix))
 
 
 def placebo_corrected(edit: Sequence[Pair], placebo: Sequence[Pair], replicates: int,
-                      seed: int, confidence: float) -> dict[str, Any]:
+                      seed: int, confidence: float) -> PlaceboCorrected:
     by_base = {p.base_sample_id: p for p in placebo}
     joint = [(e, by_base[e.base_sample_id]) for e in edit if e.base_sample_id in by_base]
-    out: dict[str, Any] = {"bases": len(joint)}
+    views: dict[str, PlaceboView] = {}
     for view in VIEWS:
         def den(p: Pair, v: str = view) -> int:
             return 1 if v == "all_pairs" else int(p.valid_both)
@@ -66,18 +67,14 @@ def placebo_corrected(edit: Sequence[Pair], placebo: Sequence[Pair], replicates:
 
         r_e = Ratio(sum(num(e) for e, _ in joint), sum(den(e) for e, _ in joint))
         r_p = Ratio(sum(num(p) for _, p in joint), sum(den(p) for _, p in joint))
-        interval = None
+        interval: DifferenceInterval | None = None
         if joint and r_e.denominator and r_p.denominator:
             iv = difference_interval(
                 [num(e) for e, _ in joint], [den(e) for e, _ in joint],
                 [num(p) for _, p in joint], [den(p) for _, p in joint],
                 [e.base_sample_id for e, _ in joint], [e.stratum for e, _ in joint],
                 replicates=replicates, seed=seed, confidence=confidence)
-            interval = {"lower": iv.lower, "upper": iv.upper, "strata": "domain:gold_label"}
-        out[view] = {
-            "edit_flips": r_e.to_dict(),
-            "placebo_flips": r_p.to_dict(),
-            "effect": None if r_e.value is None or r_p.value is None else r_e.value - r_p.value,
-            "interval": interval,
-        }
-    return out
+            interval = DifferenceInterval(iv.lower, iv.upper)
+        effect = None if r_e.value is None or r_p.value is None else r_e.value - r_p.value
+        views[view] = PlaceboView(r_e, r_p, effect, interval)
+    return PlaceboCorrected(len(joint), views)

@@ -90,7 +90,7 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     # output directory (exit 2) still shows it
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    emit(as_json, data, format_table(data) + "\n" + result.verdict)
+    emit(as_json, data, format_table(result) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
     if not result.passed:
@@ -123,18 +123,16 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.stats import compute_stats, format_table
 
     run = load_rows(path, cohort)
+    rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
-                           progress=progress, expected_source=run.expected_source).to_json()
-    result["run_dir"] = str(path)
-    result["interpretation"] = interpretation(3)
-    written = write_json_atomic(out_dir(path, out) / "stats.json", result)
-    emit(as_json, result, format_table(result) + "\n" + format_rung(result["interpretation"]))
+                           progress=progress, expected_source=run.expected_source).with_extra(
+        run_dir=str(path), interpretation=rung.to_json())
+    data = result.to_json()
+    written = write_json_atomic(out_dir(path, out) / "stats.json", data)
+    emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
     say(as_json)(f"wrote {written}")
-    if exports:
-        from guardrepro.checks.stats import StatsResult
-
-        for target in exports:
-            say(as_json)(f"wrote {StatsResult.from_json(result).export(target)}")
+    for target in exports:
+        say(as_json)(f"wrote {result.export(target)}")
 
 
 @click.group(short_help="Audits of the benchmark itself (no model).")
@@ -207,10 +205,8 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     values = _predictions(root, rows, benchmark, preds)
-    result = interaction_audit(rows, values)
-    result["benchmark"] = benchmark
-    result["preds"] = preds
-    _emit(result, format_interaction(result), out, as_json)
+    result = interaction_audit(rows, values).with_extra(benchmark=benchmark, preds=preds)
+    _emit(result.to_json(), format_interaction(result), out, as_json)
 
 
 @audit.command("tool-lookup", short_help="Tool-name lookup diagnostic (rung 1).")
@@ -226,10 +222,8 @@ def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
     from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
 
     rows = load_benchmark(_data_dir(data_dir, lock, home), benchmark)
-    result = tool_lookup_audit(rows, max_splits=folds)
-    result["benchmark"] = benchmark
-    table = format_tool_lookup(result)
-    _emit(result, table, out, as_json)
+    result = tool_lookup_audit(rows, max_splits=folds).with_extra(benchmark=benchmark)
+    _emit(result.to_json(), format_tool_lookup(result), out, as_json)
 
 
 @audit.command("association", short_help="Decisions vs nuisance features (rung 2).")
@@ -269,10 +263,10 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
         keep = [i for i, row in enumerate(rows) if row.base_sample_id in recorded]
         left_out = len(rows) - len(keep)
         rows, values = [rows[i] for i in keep], [values[i] for i in keep]
-    result = association_audit(rows, values, benchmark, replicates=replicates, seed=seed)
-    result["preds"] = preds
-    result["rows_without_record_left_out"] = left_out
-    _emit(result, format_association(result), out, as_json)
+    result = association_audit(rows, values, benchmark, replicates=replicates,
+                               seed=seed).with_extra(preds=preds,
+                                                     rows_without_record_left_out=left_out)
+    _emit(result.to_json(), format_association(result), out, as_json)
 
 
 @audit.command("ladder", short_help="What each audit rung may and may not show.")
@@ -284,4 +278,4 @@ def ladder_cmd(out: Path | None, as_json: bool) -> None:
     from guardrepro.checks.association import format_ladder, ladder
 
     result = ladder()
-    _emit(result, format_ladder(result), out, as_json)
+    _emit(result.to_json(), format_ladder(result), out, as_json)
