@@ -27,4 +27,7 @@ Modules:
   gate, the statistics and the audits (frozen dataclasses; ``to_json()`` is
   the JSON each verb writes, ``from_json()`` reads gate.json and stats.json
   back).
+- ``tables``: pandas on demand, a nested result as one row per figure, and
+  CSV/Parquet export (the result types' ``to_frame()``); ``frames`` is the
+  pandas API on top of every check (``import guardrepro as gr``).
 """

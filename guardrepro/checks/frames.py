@@ -1,10 +1,10 @@
 """The pandas face of guardrepro (``import guardrepro as gr``).
 
 Input: run directories (``records.jsonl`` + ``manifest.json``), cohort JSONL
-files, gate specs. Output: pandas DataFrames with typed columns and small
-the checks' own typed results (``checks.stats.StatsResult``,
-``checks.gate.GateResult``, whose ``to_frame()`` views live here) and
-exports of tables to CSV or Parquet.
+files, gate specs. Output: pandas DataFrames with typed columns, the checks'
+own typed results (``checks.stats.StatsResult``, ``checks.gate.GateResult``,
+whose ``to_frame()`` tables come from ``checks.tables``) and exports of tables
+to CSV or Parquet.
 
 Invariants:
 - ``load_run`` has one row per *expected* cohort row (the checks' row set):
@@ -22,17 +22,22 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.compare import Comparison, RowComparison
-from guardrepro.checks.gate import GateResult
-from guardrepro.checks.runio import variant_order
-from guardrepro.checks.stats import StatsResult
-from guardrepro.errors import InputError, missing_extra
-from guardrepro.schema import strict_decision
+from guardrepro.checks.attribute import attribute as run_attribution
+from guardrepro.checks.compare import Comparison, RowComparison, compare_runs
+from guardrepro.checks.gate import GateResult, evaluate, load_spec, reference_rows
+from guardrepro.checks.loaders import load_reference, load_run_input
+from guardrepro.checks.report import load_gate as read_gate
+from guardrepro.checks.report import load_or_compute_stats
+from guardrepro.checks.runio import RowResult, load_records, variant_order
+from guardrepro.checks.runio import load_run as load_rows
+from guardrepro.checks.stats import StatsResult, compute_stats
+from guardrepro.checks.tables import pandas, write_table
+from guardrepro.schema import read_cohort, strict_decision
 
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
@@ -44,23 +49,12 @@ RUN_DTYPES = {
 }
 
 
-def _pd() -> Any:
-    try:
-        import pandas as pd
-    except ImportError as exc:  # pragma: no cover - pandas is a core dependency
-        raise missing_extra("the Python API", "pandas", None) from exc
-    return pd
-
-
 def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
     """DataFrame of a run: one row per expected cohort row (see module docstring).
 
     ``path`` is a run directory; ``cohort`` overrides the cohort named in its
     manifest (without either, the expected rows are the records' grid)."""
-    from guardrepro.checks.runio import load_records
-    from guardrepro.checks.runio import load_run as load_rows
-
-    pd = _pd()
+    pd = pandas()
     rows = load_rows(path, cohort)
     records = {r.row_id: r for r in load_records(path)}
     out = []
@@ -95,9 +89,7 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
 def load_cohort(path: str | Path) -> Any:
     """DataFrame of a cohort file: one row per line, the row's top-level fields
     plus each ``sample`` field as ``sample.<name>``; ``row_id`` first."""
-    from guardrepro.schema import read_cohort
-
-    pd = _pd()
+    pd = pandas()
     out = []
     for row in read_cohort(path):
         data = row.to_dict()
@@ -111,67 +103,11 @@ def load_cohort(path: str | Path) -> Any:
     return df
 
 
-def flatten_leaves(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Every figure of a nested JSON result as one row: ``path`` (dotted) and
-    its scalar fields. A figure is an object holding ``denominator`` (a count
-    with its denominator) or ``lower`` (an interval)."""
-    out: list[dict[str, Any]] = []
-    for key, val in data.items():
-        if not isinstance(val, Mapping):
-            continue
-        path = (*prefix, str(key))
-        if "denominator" in val or "lower" in val:
-            out.append({"path": ".".join(path),
-                        **{k: v for k, v in val.items()
-                           if v is None or isinstance(v, str | int | float | bool)}})
-        out.extend(flatten_leaves(val, path))
-    return out
-
-
-def write_table(df: Any, path: str | Path) -> Path:
-    """CSV or Parquet by the file's suffix, written atomically."""
-    import io
-
-    from guardrepro.artifacts.store import atomic_write_bytes
-
-    path = Path(path)
-    buffer = io.BytesIO()
-    if path.suffix == ".csv":
-        buffer.write(df.to_csv(index=False).encode("utf-8"))
-    elif path.suffix == ".parquet":
-        try:
-            df.to_parquet(buffer, index=False)
-        except ImportError as exc:
-            raise missing_extra("Parquet export", "pyarrow", "report") from exc
-    else:
-        raise InputError("table export needs a .csv or .parquet file name", file=str(path))
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
-
-
-def stats_frame(data: Mapping[str, Any]) -> Any:
-    """A stats.json object as one row per figure (count/denominator or
-    interval), dotted path first (``StatsResult.to_frame``)."""
-    df = _pd().DataFrame(flatten_leaves(data))
-    first = [c for c in ("path", "numerator", "count", "denominator", "value", "point",
-                         "lower", "upper") if c in df.columns]
-    df = df[first + [c for c in df.columns if c not in first]]
-    for col in ("numerator", "count", "denominator"):
-        values = df[col].dropna() if col in df else None
-        if values is not None and bool((values == values.round()).all()):
-            df[col] = df[col].astype("Int64")
-    return df
-
-
 def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
           cohort: str | Path | None = None) -> StatsResult:
     """Statistics of a run directory (its stats.json when current, else
     computed in memory) or of a ``load_run`` DataFrame (always computed)."""
-    from guardrepro.checks.runio import RowResult
-    from guardrepro.checks.stats import compute_stats
-
     if isinstance(run, str | Path):
-        from guardrepro.checks.report import load_or_compute_stats
 
         return load_or_compute_stats(run, replicates=replicates, seed=seed, cohort=cohort)
     rows = [RowResult(r.row_id, r.base_sample_id, str(r.variant), r.domain,
@@ -184,22 +120,17 @@ def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
 
 
 def _is_na(value: Any) -> bool:
-    return value is None or bool(_pd().isna(value))
+    return value is None or bool(pandas().isna(value))
 
 
 def load_gate(run: str | Path) -> GateResult | None:
     """The run directory's gate.json (written by ``guardrepro gate``), or None."""
-    from guardrepro.checks.report import load_gate as read_gate
-
     return read_gate(run)
 
 
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
          conservative: bool = False) -> GateResult:
     """The parity gate of a run directory against a spec (nothing is written)."""
-    from guardrepro.checks.gate import evaluate, load_spec, reference_rows
-    from guardrepro.checks.runio import load_run as load_rows
-
     gate_spec = load_spec(spec)
     rows = load_rows(run, cohort)
     key_field, reference, info = reference_rows(gate_spec)
@@ -209,8 +140,6 @@ def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
 
 def compare(a: str | Path, b: str | Path) -> Any:
     """Row-by-row comparison of two runs; the summary is in ``df.attrs``."""
-    from guardrepro.checks.compare import compare_runs
-
     return comparison_frame(compare_runs(a, b))
 
 
@@ -218,7 +147,7 @@ def comparison_frame(comparison: Comparison) -> Any:
     """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs`` as
     JSON (``CompareSummary.to_json()``: attrs travel into Parquet metadata)."""
     cols = [f.name for f in fields(RowComparison)]
-    df = _pd().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
+    df = pandas().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
     for col in ("score_a", "score_b", "margin_a", "margin_b"):
         df[col] = df[col].astype("Float64")
     df["first_divergence"] = df["first_divergence"].astype("Int64")
@@ -237,9 +166,6 @@ def attribute(reference: str | Path, *, bf16: str | Path | None = None,
               replicates: int = 10_000, seed: int = 260828) -> Any:
     """Attribution of every disagreement (one row per run, row and level);
     the full ``Attribution`` is in ``df.attrs["attribution"]``."""
-    from guardrepro.checks.attribute import attribute as run_attribution
-    from guardrepro.checks.loaders import load_reference, load_run_input
-
     ref, key_field, info = load_reference(reference)
     att = run_attribution(
         ref, key_field=key_field, reference_info=info,
@@ -249,7 +175,7 @@ def attribute(reference: str | Path, *, bf16: str | Path | None = None,
         replicates=replicates, seed=seed)
     cols = ["run", "key", "row_id", "base_sample_id", "domain", "level", "cause",
             "reference", "local", "bf16", "sampled", "margin", "bf16_margin", "sampled_margins"]
-    df = _pd().DataFrame([asdict(r) for run in att.runs for r in run.rows], columns=cols)
+    df = pandas().DataFrame([asdict(r) for run in att.runs for r in run.rows], columns=cols)
     df["margin"] = df["margin"].astype("Float64")
     df.attrs["attribution"] = att.to_dict()
     return df

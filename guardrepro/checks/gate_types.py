@@ -25,6 +25,7 @@ from typing import Any
 
 from guardrepro.checks.gate_spec import GateSpec
 from guardrepro.checks.metrics import Ratio
+from guardrepro.checks.tables import pandas
 from guardrepro.errors import InputError
 
 SCHEMA = "guardrepro.gate/2"
@@ -243,19 +244,15 @@ class GateResult:
 
     def to_frame(self) -> Any:
         """The gated rows that are present locally: agreement and margin (pandas)."""
-        from guardrepro.checks.frames import _pd
-
-        return _pd().DataFrame([r.to_json() for r in self.rows], columns=[
+        return pandas().DataFrame([r.to_json() for r in self.rows], columns=[
             "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
 
     def disagreements(self) -> Any:
         """Rows whose strict decision disagrees or that are missing, with scores
         and (when present) the local decision margin (pandas)."""
-        from guardrepro.checks.frames import _pd
-
         cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
                 "local_score", "local_status", "reason"]
-        rows = _pd().DataFrame([d.to_json() for d in self.disagreement_rows], columns=cols)
+        rows = pandas().DataFrame([d.to_json() for d in self.disagreement_rows], columns=cols)
         return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
                           how="left")
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import BATCH, DEFAULT_CONFIDENCE, DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.metrics import ConfusionSummary, Ratio
+from guardrepro.checks.tables import stats_frame, write_table
 from guardrepro.errors import InputError
 
 SCHEMA = "guardrepro.stats/2"
@@ -361,14 +362,10 @@ class StatsResult:
 
     def to_frame(self) -> Any:
         """One row per figure (count/denominator or interval), dotted path first."""
-        from guardrepro.checks.frames import stats_frame
-
         return stats_frame(self.to_json())
 
     def export(self, path: str | Path) -> Path:
         """``to_frame()`` as CSV or Parquet (by suffix), written atomically."""
-        from guardrepro.checks.frames import write_table
-
         return write_table(self.to_frame(), path)
 
     def to_json(self) -> dict[str, Any]:

@@ -37,7 +37,8 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
         write_json(comparison, json_out)
         say(as_json)(f"wrote {json_out}")
     if exports:
-        from guardrepro.checks.frames import comparison_frame, write_table
+        from guardrepro.checks.frames import comparison_frame
+        from guardrepro.checks.tables import write_table
 
         table = comparison_frame(comparison)
         for path in exports:
