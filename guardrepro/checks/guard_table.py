@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
@@ -98,15 +100,18 @@ def _label(run_dir: Path) -> str:
 
 
 def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
-                replicates: int = 2000, seed: int = 260828) -> dict[str, Any]:
-    """The table over ``runs`` (see the module docstring)."""
+                replicates: int = 2000, seed: int = 260828,
+                progress: bool = False) -> dict[str, Any]:
+    """The table over ``runs`` (see the module docstring); ``progress`` draws a
+    bar on stderr, one step per run."""
     if not runs:
         raise InputError("give at least one run directory")
     if labels is not None and len(labels) != len(runs):
         raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
     cohorts = {}
     columns: dict[str, Any] = {}
-    for i, run in enumerate(runs):
+    bar = tqdm(runs, desc="guard table", unit="run", disable=not progress, leave=False)
+    for i, run in enumerate(bar):
         run_dir = Path(run)
         manifest = load_manifest(run_dir)
         cohorts[str(run_dir)] = manifest.cohort.get("sha256")
@@ -165,10 +170,11 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
             guards[name]["flips"].get(v, {"value": None}) for v in variants]
         xs = [j + i * width for j in range(len(labels))]
         ys = [f.get("value") or 0.0 for f in figs]
-        lo = [max(0.0, y - (f.get("interval") or {}).get("lower", y) or 0.0)
-              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
-        hi = [max(0.0, ((f.get("interval") or {}).get("upper", y) or y) - y)
-              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
+        bounds = [(f.get("interval") or {}) for f in figs]  # a bound may be None (no data)
+        lo = [0.0 if b.get("lower") is None else max(0.0, y - b["lower"])
+              for y, b in zip(ys, bounds, strict=True)]
+        hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
+              for y, b in zip(ys, bounds, strict=True)]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
                   rotation=30, ha="right")
