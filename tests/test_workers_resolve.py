@@ -64,7 +64,7 @@ def install(log):
     return previous
 
 
-if os.environ.get("GUARDREPRO_CALL_LOG"):
+if __name__ == "sitecustomize" and os.environ.get("GUARDREPRO_CALL_LOG"):
     install(os.environ["GUARDREPRO_CALL_LOG"])
 '''
 
