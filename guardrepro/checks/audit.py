@@ -67,7 +67,6 @@ from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
     confusion,
-    gold_strict,
     interaction_weights,
     strict_decision,
 )
@@ -88,7 +87,7 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None]) -
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
         groups.setdefault(k, []).append(i)
-    g_major = [float(majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
+    g_major = [float(majority([strict_decision(gold[i]) for i in idx])) for idx in groups.values()]
     p_major = [float(majority([strict_decision(preds[i]) for i in idx]))
                for idx in groups.values()]
     maj_c = confusion(g_major, p_major)
@@ -223,7 +222,7 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str
         raise InputError("no rows")
     steps = [parse_step(stringify(r.raw["current_action"])) for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
-    labels = [gold_strict(r.score) for r in rows]
+    labels = [strict_decision(r.score) for r in rows]
     groups = [lookup_group(r) for r in rows]
     n_splits = min(max_splits, len(set(groups)))
     folds = group_kfold(groups, n_splits)

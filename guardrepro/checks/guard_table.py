@@ -31,7 +31,7 @@ from tqdm import tqdm
 from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
-from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
+from guardrepro.checks.metrics import Ratio, confusion, strict_decision
 from guardrepro.checks.runio import RowResult, load_manifest, load_run
 from guardrepro.errors import InputError
 
@@ -41,7 +41,7 @@ Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
 
 
 def _cells(r: RowResult) -> Cells:
-    d, y = strict_decision(r.score if r.valid else None), gold_strict(r.gold_label)
+    d, y = strict_decision(r.score if r.valid else None), strict_decision(r.gold_label)
     return (int(d and y), int(d and not y), int(not d and not y), int(not d and y))
 
 
@@ -57,7 +57,7 @@ def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
             replicates: int, seed: int) -> dict[str, Any]:
     out = Ratio(sum(nums), sum(dens)).to_dict()
     if replicates > 0 and rows:
-        strata = [f"{r.domain}:{gold_strict(r.gold_label)}" for r in rows]
+        strata = [f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
         out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
