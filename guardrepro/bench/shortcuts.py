@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
+from guardrepro.bench.tsbench import field_text
 from guardrepro.errors import InputError
 
 MARKER = "<information>"
@@ -36,12 +36,12 @@ SIDE_EFFECT_PREFIXES = ("add_", "append_", "create_", "delete_", "invite_", "pos
 
 def tool_key(current_action: Any) -> str:
     """The lookup key of a step (module docstring)."""
-    return parse_step(stringify(current_action)).tool_name.strip().casefold()
+    return parse_step(field_text(current_action)).tool_name.strip().casefold()
 
 
 def has_marker(history: Any) -> bool:
     """Whether the stringified history contains the marker, case-insensitively."""
-    return MARKER in stringify(history).casefold()
+    return MARKER in field_text(history).casefold()
 
 
 def side_effect_prefix(key: str) -> str | None:

@@ -58,11 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
-from guardrepro.bench.tsbench import BenchRow
+from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
@@ -220,7 +219,7 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> dict[str
     n_splits = min(max_splits, groups), and leave-one-domain-out."""
     if not rows:
         raise InputError("no rows")
-    steps = [parse_step(stringify(r.raw["current_action"])) for r in rows]
+    steps = [parse_step(field_text(r.raw["current_action"])) for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
     labels = [strict_decision(r.score) for r in rows]
     groups = [lookup_group(r) for r in rows]
