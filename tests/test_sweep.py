@@ -163,10 +163,10 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     spec = _spec(tmp_path)
     out, home = tmp_path / "out", tmp_path / "home"
     real = attempts.generate_chunk
-    calls: list[int] = []
+    calls: list[tuple[str, int]] = []  # (backend, rows) per generate_chunk call
 
     def killing(*args: Any, **kwargs: Any) -> Any:
-        calls.append(len(args[2]))
+        calls.append((args[0].backend, len(args[2])))
         # reference: one chunk of 2 rows; first recipe: 2 chunks; second recipe: 1 chunk, then
         if len(calls) == 5:  # killed before its second row
             raise KeyboardInterrupt
@@ -184,10 +184,14 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
 
     calls.clear()
     monkeypatch.setattr(attempts, "generate_chunk", real)
-    monkeypatch.setattr(attempts, "generate_chunk", lambda *a, **k: (calls.append(len(a[2])),
-                                                                    real(*a, **k))[1])
+    monkeypatch.setattr(attempts, "generate_chunk",
+                        lambda *a, **k: (calls.append((a[0].backend, len(a[2]))),
+                                         real(*a, **k))[1])
     result = run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
-    assert calls == [1]  # only the killed recipe's missing row is generated
+    # the killed recipe's missing row only, then the rule baseline (never run
+    # before the kill) through the rule backend, one row per chunk
+    assert calls == [("mlx", 1), ("rule", 1), ("rule", 1)]
+    assert "rule rule-nuisance: 2 rows" in result.actions
     assert f"skip {done[0]} (done)" in result.actions
     assert not [a for a in result.actions if a.startswith("quantize")]
     assert "reference: 0 generated" in result.actions
