@@ -23,7 +23,7 @@ CACHE_VERBS = {"fetch", "verify", "quantize", "cohort build", "run", "check-inva
                "attribute", "reparse", "audit interaction", "audit tool-lookup",
                "audit association", "demo", "sweep"}
 PROGRESS_VERBS = {"fetch", "run", "check-invariance", "quantize", "cohort build", "stats",
-                  "vs-published", "demo", "sweep", "report", "guard-table", "verify"}
+                  "vs-published", "demo", "sweep", "report", "guard-table", "verify", "lock"}
 JSON_VERBS = {"stats", "gate", "compare", "attribute", "vs-published", "audit interaction",
               "audit tool-lookup", "audit association", "audit ladder", "guards",
               "guard-table", "frontier", "doctor", "verify", "cohort build",
@@ -156,7 +156,8 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """report: the interval engine's bar and the guard table's (one step per
-    run); verify: the bytes re-hashed; all on stderr, none with --no-progress."""
+    run); verify: the bytes re-hashed; lock: the bytes hashed; all on stderr,
+    none with --no-progress."""
     run, ref = str(runs["run"]), str(runs["ref"])
     manifest = runs["ref"] / "manifest.json"  # another guard's run of the same cohort
     data = json.loads(manifest.read_text())
@@ -178,6 +179,12 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     assert code == 0 and "verify toy-bench" in err
     code, _, err = call(capsys, "verify", lock, "--home", str(home), "--no-progress")
     assert code == 0 and "verify toy-bench" not in err
+    data = ROOT / "guardrepro/data/toy_bench"
+    code, _, err = call(capsys, "lock", str(data), "--out", str(tmp_path / "a.toml"))
+    assert code == 0 and "lock a:" in err
+    code, _, err = call(capsys, "lock", str(data), "--out", str(tmp_path / "b.toml"),
+                        "--no-progress")
+    assert code == 0 and err == ""
 
 
 @pytest.mark.parametrize("args", [
