@@ -4,9 +4,9 @@ Input: a ``RunProfile`` (already parsed) and the guardrepro cache home.
 Output: a frozen ``ResolvedProfile``: the guard adapter and its template, the
 checkpoint directory (materialized and verified), the checkpoint's lock, the
 model revision, the prompt tokenizer, the runner options and, on first use,
-the artifact tree hash. ``ResolvedProfile.handoff()`` reduces it to a
-``Handoff`` (paths, hashes and options only) for a worker process, which
-rebuilds the objects with ``Handoff.resolve()``.
+the artifact tree hash. ``resolve_handoff`` (or ``ResolvedProfile.handoff()``)
+gives a ``Handoff`` instead (paths, hashes and options only) for worker
+processes, which rebuild the objects with ``Handoff.resolve()``.
 
 Invariants:
 
@@ -22,7 +22,8 @@ Invariants:
   directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
 - ``Handoff.resolve()`` reads no lock and verifies nothing: it trusts the
   paths and hashes the resolving process verified. It loads the tokenizer
-  from the verified checkpoint directory and the template from the verified
+  from the verified checkpoint directory (checking the guard's special
+  tokens, as ``resolve_profile`` does) and the template from the verified
   file it came from, and refuses a template whose sha256 is not the one
   resolved (``PromptError``).
 """
@@ -103,7 +104,8 @@ class TemplateSource:
 @dataclass(frozen=True)
 class Handoff:
     """A resolved profile as plain paths, hashes and options (built by
-    ``ResolvedProfile.handoff``), for a process that must not resolve again."""
+    ``resolve_handoff`` or ``ResolvedProfile.handoff``), for a process that must
+    not resolve again."""
 
     profile: RunProfile
     checkpoint_dir: Path
@@ -114,7 +116,9 @@ class Handoff:
     home: Path | None
 
     def resolve(self) -> ResolvedProfile:
-        """The ``ResolvedProfile`` again, without reading a lock or verifying."""
+        """The ``ResolvedProfile`` again, without reading a lock or verifying:
+        the tokenizer is loaded from the verified directory and checked for the
+        guard's special tokens, the template re-read from its verified file."""
         from guardrepro.guards.registry import get_guard
 
         template = None if self.template is None else self.template.load()
@@ -122,9 +126,8 @@ class Handoff:
         if self.profile.backend == "rule":
             tokenizer: Any = RuleTokenizer()
         else:
-            from guardrepro.run.prompts import PromptTokenizer
-
-            tokenizer = PromptTokenizer(self.checkpoint_dir)
+            tokenizer = _tokenizer(self.checkpoint_dir, guard,
+                                   pinned=self.model_revision != UNPINNED)
         return ResolvedProfile(self.profile, self.checkpoint_dir, self.model_revision,
                                guard.template, guard, tokenizer, None,
                                dict(self.runner_options), self.home, self.template,
@@ -150,15 +153,10 @@ class ResolvedProfile:
     @functools.cached_property
     def tree_sha256(self) -> str:
         """The artifact tree hash recorded in the provenance (computed on first use)."""
-        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
-
         if self.known_tree_sha256 is not None:
             return self.known_tree_sha256
-        if self.profile.backend == "rule":  # no model, no checkpoint
-            return "none"
-        if self.checkpoint_lock is not None:  # just verified by materialize: no re-read
-            return cached_tree_hash(self.checkpoint_dir, self.home).sha256
-        return tree_hash(self.checkpoint_dir).sha256
+        return _tree_sha256(self.profile, self.checkpoint_dir,
+                            pinned=self.checkpoint_lock is not None, home=self.home)
 
     def handoff(self) -> Handoff:
         """This resolution as paths, hashes and options (the tree hash computed
@@ -260,18 +258,53 @@ def runner_options(profile: RunProfile) -> dict[str, Any]:
     return options
 
 
-def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
-    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
-    profile.check_paths()
+def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
+                 home: Path | None) -> str:
+    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+
+    if profile.backend == "rule":  # no model, no checkpoint
+        return "none"
+    if pinned:  # just verified by materialize: no re-read
+        return cached_tree_hash(checkpoint_dir, home).sha256
+    return tree_hash(checkpoint_dir).sha256
+
+
+def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool) -> Any:
+    """The checkpoint's prompt tokenizer, which must declare the guard's special
+    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)."""
     from guardrepro.run.prompts import PromptTokenizer
 
+    tokenizer = PromptTokenizer(checkpoint_dir)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
+    if mismatch is not None:
+        if pinned:
+            raise PromptError(mismatch)
+        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=3)
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class _Files:
+    """What resolving reads and verifies: everything but the tokenizer."""
+
+    guard: GuardAdapter
+    template: GuardTemplate
+    source: TemplateSource | None
+    checkpoint_dir: Path
+    revision: str
+    lock: Any
+    options: dict[str, Any]
+    home: Path | None
+
+
+def _resolve_files(profile: RunProfile, home: str | Path | None) -> _Files:
+    profile.check_paths()
     locks = _Locks(home)
     guard, template, source = _guard(profile, locks)
     home_path = None if home is None else Path(home)
     options = runner_options(profile)
     if profile.backend == "rule":
-        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer(),
-                               None, options, home_path, source)
+        return _Files(guard, template, source, Path("."), "none", None, options, home_path)
     lock = None
     if profile.checkpoint.lock is not None:
         lock = locks.load(profile.checkpoint.lock)
@@ -280,11 +313,25 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     else:
         assert profile.checkpoint.dir is not None
         checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
-    tokenizer = PromptTokenizer(checkpoint_dir)
-    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
-    if mismatch is not None:
-        if lock is not None:
-            raise PromptError(mismatch)
-        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
-    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer,
-                           lock, options, home_path, source)
+    return _Files(guard, template, source, checkpoint_dir, revision, lock, options, home_path)
+
+
+def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
+    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
+    f = _resolve_files(profile, home)
+    if profile.backend == "rule":
+        tokenizer: Any = RuleTokenizer()
+    else:
+        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None)
+    return ResolvedProfile(profile, f.checkpoint_dir, f.revision, f.template, f.guard,
+                           tokenizer, f.lock, f.options, f.home, f.source)
+
+
+def resolve_handoff(profile: RunProfile, *, home: str | Path | None = None) -> Handoff:
+    """``resolve_profile`` for a process that hands the result to workers: each
+    lock read and verified once and the tree hash taken here; the tokenizer is
+    not loaded here (each worker loads it, and checks the guard's special
+    tokens, in ``Handoff.resolve``)."""
+    f = _resolve_files(profile, home)
+    tree = _tree_sha256(profile, f.checkpoint_dir, pinned=f.lock is not None, home=f.home)
+    return Handoff(profile, f.checkpoint_dir, f.revision, f.source, tree, f.options, f.home)

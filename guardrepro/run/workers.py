@@ -19,12 +19,13 @@ Invariants:
   N)`` for each worker, fixed before the workers start (threads are part of
   the provenance). A run directory that already holds a run (a finished or
   partly resumed merge) is resumed in one process with that same profile.
-- The parent resolves the profile once (``run.resolve.resolve_profile``: each
-  lock read and verified once, the tree hash computed once) and hands every
-  worker the result as a ``run.resolve.Handoff`` (our own paths, hashes and
-  options; nothing from upstream is pickled). A worker rebuilds its objects
-  with ``Handoff.resolve``: it reads no lock and verifies nothing, and loads
-  only the tokenizer and template files, from the verified paths.
+- The parent resolves the profile once (``run.resolve.resolve_handoff``: each
+  lock read and verified once, the tree hash computed once; no tokenizer
+  loaded) and hands every worker the result as a ``run.resolve.Handoff``
+  (our own paths, hashes and options; nothing from upstream is pickled). A
+  worker rebuilds its objects with ``Handoff.resolve``: it reads no lock and
+  verifies nothing, and loads only the tokenizer (checking the guard's
+  special tokens) and the template, from the verified paths.
 - Workers are started with the ``spawn`` method (no state inherited from the
   parent, whatever it imported). Each loads its runner, then waits at a
   barrier until all have, so they generate side by side (and the run's
@@ -52,7 +53,7 @@ from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE
-from guardrepro.run.resolve import Handoff, resolve_profile
+from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
 
 
@@ -162,7 +163,7 @@ def run_with_workers(
     if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
         return run_cohort(shared, cohort, out, progress=progress, home=home)
     started = time.perf_counter()
-    handoff = resolve_profile(shared, home=home).handoff()  # read and verified once, here
+    handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     context = multiprocessing.get_context("spawn")
