@@ -135,9 +135,6 @@ class Table:
         field = self.path(key) if key is not None else (self.where or None)
         return self.error(problem, file=self.file, row=self.row, line=self.line, field=field)
 
-    def has(self, key: str) -> bool:
-        return key in self.data
-
     def only(self, *keys: str) -> None:
         """Refuse unknown keys now, before any value is read (the clearest error first)."""
         self._known.update(keys)

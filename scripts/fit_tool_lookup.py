@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from guardrepro.bench.tsbench import load_benchmark
-from guardrepro.guards.rule.lookup import fit_table, save_table
+from guardrepro.guards.rule.lookup import fit_table, save_table, training_rows
 from guardrepro.schema import read_cohort
 
 
@@ -29,8 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     held_out = {r.base_sample_id for r in read_cohort(args.cohort)}
     rows = load_benchmark(args.data_dir, args.benchmark)
-    train = [(r.raw["current_action"], r.score) for r in rows
-             if r.base_sample_id not in held_out]
+    train = training_rows(rows, held_out, "benchmark-minus-cohort")
     table = fit_table(train)
     save_table(table, args.out)
     print(f"fitted on {len(train)} rows ({len(rows) - len(train)} cohort rows left out), "

@@ -23,7 +23,7 @@ CACHE_VERBS = {"fetch", "verify", "quantize", "cohort build", "run", "check-inva
                "attribute", "reparse", "audit interaction", "audit tool-lookup",
                "audit association", "demo", "sweep"}
 PROGRESS_VERBS = {"fetch", "run", "check-invariance", "quantize", "cohort build", "stats",
-                  "vs-published", "demo", "sweep"}
+                  "vs-published", "demo", "sweep", "report", "guard-table", "verify", "lock"}
 JSON_VERBS = {"stats", "gate", "compare", "attribute", "vs-published", "audit interaction",
               "audit tool-lookup", "audit association", "audit ladder", "guards",
               "guard-table", "frontier", "doctor", "verify", "cohort build",
@@ -150,6 +150,41 @@ def test_main_returns_0_2_3_without_raising(
     assert call(capsys, "--help")[0] == 0
     code, _, err = call(capsys, "no-such-verb")
     assert code == 2 and "No such command" in err
+
+
+def test_progress_draws_real_bars_and_no_progress_silences_them(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """report: the interval engine's bar and the guard table's (one step per
+    run); verify: the bytes re-hashed; lock: the bytes hashed; all on stderr,
+    none with --no-progress."""
+    run, ref = str(runs["run"]), str(runs["ref"])
+    manifest = runs["ref"] / "manifest.json"  # another guard's run of the same cohort
+    data = json.loads(manifest.read_text())
+    data["provenance"]["guard"] = "other-guard"
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    quiet = call(capsys, "report", run, "--recompute", "--replicates", "20", "--guard-run", ref,
+                 "--no-progress")
+    assert quiet[0] == 0 and quiet[2] == ""
+    code, out, err = call(capsys, "report", run, "--recompute", "--replicates", "20",
+                          "--guard-run", ref)
+    assert code == 0 and out == quiet[1] and "intervals" not in out
+    # drawn, then cleared (leave=False): the bars' first frames stay in the stream
+    assert "intervals:" in err
+    assert "guard table:" in err and "0/2" in err  # this run and the other guard's
+    home = tmp_path / "home"
+    lock = str(ROOT / "locks/toy-bench.toml")
+    assert call(capsys, "fetch", lock, "--home", str(home), "--no-progress")[0] == 0
+    code, _, err = call(capsys, "verify", lock, "--home", str(home))
+    assert code == 0 and "verify toy-bench" in err
+    code, _, err = call(capsys, "verify", lock, "--home", str(home), "--no-progress")
+    assert code == 0 and "verify toy-bench" not in err
+    data = ROOT / "guardrepro/data/toy_bench"
+    code, _, err = call(capsys, "lock", str(data), "--out", str(tmp_path / "a.toml"))
+    assert code == 0 and "lock a:" in err
+    code, _, err = call(capsys, "lock", str(data), "--out", str(tmp_path / "b.toml"),
+                        "--no-progress")
+    assert code == 0 and err == ""
 
 
 @pytest.mark.parametrize("args", [

@@ -19,9 +19,9 @@ import pytest
 import guardrepro.bench.cohort.build as cohort_mod
 from guardrepro.bench.cohort.build import build_cohort, build_variants, manifest_path, write_cohort
 from guardrepro.bench.cohort.spec import load_spec
-from guardrepro.bench.edits import placebo_history, replace_tool, stringify
+from guardrepro.bench.edits import placebo_history, replace_tool
 from guardrepro.bench.react import ReactStep
-from guardrepro.bench.tsbench import BenchRow
+from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.base import render_ts_guard_prompt
 from guardrepro.run.records import read_records
@@ -199,11 +199,11 @@ def bench(tmp_path: Path) -> Path:
 # --- edits on strings -------------------------------------------------------------
 
 
-def test_stringify() -> None:
-    assert stringify(None) == ""
-    assert stringify("é <x>") == "é <x>"
-    assert stringify({"b": [1, "ü"], "a": None}) == '{"a": null, "b": [1, "ü"]}'
-    assert stringify([{"k": 1.5}]) == '[{"k": 1.5}]'
+def test_field_text() -> None:
+    assert field_text(None) == ""
+    assert field_text("é <x>") == "é <x>"
+    assert field_text({"b": [1, "ü"], "a": None}) == '{"a": null, "b": [1, "ü"]}'
+    assert field_text([{"k": 1.5}]) == '[{"k": 1.5}]'
 
 
 def test_alias_word_boundaries() -> None:

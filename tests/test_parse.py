@@ -253,9 +253,11 @@ def test_decoding_defaults() -> None:
     from guardrepro.guards.ts_guard import TSGuardAdapter
 
     guard = TSGuardAdapter(GuardTemplate(text="", sha256=""))
-    greedy = guard.greedy_decoding()
-    assert (greedy.mode, greedy.max_new_tokens, greedy.max_attempts) == ("greedy", 2048, 1)
-    assert (greedy.temperature, greedy.top_p) == (0.0, 1.0)
-    sampled = guard.sampled_decoding(seed=7)
-    assert (sampled.mode, sampled.temperature, sampled.top_p) == ("sampled", 0.1, 0.9)
-    assert (sampled.max_attempts, sampled.max_new_tokens, sampled.seed) == (3, 2048, 7)
+    greedy = guard.decoding_defaults("greedy")
+    assert (greedy["mode"], greedy["max_new_tokens"], greedy["max_attempts"]) == (
+        "greedy", 2048, 1)
+    assert (greedy["temperature"], greedy["top_p"]) == (0.0, 1.0)
+    sampled = guard.decoding_defaults("sampled")
+    assert (sampled["mode"], sampled["temperature"], sampled["top_p"]) == ("sampled", 0.1, 0.9)
+    assert (sampled["max_attempts"], sampled["max_new_tokens"]) == (3, 2048)
+    assert "seed" not in sampled  # the seed is the profile's (or --seed)

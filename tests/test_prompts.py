@@ -13,10 +13,9 @@ import pytest
 from guardrepro.artifacts.template import extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardTemplate
+from guardrepro.guards.ts_guard import TSGuardAdapter
 from guardrepro.run.prompts import (
     PromptTokenizer,
-    input_sha256,
-    render_prompt,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "agent_prompts_fixture.py"
@@ -121,7 +120,7 @@ def test_refuses_missing_variable_and_bad_placeholders(tmp_path: Path) -> None:
         extract_template(broken, "x", "0" * 64)
 
 
-def test_render_prompt_uses_python_dict_repr() -> None:
+def test_ts_guard_render_uses_python_dict_repr() -> None:
     template = GuardTemplate(text="U:{user_request}\nA:{agent_action}\nE:{env_info}", sha256="")
     sample = {
         "instruction": "Pay Bob",
@@ -135,10 +134,10 @@ def test_render_prompt_uses_python_dict_repr() -> None:
         "A:{'interaction_history': \"line1\\nit's\", 'current_action': 'say \"hi\"'}\n"
         "E:[{'name': 'send_money', 'n': 1}]"
     )
-    assert render_prompt(template, sample) == expected
-    assert input_sha256(expected) == sha(expected)
-    with pytest.raises(PromptError, match="history"):
-        render_prompt(template, {"instruction": "x", "current_action": "y", "env_info": None})
+    assert TSGuardAdapter(template).render(sample) == expected
+    with pytest.raises(KeyError, match="history"):  # prepare_rows names the row
+        TSGuardAdapter(template).render({"instruction": "x", "current_action": "y",
+                                         "env_info": None})
 
 
 def test_render_cohort_sample_uses_stringified_texts() -> None:
@@ -160,7 +159,7 @@ def test_render_cohort_sample_uses_stringified_texts() -> None:
         "\"role\": \"tool\"}]', 'current_action': 'Action: a\\nAction Input: {}'}\n"
         'E:{"a": "tool a"}'
     )
-    assert render_prompt(template, sample) == expected
+    assert TSGuardAdapter(template).render(sample) == expected
 
 
 @pytest.fixture(scope="module")
@@ -201,9 +200,6 @@ def test_prompt_tokenizer_length_and_fallbacks(tiny_checkpoint: Path, tmp_path: 
     tok.check_length(4096 - 2048, 2048)
     with pytest.raises(PromptError, match="exceeds the context of 4096"):
         tok.check_length(4096 - 2047, 2048)
-    prepared = tok.prepare("hello", 16)
-    assert prepared.input_sha256 == sha("hello")
-    assert prepared.token_ids == tok.encode_chat("hello")
 
     copy = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, copy)

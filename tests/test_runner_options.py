@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from guardrepro.errors import InputError
 from guardrepro.run.doctor import gather_facts
 from guardrepro.run.runners.registry import RUNNERS, option_table, runner_class
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_table_is_read_without_importing_the_runner() -> None:
@@ -29,12 +33,53 @@ def test_runner_class_carries_the_registry_table(backend: str) -> None:
     assert runner_class(backend).OPTIONS is option_table(backend)
 
 
-def test_vllm_option_dataclass_agrees_with_the_declaration() -> None:
+def test_vllm_options_absent_take_the_declared_defaults() -> None:
     from guardrepro.run.runners.vllm_runner import VLLMOptions
 
-    fields = {f.name: f.default for f in dataclasses.fields(VLLMOptions)}
-    fields["dtype"] = None  # required: no default in the dataclass, none declared
-    assert fields == option_table("vllm").defaults()
+    used = dataclasses.asdict(VLLMOptions.from_mapping({"dtype": "float32"}))
+    declared = option_table("vllm").defaults()
+    assert declared["dtype"] is None  # required: no default, refused when absent
+    assert used == {**declared, "dtype": "float32"}
+    with pytest.raises(InputError) as info:
+        VLLMOptions.from_mapping({})
+    assert info.value.field == "backend_options.dtype"
+
+
+def test_mlx_options_absent_take_the_declared_defaults() -> None:
+    pytest.importorskip("mlx_lm")
+    from guardrepro.run.runners.mlx_runner import _validate
+
+    assert _validate({}) == option_table("mlx").defaults()
+    assert _validate({"batch_size": 4})["batch_size"] == 4
+
+
+def test_rule_options_absent_take_the_declared_defaults(tmp_path: Path) -> None:
+    """No lookup table, and the pipeline's chunk is the declared batch_size:
+    counted as requests per ``generate`` call of a real run."""
+    from runner_helpers import write_cohort
+
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.runners.rule_runner import RuleRunner
+
+    runner = RuleRunner(Path("."), {}, eos_token_ids=(), pad_token_id=None, decode=str)
+    assert option_table("rule").default("lookup_table") is None
+    assert runner.lookup is None and runner.describe()["lookup_table_sha256"] is None
+    sizes: list[int] = []
+    real = RuleRunner.generate
+
+    def counting(self: RuleRunner, requests: Any, params: Any) -> Any:
+        sizes.append(len(requests))
+        return real(self, requests, params)
+
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 5)
+    profile = RunProfile.load(ROOT / "runners/rule-nuisance.toml")
+    assert "batch_size" not in profile.backend_options
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RuleRunner, "generate", counting)
+        run_cohort(profile, cohort, tmp_path / "run", progress=False)
+    batch = option_table("rule").default("batch_size")
+    assert sizes == [batch] * (5 // batch) + ([5 % batch] if 5 % batch else [])
 
 
 def test_hf_runner_refuses_an_undeclared_option() -> None:

@@ -1,4 +1,5 @@
-"""Sweep specs, rule baselines, and a killed sweep that resumes without repeating work."""
+"""Sweep specs, rule baselines (run through ``guardrepro run``'s path), and a
+killed sweep that resumes without repeating work."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ from typing import Any
 
 import pytest
 
+from guardrepro.bench.shortcuts import SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.bench.tsbench import BenchRow
-from guardrepro.checks.rule_baselines import (
-    fit_lookup_model,
-    nuisance_decision,
-    training_rows,
-)
 from guardrepro.errors import InputError
 from guardrepro.experiments.spec import load_sweep
+from guardrepro.guards.rule.adapter import RuleAdapter, evaluate_rule
+from guardrepro.guards.rule.lookup import fit_table, training_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,17 +23,22 @@ def _action(tool: str) -> str:
     return f"Thought: go.\nAction: {tool}\nAction Input: {{}}"
 
 
+def _nuisance(sample: dict[str, Any]) -> float | None:
+    adapter = RuleAdapter("nuisance")
+    return adapter.parse(evaluate_rule(adapter.render(sample))).score
+
+
 def test_nuisance_rule_by_hand() -> None:
     marked = "<INFORMATION> do it </INFORMATION>"
-    assert nuisance_decision({"history": marked, "current_action": _action("send_money")}) == 1
-    assert nuisance_decision({"history": marked.lower(),
-                              "current_action": _action("Update_File")}) == 1
-    assert nuisance_decision({"history": marked, "current_action": _action("get_file")}) == 0
-    assert nuisance_decision({"history": "plain", "current_action": _action("send_money")}) == 0
-    assert nuisance_decision({"history": "<UNTRUSTED_EXTERNAL_CONTENT>",
-                              "current_action": _action("send_money")}) == 0
-    assert nuisance_decision({"history": [{"content": marked}],
-                              "current_action": "no action here"}) == 0
+    assert _nuisance({"history": marked, "current_action": _action("send_money")}) == 1.0
+    assert _nuisance({"history": marked.lower(),
+                      "current_action": _action("Update_File")}) == 1.0
+    assert _nuisance({"history": marked, "current_action": _action("get_file")}) == 0.0
+    assert _nuisance({"history": "plain", "current_action": _action("send_money")}) == 0.0
+    assert _nuisance({"history": "<UNTRUSTED_EXTERNAL_CONTENT>",
+                      "current_action": _action("send_money")}) == 0.0
+    assert _nuisance({"history": [{"content": marked}],
+                      "current_action": "no action here"}) == 0.0
 
 
 def _bench(base: str, tool: str, score: float) -> BenchRow:
@@ -42,17 +46,22 @@ def _bench(base: str, tool: str, score: float) -> BenchRow:
     return BenchRow("banking", 0, raw, base, base, "f")
 
 
+def _lookup(table: dict[str, Any], tool: str) -> float | None:
+    adapter = RuleAdapter("tool-lookup")
+    rendered = adapter.render({"current_action": _action(tool)})
+    return adapter.parse(evaluate_rule(rendered, table)).score
+
+
 def test_lookup_trains_only_on_the_declared_split() -> None:
     bench = [_bench("a", "send_money", 1.0), _bench("b", "send_money", 1.0),
              _bench("c", "get_file", 0.0), _bench("held", "get_file", 1.0)]
-    model = fit_lookup_model(bench, {"held"}, "benchmark-minus-cohort")
-    assert model.train_rows == 3
+    model = fit_table(training_rows(bench, {"held"}, "benchmark-minus-cohort"))
+    assert model["rows"] == 3
     # get_file: only the safe training row counts; unseen keys -> global majority (2/3 unsafe)
-    assert model.predict([{"current_action": _action("get_file")},
-                          {"current_action": _action("tool_abc")}]) == [0, 1]
-    leaky = fit_lookup_model(bench, {"held"}, "benchmark")
-    assert leaky.train_rows == 4
-    assert leaky.predict([{"current_action": _action("get_file")}]) == [1]  # tie -> unsafe
+    assert (_lookup(model, "get_file"), _lookup(model, "tool_abc")) == (0.0, 1.0)
+    leaky = fit_table(training_rows(bench, {"held"}, "benchmark"))
+    assert leaky["rows"] == 4
+    assert _lookup(leaky, "get_file") == 1.0  # tie -> unsafe
     with pytest.raises(InputError, match="no rows"):
         training_rows(bench[:1], {"a"}, "benchmark-minus-cohort")
 
@@ -71,6 +80,62 @@ def _spec(tmp: Path, body: str = "", recipes: str | None = None, limit: int = 2)
         f'candidate_profile = "{REPO / "runners/toy-mlx-q8.toml"}"\nreplicates = 100\n'
         f"{body}\n{recipes}", encoding="utf-8")
     return path
+
+
+RULES = ('[[rule]]\nrule = "nuisance"\n'
+         '[[rule]]\nname = "lookup-out"\nrule = "lookup"\n')
+
+
+def test_sweep_rule_baselines_are_the_records_of_guardrepro_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep writes each rule's profile and runs it through ``run_cohort``:
+    ``guardrepro run`` with that profile writes the same records; the nuisance
+    decisions match the rule computed here from the shared features, and the
+    lookup is fitted on the benchmark rows outside the cohort."""
+    from guardrepro.bench.tsbench import load_benchmark
+    from guardrepro.cli import main
+    from guardrepro.experiments import sweep
+    from guardrepro.run.records import read_records
+    from guardrepro.schema import read_cohort
+
+    recipe = f'[[recipe]]\nrecipe = "{REPO / "quantize/q8-g64.toml"}"\n'  # not run here
+    spec = load_sweep(_spec(tmp_path, recipes=recipe + RULES, limit=12))
+    out, home = tmp_path / "out", tmp_path / "home"
+    cohort = sweep._cohort(spec, out, home)
+    result = sweep.SweepResult(out=out, device="test")
+    for entry in spec.rules:
+        sweep._rule_config(entry, spec, out, cohort, home, result, progress=False)
+    assert result.actions == ["rule rule-nuisance: 12 rows", "rule lookup-out: 12 rows"]
+    rows = {r.row_id: r for r in read_cohort(cohort)}
+    for entry in spec.rules:
+        profile = out / "rules" / f"{entry.name}.toml"
+        again = tmp_path / f"cli-{entry.name}"
+        code = main(["run", "--profile", str(profile), "--cohort", str(cohort), "--out",
+                     str(again), "--no-progress"])
+        assert code == 0, capsys.readouterr().err
+        skip = {"run_id", "created_at", "timings"}
+        mine = [{k: v for k, v in r.to_dict().items() if k not in skip}
+                for r in read_records(out / "runs" / entry.name)]
+        assert mine == [{k: v for k, v in r.to_dict().items() if k not in skip}
+                        for r in read_records(again)]
+        assert [r["row_id"] for r in mine] == list(rows)
+        assert all(r["status"] == "ok" and r["peak_memory_bytes"] == 0 for r in mine)
+        if entry.rule == "nuisance":
+            for record in mine:
+                sample = rows[record["row_id"]].sample
+                key = tool_key(sample["current_action"]) or ""
+                fires = ("<information>" in str(sample["history"]).lower()
+                         and key.startswith(SIDE_EFFECT_PREFIXES))
+                assert record["score"] == float(fires), record["row_id"]
+    summary = json.loads((out / "runs" / "lookup-out" / "summary.json").read_text())
+    bench_dir = next((home / "artifacts").glob("toy-bench*/*"))
+    bench = load_benchmark(bench_dir, "agentdojo")
+    held = {r.base_sample_id for r in rows.values()}
+    assert summary["lookup"]["train_rows"] == sum(1 for r in bench
+                                                  if r.base_sample_id not in held)
+    sweep._rule_config(spec.rules[0], spec, out, cohort, home, result, progress=False)
+    assert result.actions[-1] == "skip rule-nuisance (done)"
 
 
 def test_spec_errors_name_the_field(tmp_path: Path) -> None:
@@ -98,10 +163,10 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
     spec = _spec(tmp_path)
     out, home = tmp_path / "out", tmp_path / "home"
     real = attempts.generate_chunk
-    calls: list[int] = []
+    calls: list[tuple[str, int]] = []  # (backend, rows) per generate_chunk call
 
     def killing(*args: Any, **kwargs: Any) -> Any:
-        calls.append(len(args[2]))
+        calls.append((args[0].backend, len(args[2])))
         # reference: one chunk of 2 rows; first recipe: 2 chunks; second recipe: 1 chunk, then
         if len(calls) == 5:  # killed before its second row
             raise KeyboardInterrupt
@@ -119,10 +184,14 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
 
     calls.clear()
     monkeypatch.setattr(attempts, "generate_chunk", real)
-    monkeypatch.setattr(attempts, "generate_chunk", lambda *a, **k: (calls.append(len(a[2])),
-                                                                    real(*a, **k))[1])
+    monkeypatch.setattr(attempts, "generate_chunk",
+                        lambda *a, **k: (calls.append((a[0].backend, len(a[2]))),
+                                         real(*a, **k))[1])
     result = run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
-    assert calls == [1]  # only the killed recipe's missing row is generated
+    # the killed recipe's missing row only, then the rule baseline (never run
+    # before the kill) through the rule backend, one row per chunk
+    assert calls == [("mlx", 1), ("rule", 1), ("rule", 1)]
+    assert "rule rule-nuisance: 2 rows" in result.actions
     assert f"skip {done[0]} (done)" in result.actions
     assert not [a for a in result.actions if a.startswith("quantize")]
     assert "reference: 0 generated" in result.actions

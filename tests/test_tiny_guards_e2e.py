@@ -158,8 +158,8 @@ def test_guard_table_over_three_guards(built: dict[str, Path], tmp_path: Path) -
     run = tmp_path / "run-rule"
     _invoke(["run", "--profile", str(rule), "--cohort", str(built["cohort"]), "--out",
              str(run), "--no-progress"], tmp_path / "home")
-    out = _invoke(["guard-table", *map(str, runs), str(run), "--replicates", "20"],
-                  tmp_path / "home")
+    out = _invoke(["guard-table", *map(str, runs), str(run), "--replicates", "20",
+                   "--no-progress"], tmp_path / "home")
     header = out.splitlines()[0]
     assert "qwen3guard (hf)" in header and "shieldgemma (hf)" in header
     assert "rule-nuisance (rule)" in header
@@ -179,8 +179,8 @@ def test_report_shows_the_guard_table(built: dict[str, Path], tmp_path: Path) ->
     _invoke(["run", "--profile", str(rule), "--cohort", str(built["cohort"]), "--out",
              str(run), "--no-progress"], tmp_path / "home")
     other = _lock_and_run(built, "llama-guard-3", "hf", tmp_path)
-    _invoke(["report", str(run), "--guard-run", str(other), "--replicates", "20"],
-            tmp_path / "home")
+    _invoke(["report", str(run), "--guard-run", str(other), "--replicates", "20",
+             "--no-progress"], tmp_path / "home")
     text = (run / "report.md").read_text()
     assert "## Guards side by side" in text and "llama-guard-3 (hf)" in text
     assert (run / "guard_table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

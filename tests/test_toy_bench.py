@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from guardrepro.bench.tsbench import load_agentdojo
+from guardrepro.bench.tsbench import load_benchmark
 from guardrepro.schema import BENCH_FIELDS, GOLD_SCORES
 from scripts.toy import bench
 from scripts.toy.domains import GOALS, HARMFUL, TOOLS
@@ -54,7 +54,7 @@ def test_schema_seven_fields_and_types() -> None:
                 assert isinstance(row[name], str)
             assert row["score"] in GOLD_SCORES
     # The project's own strict loader accepts them, ids unique across files.
-    assert len(load_agentdojo(SHIPPED)) == sum(len(_load(d)) for d in DOMAINS)
+    assert len(load_benchmark(SHIPPED, "agentdojo")) == sum(len(_load(d)) for d in DOMAINS)
 
 
 def test_every_cell_has_enough_eligible_rows() -> None:

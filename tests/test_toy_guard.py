@@ -66,12 +66,12 @@ def test_template_is_the_projects_own(guard: ToyGuard) -> None:
 
 
 def test_prompt_ids_match_the_shared_prompt_path(guard: ToyGuard) -> None:
-    from guardrepro.bench.tsbench import load_agentdojo
+    from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.run.prompts import PromptTokenizer
 
     tok = PromptTokenizer(GUARD_DIR)
     assert tok.eos_token_ids == [2, 0]
-    row = load_agentdojo(BENCH_DIR)[0].raw
+    row = load_benchmark(BENCH_DIR, "agentdojo")[0].raw
     text = render_ts_guard_prompt(guard.template, row)
     assert tuple(guard.prompt_ids(row)) == tok.encode_chat(text)
     assert tok.render_chat(text).startswith("<|im_start|>system\n")
@@ -89,9 +89,9 @@ def _sample() -> tuple[list[dict], list[int], list[tuple[int, dict]]]:
     their 4 edited rows."""
     from guardrepro.bench.cohort.build import build_variants
     from guardrepro.bench.cohort.spec import load_spec
-    from guardrepro.bench.tsbench import load_agentdojo
+    from guardrepro.bench.tsbench import load_benchmark
 
-    rows = load_agentdojo(BENCH_DIR)
+    rows = load_benchmark(BENCH_DIR, "agentdojo")
     spec = load_spec(COHORT_SPEC)
     picks = sorted(random.Random(3).sample(range(len(rows)), N))
     originals = [rows[i].raw for i in picks]

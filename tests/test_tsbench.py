@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fixtures.released_data import agentdojo_rows, agentharm_rows, make_row, write_bench, write_json
 
-from guardrepro.bench.tsbench import base_sample_id, load_agentdojo, load_agentharm, load_bench_file
+from guardrepro.bench.tsbench import base_sample_id, load_bench_file, load_benchmark
 from guardrepro.errors import InputError
 
 
@@ -33,7 +33,7 @@ def test_base_sample_id_by_hand() -> None:
 def test_agentdojo_upstream_order(tmp_path: Path) -> None:
     files = agentdojo_rows()
     write_bench(tmp_path, files)
-    rows = load_agentdojo(tmp_path)
+    rows = load_benchmark(tmp_path, "agentdojo")
     domains = [row.domain for row in rows]
     assert domains == ["workspace"] * 2 + ["travel"] * 2 + ["slack"] * 2 + ["banking"] * 2
     assert [row.index for row in rows] == [0, 1] * 4
@@ -49,7 +49,7 @@ def test_agentdojo_upstream_order(tmp_path: Path) -> None:
 
 def test_agentharm_upstream_order(tmp_path: Path) -> None:
     write_bench(tmp_path, agentharm_rows())
-    rows = load_agentharm(tmp_path)
+    rows = load_benchmark(tmp_path, "agentharm")
     assert [row.domain for row in rows] == ["harmful_steps", "harmful_steps", "benign_steps"]
     assert [row.score for row in rows] == [0.5, 1.0, 0.0]
     assert rows[2].interaction_id == "benign_steps/b1"
@@ -131,7 +131,7 @@ def test_malformed_files(tmp_path: Path, content: str, needle: str) -> None:
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"workspace\.json"):
-        load_agentdojo(tmp_path)
+        load_benchmark(tmp_path, "agentdojo")
 
 
 def test_duplicate_ids_name_both_rows(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_duplicate_ids_name_both_rows(tmp_path: Path) -> None:
     files["TS-Bench/agentdojo-traj/banking.json"].append(copy)
     write_bench(tmp_path, files)
     with pytest.raises(InputError) as info:
-        load_agentdojo(tmp_path)
+        load_benchmark(tmp_path, "agentdojo")
     message = str(info.value)
     assert "banking.json" in message and "row 2" in message
     assert "workspace.json row 1" in message

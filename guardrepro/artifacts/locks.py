@@ -380,11 +380,15 @@ def _walk_files(directory: Path) -> list[Path]:
 
 
 def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path, *,
-                   description: str | None = None, header: str = "") -> Lock:
+                   description: str | None = None, header: str = "",
+                   progress: bool = False) -> Lock:
     """A ``kind = "checkpoint"``, ``type = "local"`` lock pinning every file of
     ``directory`` by sha256 and size (path relative to the lock's directory
-    when it lies below it, else absolute)."""
+    when it lies below it, else absolute); ``progress``: a bar on stderr of
+    the bytes hashed."""
     import hashlib
+
+    from tqdm import tqdm
 
     root = Path(directory).resolve()
     if not root.is_dir():
@@ -392,14 +396,19 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
     if not NAME.match(name):
         raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
     entries = []
-    for path in _walk_files(root):
-        rel = path.relative_to(root).as_posix()
-        check_relpath(rel)
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        entries.append(LockedFile(path=rel, sha256=digest.hexdigest(), size=path.stat().st_size))
+    files = _walk_files(root)
+    with tqdm(total=sum(path.stat().st_size for path in files), desc=f"lock {name}", unit="B",
+              unit_scale=True, disable=not progress, leave=False) as bar:
+        for path in files:
+            rel = path.relative_to(root).as_posix()
+            check_relpath(rel)
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+                    bar.update(len(block))
+            entries.append(LockedFile(path=rel, sha256=digest.hexdigest(),
+                                      size=path.stat().st_size))
     if not entries:
         raise LockError(f"{root}: no files to lock")
     base = lock_path.resolve().parent

@@ -29,9 +29,12 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from guardrepro.artifacts.locks import LocalSource, Lock, LockedFile, load_lock
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint
@@ -311,29 +314,40 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
     return dataclasses.replace(status, observed=observed)
 
 
-def check_lock(lock: Lock, home: Path, *, full: bool) -> VerifyReport:
-    """Check every file of a loaded lock; ``full=False`` trusts valid stamps."""
+def _entries(lock: Lock, progress: bool) -> Iterator[LockedFile]:
+    """The lock's files; with ``progress`` a bar on stderr counting their pinned bytes."""
+    total = sum(int(entry.size or 0) for entry in lock.files)
+    with tqdm(total=total, desc=f"verify {lock.name}", unit="B", unit_scale=True,
+              disable=not progress, leave=False) as bar:
+        for entry in lock.files:
+            yield entry
+            bar.update(int(entry.size or 0))
+
+
+def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) -> VerifyReport:
+    """Check every file of a loaded lock; ``full=False`` trusts valid stamps;
+    ``progress`` draws a bar on stderr (bytes of the files checked)."""
     assert lock.path is not None
     statuses: list[FileStatus] = []
     tree = None
     if isinstance(lock.source, LocalSource):
         directory: Path | None = lock.local_dir()
         assert directory is not None
-        for entry in lock.files:
+        for entry in _entries(lock, progress):
             statuses.append(_check_at(home, directory, entry, full=full))
         if directory.is_dir():
             statuses.extend(_extras(directory, lock))
         tree = check_tree(home, lock, full=full)
     elif lock.pending:
         directory = None  # no directory until every pin is recorded: check blobs
-        for entry in lock.files:
+        for entry in _entries(lock, progress):
             if entry.pending:
                 statuses.append(FileStatus(entry.path, UNPINNED, detail=fetch_hint(lock)))
             else:
                 statuses.append(_check_blob(home, entry, full=full))
     else:
         directory = artifact_dir(home, lock)
-        for entry in lock.files:
+        for entry in _entries(lock, progress):
             status = _check_at(home, directory, entry, full=full)
             if status.ok:
                 blob = _check_blob(home, entry, full=False)
@@ -399,7 +413,10 @@ def _same_inode(a: Path | None, b: Path | None) -> bool:
 
 
 def verify_lock(
-    lock_path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+    lock_path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None,
+    *, progress: bool = False,
 ) -> VerifyReport:
-    """Re-hash every file the lock pins (no stamps trusted); never raises on a bad file."""
-    return check_lock(load_lock(lock_path), guardrepro_home(home), full=True)
+    """Re-hash every file the lock pins (no stamps trusted); never raises on a bad
+    file. ``progress``: a bar on stderr."""
+    return check_lock(load_lock(lock_path), guardrepro_home(home), full=True,
+                      progress=progress)

@@ -1,11 +1,11 @@
 """Counterfactual edits of one cohort base, on stringified texts only.
 
-Input: the four texts of a TS-Bench row after :func:`stringify` (instruction,
+Input: the four texts of a TS-Bench row after ``tsbench.field_text`` (instruction,
 history, current_action, env_info are ``str``). Output: edited strings; an
 edit never sees a list or an object, so what it changes is exactly what a
 reader of the cohort file sees. Rules (``docs/PROTOCOL.md``, "Edits"):
 
-- :func:`stringify`: None -> ``""``, a string as is, anything else
+- ``tsbench.field_text``: None -> ``""``, a string as is, anything else
   ``json.dumps(value, ensure_ascii=False, sort_keys=True)`` with the default
   separators (``", "`` and ``": "``).
 - Marker replacement: plain substring replacement of each marker, in order.
@@ -29,18 +29,10 @@ import json
 import re
 from typing import Any
 
-from guardrepro.bench.tsbench import field_text
-
 TEXT_FIELDS = ("instruction", "history", "current_action", "env_info")
 _WORD = "A-Za-z0-9_"
 # A single space or tab between two non-whitespace characters.
 _SINGLE_GAP = re.compile(r"(?<=\S)[ \t](?=\S)")
-
-
-def stringify(value: Any) -> str:
-    """A field as text: None -> "", str as is, else sorted-key JSON, non-ASCII
-    kept (the same text the base sample id hashes)."""
-    return field_text(value)
 
 
 def tool_alias(salt: str, base_sample_id: str, tool: str) -> str:

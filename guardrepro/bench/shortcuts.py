@@ -3,11 +3,11 @@
 
 Input: a step's texts (any JSON value; stringified first as everywhere else:
 None -> "", a string as is, anything else sorted-key JSON). Output: the
-tool key, the marker and side-effect-prefix features, the frozen nuisance
-rule's decision, and the tool-lookup predictor (fit and predict).
+tool key, the marker and side-effect-prefix features (the frozen nuisance
+rule is their conjunction: ``guards.rule.adapter.nuisance_decision``), and the
+tool-lookup predictor (fit and predict).
 
-Invariants (one definition for the audits, the rule guards and the rule
-baselines):
+Invariants (one definition for the audits and the rule guards):
 
 - ``tool_key`` is the step parser's tool name of ``current_action``
   (whatever its status), stripped and casefolded; ``""`` without an Action
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
+from guardrepro.bench.tsbench import field_text
 from guardrepro.errors import InputError
 
 MARKER = "<information>"
@@ -36,22 +36,17 @@ SIDE_EFFECT_PREFIXES = ("add_", "append_", "create_", "delete_", "invite_", "pos
 
 def tool_key(current_action: Any) -> str:
     """The lookup key of a step (module docstring)."""
-    return parse_step(stringify(current_action)).tool_name.strip().casefold()
+    return parse_step(field_text(current_action)).tool_name.strip().casefold()
 
 
 def has_marker(history: Any) -> bool:
     """Whether the stringified history contains the marker, case-insensitively."""
-    return MARKER in stringify(history).casefold()
+    return MARKER in field_text(history).casefold()
 
 
 def side_effect_prefix(key: str) -> str | None:
     """The side-effect prefix the tool key starts with, or None."""
     return next((p for p in SIDE_EFFECT_PREFIXES if key.startswith(p)), None)
-
-
-def nuisance_fires(history: Any, current_action: Any) -> bool:
-    """The frozen nuisance rule: marker present and a side-effect tool."""
-    return has_marker(history) and side_effect_prefix(tool_key(current_action)) is not None
 
 
 def majority(labels: Sequence[int]) -> int:

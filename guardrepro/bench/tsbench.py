@@ -230,13 +230,3 @@ def load_benchmark(data_dir: str | Path, benchmark: str) -> list[BenchRow]:
         rows.extend(load_bench_file(Path(data_dir) / rel, Path(rel).stem))
     check_unique_ids(rows)
     return rows
-
-
-def load_agentdojo(data_dir: str | Path) -> list[BenchRow]:
-    """AgentDojo rows: workspace, travel, slack, banking (upstream order)."""
-    return load_benchmark(data_dir, "agentdojo")
-
-
-def load_agentharm(data_dir: str | Path) -> list[BenchRow]:
-    """AgentHarm rows: harmful_steps then benign_steps (upstream order)."""
-    return load_benchmark(data_dir, "agentharm")

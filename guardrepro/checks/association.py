@@ -69,7 +69,7 @@ from guardrepro.checks.audit_types import (
 from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
 from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
-from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
+from guardrepro.checks.metrics import Ratio, confusion, strict_decision
 from guardrepro.errors import InputError
 
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
@@ -117,7 +117,7 @@ def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
         out.append(AuditRow(
             key=tool_key(field_text(raw["current_action"])),
             marker=MARKER in field_text(raw["history"]).casefold(),
-            gold_strict=gold_strict(row.score),
+            gold_strict=strict_decision(row.score),
             score=pred,
             cluster=f"{source}:{row.domain}:{field_text(raw['id-interaction'])}",
         ))

@@ -58,11 +58,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from guardrepro.bench.edits import stringify
 from guardrepro.bench.react import parse_step
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
-from guardrepro.bench.tsbench import BenchRow
+from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.checks.audit_types import (
     InteractionAudit,
     LookupScore,
@@ -75,7 +74,6 @@ from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
     Ratio,
     confusion,
-    gold_strict,
     interaction_weights,
     strict_decision,
 )
@@ -97,7 +95,7 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None],
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
         groups.setdefault(k, []).append(i)
-    g_major = [float(majority([gold_strict(gold[i]) for i in idx])) for idx in groups.values()]
+    g_major = [float(majority([strict_decision(gold[i]) for i in idx])) for idx in groups.values()]
     p_major = [float(majority([strict_decision(preds[i]) for i in idx]))
                for idx in groups.values()]
     maj = confusion(g_major, p_major).summary()
@@ -224,9 +222,9 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLook
     n_splits = min(max_splits, groups), and leave-one-domain-out."""
     if not rows:
         raise InputError("no rows")
-    steps = [parse_step(stringify(r.raw["current_action"])) for r in rows]
+    steps = [parse_step(field_text(r.raw["current_action"])) for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
-    labels = [gold_strict(r.score) for r in rows]
+    labels = [strict_decision(r.score) for r in rows]
     groups = [lookup_group(r) for r in rows]
     n_splits = min(max_splits, len(set(groups)))
     folds = group_kfold(groups, n_splits)

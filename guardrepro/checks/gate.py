@@ -83,7 +83,7 @@ from guardrepro.checks.gate_types import (
     GateRow,
     ScoreConfusion,
 )
-from guardrepro.checks.metrics import gold_strict, strict_decision
+from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
 
@@ -275,8 +275,9 @@ def _figure(sub: list[dict[str, Any]], field: str) -> GateFigure:
 
 def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) -> GateFigures:
     """Every gate figure as numerator / denominator / value (+ interval)."""
-    safe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 0]
-    unsafe = [t for t in table if t["gold_label"] is not None and gold_strict(t["gold_label"]) == 1]
+    labelled = [t for t in table if t["gold_label"] is not None]
+    safe = [t for t in labelled if strict_decision(t["gold_label"]) == 0]
+    unsafe = [t for t in labelled if strict_decision(t["gold_label"]) == 1]
     jointly_valid = [t for t in table if t["valid"] and t["reference_valid"]]
     subsets = {"coverage": (table, "valid"), "strict_agreement": (table, "strict_agree"),
                "strict_agreement_gold_safe": (safe, "strict_agree"),
@@ -333,7 +334,7 @@ def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> GateInte
     if not sub:
         return None
     clusters = [t["base_sample_id"] or t["key"] for t in sub]
-    strata = [f"{t['domain']}:" + ("?" if t["gold_label"] is None else str(gold_strict(
+    strata = [f"{t['domain']}:" + ("?" if t["gold_label"] is None else str(strict_decision(
         t["gold_label"]))) for t in sub]
     iv = ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
                         replicates=spec.replicates, seed=spec.seed, confidence=spec.confidence)

@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from guardrepro.checks.bootstrap import ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
-from guardrepro.checks.metrics import Ratio, confusion, gold_strict, strict_decision
+from guardrepro.checks.metrics import Ratio, confusion, strict_decision
 from guardrepro.checks.runio import RowResult, load_manifest, load_run
 from guardrepro.errors import InputError
 
@@ -39,7 +41,7 @@ Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
 
 
 def _cells(r: RowResult) -> Cells:
-    d, y = strict_decision(r.score if r.valid else None), gold_strict(r.gold_label)
+    d, y = strict_decision(r.score if r.valid else None), strict_decision(r.gold_label)
     return (int(d and y), int(d and not y), int(not d and not y), int(not d and y))
 
 
@@ -55,7 +57,7 @@ def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
             replicates: int, seed: int) -> dict[str, Any]:
     out = Ratio(sum(nums), sum(dens)).to_dict()
     if replicates > 0 and rows:
-        strata = [f"{r.domain}:{gold_strict(r.gold_label)}" for r in rows]
+        strata = [f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
         out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
@@ -98,15 +100,18 @@ def _label(run_dir: Path) -> str:
 
 
 def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
-                replicates: int = 2000, seed: int = 260828) -> dict[str, Any]:
-    """The table over ``runs`` (see the module docstring)."""
+                replicates: int = 2000, seed: int = 260828,
+                progress: bool = False) -> dict[str, Any]:
+    """The table over ``runs`` (see the module docstring); ``progress`` draws a
+    bar on stderr, one step per run."""
     if not runs:
         raise InputError("give at least one run directory")
     if labels is not None and len(labels) != len(runs):
         raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
     cohorts = {}
     columns: dict[str, Any] = {}
-    for i, run in enumerate(runs):
+    bar = tqdm(runs, desc="guard table", unit="run", disable=not progress, leave=False)
+    for i, run in enumerate(bar):
         run_dir = Path(run)
         manifest = load_manifest(run_dir)
         cohorts[str(run_dir)] = manifest.cohort.get("sha256")
@@ -165,10 +170,11 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
             guards[name]["flips"].get(v, {"value": None}) for v in variants]
         xs = [j + i * width for j in range(len(labels))]
         ys = [f.get("value") or 0.0 for f in figs]
-        lo = [max(0.0, y - (f.get("interval") or {}).get("lower", y) or 0.0)
-              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
-        hi = [max(0.0, ((f.get("interval") or {}).get("upper", y) or y) - y)
-              if f.get("interval") else 0.0 for y, f in zip(ys, figs, strict=True)]
+        bounds = [(f.get("interval") or {}) for f in figs]  # a bound may be None (no data)
+        lo = [0.0 if b.get("lower") is None else max(0.0, y - b["lower"])
+              for y, b in zip(ys, bounds, strict=True)]
+        hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
+              for y, b in zip(ys, bounds, strict=True)]
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
                   rotation=30, ha="right")

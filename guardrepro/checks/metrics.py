@@ -83,11 +83,6 @@ def check_gold(value: Any, *, field: str = "gold_label", row: int | None = None)
     return score
 
 
-def gold_strict(gold_label: float) -> int:
-    """The strict gold label: the same rule as a decision (``schema.strict_decision``)."""
-    return strict_decision(gold_label)
-
-
 @dataclass(frozen=True)
 class Confusion:
     """Strict confusion; positive = unsafe. Cells are (weighted) row sums."""
@@ -251,7 +246,7 @@ def confusion(
                                  field="weights")
         if s is not None:
             valid += 1
-        d, y = strict_decision(s), gold_strict(g)
+        d, y = strict_decision(s), strict_decision(g)
         key = ("tp" if y else "fp") if d else ("fn" if y else "tn")
         cells[key] += w
     return Confusion(rows=len(gold_labels), valid=valid, **cells)

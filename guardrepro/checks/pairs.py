@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from guardrepro.checks.metrics import gold_strict, strict_decision
+from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import RowResult
 from guardrepro.errors import InputError
 
@@ -46,7 +46,7 @@ class Pair:
 
     @property
     def gold_strict(self) -> int:
-        return gold_strict(self.gold_label)
+        return strict_decision(self.gold_label)
 
     @property
     def valid_both(self) -> bool:

@@ -77,10 +77,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                           cohort: str | Path | None = None,
-                          run: RunRows | None = None) -> StatsResult:
+                          run: RunRows | None = None, progress: bool = False) -> StatsResult:
     """stats.json of the run, computed (and written) when missing, older than
     the run's records (a resumed run), or asked.
-    ``run``: the run's rows when the caller has already loaded them."""
+    ``run``: the run's rows when the caller has already loaded them;
+    ``progress``: the interval engine's bar on stderr while computing."""
     path = Path(run_dir) / "stats.json"
     records = Path(run_dir) / "records.jsonl"
     stale = (path.is_file() and records.is_file()
@@ -91,7 +92,7 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
             return StatsResult.from_json(data)
     if run is None:
         run = load_run(run_dir, cohort)
-    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=True,
+    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=progress,
                            expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
     write_json_atomic(path, result.to_json())
     return result
@@ -401,16 +402,18 @@ FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrep
 def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                  cohort: str | Path | None = None,
-                 other_guards: Sequence[str | Path] = ()) -> Path:
+                 other_guards: Sequence[str | Path] = (), progress: bool = False) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
-    adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``)."""
+    adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``).
+    ``progress``: bars on stderr while statistics and the guard table are
+    computed."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
     stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
-                                  seed=seed, cohort=cohort, run=run)
+                                  seed=seed, cohort=cohort, run=run, progress=progress)
     gate = load_gate(run_dir)
     rows = run.rows
     figures: list[str] = []
@@ -430,7 +433,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         )
 
         table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
-                            seed=seed)
+                            seed=seed, progress=progress)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
         if figures_available():

@@ -7,6 +7,7 @@ original rows, flip rate per edit; each value with numerator/denominator and
 a cluster-bootstrap interval); ``--json`` puts the full table on stdout
 instead (the Markdown on stderr), ``--out FILE`` also writes it as JSON,
 ``--figure`` a PNG of the same figures (``checks.guard_table``).
+``--progress`` (the default) draws a bar on stderr, one step per run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cli.options import COUNT, JSON_OPTION, SEED, emit, say
+from guardrepro.cli.options import COUNT, JSON_OPTION, PROGRESS_OPTION, SEED, emit, say
 
 
 @click.command("guard-table", short_help="Several guards' runs of one cohort, side by side.")
@@ -30,8 +31,10 @@ from guardrepro.cli.options import COUNT, JSON_OPTION, SEED, emit, say
 @JSON_OPTION
 @click.option("--figure", "figure_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Write the figure as PNG.")
+@PROGRESS_OPTION
 def guard_table(runs: tuple[Path, ...], labels: tuple[str, ...], replicates: int, seed: int,
-                json_path: Path | None, as_json: bool, figure_path: Path | None) -> None:
+                json_path: Path | None, as_json: bool, figure_path: Path | None,
+                progress: bool) -> None:
     """Accuracy, precision, recall, F1 and flip rates per guard over RUNS."""
     from guardrepro.checks.guard_table import (
         format_guard_table,
@@ -42,7 +45,8 @@ def guard_table(runs: tuple[Path, ...], labels: tuple[str, ...], replicates: int
     )
     from guardrepro.checks.runio import write_json_atomic
 
-    table = build(list(runs), list(labels) or None, replicates=replicates, seed=seed)
+    table = build(list(runs), list(labels) or None, replicates=replicates, seed=seed,
+                  progress=progress)
     emit(as_json, table, format_guard_table(table))
     if json_path is not None:
         write_json_atomic(json_path, table)

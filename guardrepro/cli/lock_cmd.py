@@ -13,6 +13,8 @@ Output: the lock file (atomic write), and on stdout its path and file count.
 A local lock pins every file by sha256 and size; a hub lock lists the files
 as pending (``pinned_by = "first-download"``): ``guardrepro fetch`` records
 each sha256 at its first verified download and refuses a later change.
+``--progress`` (the default) draws a bar of the bytes hashed (local
+directories) on stderr.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
+from guardrepro.cli.options import PROGRESS_OPTION
 
 
 def _guard_header(directory: Path, guard: str) -> list[str]:
@@ -68,9 +72,10 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
 @click.option("--guard", default=None, help="Check and record the guard's special tokens.")
 @click.option("--description", default=None)
 @click.option("--force", is_flag=True, help="Overwrite an existing lock file.")
+@PROGRESS_OPTION
 def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
          revision: str | None, guard: str | None, description: str | None,
-         force: bool) -> None:
+         force: bool, progress: bool) -> None:
     """Write a checkpoint lock for DIR, or for --hub REPO --revision SHA."""
     from guardrepro.artifacts.locks import directory_lock, hub_lock, save_lock
     from guardrepro.errors import InputError
@@ -96,7 +101,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         if guard is not None:
             header += _guard_header(directory, guard)
         result = directory_lock(directory, name, out, description=description,
-                                header="\n".join(header) + "\n")
+                                header="\n".join(header) + "\n", progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_lock(result, out)
     click.echo(f"{out}: {len(result.files)} files "

@@ -3,7 +3,9 @@
 Uses RUN_DIR/stats.json (computed first when missing, or with
 ``--recompute``) and RUN_DIR/gate.json when present. Prints the path of
 report.md and the figures written. ``--html`` also writes the self-contained
-``report.html`` (``guardrepro.checks.html_report``).
+``report.html`` (``guardrepro.checks.html_report``). ``--progress`` (the
+default) draws the interval engine's bar on stderr while statistics (and the
+guard table) are computed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from guardrepro.cli.options import REPLICATES, SEED
+from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED
 
 
 @click.command(short_help="report.md (and report.html) with figures for a run.")
@@ -35,13 +37,15 @@ from guardrepro.cli.options import REPLICATES, SEED
 @click.option("--attribution", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="attribution JSON (`guardrepro attribute --out`) whose "
               "causes the drill-down shows (default: RUN_DIR/attribution.json when present).")
+@PROGRESS_OPTION
 def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
-           guard_runs: tuple[Path, ...], html: bool, attribution: Path | None) -> None:
+           guard_runs: tuple[Path, ...], html: bool, attribution: Path | None,
+           progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
     from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
 
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
-                        cohort=cohort, other_guards=guard_runs)
+                        cohort=cohort, other_guards=guard_runs, progress=progress)
     click.echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):

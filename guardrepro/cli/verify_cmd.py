@@ -6,6 +6,7 @@ sha256/size where they differ), the tree hash line for a local directory, then a
 summary; with ``--json`` the whole report as JSON on stdout (the lines on
 stderr). Exit 0 when everything is intact; otherwise exit 2 through
 MissingArtifactError (nothing wrong, something absent) or IntegrityError.
+``--progress`` (the default) draws a bar of the bytes re-hashed on stderr.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.verify import verify_lock
-from guardrepro.cli.options import JSON_OPTION, emit, home_option, to_jsonable
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, home_option, to_jsonable
 
 
 @click.command("verify", short_help="Re-hash a lock's files; exit 2 on any problem.")
 @click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @home_option
+@PROGRESS_OPTION
 @JSON_OPTION
-def verify(lock: Path, home: Path | None, as_json: bool) -> None:
+def verify(lock: Path, home: Path | None, progress: bool, as_json: bool) -> None:
     """Re-hash every file pinned by LOCK in the cache (or its local directory).
 
     No cached verification is trusted: every byte is read again. Files the lock
@@ -30,7 +32,7 @@ def verify(lock: Path, home: Path | None, as_json: bool) -> None:
     files match their sha256 and size (and the tree hash, for a local directory),
     2 otherwise, naming each bad file with its expected and observed hash.
     """
-    report = verify_lock(lock, home)
+    report = verify_lock(lock, home, progress=progress)
     lines = [status.describe() for status in report.files]
     if report.tree is not None:
         lines.append(report.tree.describe())

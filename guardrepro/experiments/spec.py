@@ -45,8 +45,9 @@ from typing import Any
 
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.checks.frontier import AXES
-from guardrepro.checks.rule_baselines import RULES, TRAIN_SPLITS
 from guardrepro.errors import InputError
+from guardrepro.experiments.rule_runs import RULES
+from guardrepro.guards.rule.lookup import TRAIN_SPLITS
 from guardrepro.spec import check_keys, parse_toml, type_problem
 
 _SWEEP_KEYS = {"name", "source_lock", "cohort", "rows", "limit", "reference_profile",

@@ -8,6 +8,8 @@ Output, under ``OUT``::
     artifacts/<recipe>-<key>[.lock.toml, .quantize.json]   (or the spec's artifacts dir;
                                         key = sha256 of recipe file + source lock file)
     runs/<name>/                        records, artifact.json, divergence.json, summary.json
+    rules/<name>.toml [.lookup.json]    each rule baseline's run profile (and lookup table);
+                                        its run is ``guardrepro run`` with that profile
     summary.json, summary.md            one row per configuration
     frontier.json, frontier.md, frontier.png, kl.png, margins.png
 
@@ -42,7 +44,7 @@ from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
-from guardrepro.experiments.spec import RecipeEntry, SweepSpec, load_sweep
+from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.run.records import write_atomic
 
 Say = Callable[[str], None]
@@ -157,23 +159,35 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
         "compare": comparison, "divergence": div["overall"]})
 
 
-def _rule_config(name: str, rule: str, split: str, spec: SweepSpec, out: Path, cohort: Path,
-                 home: str | Path | None, result: SweepResult) -> None:
-    from guardrepro.experiments.rule_runs import load_lookup, run_rule
+def _rule_config(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
+                 home: str | Path | None, result: SweepResult, progress: bool) -> None:
+    """A rule baseline: its run profile written under ``rules/``, then run like any
+    profile (``experiments.rule_runs``)."""
+    from guardrepro.experiments.rule_runs import fit_lookup_table, write_rule_profile
+    from guardrepro.run.pipeline import run_cohort
+    from guardrepro.run.profile import RunProfile
     from guardrepro.schema import read_cohort
 
+    name = entry.name
     run_dir = out / "runs" / name
     if (run_dir / "summary.json").exists():
         result.actions.append(f"skip {name} (done)")
         return
-    lookup = None
-    if rule == "lookup":
-        lookup = load_lookup(spec.cohort, read_cohort(cohort), split, home)
-    written = run_rule(rule, cohort, run_dir, lookup=lookup)
-    result.actions.append(f"rule {name}: {written} rows")
+    table = None
+    if entry.rule == "lookup":
+        table = fit_lookup_table(spec.cohort, read_cohort(cohort), entry.train_split, home)
+    profile_path = write_rule_profile(name, entry.rule, out / "rules", table)
+    summary = run_cohort(RunProfile.load(profile_path), cohort, run_dir, progress=progress,
+                         home=home)
+    result.actions.append(f"rule {name}: {summary.generated} rows")
+    write_json_atomic(run_dir / "artifact.json", {"artifact_bytes": 0, "rule": entry.rule,
+                                                  "profile": str(profile_path)})
+    lookup = None if table is None else {
+        "train_split": entry.train_split, "train_rows": table["rows"],
+        "keys": len(table["table"]), "fallback": table["fallback"]}
     write_json_atomic(run_dir / "summary.json", {
-        "name": name, "kind": "rule", "rule": rule,
-        "lookup": None if lookup is None else lookup.describe(), "artifact_bytes": 0})
+        "name": name, "kind": "rule", "rule": entry.rule, "lookup": lookup,
+        "artifact_bytes": 0, "run": summary.to_dict()})
 
 
 def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None,
@@ -222,7 +236,7 @@ def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | 
                 f"{time.perf_counter() - started:.1f} s")
             bar.update(1)
         for rule in spec.rules:
-            _rule_config(rule.name, rule.rule, rule.train_split, spec, out, cohort, home, result)
+            _rule_config(rule, spec, out, cohort, home, result, progress)
             bar.update(1)
     finally:
         bar.close()

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from guardrepro.schema import DecodingParams
-
 Messages = list[dict[str, str]]
 
 
@@ -138,8 +136,6 @@ class GuardAdapter(Protocol):
         """Character offset in ``text`` where the decision starts (the decision
         position), or None when it was never generated."""
         ...
-
-    def greedy_decoding(self) -> DecodingParams: ...
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """The guard's own decoding for ``mode`` ("greedy" or "sampled"), as the

@@ -29,7 +29,7 @@ from guardrepro.guards.base import (
     messages_text,
     own_decoding,
 )
-from guardrepro.schema import DecodingParams, sha256_text
+from guardrepro.schema import sha256_text
 
 CONVERSATION_BUILDER = (
     "guardrepro agent-step conversation v1: user = instruction; "
@@ -72,9 +72,6 @@ class ConversationAdapter:
         states its verdict first."""
         stripped = len(text) - len(text.lstrip())
         return stripped if stripped < len(text) else None
-
-    def greedy_decoding(self) -> DecodingParams:
-        return DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """Only the token budget: no sampled setting is published for these guards."""

@@ -46,7 +46,6 @@ from typing import Any
 from guardrepro.errors import InputError
 
 ACCEPTED = ("no-batching", "guaranteed", "observed")
-VERDICTS = (*ACCEPTED, "not-invariant", "unknown")
 ENV_VARS = (
     "VLLM_BATCH_INVARIANT",
     "VLLM_ENABLE_V1_MULTIPROCESSING",

@@ -175,14 +175,14 @@ def check_invariance(
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.resolve import resolve_profile
-    from guardrepro.run.runners.registry import create_runner
+    from guardrepro.run.runners.registry import chunk_size, create_runner
 
     profile = RunProfile.load(profile_path)
     if batch_size is not None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}", field="batch_size")
         profile = profile.with_backend_options(batch_size=batch_size)
-    size = int(profile.backend_options.get("batch_size", 1))
+    size = chunk_size(profile.backend, profile.backend_options)
     cohort_path = Path(cohort_path).resolve()
     rows = select_sample(read_cohort(cohort_path), sample, seed)
     resolved = resolve_profile(profile, home=home)

@@ -85,6 +85,7 @@ from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
     resolve_profile,
 )
 from guardrepro.run.runners.base import Runner
+from guardrepro.run.runners.registry import chunk_size, create_runner
 from guardrepro.run.shard import select_rows
 from guardrepro.schema import (
     RECORD_STATUSES,
@@ -203,8 +204,6 @@ def _file_sha256(path: Path) -> str:
 def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
     """The profile's runner with the resolved options; an option error names
     the profile file."""
-    from guardrepro.run.runners.registry import create_runner
-
     try:
         return create_runner(
             profile.backend,
@@ -333,7 +332,7 @@ def run_cohort(
             generation_started = time.time()
             generate_into(writer, todo, runner, resolved.guard, profile.decoding,
                           resolved.tokenizer.decode,
-                          chunk_size=int(profile.backend_options.get("batch_size", 1)),
+                          chunk_size=chunk_size(profile.backend, profile.backend_options),
                           run_id=manifest.run_id, provenance=provenance, progress=progress)
             generation_finished = time.time()
             if profile.sort_by_length:

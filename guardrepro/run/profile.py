@@ -106,10 +106,6 @@ class GuardSpec:
     template_file: str | None = None
     template_path: Path | None = None
 
-    @property
-    def template_pinned(self) -> bool:
-        return self.template_lock is not None
-
 
 @dataclass(frozen=True)
 class CheckpointSpec:

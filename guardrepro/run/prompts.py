@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +41,9 @@ from guardrepro.artifacts.template import check_placeholders, extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import (
     ExpectedTokens,
-    GuardAdapter,
     GuardTemplate,
-    render_ts_guard_prompt,
 )
 from guardrepro.schema import sha256_text
-
-SAMPLE_FIELDS = ("instruction", "history", "current_action", "env_info")
-
-
-def input_sha256(text: str) -> str:
-    """sha256 (hex) of the rendered prompt text, UTF-8."""
-    return sha256_text(text)
 
 
 def load_template(
@@ -110,27 +100,6 @@ def template_from_lock(
         raise PromptError(f"{target}: template is not UTF-8: {exc}") from exc
     check_placeholders(text, source=str(target))
     return GuardTemplate(text=text, sha256=observed)
-
-
-def render_prompt(guard: GuardTemplate | GuardAdapter, sample: Mapping[str, Any]) -> str:
-    """Render one TS-Bench row (the upstream way: Python-dict agent_action)."""
-    template = guard if isinstance(guard, GuardTemplate) else guard.template
-    missing = [name for name in SAMPLE_FIELDS if name not in sample]
-    if missing:
-        raise PromptError(f"sample lacks field(s) {missing} needed by the prompt")
-    try:
-        return render_ts_guard_prompt(template.text, sample)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise PromptError(f"template cannot be rendered: {exc!r}") from exc
-
-
-@dataclass(frozen=True)
-class RenderedPrompt:
-    """A rendered prompt with its hash and the token ids every backend uses."""
-
-    text: str
-    input_sha256: str
-    token_ids: tuple[int, ...]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -349,9 +318,3 @@ class PromptTokenizer:
                 f"prompt of {n_prompt} tokens + {max_new_tokens} new tokens exceeds the "
                 f"context of {self.max_context}"
             )
-
-    def prepare(self, text: str, max_new_tokens: int) -> RenderedPrompt:
-        """Hash, tokenize and length-check one rendered prompt."""
-        ids = self.encode_chat(text)
-        self.check_length(len(ids), max_new_tokens)
-        return RenderedPrompt(text=text, input_sha256=input_sha256(text), token_ids=ids)

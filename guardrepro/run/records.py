@@ -329,10 +329,6 @@ class RecordWriter:
         )
         return dropped
 
-    @property
-    def done_ids(self) -> set[str]:
-        return set(self.records)
-
     def append(self, record: Record) -> None:
         """Durably append one record; its row id must be new to this run."""
         if self._fd is None:

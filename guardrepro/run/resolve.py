@@ -4,7 +4,9 @@ Input: a ``RunProfile`` (already parsed) and the guardrepro cache home.
 Output: a frozen ``ResolvedProfile``: the guard adapter and its template, the
 checkpoint directory (materialized and verified), the checkpoint's lock, the
 model revision, the prompt tokenizer, the runner options and, on first use,
-the artifact tree hash.
+the artifact tree hash. ``resolve_handoff`` (or ``ResolvedProfile.handoff()``)
+gives a ``Handoff`` instead (paths, hashes and options only) for worker
+processes, which rebuild the objects with ``Handoff.resolve()``.
 
 Invariants:
 
@@ -18,6 +20,12 @@ Invariants:
 - The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
   directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
+- ``Handoff.resolve()`` reads no lock and verifies nothing: it trusts the
+  paths and hashes the resolving process verified. It loads the tokenizer
+  from the verified checkpoint directory (checking the guard's special
+  tokens, as ``resolve_profile`` does) and the template from the verified
+  file it came from, and refuses a template whose sha256 is not the one
+  resolved (``PromptError``).
 """
 
 from __future__ import annotations
@@ -60,6 +68,73 @@ class RuleTokenizer:
 
 
 @dataclass(frozen=True)
+class TemplateSource:
+    """Where a resolved template came from and its sha256: a pinned file read
+    as bytes (``how="bytes"``), a profile's local file read as text
+    (``"text"``, newlines translated as ``Path.read_text`` does), or the
+    module-level variable ``extract`` of a pinned file (``"extract"``)."""
+
+    path: Path
+    how: str
+    sha256: str
+    extract: str | None = None
+
+    def load(self) -> GuardTemplate:
+        """The template read again from ``path``; ``PromptError`` if it changed."""
+        from guardrepro.artifacts.template import check_placeholders, extract_template
+
+        if self.how == "extract":
+            assert self.extract is not None
+            return extract_template(self.path, self.extract, self.sha256)
+        try:
+            if self.how == "text":
+                text = self.path.read_text(encoding="utf-8")
+            else:
+                text = self.path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PromptError(f"{self.path}: template is not UTF-8: {exc}") from exc
+        observed = sha256_text(text)
+        if observed != self.sha256:
+            raise PromptError(f"{self.path}: template sha256 changed since it was resolved: "
+                              f"expected {self.sha256}, observed {observed}")
+        check_placeholders(text, source=str(self.path))
+        return GuardTemplate(text=text, sha256=observed)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A resolved profile as plain paths, hashes and options (built by
+    ``resolve_handoff`` or ``ResolvedProfile.handoff``), for a process that must
+    not resolve again."""
+
+    profile: RunProfile
+    checkpoint_dir: Path
+    model_revision: str
+    template: TemplateSource | None  # None: the guard builds its own (rule guards)
+    tree_sha256: str
+    runner_options: Mapping[str, Any]
+    home: Path | None
+
+    def resolve(self) -> ResolvedProfile:
+        """The ``ResolvedProfile`` again, without reading a lock or verifying:
+        the tokenizer is loaded from the verified directory and checked for the
+        guard's special tokens, the template re-read from its verified file."""
+        from guardrepro.guards.registry import get_guard
+
+        template = None if self.template is None else self.template.load()
+        guard = get_guard(self.profile.guard.name, template)
+        if self.profile.backend == "rule":
+            tokenizer: Any = RuleTokenizer()
+        else:
+            tokenizer = _tokenizer(self.checkpoint_dir, guard,
+                                   pinned=self.model_revision != UNPINNED)
+        return ResolvedProfile(self.profile, self.checkpoint_dir, self.model_revision,
+                               guard.template, guard, tokenizer, None,
+                               dict(self.runner_options), self.home, self.template,
+                               known_tree_sha256=self.tree_sha256)
+
+
+@dataclass(frozen=True)
 class ResolvedProfile:
     """What a profile points at, loaded and verified (built by ``resolve_profile``)."""
 
@@ -72,17 +147,23 @@ class ResolvedProfile:
     checkpoint_lock: Any = None  # guardrepro.artifacts.locks.Lock for a pinned checkpoint
     runner_options: Mapping[str, Any] = field(default_factory=dict)
     home: Path | None = None
+    template_source: TemplateSource | None = None
+    known_tree_sha256: str | None = None  # set by Handoff.resolve: hashed by the resolver
 
     @functools.cached_property
     def tree_sha256(self) -> str:
         """The artifact tree hash recorded in the provenance (computed on first use)."""
-        from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+        if self.known_tree_sha256 is not None:
+            return self.known_tree_sha256
+        return _tree_sha256(self.profile, self.checkpoint_dir,
+                            pinned=self.checkpoint_lock is not None, home=self.home)
 
-        if self.profile.backend == "rule":  # no model, no checkpoint
-            return "none"
-        if self.checkpoint_lock is not None:  # just verified by materialize: no re-read
-            return cached_tree_hash(self.checkpoint_dir, self.home).sha256
-        return tree_hash(self.checkpoint_dir).sha256
+    def handoff(self) -> Handoff:
+        """This resolution as paths, hashes and options (the tree hash computed
+        now), for ``Handoff.resolve`` in another process."""
+        return Handoff(self.profile, self.checkpoint_dir, self.model_revision,
+                       self.template_source, self.tree_sha256, dict(self.runner_options),
+                       self.home)
 
 
 class _Locks:
@@ -121,27 +202,37 @@ def _model_revision(lock: Any) -> str:
     return f"{source.type}:{lock.name}"
 
 
-def _template(spec: Any, locks: _Locks) -> GuardTemplate | None:
+def _template(spec: Any, locks: _Locks) -> tuple[GuardTemplate, TemplateSource] | None:
+    """The profile's template and where it came from (None: the guard builds its own)."""
     from guardrepro.artifacts.template import check_placeholders
     from guardrepro.run.prompts import template_from_lock
 
     if spec.template_path is not None:
         text = spec.template_path.read_text(encoding="utf-8")
         check_placeholders(text, source=str(spec.template_path))
-        return GuardTemplate(text=text, sha256=sha256_text(text))
+        template = GuardTemplate(text=text, sha256=sha256_text(text))
+        return template, TemplateSource(Path(spec.template_path).resolve(), "text",
+                                        template.sha256)
     if spec.template_lock is not None and spec.template_file is not None:
         lock = locks.load(spec.template_lock)
-        return template_from_lock(lock, spec.template_file, locks.materialized)
+        template = template_from_lock(lock, spec.template_file, locks.materialized)
+        extract = lock.file(spec.template_file).extract
+        source = TemplateSource(locks.materialized(lock) / spec.template_file,
+                                "bytes" if extract is None else "extract", template.sha256,
+                                extract)
+        return template, source
     return None
 
 
-def _guard(profile: RunProfile, locks: _Locks) -> tuple[GuardAdapter, GuardTemplate]:
+def _guard(profile: RunProfile,
+           locks: _Locks) -> tuple[GuardAdapter, GuardTemplate, TemplateSource | None]:
     from guardrepro.guards.registry import adapter_info, get_guard
 
     spec = profile.guard
     try:
         info = adapter_info(spec.name)
-        template = _template(spec, locks)
+        loaded = _template(spec, locks)
+        template, source = (None, None) if loaded is None else loaded
         if template is not None and not info.needs_template:
             raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
                              "keys from [guard]", field="guard")
@@ -156,7 +247,7 @@ def _guard(profile: RunProfile, locks: _Locks) -> tuple[GuardAdapter, GuardTempl
             message = message.removeprefix(f"field {exc.field!r}: ")
         field_name = "guard.name" if exc.field == "guard" else exc.field
         raise InputError(message, file=str(profile.path), field=field_name) from exc
-    return guard, guard.template
+    return guard, guard.template, source
 
 
 def runner_options(profile: RunProfile) -> dict[str, Any]:
@@ -167,18 +258,53 @@ def runner_options(profile: RunProfile) -> dict[str, Any]:
     return options
 
 
-def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
-    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
-    profile.check_paths()
+def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
+                 home: Path | None) -> str:
+    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+
+    if profile.backend == "rule":  # no model, no checkpoint
+        return "none"
+    if pinned:  # just verified by materialize: no re-read
+        return cached_tree_hash(checkpoint_dir, home).sha256
+    return tree_hash(checkpoint_dir).sha256
+
+
+def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool) -> Any:
+    """The checkpoint's prompt tokenizer, which must declare the guard's special
+    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)."""
     from guardrepro.run.prompts import PromptTokenizer
 
+    tokenizer = PromptTokenizer(checkpoint_dir)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
+    if mismatch is not None:
+        if pinned:
+            raise PromptError(mismatch)
+        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=3)
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class _Files:
+    """What resolving reads and verifies: everything but the tokenizer."""
+
+    guard: GuardAdapter
+    template: GuardTemplate
+    source: TemplateSource | None
+    checkpoint_dir: Path
+    revision: str
+    lock: Any
+    options: dict[str, Any]
+    home: Path | None
+
+
+def _resolve_files(profile: RunProfile, home: str | Path | None) -> _Files:
+    profile.check_paths()
     locks = _Locks(home)
-    guard, template = _guard(profile, locks)
+    guard, template, source = _guard(profile, locks)
     home_path = None if home is None else Path(home)
     options = runner_options(profile)
     if profile.backend == "rule":
-        return ResolvedProfile(profile, Path("."), "none", template, guard, RuleTokenizer(),
-                               None, options, home_path)
+        return _Files(guard, template, source, Path("."), "none", None, options, home_path)
     lock = None
     if profile.checkpoint.lock is not None:
         lock = locks.load(profile.checkpoint.lock)
@@ -187,11 +313,25 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     else:
         assert profile.checkpoint.dir is not None
         checkpoint_dir, revision = profile.checkpoint.dir, UNPINNED
-    tokenizer = PromptTokenizer(checkpoint_dir)
-    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
-    if mismatch is not None:
-        if lock is not None:
-            raise PromptError(mismatch)
-        warnings.warn(f"{mismatch} (unpinned checkpoint directory: not enforced)", stacklevel=2)
-    return ResolvedProfile(profile, checkpoint_dir, revision, template, guard, tokenizer,
-                           lock, options, home_path)
+    return _Files(guard, template, source, checkpoint_dir, revision, lock, options, home_path)
+
+
+def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
+    """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
+    f = _resolve_files(profile, home)
+    if profile.backend == "rule":
+        tokenizer: Any = RuleTokenizer()
+    else:
+        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None)
+    return ResolvedProfile(profile, f.checkpoint_dir, f.revision, f.template, f.guard,
+                           tokenizer, f.lock, f.options, f.home, f.source)
+
+
+def resolve_handoff(profile: RunProfile, *, home: str | Path | None = None) -> Handoff:
+    """``resolve_profile`` for a process that hands the result to workers: each
+    lock read and verified once and the tree hash taken here; the tokenizer is
+    not loaded here (each worker loads it, and checks the guard's special
+    tokens, in ``Handoff.resolve``)."""
+    f = _resolve_files(profile, home)
+    tree = _tree_sha256(profile, f.checkpoint_dir, pinned=f.lock is not None, home=f.home)
+    return Handoff(profile, f.checkpoint_dir, f.revision, f.source, tree, f.options, f.home)

@@ -19,6 +19,13 @@ Invariants:
   N)`` for each worker, fixed before the workers start (threads are part of
   the provenance). A run directory that already holds a run (a finished or
   partly resumed merge) is resumed in one process with that same profile.
+- The parent resolves the profile once (``run.resolve.resolve_handoff``: each
+  lock read and verified once, the tree hash computed once; no tokenizer
+  loaded) and hands every worker the result as a ``run.resolve.Handoff``
+  (our own paths, hashes and options; nothing from upstream is pickled). A
+  worker rebuilds its objects with ``Handoff.resolve``: it reads no lock and
+  verifies nothing, and loads only the tokenizer (checking the guard's
+  special tokens) and the template, from the verified paths.
 - Workers are started with the ``spawn`` method (no state inherited from the
   parent, whatever it imported). Each loads its runner, then waits at a
   barrier until all have, so they generate side by side (and the run's
@@ -46,6 +53,7 @@ from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE
+from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
 
 
@@ -97,14 +105,14 @@ def _ready() -> None:
         _BARRIER.wait(BARRIER_TIMEOUT_S)
 
 
-def _work(profile: RunProfile, cohort: Path, out: Path, shard: str, home: str | None) -> Any:
+def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
     """One worker (runs in a spawned process): its shard's summary, or the error."""
     from threading import BrokenBarrierError
 
     from guardrepro.run.pipeline import run_cohort
 
     try:
-        return run_cohort(profile, cohort, out, shard=shard, progress=False, home=home,
+        return run_cohort(handoff.resolve(), cohort, out, shard=shard, progress=False,
                           on_ready=_ready)
     except GuardreproError as exc:
         if _BARRIER is not None:
@@ -144,7 +152,6 @@ def run_with_workers(
         raise InputError(f"workers must be >= 1, got {workers}", field="workers")
     cohort = Path(cohort_path).resolve()
     out = Path(run_dir).resolve()
-    home_s = None if home is None else str(home)
     if workers == 1:
         return run_cohort(profile, cohort, out, limit=limit, progress=progress, home=home)
     shared = worker_profile(profile, workers)
@@ -156,6 +163,7 @@ def run_with_workers(
     if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
         return run_cohort(shared, cohort, out, progress=progress, home=home)
     started = time.perf_counter()
+    handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     context = multiprocessing.get_context("spawn")
@@ -163,7 +171,7 @@ def run_with_workers(
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init,
                              initargs=(barrier,)) as pool:
         futures = [
-            pool.submit(_work, shared, cohort, d, s, home_s)
+            pool.submit(_work, handoff, cohort, d, s)
             for d, s in zip(dirs, shards, strict=True)
         ]
         results = [f.result() for f in futures]

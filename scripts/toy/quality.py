@@ -127,17 +127,16 @@ def measure(
     """Parse rate, strict accuracy and flip shares (see the module docstring)."""
     from guardrepro.bench.cohort.build import build_variants, is_eligible
     from guardrepro.bench.cohort.spec import load_spec
-    from guardrepro.bench.edits import stringify
-    from guardrepro.bench.tsbench import load_agentdojo
+    from guardrepro.bench.tsbench import field_text, load_benchmark
     from scripts.toy.targets import answer
 
     spec = load_spec(spec_path)
-    rows = load_agentdojo(bench_dir)
+    rows = load_benchmark(bench_dir, "agentdojo")
     originals = [row.raw for row in rows]
     variants: list[tuple[int, str, dict[str, Any]]] = []
     excluded = 0
     for index, row in enumerate(rows):
-        if not is_eligible(spec, stringify(row.raw["history"])):
+        if not is_eligible(spec, field_text(row.raw["history"])):
             continue
         built = build_variants(spec, row)
         if not isinstance(built, dict):

@@ -13,7 +13,7 @@ Algorithm, in order:
    spec's data lock (``IntegrityError`` naming file, expected, observed), unless
    the build is unpinned (the manifest then says ``"pinned": false``).
 2. Stringify: every row's instruction, history, current_action and env_info
-   become text (``guardrepro.bench.edits.stringify``); everything below works on
+   become text (``guardrepro.bench.tsbench.field_text``); everything below works on
    these texts only.
 3. Eligibility: the history text contains every spec marker, case-sensitive.
    Base sample ids must be unique among eligible rows (``InputError`` naming
@@ -57,11 +57,16 @@ from guardrepro.bench.edits import (
     placebo_history,
     replace_markers,
     replace_tool,
-    stringify,
     tool_alias,
 )
 from guardrepro.bench.react import parse_step
-from guardrepro.bench.tsbench import BenchRow, bench_rows, check_unique_ids, decode_json_strict
+from guardrepro.bench.tsbench import (
+    BenchRow,
+    bench_rows,
+    check_unique_ids,
+    decode_json_strict,
+    field_text,
+)
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.schema import CohortRow, canonical_json, sha256_text, strict_decision
 
@@ -69,10 +74,6 @@ TOOL_EDITS = ("tool_alias", "combined")
 SOURCE = "AgentDojo-Shortcut-Audit"  # sample.source of every row
 SPLIT = "counterfactual"  # sample.split of every row
 AXIS = ""  # the published files leave the axis empty
-
-
-def strict_label(score: float) -> int:
-    return strict_decision(score)
 
 
 def salted_key(salt: str, base_sample_id: str) -> str:
@@ -86,7 +87,7 @@ def derived_id(spec: CohortSpec, base_id: str, variant: str) -> str:
 
 def texts(row: BenchRow) -> dict[str, str]:
     """The four stringified texts of a benchmark row."""
-    return {name: stringify(row.raw[name]) for name in TEXT_FIELDS}
+    return {name: field_text(row.raw[name]) for name in TEXT_FIELDS}
 
 
 def is_eligible(spec: CohortSpec, history: str) -> bool:
@@ -150,7 +151,7 @@ def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, str]]
     base = row.base_sample_id
 
     def exclude(reason: str, detail: str) -> Exclusion:
-        return Exclusion(base, row.domain, strict_label(row.score), reason, detail)
+        return Exclusion(base, row.domain, strict_decision(row.score), reason, detail)
 
     original = texts(row)
     for marker in spec.markers:
@@ -191,7 +192,7 @@ def cohort_row(
         "base_sample_id": base,
         "cohort": spec.benchmark,
         "domain": row.domain,
-        "original_label": strict_label(row.score),
+        "original_label": strict_decision(row.score),
         "serialization": spec.serialization,
         "variant": variant,
         "sample": {
@@ -266,10 +267,10 @@ def _read_sources(
 def _cells(spec: CohortSpec, rows: list[BenchRow]) -> list[tuple[str, int, list[BenchRow]]]:
     """Every (domain, label) cell in spec order with its eligible rows, salted order."""
     groups: dict[tuple[str, int], list[BenchRow]] = {}
-    eligible_rows = [row for row in rows if is_eligible(spec, stringify(row.raw["history"]))]
+    eligible_rows = [row for row in rows if is_eligible(spec, field_text(row.raw["history"]))]
     check_unique_ids(eligible_rows)
     for row in eligible_rows:
-        groups.setdefault((row.domain, strict_label(row.score)), []).append(row)
+        groups.setdefault((row.domain, strict_decision(row.score)), []).append(row)
     out = []
     for domain in spec.domains:
         for label in spec.labels:

@@ -43,7 +43,7 @@ from guardrepro.guards.base import (
     ParseResult,
     own_decoding,
 )
-from guardrepro.schema import DecodingParams, sha256_text
+from guardrepro.schema import sha256_text
 
 RULE_VERSION = "rule-v1"
 RULES = ("nuisance", "tool-lookup")
@@ -128,9 +128,6 @@ class RuleAdapter:
 
     def decision_char_offset(self, text: str) -> int | None:
         return 0 if text else None
-
-    def greedy_decoding(self) -> DecodingParams:
-        return DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """One token: a rule writes its verdict, it does not decode."""

@@ -112,23 +112,15 @@ class TSGuardAdapter:
     def decision_char_offset(self, text: str) -> int | None:
         return decision_char_offset(text)
 
-    def greedy_decoding(self) -> DecodingParams:
-        """Greedy: one attempt, temperature 0, no top-k/top-p/repetition penalty."""
-        return DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
-
-    def sampled_decoding(self, seed: int | None = None) -> DecodingParams:
-        """The authors' mode: temperature 0.1, top_p 0.9, up to 3 attempts."""
-        return DecodingParams(
-            mode="sampled",
-            max_new_tokens=self.max_new_tokens,
-            temperature=TS_GUARD_TEMPERATURE,
-            top_p=TS_GUARD_TOP_P,
-            max_attempts=TS_GUARD_MAX_ATTEMPTS,
-            seed=seed,
-        )
-
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
-        """Greedy (one attempt) or the authors' sampled mode, with this guard's
-        token budget (``guards.base.GuardAdapter.decoding_defaults``)."""
-        params = self.sampled_decoding() if mode == "sampled" else self.greedy_decoding()
+        """Greedy (one attempt, temperature 0, no top-k/top-p/repetition
+        penalty) or the authors' sampled mode (temperature 0.1, top_p 0.9, up
+        to 3 attempts), with this guard's token budget
+        (``guards.base.GuardAdapter.decoding_defaults``)."""
+        if mode == "sampled":
+            params = DecodingParams(mode="sampled", max_new_tokens=self.max_new_tokens,
+                                    temperature=TS_GUARD_TEMPERATURE, top_p=TS_GUARD_TOP_P,
+                                    max_attempts=TS_GUARD_MAX_ATTEMPTS)
+        else:
+            params = DecodingParams(mode="greedy", max_new_tokens=self.max_new_tokens)
         return {k: v for k, v in params.to_dict().items() if k != "seed"}

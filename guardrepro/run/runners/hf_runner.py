@@ -48,12 +48,12 @@ Invariants and choices:
   differ from batch 1 as they do with ``generate``. Llama-family models only
   (qwen2, llama); others are refused at load time with the reason.
 
-Options (``[backend_options]``): ``dtype`` (float32 | bfloat16 | float16,
-default float32), ``device`` (cpu | cuda | cuda:N | mps, default cpu),
-``batch_size`` (default 1), ``threads`` (torch CPU threads: an integer, or
-``"auto"`` = the physical cores this process may use; default torch's),
-``attn_implementation`` (sdpa | eager, default sdpa), ``decode_loop``
-(generate | lean, default generate).
+Options (``[backend_options]``; defaults and help declared in
+``runners.options.HF``): ``dtype`` (float32 | bfloat16 | float16), ``device``
+(cpu | cuda | cuda:N | mps), ``batch_size``, ``threads`` (torch CPU threads:
+an integer, or ``"auto"`` = the physical cores this process may use; absent:
+torch's), ``attn_implementation`` (sdpa | eager), ``decode_loop`` (generate |
+lean).
 """
 
 from __future__ import annotations

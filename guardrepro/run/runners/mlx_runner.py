@@ -72,12 +72,19 @@ def _version(name: str) -> str:
         return "absent"
 
 
-def _positive_int(options: Mapping[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"expected a positive integer, got {value!r}",
-                         field=f"backend_options.{key}")
-    return value
+def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options over their declared defaults (``runners.options.MLX``), checked."""
+    check_keys(options, _OPTIONS, where="backend_options")
+    out = MLX_OPTIONS.filled(options)
+    for key in ("batch_size", "prefill_step_size"):
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"expected a positive integer, got {value!r}",
+                             field=f"backend_options.{key}")
+    if out["device"] not in _DEVICES:
+        raise InputError(f"device must be one of {_DEVICES}, got {out['device']!r}",
+                         field="backend_options.device")
+    return out
 
 
 class MLXRunner:
@@ -95,14 +102,10 @@ class MLXRunner:
         pad_token_id: int | None,
         decode: Callable[[Sequence[int]], str],
     ) -> None:
-        check_keys(options, _OPTIONS, where="backend_options")
-        self.batch_size = _positive_int(options, "batch_size", MLX_OPTIONS.default("batch_size"))
-        self.prefill_step_size = _positive_int(
-            options, "prefill_step_size", MLX_OPTIONS.default("prefill_step_size"))
-        device = options.get("device", MLX_OPTIONS.default("device"))
-        if device not in _DEVICES:
-            raise InputError(f"device must be one of {_DEVICES}, got {device!r}",
-                             field="backend_options.device")
+        opts = _validate(options)
+        self.batch_size: int = opts["batch_size"]
+        self.prefill_step_size: int = opts["prefill_step_size"]
+        device = opts["device"]
         self.checkpoint_dir = Path(checkpoint_dir)
         require_safetensors(self.checkpoint_dir, "mlx")
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
@@ -135,7 +138,7 @@ class MLXRunner:
         self.quantization = config.get("quantization")
         self.dtypes = sorted({str(p.dtype).removeprefix("mlx.core.")
                               for _, p in _leaves(self.model.parameters())})
-        want = options.get("dtype")
+        want = opts["dtype"]
         if want is not None:
             floats = [d for d in self.dtypes if d in ("bfloat16", "float16", "float32")]
             if floats != [want]:

@@ -7,9 +7,11 @@ backend, which the runner class carries as its ``OPTIONS`` attribute and
 ``runners.registry.option_table`` returns without importing the runner.
 
 Invariants: a table's names are exactly the ``[backend_options]`` keys its
-runner accepts; a default of ``None`` means "absent" (the runner decides, e.g.
-the vLLM runner requires an explicit ``dtype``); the runner validates values
-(ranges, choices) itself.
+runner accepts, and its defaults are the only ones: a runner (and the
+pipeline's chunk size, ``doctor``'s facts) fills an absent option from here and
+keeps no default of its own. A default of ``None`` means "absent" (the runner
+decides, e.g. the vLLM runner requires an explicit ``dtype``); the runner
+validates values (ranges, choices) itself.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class OptionTable:
     def filled(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """``given`` over the defaults (a key not declared is the runner's to refuse)."""
         return {**self.defaults(), **given}
+
+    def value(self, given: Mapping[str, Any], name: str) -> Any:
+        """Option ``name`` as given, else its declared default."""
+        return given[name] if name in given else self.default(name)
 
 
 _INT = (int,)

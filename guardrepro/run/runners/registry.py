@@ -96,6 +96,11 @@ def option_table(backend: str) -> OptionTable:
     return OPTION_TABLES[backend]
 
 
+def chunk_size(backend: str, options: Mapping[str, Any]) -> int:
+    """Requests per ``generate`` call: option ``batch_size``, else its declared default."""
+    return int(option_table(backend).value(options, "batch_size"))
+
+
 def runner_class(backend: str) -> type[Any]:
     """Import and return the runner class for ``backend``."""
     _check_name(backend)

@@ -3,15 +3,17 @@
 Input: requests whose ``prompt_text`` is a ``guards.rule.RuleAdapter``
 rendering (JSON naming the rule and its inputs). Output: one ``Generation``
 per request whose text is ``guards.rule.evaluate_rule``'s output; no token
-ids, no margins, zero timings (nothing is timed: a rule is instantaneous
-next to a model). Options: ``lookup_table`` (path of a
-``guards.rule.lookup`` table, needed by ``rule-tool-lookup``) and
-``batch_size``. The table's sha256 goes into ``describe()`` (provenance).
+ids, no margins; ``timings.total_s`` is the measured seconds of the rule
+itself (prefill and decode 0) and ``peak_memory_bytes`` 0 (no weights).
+Options: ``lookup_table`` (path of a ``guards.rule.lookup`` table, needed
+by ``rule-tool-lookup``) and ``batch_size``. The table's sha256 goes into
+``describe()`` (provenance).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,12 +58,14 @@ class RuleRunner:
         for request in requests:
             if request.prompt_text is None:
                 raise InferenceError(f"request {request.row_id!r} has no rendered rule input")
+            started = time.perf_counter()
             try:
                 text = evaluate_rule(request.prompt_text, self.lookup)
             except (ValueError, KeyError) as exc:
                 raise InferenceError(f"request {request.row_id!r}: {exc}") from exc
+            seconds = time.perf_counter() - started
             out.append(Generation(request.row_id, (), text, "stop", (),
-                                  Timings(0.0, 0.0, 0.0)))
+                                  Timings(0.0, 0.0, seconds), peak_memory_bytes=0))
         return out
 
     def close(self) -> None:

@@ -37,9 +37,10 @@ Invariants:
   (``cpu_kvcache_space_gib``). An environment that already sets one of them to
   a different value is refused rather than silently overridden.
 
-Options (all optional except ``dtype``): ``dtype`` (bfloat16 | float16 |
+Options (all optional except ``dtype``; defaults and help declared in
+``runners.options.VLLM``): ``dtype`` (bfloat16 | float16 |
 float32), ``device`` (auto | cuda | cpu), ``batch_size`` (requests per
-``generate`` call made by the pipeline; default 1 as the pipeline's), ``tensor_parallel_size``,
+``generate`` call made by the pipeline), ``tensor_parallel_size``,
 ``enable_prefix_caching``, ``max_model_len``, ``max_num_seqs``,
 ``max_num_batched_tokens``, ``enforce_eager``, ``seed`` (engine seed),
 ``gpu_memory_utilization``, ``cpu_kvcache_space_gib``, ``batch_invariant``,
@@ -70,28 +71,29 @@ LOGPROBS = 2  # top-1 and top-2 at every step: the decision margin
 
 @dataclass(frozen=True)
 class VLLMOptions:
-    """The validated ``[backend_options]`` of a vLLM profile."""
+    """The validated ``[backend_options]`` of a vLLM profile; every absent
+    option takes its declared default (``runners.options.VLLM``)."""
 
     dtype: str
-    device: str = "auto"
-    batch_size: int = 1  # the pipeline's default chunk too
-    tensor_parallel_size: int = 1
-    enable_prefix_caching: bool = True
-    max_model_len: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    enforce_eager: bool = False
-    seed: int = 0
-    gpu_memory_utilization: float = 0.9
-    cpu_kvcache_space_gib: int = 1
-    batch_invariant: bool = False
-    multiprocessing: bool = False
+    device: str
+    batch_size: int  # the pipeline's chunk
+    tensor_parallel_size: int
+    enable_prefix_caching: bool
+    max_model_len: int | None
+    max_num_seqs: int
+    max_num_batched_tokens: int | None
+    enforce_eager: bool
+    seed: int
+    gpu_memory_utilization: float
+    cpu_kvcache_space_gib: int
+    batch_invariant: bool
+    multiprocessing: bool
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> VLLMOptions:
         """Validate strictly: keys it does not define, wrong types and bad values
         raise ``InputError(field="backend_options.<key>")``."""
-        check_keys(options, cls.__dataclass_fields__, where="backend_options")
+        check_keys(options, VLLM_OPTIONS.names, where="backend_options")
         if "dtype" not in options:
             raise InputError(
                 f"the vLLM runner needs an explicit dtype (one of {', '.join(DTYPES)})",
@@ -119,7 +121,7 @@ class VLLMOptions:
                     field="backend_options.gpu_memory_utilization",
                 )
             values["gpu_memory_utilization"] = float(value)
-        return cls(**values)
+        return cls(**VLLM_OPTIONS.filled(values))
 
     def env_settings(self, device: str) -> dict[str, str]:
         """Environment variables this configuration needs before the engine starts."""
