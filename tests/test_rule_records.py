@@ -6,11 +6,11 @@ from pathlib import Path
 
 from recordsets import grid, write_cohort
 
-PROFILE = Path(__file__).resolve().parents[1] / "runners" / "rule-nuisance.toml"
-
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.records import read_manifest, read_records, record_line
 from guardrepro.schema import read_cohort
+
+PROFILE = Path(__file__).resolve().parents[1] / "runners" / "rule-nuisance.toml"
 
 
 def test_rule_records_carry_the_gold_score_and_read_back(tmp_path: Path) -> None:
