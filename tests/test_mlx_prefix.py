@@ -184,6 +184,23 @@ def test_reuse_switches_off_when_tokens_differ(
     assert [_key(g) for g in got] == [_key(g) for g in single]  # full-prefill results
 
 
+def test_batched_reuse_switches_off_when_tokens_differ(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reqs, reusable = _prompts(model_dir)
+    single, eos = _expected(model_dir, reqs)
+    calls = _counting_copies(monkeypatch, perturb=True)
+    runner = _runner(model_dir, {"batch_size": 3}, eos)
+    got = runner.generate([*reqs, *reqs[3:]], STEPS)  # batches: 3 checked, 3 reusing, 3
+    assert runner.batching == "verified on 3 rows"
+    state = runner.prefix_reuse
+    assert state.startswith("off: tokens with a reused prompt prefix differ"), state
+    assert "(tail)" in state and "of 1 checked rows" in state
+    assert calls == [reusable[-1]]  # tail on same; the third batch prefills from scratch
+    want = [*single, *single[3:]]
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
 def test_option_turns_reuse_off(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reqs, _ = _prompts(model_dir)
     calls = _counting_copies(monkeypatch)
