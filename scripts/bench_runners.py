@@ -89,6 +89,12 @@ CONFIGS: dict[str, Config] = {
     "toy-hf-b64": Config(HF, {"batch_size": 64}, note="toy-hf with batches of 64"),
     "mlx-q8": Config("runners/toy-mlx-q8.toml", recipe="quantize/q8-g64.toml",
                      note="MLX Q8 g64, batch 1"),
+    "mlx-q8f32": Config("runners/toy-mlx-q8.toml", {"prefix_reuse": False},
+                        recipe="quantize/q8-g64-f32.toml",
+                        note="MLX Q8 g64 float32 scales, batch 1, full prefill"),
+    "mlx-q8f32-reuse": Config("runners/toy-mlx-q8.toml", {"prefix_reuse": True},
+                              recipe="quantize/q8-g64-f32.toml",
+                              note="the same with prompt-prefix reuse"),
 }
 DEFAULT_CONFIGS = ("generate-b16", "lean-b16", "toy-hf")
 
@@ -134,10 +140,11 @@ def profile_for(name: str, work: Path, home: Path) -> RunProfile:
     config = CONFIGS[name]
     profile = RunProfile.load(ROOT / config.profile)
     if config.recipe is not None:
-        lock = work / "artifacts" / f"{name}.lock.toml"
+        stem = Path(config.recipe).stem  # one artifact per recipe
+        lock = work / "artifacts" / f"{stem}.lock.toml"
         if not lock.exists():
             made = quantize(ROOT / config.recipe, ROOT / "locks/toy-guard.toml",
-                            work / "artifacts" / name, home=home)
+                            work / "artifacts" / stem, home=home)
             lock = made.lock_path
         profile = profile.with_checkpoint_lock(lock)
     if config.options:

@@ -72,7 +72,7 @@ def test_batched_tokens_equal_batch_one_with_rows_stopping_apart(model_dir: Path
     assert len(set(stops)) > 1 and STEPS.max_new_tokens in stops, stops
     assert {g.finish_reason for g in single} == {"stop", "length"}
     batched = _runner(model_dir, 8, eos)
-    got = batched._generate_batch(reqs, STEPS)  # the batched path itself, no check
+    got, _ = batched._generate_batch(reqs, STEPS, reuse=False)  # the batched path, no check
     assert [_key(g) for g in got] == [_key(g) for g in single]
     for a, b in zip(got, single, strict=True):
         assert len(a.step_margins) == len(b.step_margins)

@@ -5,7 +5,8 @@ Input: a loaded mlx-lm model whose layer caches are mlx-lm ``KVCache`` objects
 ``max_new_tokens`` and the prefill chunk size. Output: per prompt, in input
 order, a ``Decoded``: the generated ids (ending with the EOS id when one was
 produced), the top-1 minus top-2 gap of the float32 logits at every step, the
-finish reason (``"stop"`` or ``"length"``) and the seconds its prefill took.
+finish reason (``"stop"`` or ``"length"``), the seconds its prefill took and
+how many of its prompt positions were reused from another prompt's cache.
 
 How it stays the batch-1 loop:
 
@@ -18,6 +19,22 @@ How it stays the batch-1 loop:
   of each row's raw float32 logits, as at batch 1.
 - A row that produced an EOS id leaves the batch at once (``filter``).
 
+Prompt-prefix reuse (``reuse=True``; also the runner's batch-1 path): guard
+prompts share the template head, and the edited variants of one base sample
+are the same prompt up to the first edited token. A prompt that shares at
+least ``MIN_PREFIX`` leading tokens with a prompt already prefilled (in the
+batch, or in the runner's ``PrefixStore`` of recent prompts at batch 1) starts
+from fresh caches holding copies of that prompt's first L positions (causal
+attention: position i's keys and values depend only on tokens 0..i) and
+prefills only the remainder, chunked as above, the last token alone. L is at
+most the prompt's length minus one, so the last token always runs. The copies
+are new buffers: the cache they came from is never written through them, and
+positions below an mlx-lm ``KVCache``'s offset are never overwritten by later
+steps (it appends; growing concatenates), so a stored cache keeps its prompt
+positions while it decodes. The remainder attends over a longer key range
+than its query range, which may round differently from a full prefill, so
+the runner checks the first reusing rows against a full prefill.
+
 Batched kernels may round differently from batch 1; whether tokens stay the
 same is a property of the model and the recipe (float32 on the toy guard: the
 same; quantized or bf16 weights: not guaranteed). The runner therefore checks
@@ -28,9 +45,12 @@ its first batch against batch 1 and falls back when they differ (see
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+MIN_PREFIX = 16  # shortest shared prompt prefix whose cache a later prompt reuses
 
 
 @dataclass(frozen=True)
@@ -39,6 +59,76 @@ class Decoded:
     margins: list[float]
     finish_reason: str  # "stop" | "length"
     prefill_s: float
+    reused: int = 0  # prompt positions taken from an earlier prompt's cache
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The first ``length`` positions of ``cache`` (an earlier prompt's) to reuse."""
+
+    length: int
+    cache: list[Any]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two id sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class PrefixStore:
+    """The (token ids, caches) of prompts already prefilled, newest last; at most
+    ``capacity`` of them (None: unbounded, for the prompts of one batch)."""
+
+    def __init__(self, capacity: int | None) -> None:
+        self._entries: deque[tuple[tuple[int, ...], list[Any]]] = deque(maxlen=capacity)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, ids: Sequence[int], cache: list[Any]) -> None:
+        self._entries.append((tuple(ids), cache))
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def find(self, ids: Sequence[int]) -> Prefix | None:
+        """The longest stored prefix of ``ids`` (newest on ties), capped at
+        ``len(ids) - 1``, or None when shorter than ``MIN_PREFIX``."""
+        best: Prefix | None = None
+        for stored, cache in reversed(self._entries):
+            n = min(common_prefix(stored, ids), len(ids) - 1)
+            if n >= MIN_PREFIX and (best is None or n > best.length):
+                best = Prefix(n, cache)
+        return best
+
+
+def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
+    """Fresh ``KVCache`` layers holding copies of ``cache``'s first ``length``
+    positions (new buffers, capacity rounded up to the cache step)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    out = []
+    for layer in cache:
+        if layer.offset < length:
+            raise ValueError(f"a cache of {layer.offset} positions has no prefix of {length}")
+        fresh = KVCache()
+        capacity = -(-length // fresh.step) * fresh.step
+        buffers = []
+        for held in (layer.keys, layer.values):
+            batch, heads, _, dim = held.shape
+            buffer = mx.zeros((batch, heads, capacity, dim), held.dtype)
+            buffer[..., :length, :] = held[..., :length, :]
+            buffers.append(buffer)
+        fresh.keys, fresh.values = buffers
+        fresh.offset = length
+        out.append(fresh)
+    return out
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -51,14 +141,22 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
-def prefill(model: Any, ids: Sequence[int], step: int) -> tuple[list[Any], Any]:
-    """One prompt alone: its cache and its last position's float32 logits."""
+def prefill(model: Any, ids: Sequence[int], step: int,
+            prefix: Prefix | None = None) -> tuple[list[Any], Any]:
+    """One prompt alone: its cache and its last position's float32 logits; with
+    ``prefix``, only the positions after it are computed."""
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    cache = make_prompt_cache(model)
+    if prefix is None:
+        cache, start = make_prompt_cache(model), 0
+    elif not MIN_PREFIX <= prefix.length < len(ids):
+        raise ValueError(f"a reused prefix of {prefix.length} positions for a prompt of "
+                         f"{len(ids)} tokens")
+    else:
+        cache, start = copy_prefix(prefix.cache, prefix.length), prefix.length
     prompt = mx.array(list(ids))
-    for lo in range(0, len(ids) - 1, step):
+    for lo in range(start, len(ids) - 1, step):
         hi = min(lo + step, len(ids) - 1)
         model(prompt[None, lo:hi], cache=cache)
         mx.eval([c.state for c in cache])
@@ -73,23 +171,31 @@ def decode_batch(
     eos_token_ids: Sequence[int],
     max_new_tokens: int,
     prefill_step_size: int,
+    reuse: bool = False,
 ) -> list[Decoded]:
-    """Greedy-decode ``prompts`` together (see the module docstring)."""
+    """Greedy-decode ``prompts`` together (see the module docstring); with
+    ``reuse``, a prompt prefills on top of the longest prefix it shares with a
+    prompt before it in the batch."""
     import mlx.core as mx
 
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     eos = set(int(i) for i in eos_token_ids)
-    caches, first, prefill_s = [], [], []
+    caches, first, prefill_s, reused = [], [], [], []
+    store = PrefixStore(None)
     for ids in prompts:
         started = time.perf_counter()
-        cache, logits = prefill(model, ids, prefill_step_size)
+        prefix = store.find(ids) if reuse else None
+        cache, logits = prefill(model, ids, prefill_step_size, prefix)
         mx.eval(logits, [c.state for c in cache])
+        if reuse:
+            store.add(ids, cache)
         caches.append(cache)
         first.append(logits)
         prefill_s.append(time.perf_counter() - started)
+        reused.append(0 if prefix is None else prefix.length)
     batch = [caches[0][i].merge([c[i] for c in caches]) for i in range(len(caches[0]))]
-    del caches
+    del caches, store
     tokens: list[list[int]] = [[] for _ in prompts]
     margins: list[list[float]] = [[] for _ in prompts]
     finish = ["length"] * len(prompts)
@@ -119,5 +225,5 @@ def decode_batch(
             nxt = nxt[rows]
             alive = [alive[row] for row in keep]
         logits = model(nxt[:, None], cache=batch)[:, -1].astype(mx.float32)
-    return [Decoded(t, m, f, p) for t, m, f, p in
-            zip(tokens, margins, finish, prefill_s, strict=True)]
+    return [Decoded(t, m, f, p, r) for t, m, f, p, r in
+            zip(tokens, margins, finish, prefill_s, reused, strict=True)]

@@ -39,6 +39,19 @@ Invariants:
   ``describe()`` (hashed into provenance, so fixed per configuration) states
   the rule, or the load-time fallback of a model whose caches cannot be
   merged.
+- ``prefix_reuse`` (default on; greedy only): a prompt that shares at least
+  ``mlx_batch.MIN_PREFIX`` leading tokens with a recent prompt (the last
+  ``PREFIX_STORE`` prompts at batch 1, the earlier prompts of its batch when
+  batched) prefills only its remainder on top of copies of that prompt's
+  cached positions (``runners.mlx_batch``). The same rule as batching keeps
+  tokens identical: the first ``REUSE_CHECK_ROWS`` rows that reuse a prefix
+  are also prefilled from scratch; the from-scratch results are returned,
+  and unless every row's tokens and finish reason agree, reuse is switched
+  off for the rest of the run with a warning naming the rows. The attribute
+  ``prefix_reuse`` says which happened (``"unchecked"``, ``"checked on k
+  rows so far"``, ``"verified on N rows"`` or ``"off: ..."``); ``describe()``
+  states the rule. The first batch of a batched run (checked against batch
+  1) prefills from scratch on both sides.
 """
 
 from __future__ import annotations
@@ -63,6 +76,8 @@ DECODER_VERSION = "guardrepro-mlx-loop-1"
 log = logging.getLogger(__name__)
 _OPTIONS = set(MLX_OPTIONS.names)
 _DEVICES = ("cpu", "gpu", "default")
+PREFIX_STORE = 4  # recent prompts whose caches a batch-1 prompt may reuse
+REUSE_CHECK_ROWS = 4  # rows reusing a prefix that are also prefilled from scratch
 
 
 def _version(name: str) -> str:
@@ -81,6 +96,9 @@ def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"expected a positive integer, got {value!r}",
                              field=f"backend_options.{key}")
+    if not isinstance(out["prefix_reuse"], bool):
+        raise InputError(f"expected true or false, got {out['prefix_reuse']!r}",
+                         field="backend_options.prefix_reuse")
     if out["device"] not in _DEVICES:
         raise InputError(f"device must be one of {_DEVICES}, got {out['device']!r}",
                          field="backend_options.device")
@@ -153,6 +171,18 @@ class MLXRunner:
             if reason is not None:
                 self._fall_back(reason)
                 self._batch_rule = self.batching
+        self._prefixes = mlx_batch.PrefixStore(PREFIX_STORE)
+        self._reuse_verified = 0
+        self.reuse_stats = {"rows": 0, "prompt_tokens": 0, "reused_tokens": 0}
+        if not opts["prefix_reuse"]:
+            self.prefix_reuse = self._reuse_rule = "off: prefix_reuse = false"
+        elif (reason := mlx_batch.unsupported_reason(self.model)) is not None:
+            self.prefix_reuse = self._reuse_rule = f"off: {reason}"
+        else:
+            self.prefix_reuse = "unchecked"
+            self._reuse_rule = (f"greedy prompts reuse a shared prefix of >= "
+                                f"{mlx_batch.MIN_PREFIX} tokens; the first "
+                                f"{REUSE_CHECK_ROWS} such rows checked against a full prefill")
 
     # ------------------------------------------------------------ protocol
 
@@ -168,6 +198,7 @@ class MLXRunner:
             "batch_size": self.batch_size,
             "batching": self._batch_rule,
             "prefill_step_size": self.prefill_step_size,
+            "prefix_reuse": self._reuse_rule,
             "eos_token_ids": list(self.eos_token_ids),
             "decoder": DECODER_VERSION,
         }
@@ -190,12 +221,13 @@ class MLXRunner:
             elif self.batching == "unchecked":
                 out.extend(self._checked_batch(chunk, params))
             else:
-                out.extend(self._generate_batch(chunk, params))
+                out.extend(self._reusing_batch(chunk, params))
         return out
 
     def close(self) -> None:
         import mlx.core as mx
 
+        self._prefixes.clear()
         self.model = None
         self.tokenizer = None
         mx.clear_cache()
@@ -241,8 +273,8 @@ class MLXRunner:
                        params: DecodingParams) -> list[Generation]:
         """The first batch, decoded batched and at batch 1: the batch-1 results,
         and batching stays on only if every row's tokens agree."""
-        batched = self._generate_batch(chunk, params)
-        single = [self._generate_one(r, params) for r in chunk]
+        batched, _ = self._generate_batch(chunk, params, reuse=False)
+        single = [self._decode_one(r, params, None)[0] for r in chunk]
         differ = [b.row_id for b, s in zip(batched, single, strict=True)
                   if (b.token_ids, b.finish_reason) != (s.token_ids, s.finish_reason)]
         if differ:
@@ -252,8 +284,71 @@ class MLXRunner:
             self.batching = f"verified on {len(chunk)} rows"
         return single
 
-    def _generate_batch(self, chunk: Sequence[GenerationRequest],
-                        params: DecodingParams) -> list[Generation]:
+    # ------------------------------------------------------------ prefix reuse
+
+    def _reuse_on(self, params: DecodingParams) -> bool:
+        return params.mode == "greedy" and not self.prefix_reuse.startswith("off")
+
+    def _reuse_checking(self) -> bool:
+        return self._reuse_verified < REUSE_CHECK_ROWS
+
+    def _verify_reuse(self, reused: Sequence[Generation], scratch: Sequence[Generation]) -> None:
+        """Compare rows decoded on a reused prefix with the same rows prefilled
+        from scratch; any difference switches reuse off for the run."""
+        differ = [a.row_id for a, b in zip(reused, scratch, strict=True)
+                  if (a.token_ids, a.finish_reason) != (b.token_ids, b.finish_reason)]
+        if differ:
+            self._prefixes.clear()
+            self.prefix_reuse = (
+                f"off: tokens with a reused prompt prefix differ from a full prefill on "
+                f"{len(differ)} of {len(reused)} checked rows ({', '.join(differ[:5])})")
+            log.warning("MLX prefix reuse %s", self.prefix_reuse)
+            return
+        self._reuse_verified += len(reused)
+        self.prefix_reuse = (f"verified on {self._reuse_verified} rows"
+                             if not self._reuse_checking()
+                             else f"checked on {self._reuse_verified} rows so far")
+
+    def _count(self, request: GenerationRequest, reused: int) -> None:
+        self.reuse_stats["rows"] += 1
+        self.reuse_stats["prompt_tokens"] += len(request.prompt_token_ids)
+        self.reuse_stats["reused_tokens"] += reused
+
+    def _generate_one(self, request: GenerationRequest, params: DecodingParams) -> Generation:
+        """One request at batch 1, on a stored prefix when reuse is on (checked
+        against a full prefill while the first rows are verified)."""
+        if not self._reuse_on(params):
+            return self._decode_one(request, params, None)[0]
+        prefix = self._prefixes.find(request.prompt_token_ids)
+        gen, cache = self._decode_one(request, params, prefix)
+        if prefix is not None and self._reuse_checking():
+            scratch, cache = self._decode_one(request, params, None)
+            self._verify_reuse([gen], [scratch])
+            gen, prefix = scratch, None
+        if self._reuse_on(params):
+            self._prefixes.add(request.prompt_token_ids, cache)
+        self._count(request, 0 if prefix is None else prefix.length)
+        return gen
+
+    def _reusing_batch(self, chunk: Sequence[GenerationRequest],
+                       params: DecodingParams) -> list[Generation]:
+        """A batch after the first, on prefixes shared within it when reuse is on
+        (checked against a full prefill while the first rows are verified)."""
+        reuse = self._reuse_on(params)
+        gens, reused = self._generate_batch(chunk, params, reuse=reuse)
+        rows = [i for i, n in enumerate(reused) if n]
+        if rows and self._reuse_checking():
+            scratch, _ = self._generate_batch(chunk, params, reuse=False)
+            self._verify_reuse([gens[i] for i in rows], [scratch[i] for i in rows])
+            gens, reused = scratch, [0] * len(chunk)
+        if reuse:
+            for request, n in zip(chunk, reused, strict=True):
+                self._count(request, n)
+        return gens
+
+    def _generate_batch(self, chunk: Sequence[GenerationRequest], params: DecodingParams,
+                        *, reuse: bool) -> tuple[list[Generation], list[int]]:
+        """The chunk decoded together, and per row the prompt positions reused."""
         import mlx.core as mx
 
         for request in chunk:
@@ -265,7 +360,7 @@ class MLXRunner:
             decoded = mlx_batch.decode_batch(
                 self.model, [list(r.prompt_token_ids) for r in chunk],
                 eos_token_ids=self.eos_token_ids, max_new_tokens=params.max_new_tokens,
-                prefill_step_size=self.prefill_step_size)
+                prefill_step_size=self.prefill_step_size, reuse=reuse)
         except (RuntimeError, ValueError) as exc:
             ids = [r.row_id for r in chunk]
             raise InferenceError(f"rows {ids}: MLX batched generation failed: {exc}") from exc
@@ -281,7 +376,7 @@ class MLXRunner:
                 timings=Timings(prefill_s=d.prefill_s, decode_s=decode_s,
                                 total_s=d.prefill_s + decode_s),
                 peak_memory_bytes=peak))
-        return out
+        return out, [d.reused for d in decoded]
 
     def logits(self, token_ids: Sequence[int]) -> Any:
         """Teacher-forced float32 logits, shape (len(token_ids), vocab) (tests, probes)."""
@@ -291,7 +386,10 @@ class MLXRunner:
         mx.eval(out)
         return out
 
-    def _generate_one(self, request: GenerationRequest, params: DecodingParams) -> Generation:
+    def _decode_one(self, request: GenerationRequest, params: DecodingParams,
+                    prefix: mlx_batch.Prefix | None) -> tuple[Generation, list[Any]]:
+        """One request decoded alone (on ``prefix`` when given): its result and
+        its cache (prompt positions first, then the generated ones)."""
         import mlx.core as mx
         ids = list(request.prompt_token_ids)
         if not ids:
@@ -308,7 +406,7 @@ class MLXRunner:
         mx.reset_peak_memory()
         start = time.perf_counter()
         try:
-            cache, logits = mlx_batch.prefill(self.model, ids, self.prefill_step_size)
+            cache, logits = mlx_batch.prefill(self.model, ids, self.prefill_step_size, prefix)
             tokens: list[int] = []
             margins: list[float] = []
             finish = "length"
@@ -348,7 +446,7 @@ class MLXRunner:
             timings=Timings(prefill_s=prefill_done - start, decode_s=end - prefill_done,
                             total_s=end - start),
             peak_memory_bytes=int(mx.get_peak_memory()),
-        )
+        ), cache
 
 
 def _leaves(tree: Any) -> list[tuple[str, Any]]:

@@ -77,6 +77,9 @@ MLX = OptionTable("mlx", (
     Option("batch_size", _INT, 1, "requests decoded together (greedy; the first batch is "
            "checked against batch 1, which is used from then on if they differ)"),
     Option("prefill_step_size", _INT, 2048, "prompt tokens per prefill step"),
+    Option("prefix_reuse", _BOOL, True, "greedy prompts prefill on top of a prefix of >= 16 "
+           "tokens shared with a recent prompt (the first 4 such rows are checked against a "
+           "full prefill; reuse is switched off if tokens differ)"),
 ))
 
 VLLM = OptionTable("vllm", (
