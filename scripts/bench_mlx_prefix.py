@@ -33,44 +33,34 @@ import time
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.bench.cohort.build import build_cohort_file
 from guardrepro.run.pipeline import prepare_rows
 from guardrepro.run.records import read_records
 from guardrepro.run.resolve import resolve_profile
 from guardrepro.run.runners import mlx_runner
+from guardrepro.run.runners.greedy import PrefixStore, common_prefix
 from guardrepro.schema import read_cohort
-from scripts.bench_runners import ROOT, first_rows, measure, outputs, profile_for
+from scripts.bench_runners import first_rows, measure, outputs, profile_for, toy_cohort
 
-MIN_PREFIX = 16
-WINDOW = 4
 CONFIGS = {"full": "mlx-q8f32", "reuse": "mlx-q8f32-reuse", "reuse-checked": "mlx-q8f32-reuse"}
 
 
 def shared_tokens(prompts: list[tuple[int, ...]]) -> dict[str, int]:
-    """Prompt tokens in all, reusable under the batch-1 rule, and shared by all prompts."""
+    """Prompt tokens in all, reusable under the batch-1 rule (the runner's
+    prefix store over the last ``PREFIX_STORE`` prompts), and shared by all."""
+    store: PrefixStore[None] = PrefixStore(mlx_runner.PREFIX_STORE)
     reusable = 0
-    for i, ids in enumerate(prompts):
-        best = 0
-        for earlier in prompts[max(0, i - WINDOW):i]:
-            n = next((k for k, (a, b) in enumerate(zip(earlier, ids, strict=False)) if a != b),
-                     min(len(earlier), len(ids)))
-            best = max(best, min(n, len(ids) - 1))
-        reusable += best if best >= MIN_PREFIX else 0
-    head = min(next((k for k, (a, b) in enumerate(zip(prompts[0], p, strict=False)) if a != b),
-                    min(len(prompts[0]), len(p))) for p in prompts)
+    for ids in prompts:
+        found = store.find(ids)
+        reusable += 0 if found is None else found.length
+        store.add(ids, None)
+    head = min(common_prefix(prompts[0], p) for p in prompts)
     return {"prompt_tokens": sum(len(p) for p in prompts), "reusable_tokens": reusable,
             "common_head_tokens": head}
 
 
 def run(args: argparse.Namespace, home: Path, work: Path) -> dict[str, Any]:
-    os.environ["GUARDREPRO_HOME"] = str(home)
-    for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
-        fetch_lock(ROOT / lock, home, progress=False)
-    full = work / "cohort-full.jsonl"
-    if not full.exists():
-        build_cohort_file(ROOT / "cohorts/toy-64.toml", None, full)
+    full = toy_cohort(home, work)
     cohort = first_rows(full, args.rows, work / f"cohort-{args.rows}.jsonl")
     profiles = {name: profile_for(config, work, home) for name, config in CONFIGS.items()}
     resolved = resolve_profile(profiles["full"], home=home)

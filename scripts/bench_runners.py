@@ -218,6 +218,18 @@ def format_table(results: list[dict[str, Any]]) -> str:
                      for row in lines)
 
 
+def toy_cohort(home: Path, work: Path) -> Path:
+    """The full toy cohort (256 rows) under ``work``, its locks fetched into ``home``
+    (made the process's ``GUARDREPRO_HOME``: ``build_cohort_file`` materializes from it)."""
+    os.environ["GUARDREPRO_HOME"] = str(home)
+    for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
+        fetch_lock(ROOT / lock, home, progress=False)
+    full = work / "cohort-full.jsonl"
+    if not full.exists():
+        build_cohort_file(ROOT / "cohorts/toy-64.toml", None, full)
+    return full
+
+
 def first_rows(cohort: Path, rows: int, out: Path) -> Path:
     lines = cohort.read_bytes().splitlines(keepends=True)
     if rows > len(lines):
@@ -232,12 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         home = (args.home or Path(tmp) / "home").resolve()
         work = (args.work or Path(tmp) / "work").resolve()
         work.mkdir(parents=True, exist_ok=True)
-        os.environ["GUARDREPRO_HOME"] = str(home)  # build_cohort_file materializes from it
-        for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
-            fetch_lock(ROOT / lock, home, progress=False)
-        full = work / "cohort-full.jsonl"
-        if not full.exists():
-            build_cohort_file(ROOT / "cohorts/toy-64.toml", None, full)
+        full = toy_cohort(home, work)
         cohort = first_rows(full, args.rows, work / f"cohort-{args.rows}.jsonl")
         profiles = {name: profile_for(name, work, home) for name in args.configs}
         runs = work / f"runs-{time.strftime('%Y%m%dT%H%M%S')}"

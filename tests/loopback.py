@@ -28,6 +28,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+
+def sha(data: bytes) -> str:
+    """Hex sha256 of ``data`` (what a lock pins)."""
+    return hashlib.sha256(data).hexdigest()
+
 Handler = Callable[["_RequestHandler"], None]
 
 

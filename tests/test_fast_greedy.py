@@ -20,7 +20,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason  # noqa: E402
+from guardrepro.run.runners.fast_greedy import (  # noqa: E402
+    LeanDecoder,
+    _slice,
+    unsupported_reason,
+)
+from guardrepro.run.runners.greedy import PrefixStore  # noqa: E402
 
 
 def _tiny(kind: str, kv_heads: int, seed: int) -> Any:
@@ -111,12 +116,11 @@ def test_prefixes_shared_with_earlier_prompts_are_reused_and_keep_generate_token
     # the longest prefix each prompt shares with an earlier one, by hand
     expected = [None, 35, 25, None, 49, 50]
     decoder = LeanDecoder(model)
-    done: list[Any] = []
+    done: PrefixStore[Any] = PrefixStore(None)
     for prompt, want in zip(prompts, expected, strict=True):
-        ids = torch.tensor(prompt)
-        kv = decoder._reusable_prefix(ids, done)
+        kv = _slice(done.find(prompt))
         assert (None if kv is None else kv[0][0].shape[2]) == want
-        done.append((ids, decoder._prefill(prompt)[0]))
+        done.add(prompt, decoder._prefill(prompt)[0])
     free = [naive(model, p, None, 12) for p in prompts]
     eos = _eos_for_mixed_stops(free)
     stops = [len(out) for out in _check_same(model, prompts, eos, 12)]

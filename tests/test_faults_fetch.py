@@ -7,7 +7,6 @@ Expected values come from the served bytes themselves (their sha256 computed her
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from loopback import (
     serve_racing,
     serve_trickle,
     serve_truncated,
+    sha,
 )
 
 from guardrepro.artifacts.locks import load_lock
@@ -37,16 +37,6 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OLD = bytes(range(256)) * 64  # 16 KiB
 NEW = bytes(reversed(range(256))) * 64
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def server() -> LoopbackServer:
-    with LoopbackServer() as srv:
-        yield srv
 
 
 @pytest.fixture

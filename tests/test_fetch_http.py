@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated
+from loopback import LoopbackServer, fail_then, serve_bytes, serve_truncated, sha
 
 from guardrepro.artifacts import http as fetch_http
 from guardrepro.artifacts.fetch import fetch_lock, materialize
@@ -34,16 +34,6 @@ PROMPTS_PY = (
 TEMPLATE_SHA = hashlib.sha256(
     b"Judge: {user_request}\nAction: {agent_action} Env: {env_info}"
 ).hexdigest()
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def server() -> LoopbackServer:
-    with LoopbackServer() as srv:
-        yield srv
 
 
 @pytest.fixture

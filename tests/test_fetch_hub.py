@@ -6,7 +6,6 @@ loopback server before huggingface_hub is imported (and isolates ``HF_HOME``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loopback import HubFile, HubRepo, HubServer
+from loopback import HubFile, HubRepo, HubServer, sha
 
 from guardrepro.artifacts.locks import load_lock
 
@@ -34,10 +33,6 @@ except Exception as e:
     out = {"ok": False, "type": type(e).__name__, "msg": str(e)}
 print("RESULT " + json.dumps(out))
 """
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def make_repo() -> HubRepo:

@@ -29,6 +29,7 @@ from guardrepro.errors import InputError
 from guardrepro.run.prompts import PromptTokenizer
 from guardrepro.run.runners import mlx_batch, mlx_runner
 from guardrepro.run.runners.base import GenerationRequest
+from guardrepro.run.runners.greedy import Prefix
 from guardrepro.run.runners.mlx_runner import MLXRunner
 from guardrepro.schema import DecodingParams
 
@@ -137,14 +138,14 @@ def test_reused_cache_is_a_copy(model_dir: Path) -> None:
     base, edit = (list(r.prompt_token_ids) for r in reqs[:2])
     cache, _ = mlx_batch.prefill(runner.model, base, 2048)
     before = [np.array(c.keys[..., : c.offset, :]) for c in cache]
-    mine, _ = mlx_batch.prefill(runner.model, edit, 8, mlx_batch.Prefix(P, cache))
+    mine, _ = mlx_batch.prefill(runner.model, edit, 8, Prefix(P, cache))
     mx.eval([c.state for c in mine])
     for layer, old, new in zip(cache, before, mine, strict=True):
         assert np.array_equal(np.array(layer.keys[..., : layer.offset, :]), old)
         assert new.offset == len(edit) and new.keys is not layer.keys
         assert np.array_equal(np.array(new.keys[..., :P, :]), old[..., :P, :])
     with pytest.raises(ValueError, match="prefix of 3 positions"):
-        mlx_batch.prefill(runner.model, edit, 8, mlx_batch.Prefix(3, cache))
+        mlx_batch.prefill(runner.model, edit, 8, Prefix(3, cache))
 
 
 def test_runner_checks_its_first_reusing_rows(model_dir: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from loopback import sha
 
 import guardrepro
 from guardrepro.artifacts.fetch import fetch_lock, materialize
@@ -20,10 +21,6 @@ from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathEr
 
 PKG = Path(guardrepro.__file__).resolve().parent
 PKG_FILES = ["errors.py", "cli/__init__.py"]
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def independent_tree_hash(root: Path) -> tuple[str, int, int]:

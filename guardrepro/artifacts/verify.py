@@ -367,20 +367,18 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
     return VerifyReport(lock.name, lock.path, directory, tuple(statuses), tree)
 
 
+def _unsafe(entry: LockedFile, location: Path, exc: UnsafePathError) -> FileStatus:
+    return FileStatus(entry.path, UNSAFE, entry.sha256, expected_size=entry.size,
+                      location=location, detail=str(exc))
+
+
 def _check_blob(home: Path, entry: LockedFile, *, full: bool) -> FileStatus:
     """Status of the blob an entry pins (a symlinked blob or blob dir is "unsafe")."""
     assert entry.sha256 is not None
     try:
         blobs = safe_join(home, "blobs/sha256")
     except UnsafePathError as exc:
-        return FileStatus(
-            entry.path,
-            UNSAFE,
-            entry.sha256,
-            expected_size=entry.size,
-            location=home / "blobs/sha256",
-            detail=str(exc),
-        )
+        return _unsafe(entry, home / "blobs/sha256", exc)
     status = check_file(home, blobs / entry.sha256, entry, full=full)
     if status.status == UNSAFE:
         return _with(status, UNSAFE, detail=f"cached blob {blobs / entry.sha256}: {status.detail}")
@@ -391,14 +389,7 @@ def _check_at(home: Path, directory: Path, entry: LockedFile, *, full: bool) -> 
     try:
         path = safe_join(directory, entry.path)
     except UnsafePathError as exc:
-        return FileStatus(
-            entry.path,
-            UNSAFE,
-            entry.sha256,
-            expected_size=entry.size,
-            location=directory,
-            detail=str(exc),
-        )
+        return _unsafe(entry, directory, exc)
     return check_file(home, path, entry, full=full)
 
 

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.errors import InputError, IntegrityError, ProvenanceError
+from guardrepro.errors import InputError, IntegrityError
 from guardrepro.run.records import (
     MANIFEST_FILE,
     RECORDS_FILE,
     RunManifest,
+    check_one_provenance,
     read_manifest,
     read_records,
 )
@@ -249,13 +250,7 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
         raise InputError("run directory not found", file=str(run_dir))
     records = load_records(run_dir)
     manifest = load_manifest(run_dir)
-    for index, rec in enumerate(records):
-        if rec.provenance_sha256 != manifest.provenance_sha256:
-            raise ProvenanceError(
-                f"{run_dir / RECORDS_FILE}: row {index} ({rec.row_id!r}) has provenance "
-                f"{rec.provenance_sha256[:12]}..., the run's manifest "
-                f"{manifest.provenance_sha256[:12]}...; refusing to analyse mixed provenance"
-            )
+    check_one_provenance(records, manifest, run_dir / RECORDS_FILE, refusing="analyse")
     if cohort_path is None:
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:

@@ -46,6 +46,7 @@ from guardrepro.run.records import (
     MANIFEST_FILE,
     RECORDS_FILE,
     RunManifest,
+    check_one_provenance,
     git_commit,
     provenance_differences,
     read_manifest,
@@ -120,13 +121,7 @@ def load_source(run_dir: str | Path) -> SourceRun:
     if not records_path.is_file():
         raise InputError(f"no {RECORDS_FILE}", file=str(path))
     records = read_records(records_path)
-    for index, record in enumerate(records):
-        if record.provenance_sha256 != manifest.provenance_sha256:
-            raise ProvenanceError(
-                f"{records_path}: row {index} ({record.row_id!r}) has provenance "
-                f"{record.provenance_sha256[:12]}..., its run's manifest "
-                f"{manifest.provenance_sha256[:12]}...; refusing to merge mixed provenance"
-            )
+    check_one_provenance(records, manifest, records_path, refusing="merge")
     digest = hashlib.sha256(records_path.read_bytes()).hexdigest()
     return SourceRun(path, manifest, records, digest)
 

@@ -164,6 +164,19 @@ def provenance_differences(old: Any, new: Any, prefix: str = "provenance") -> li
     return [] if old == new else [f"{prefix}: {old!r} != {new!r}"]
 
 
+def check_one_provenance(records: Sequence[Record], manifest: RunManifest, records_path: Path,
+                         *, refusing: str) -> None:
+    """``ProvenanceError`` naming the first record whose provenance hash is not
+    its run manifest's; ``refusing`` says what is refused ("merge", ...)."""
+    for index, record in enumerate(records):
+        if record.provenance_sha256 != manifest.provenance_sha256:
+            raise ProvenanceError(
+                f"{records_path}: row {index} ({record.row_id!r}) has provenance "
+                f"{record.provenance_sha256[:12]}..., its run's manifest "
+                f"{manifest.provenance_sha256[:12]}...; refusing to {refusing} mixed provenance"
+            )
+
+
 def read_manifest(run_dir: str | Path) -> RunManifest | None:
     """The run directory's manifest, or None when it has none yet."""
     path = Path(run_dir) / MANIFEST_FILE

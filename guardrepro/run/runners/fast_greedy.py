@@ -61,9 +61,10 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
+
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
-MIN_PREFIX = 16  # shortest shared prompt prefix whose KV a later prompt reuses
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
 
 
@@ -101,11 +102,13 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x.to(dtype)
 
 
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    """How many leading tokens two 1-D id tensors share."""
-    n = min(int(a.shape[0]), int(b.shape[0]))
-    differ = torch.nonzero(a[:n] != b[:n])
-    return int(differ[0, 0]) if differ.numel() else n
+def _slice(prefix: Prefix[KV] | None) -> KV | None:
+    """The first ``prefix.length`` positions of a stored prompt's KV (views:
+    the stored tensors are never written)."""
+    if prefix is None:
+        return None
+    n = prefix.length
+    return [(keys[:, :, :n], values[:, :, :n]) for keys, values in prefix.cache]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -196,21 +199,6 @@ class LeanDecoder:
         layers: Any = cache.layers
         return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
 
-    def _reusable_prefix(self, prompt: torch.Tensor, done: Sequence[tuple[torch.Tensor, KV]],
-                         ) -> KV | None:
-        """The KV of the longest token prefix ``prompt`` shares with a prompt of
-        ``done`` (each already prefilled), leaving ``prompt`` at least one token
-        of its own; None when that prefix is shorter than ``min_prefix``."""
-        best, source = 0, None
-        for tokens, kv in done:
-            n = _common_prefix(prompt, tokens)
-            if n > best:
-                best, source = n, kv
-        best = min(best, int(prompt.shape[0]) - 1)
-        if source is None or self.min_prefix <= 0 or best < self.min_prefix:
-            return None
-        return [(keys[:, :, :best], values[:, :, :best]) for keys, values in source]
-
     def _attend(self, layer: Any, h: torch.Tensor, cos: Any, sin: Any) -> Any:
         rows = h.shape[0]
         attn = layer.self_attn
@@ -285,11 +273,10 @@ class LeanDecoder:
         finish = ["length"] * len(prompts)
         started = time.perf_counter()
         caches, logits = [], []
-        done: list[tuple[torch.Tensor, KV]] = []
+        done: PrefixStore[KV] = PrefixStore(None, self.min_prefix)
         for prompt in prompts:
-            ids = torch.tensor(list(prompt), dtype=torch.long)
-            cache, last = self._prefill(prompt, self._reusable_prefix(ids, done))
-            done.append((ids, cache))
+            cache, last = self._prefill(prompt, _slice(done.find(prompt)))
+            done.add(prompt, cache)
             caches.append(cache)
             logits.append(last)
         del done
@@ -302,15 +289,7 @@ class LeanDecoder:
             nxt = torch.argmax(step_logits, dim=-1)
             top2 = torch.topk(step_logits.float(), k=2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
-            keep = []
-            for row, (token, gap) in enumerate(zip(nxt.tolist(), gaps, strict=True)):
-                index = alive[row]
-                tokens[index].append(token)
-                margins[index].append(gap)
-                if token in eos:
-                    finish[index] = "stop"
-                else:
-                    keep.append(row)
+            keep = record_step(nxt.tolist(), gaps, alive, eos, tokens, margins, finish)
             if not keep or step + 1 == max_new_tokens:
                 break
             if len(keep) < len(alive):

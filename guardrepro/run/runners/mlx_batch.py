@@ -45,12 +45,11 @@ its first batch against batch 1 and falls back when they differ (see
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIN_PREFIX = 16  # shortest shared prompt prefix whose cache a later prompt reuses
+from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
 
 
 @dataclass(frozen=True)
@@ -60,51 +59,6 @@ class Decoded:
     finish_reason: str  # "stop" | "length"
     prefill_s: float
     reused: int = 0  # prompt positions taken from an earlier prompt's cache
-
-
-@dataclass(frozen=True)
-class Prefix:
-    """The first ``length`` positions of ``cache`` (an earlier prompt's) to reuse."""
-
-    length: int
-    cache: list[Any]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two id sequences share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-class PrefixStore:
-    """The (token ids, caches) of prompts already prefilled, newest last; at most
-    ``capacity`` of them (None: unbounded, for the prompts of one batch)."""
-
-    def __init__(self, capacity: int | None) -> None:
-        self._entries: deque[tuple[tuple[int, ...], list[Any]]] = deque(maxlen=capacity)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def add(self, ids: Sequence[int], cache: list[Any]) -> None:
-        self._entries.append((tuple(ids), cache))
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def find(self, ids: Sequence[int]) -> Prefix | None:
-        """The longest stored prefix of ``ids`` (newest on ties), capped at
-        ``len(ids) - 1``, or None when shorter than ``MIN_PREFIX``."""
-        best: Prefix | None = None
-        for stored, cache in reversed(self._entries):
-            n = min(common_prefix(stored, ids), len(ids) - 1)
-            if n >= MIN_PREFIX and (best is None or n > best.length):
-                best = Prefix(n, cache)
-        return best
 
 
 def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
@@ -142,7 +96,7 @@ def unsupported_reason(model: Any) -> str | None:
 
 
 def prefill(model: Any, ids: Sequence[int], step: int,
-            prefix: Prefix | None = None) -> tuple[list[Any], Any]:
+            prefix: Prefix[list[Any]] | None = None) -> tuple[list[Any], Any]:
     """One prompt alone: its cache and its last position's float32 logits; with
     ``prefix``, only the positions after it are computed."""
     import mlx.core as mx
@@ -182,7 +136,7 @@ def decode_batch(
         raise ValueError("every prompt needs at least one token")
     eos = set(int(i) for i in eos_token_ids)
     caches, first, prefill_s, reused = [], [], [], []
-    store = PrefixStore(None)
+    store: PrefixStore[list[Any]] = PrefixStore(None)
     for ids in prompts:
         started = time.perf_counter()
         prefix = store.find(ids) if reuse else None
@@ -207,15 +161,8 @@ def decode_batch(
         mx.eval(nxt, top2)
         pairs: Any = top2.tolist()
         chosen: Any = nxt.tolist()
-        keep = []
-        for row, (token, pair) in enumerate(zip(chosen, pairs, strict=True)):
-            index = alive[row]
-            tokens[index].append(int(token))
-            margins[index].append(float(abs(pair[0] - pair[1])))
-            if int(token) in eos:
-                finish[index] = "stop"
-            else:
-                keep.append(row)
+        gaps = [abs(pair[0] - pair[1]) for pair in pairs]
+        keep = record_step(chosen, gaps, alive, eos, tokens, margins, finish)
         if not keep or step + 1 == max_new_tokens:
             break
         if len(keep) < len(alive):

@@ -40,7 +40,7 @@ Invariants:
   the rule, or the load-time fallback of a model whose caches cannot be
   merged.
 - ``prefix_reuse`` (default on; greedy only): a prompt that shares at least
-  ``mlx_batch.MIN_PREFIX`` leading tokens with a recent prompt (the last
+  ``MIN_PREFIX`` leading tokens with a recent prompt (the last
   ``PREFIX_STORE`` prompts at batch 1, the earlier prompts of its batch when
   batched) prefills only its remainder on top of copies of that prompt's
   cached positions (``runners.mlx_batch``). The same rule as batching keeps
@@ -67,6 +67,7 @@ from typing import Any
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners import mlx_batch
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore
 from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
@@ -171,7 +172,7 @@ class MLXRunner:
             if reason is not None:
                 self._fall_back(reason)
                 self._batch_rule = self.batching
-        self._prefixes = mlx_batch.PrefixStore(PREFIX_STORE)
+        self._prefixes: PrefixStore[list[Any]] = PrefixStore(PREFIX_STORE)
         self._reuse_verified = 0
         self.reuse_stats = {"rows": 0, "prompt_tokens": 0, "reused_tokens": 0}
         if not opts["prefix_reuse"]:
@@ -181,7 +182,7 @@ class MLXRunner:
         else:
             self.prefix_reuse = "unchecked"
             self._reuse_rule = (f"greedy prompts reuse a shared prefix of >= "
-                                f"{mlx_batch.MIN_PREFIX} tokens; the first "
+                                f"{MIN_PREFIX} tokens; the first "
                                 f"{REUSE_CHECK_ROWS} such rows checked against a full prefill")
 
     # ------------------------------------------------------------ protocol
@@ -387,7 +388,7 @@ class MLXRunner:
         return out
 
     def _decode_one(self, request: GenerationRequest, params: DecodingParams,
-                    prefix: mlx_batch.Prefix | None) -> tuple[Generation, list[Any]]:
+                    prefix: Prefix[list[Any]] | None) -> tuple[Generation, list[Any]]:
         """One request decoded alone (on ``prefix`` when given): its result and
         its cache (prompt positions first, then the generated ones)."""
         import mlx.core as mx
