@@ -203,7 +203,7 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
     if not source.exists():
         raise MissingArtifactError(f"{entry.path}: not in the guardrepro package ({source})")
     sha, size = sha256_file(source)
-    if entry.sha256 is not None and (sha != entry.sha256 or size != entry.size):
+    if not entry.matches(sha, size):
         raise IntegrityError(
             f"{entry.path} ({source}): expected sha256 {entry.sha256} size {entry.size},"
             f" observed sha256 {sha} size {size}"
@@ -425,7 +425,7 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
     todo = []
     corrupt = set()
     for entry in lock.files:
-        state = "absent" if entry.sha256 is None else _blob_state(home, entry)
+        state = "absent" if entry.pending else _blob_state(home, entry)
         if state == "ok":
             assert entry.sha256 is not None and entry.size is not None
             results[entry.path] = FetchedFile(entry.path, entry.sha256, entry.size, "cached")

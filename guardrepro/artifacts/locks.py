@@ -30,8 +30,10 @@ Format::
     pinned_at = 2026-05-09         # verified download (pinned_at = that date)
 
 Invariants: keys outside the format are errors (naming file, entry index and field); a file
-entry without ``sha256`` must say ``pinned_by = "first-download"`` and is *pending*;
-paths are unique and none is a directory of another; hex is lowercase.
+entry without ``sha256`` or without ``size`` must say ``pinned_by = "first-download"`` and
+is *pending*: what is missing is recorded at the first verified download, and what is
+given (a published sha256 without its size, a published size without its sha256) is
+checked then; paths are unique and none is a directory of another; hex is lowercase.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ Source = GithubSource | HfSource | PackageSource | LocalSource
 
 @dataclass(frozen=True)
 class LockedFile:
-    """One pinned file. ``sha256 is None`` means pending first download."""
+    """One pinned file. ``sha256`` or ``size`` None means pending first download."""
 
     path: str
     sha256: str | None = None
@@ -114,13 +116,20 @@ class LockedFile:
 
     @property
     def pending(self) -> bool:
-        """True while the file's sha256 is still to be recorded at first download."""
-        return self.sha256 is None
+        """True while the file's sha256 or size is still to be recorded at first download."""
+        return self.sha256 is None or self.size is None
+
+    def matches(self, sha256: str, size: int) -> bool:
+        """True when ``sha256`` and ``size`` agree with every value the entry pins."""
+        return self.sha256 in (None, sha256) and self.size in (None, size)
 
     def recorded(self, sha256: str, size: int, when: dt.date) -> LockedFile:
-        """This entry with a first-download pin filled in."""
+        """This entry with a first-download pin filled in (published values kept)."""
         if not self.pending:
             raise LockError(f"{self.path} is already pinned", field="sha256")
+        if not self.matches(sha256, size):
+            raise LockError(f"{self.path}: sha256 {sha256} size {size} differ from the"
+                            f" published sha256 {self.sha256} size {self.size}", field="sha256")
         return dataclasses.replace(self, sha256=sha256, size=size, pinned_at=when)
 
 
@@ -260,16 +269,14 @@ def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
     pinned_at = fields.get("pinned_at", dt.date, required=False)
     if isinstance(pinned_at, dt.datetime):
         raise fields.fail("pinned_at", "must be a date (YYYY-MM-DD), not a date-time")
-    if sha is None:
+    if sha is None or size is None:
         if pinned_by != FIRST_DOWNLOAD:
-            raise fields.fail("sha256", f'is required unless pinned_by = "{FIRST_DOWNLOAD}"')
+            missing = "sha256" if sha is None else "size"
+            raise fields.fail(missing, f'is required unless pinned_by = "{FIRST_DOWNLOAD}"')
         if pinned_at is not None:
-            raise fields.fail("pinned_at", "set without a recorded sha256")
-    else:
-        if size is None:
-            raise fields.fail("size", "is required with sha256")
-        if pinned_by == FIRST_DOWNLOAD and pinned_at is None:
-            raise fields.fail("pinned_at", "a recorded first-download pin needs its date")
+            raise fields.fail("pinned_at", "set without a recorded sha256 and size")
+    elif pinned_by == FIRST_DOWNLOAD and pinned_at is None:
+        raise fields.fail("pinned_at", "a recorded first-download pin needs its date")
     if pinned_at is not None and pinned_by is None:
         raise fields.fail("pinned_at", f'needs pinned_by = "{FIRST_DOWNLOAD}"')
     fields.done()

@@ -226,6 +226,7 @@ def check_file(home: Path, path: Path, entry: LockedFile, *, full: bool) -> File
         return _with(base, UNPINNED if entry.pending else MISSING, detail=detail)
     if (
         not full
+        and not entry.pending
         and entry.sha256 is not None
         and stamp_matches(home, path, entry.sha256, entry.size)
     ):
@@ -234,6 +235,9 @@ def check_file(home: Path, path: Path, entry: LockedFile, *, full: bool) -> File
         sha, size = sha256_file(path)
     except UnsafePathError as exc:
         return _with(base, UNSAFE, detail=str(exc))
+    if entry.pending and not entry.matches(sha, size):
+        return _with(base, MISMATCH, observed_sha256=sha, observed_size=size,
+                     detail="differs from the published value")
     if entry.pending:
         return _with(
             base,
