@@ -346,7 +346,9 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
         directory = None  # no directory until every pin is recorded: check blobs
         for entry in _entries(lock, progress):
             if entry.pending:
-                statuses.append(FileStatus(entry.path, UNPINNED, detail=fetch_hint(lock)))
+                statuses.append(FileStatus(entry.path, UNPINNED, entry.sha256,
+                                           expected_size=entry.size,
+                                           detail=f"not downloaded yet; {fetch_hint(lock)}"))
             else:
                 statuses.append(_check_blob(home, entry, full=full))
     else:
