@@ -16,7 +16,9 @@ Invariants:
   objects and never re-opens the lock file.
 - A checkpoint pinned by a lock must declare the guard's special tokens
   (``GuardAdapter.special_tokens``); an unpinned directory that differs only
-  gets a warning (see ``run.pipeline``).
+  gets a warning (see ``run.pipeline``). A checkpoint whose model revision
+  has published chat-template facts (``chat_template_pins``) must match them
+  (``run.chat_pins``, a ``PromptError`` otherwise).
 - The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
   directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
@@ -127,7 +129,8 @@ class Handoff:
             tokenizer: Any = RuleTokenizer()
         else:
             tokenizer = _tokenizer(self.checkpoint_dir, guard,
-                                   pinned=self.model_revision != UNPINNED)
+                                   pinned=self.model_revision != UNPINNED,
+                                   revision=self.model_revision)
         return ResolvedProfile(self.profile, self.checkpoint_dir, self.model_revision,
                                guard.template, guard, tokenizer, None,
                                dict(self.runner_options), self.home, self.template,
@@ -269,12 +272,16 @@ def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
     return tree_hash(checkpoint_dir).sha256
 
 
-def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool) -> Any:
+def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool,
+               revision: str = UNPINNED) -> Any:
     """The checkpoint's prompt tokenizer, which must declare the guard's special
-    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)."""
+    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)
+    and match what is published about its chat template (``run.chat_pins``)."""
+    from guardrepro.run.chat_pins import check_chat_template
     from guardrepro.run.prompts import PromptTokenizer
 
     tokenizer = PromptTokenizer(checkpoint_dir)
+    check_chat_template(guard, checkpoint_dir, revision, tokenizer)
     mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
     if mismatch is not None:
         if pinned:
@@ -322,7 +329,8 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     if profile.backend == "rule":
         tokenizer: Any = RuleTokenizer()
     else:
-        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None)
+        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None,
+                               revision=f.revision)
     return ResolvedProfile(profile, f.checkpoint_dir, f.revision, f.template, f.guard,
                            tokenizer, f.lock, f.options, f.home, f.source)
 
