@@ -77,7 +77,7 @@ def test_a_changed_template_is_refused(tiny: dict[str, Path], tmp_path: Path) ->
     config["chat_template"] = config["chat_template"].replace("# Task:", "# Task :")
     (changed / "tokenizer_config.json").write_text(json.dumps(config))
     tokenizer = PromptTokenizer(changed)
-    with pytest.raises(PromptError, match="tokenizer_config.json") as info:
+    with pytest.raises(PromptError, match=r"tokenizer_config\.json") as info:
         check_pin(pin, changed, tokenizer)
     assert pin.tokenizer_config_sha256 in str(info.value)
     assert _file_sha(changed / "tokenizer_config.json") in str(info.value)
@@ -98,7 +98,7 @@ def test_generation_suffix_and_score_token_ids(tiny: dict[str, Path]) -> None:
     assert check_pin(right, gemma, tokenizer) == ["score_token:Yes", "score_token:No"]
     published = ChatTemplatePin("Org/G", "2" * 40, score_token_ids=(("Yes", 3553),))
     assert vocab["Yes"] != 3553
-    with pytest.raises(PromptError, match="score token 'Yes'.*3553"):
+    with pytest.raises(PromptError, match=r"score token 'Yes'.*3553"):
         check_pin(published, gemma, tokenizer)
     # ShieldGemma's prompt does not end with Qwen3's closed thinking block
     with pytest.raises(PromptError, match="end of the rendered prompt"):
@@ -143,7 +143,7 @@ def test_a_run_of_the_published_revision_with_another_template_is_refused(
     profile = tmp_path / "p.toml"
     profile.write_text('name = "p"\nbackend = "hf"\n[guard]\nname = "qwen3guard"\n'
                        '[checkpoint]\nlock = "q.toml"\n[backend_options]\ndtype = "float32"\n')
-    with pytest.raises(PromptError, match="tokenizer_config.json") as info:
+    with pytest.raises(PromptError, match=r"tokenizer_config\.json") as info:
         resolve_profile(RunProfile.load(profile), home=tmp_path / "home")
     assert "934e187433b06c5d28519e0347dd293084cf28621f00a86ae7e24e42f8b53e81" in str(info.value)
     assert _file_sha(qwen / "tokenizer_config.json") in str(info.value)
