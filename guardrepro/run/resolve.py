@@ -19,6 +19,9 @@ Invariants:
   gets a warning (see ``run.pipeline``). A checkpoint whose model revision
   has published chat-template facts (``chat_template_pins``) must match them
   (``run.chat_pins``, a ``PromptError`` otherwise).
+- A logit guard (ShieldGemma) runs only on a backend that returns score
+  logits (``LOGIT_BACKENDS``); another backend is an ``InputError`` on
+  ``backend`` instead of a run whose every row is invalid.
 - The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
   directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
@@ -45,6 +48,7 @@ from guardrepro.run.profile import RunProfile
 from guardrepro.schema import sha256_text
 
 UNPINNED = "unpinned"
+LOGIT_BACKENDS = ("hf",)  # the backends whose runners return score logits
 
 
 class RuleTokenizer:
@@ -243,6 +247,11 @@ def _guard(profile: RunProfile,
             what = "needs a model" if info.needs_model else "runs no model"
             raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
                              "not fit", field="backend")
+        if info.scoring == "logit" and profile.backend not in LOGIT_BACKENDS:
+            raise InputError(f"guard {spec.name!r} is scored from the logits of its score "
+                             f"tokens, which only backend {' or '.join(LOGIT_BACKENDS)} returns; "
+                             f"backend {profile.backend!r} would make every row invalid",
+                             field="backend")
         guard = get_guard(spec.name, template)
     except InputError as exc:
         message = str(exc)
