@@ -89,7 +89,7 @@ def test_lock_is_at_the_published_revision_with_the_published_hashes(
         assert entry.pinned_at is None  # nothing recorded: never downloaded here
         # every value the page does not give is left to the first download
         assert (entry.pinned_by == "first-download") == (want_sha is None or want_size is None)
-    assert "Not yet downloaded here" in lock.header or name == "ts-guard"
+    assert "Not yet downloaded here" in lock.header
 
 
 def test_no_lock_pins_a_pickled_checkpoint() -> None:

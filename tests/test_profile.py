@@ -190,6 +190,8 @@ def test_shipped_guard_profiles_load_and_validate(name: str, guard: str, lock: s
 
         options = _validate(profile.backend_options)
         assert (options["dtype"], options["device"]) == (dtype, device)
+        # Gemma2 (ShieldGemma) needs eager attention for its attention soft-capping
+        assert (options["attn_implementation"] == "eager") == (guard == "shieldgemma")
     else:
         from guardrepro.run.runners.vllm_runner import VLLMOptions
 
