@@ -269,3 +269,26 @@ def test_fetch_records_the_size_of_a_file_whose_sha256_is_published(tmp_path: Pa
         refused = run_fetch(hub, lock, tmp_path / "home-2", tmp_path)
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(weights) in refused["msg"]
+
+
+def test_verify_plan_for_a_package_lock_and_for_blobs_already_cached(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from guardrepro.artifacts.fetch import fetch_lock
+
+    lock = LOCKS / "toy-guard.toml"
+    home = tmp_path / "home"
+    code, out, _err = verify([str(lock), "--home", str(home), "--json"], capsys)
+    plan = json.loads(out)["fetch_plan"]
+    assert code == 2 and {p["check"] for p in plan} == {"pinned"}
+    assert all(p["action"].startswith(f"{p['path']}: copy from the guardrepro package")
+               for p in plan)
+    directory = fetch_lock(lock, home, progress=False).directory
+    assert verify([str(lock), "--home", str(home)], capsys)[0] == 0
+    shutil.rmtree(directory)  # the blobs stay: fetch only has to link them again
+    code, out, _err = verify([str(lock), "--home", str(home), "--json"], capsys)
+    plan = json.loads(out)["fetch_plan"]
+    assert code == 2 and len(plan) == len(load_lock(lock).files)
+    assert {p["check"] for p in plan} == {"cached"}
+    assert all("no download" in p["action"] for p in plan)

@@ -28,14 +28,16 @@ from guardrepro.artifacts.paths import package_file
 from guardrepro.artifacts.store import blob_path
 from guardrepro.artifacts.verify import MISSING, UNPINNED, VerifyReport
 
-PUBLISHED, RECORDED, FIRST_DOWNLOAD, PARTLY_PUBLISHED, CACHED, IN_PLACE = (
-    "published", "recorded", "first-download", "partly-published", "cached", "in-place")
+PUBLISHED, PINNED, RECORDED, FIRST_DOWNLOAD, PARTLY_PUBLISHED, CACHED, IN_PLACE = (
+    "published", "pinned", "recorded", "first-download", "partly-published", "cached",
+    "in-place")
 
 
 @dataclass(frozen=True)
 class PlannedFile:
     """One file fetch still has to bring: ``source`` (where from), ``check`` (one of
-    published, recorded, first-download, partly-published, cached, in-place),
+    published (an upstream hash), pinned (the project's own files), recorded,
+    first-download, partly-published, cached, in-place),
     the sha256/size it will be held to (None: recorded at this download) and
     ``action``, the same in one sentence."""
 
@@ -86,8 +88,8 @@ def _check(lock: Lock, entry: LockedFile) -> tuple[str, str]:
     if isinstance(lock.source, HfSource | GithubSource):
         return PUBLISHED, (f"verified against the published sha256 {entry.sha256}"
                            f" ({entry.size} bytes) pinned in the lock")
-    return PUBLISHED, (f"verified against the sha256 {entry.sha256} ({entry.size} bytes)"
-                       " pinned in the lock")
+    return PINNED, (f"verified against the sha256 {entry.sha256} ({entry.size} bytes)"
+                    " pinned in the lock")
 
 
 def plan_file(lock: Lock, entry: LockedFile, home: Path) -> PlannedFile:
