@@ -291,9 +291,12 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     if gate is not None:
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
-                            [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
-                              str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
-                             for c in gate.checks]))
+                            [("rows_present (reported)",
+                              frac_value(gate.figures.rows_present.to_json()),
+                              f"missing {gate.missing_rows}", "-", "reported")]
+                            + [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                                str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
+                               for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
     order += [v for v in stats.variants if v not in order]
     rows: list[tuple[str, ...]] = []
