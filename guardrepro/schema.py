@@ -242,8 +242,8 @@ class DecodingParams:
     """How a runner decodes. ``greedy``: one attempt, temperature 0, no top-k,
     no top-p, no repetition penalty. ``sampled`` (the authors' mode):
     temperature/top_p sampling, up to ``max_attempts`` generations until one
-    parses; attempt ``a`` of a row (counted from 1) is seeded with
-    ``sampled_seed(base id, serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
+    parses; attempt ``a`` of a row (from 1) is seeded with ``sampled_seed(base
+    id, serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
     seeded repeat (``run --seed N``): None or 0 gives the published seeds,
     any other value a different, documented set (see ``sampled_seed``)."""
 
@@ -280,10 +280,9 @@ class DecodingParams:
         return asdict(self)
 
     def seed_for(self, base_sample_id: str, serialization: str, attempt: int) -> int | None:
-        """Seed of ``attempt`` (counted from 1: the first generation is 1) of a
-        cohort row in sampled mode (None when greedy): ``sampled_seed`` of the
-        row's base id and serialization, so every variant of a base gets the
-        same seeds."""
+        """Seed of ``attempt`` (from 1) of a cohort row in sampled mode (None
+        when greedy): ``sampled_seed`` of the row's base id and serialization,
+        so every variant of a base gets the same seeds."""
         if self.mode == "greedy":
             return None
         repeat = 0 if self.seed is None else self.seed
@@ -299,9 +298,7 @@ def sampled_seed_text(base_sample_id: str, serialization: str, attempt: int,
     seeds): ``"260828:<base_sample_id>:<serialization>:<attempt>"``; repeat
     ``r > 0``: the same string followed by ``":r<r>"`` (e.g. ``...:1:r2``), so
     a repeat never reuses a published seed string and all variants of a base
-    still share a repeat's seeds. ``attempt`` counts from 1, as in the
-    published code: the first generation of a row hashes ``:1``, the retries
-    ``:2`` and ``:3``."""
+    still share a repeat's seeds. ``attempt`` counts from 1 (published code)."""
     if attempt < 1 or repeat < 0:
         raise InputError(f"attempt must be >= 1 and repeat >= 0, got {attempt}, {repeat}",
                          field="seed")

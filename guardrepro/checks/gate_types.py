@@ -229,8 +229,8 @@ class GateResult:
                              file=file, field="schema")
         spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
-                 "missing_rows", "figures", "checks", "confusion", "disagreements", "exact_disagreements",
-                 "rows"}
+                 "missing_rows", "figures", "checks", "confusion", "disagreements",
+                 "exact_disagreements", "rows"}
         return cls(
             spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
                           rows=spec["rows"], reference=spec["reference"],

@@ -303,8 +303,9 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     for v in order:
         s = stats.variants[v]
         m = s.summary.metrics
+        mcc = fixed(m.mcc.value) + (" (0/0)" if m.mcc.denominator == 0 else "")
         rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
-                     fixed(m.balanced_accuracy.value), fixed(m.mcc.value)))
+                     fixed(m.balanced_accuracy.value), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats.edits]
