@@ -58,7 +58,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
 from guardrepro.bench.tsbench import BenchRow, field_text
@@ -222,7 +222,8 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLook
     n_splits = min(max_splits, groups), and leave-one-domain-out."""
     if not rows:
         raise InputError("no rows")
-    steps = [parse_step(field_text(r.raw["current_action"])) for r in rows]
+    steps = [parse_step_at(field_text(r.raw["current_action"]), file=r.file, row=r.index)
+             for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
     labels = [strict_decision(r.score) for r in rows]
     groups = [lookup_group(r) for r in rows]
