@@ -75,22 +75,16 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
          out: Path | None, home: Path | None, as_json: bool) -> None:
     """Gate the original rows of a run (or predictions file) against the spec's
     reference predictions."""
-    from guardrepro.checks.gate import evaluate, format_table, load_spec, reference_rows
-    from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.gate import format_table
+    from guardrepro.checks.parity import format_agreement, gate_run
     from guardrepro.checks.runio import write_json_atomic
 
-    gate_spec = load_spec(spec)
-    run = load_rows(path, cohort)
-    key_field, reference, ref_info = reference_rows(gate_spec, home)
-    result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,
-                      conservative=conservative).with_extra(
-        reference=ref_info, run_dir=str(path), expected_rows_source=run.expected_source)
+    result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
     data = result.to_json()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    # the verdict is printed before gate.json is written, so an unwritable
-    # output directory (exit 2) still shows it
-    emit(as_json, data, format_table(result) + "\n" + result.verdict)
+    emit(as_json, data, format_table(result) + "\n" + format_agreement(
+        result.extra["agreement"]) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
     if not result.passed:
