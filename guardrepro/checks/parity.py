@@ -98,7 +98,8 @@ def _figure(entries: Sequence[Mapping[str, Any]], field: str, spec: GateSpec) ->
                             [str(e["cluster"]) for e in entries],
                             [_stratum(e) for e in entries], replicates=spec.replicates,
                             seed=spec.seed, confidence=spec.confidence)
-        out["interval"] = {"lower": iv.lower, "upper": iv.upper, "clusters": iv.clusters,
+        out["interval"] = {"lower": iv.lower, "upper": iv.upper,
+                           "clusters": len({str(e["cluster"]) for e in entries}),
                            "strata": iv.strata}
     return out
 
@@ -110,8 +111,9 @@ def agreement(result: GateResult, reference: Mapping[str, RefRow], key_field: st
     spec = result.spec
     entries = _gated(result, reference, key_field)
     joint = [e for e in entries if e["joint"]]
+    domains = dict.fromkeys(str(e["domain"]) for e in entries if e["domain"])  # row order
     by_domain = {d: _figure([e for e in entries if e["domain"] == d], "strict", spec)
-                 for d in sorted({str(e["domain"]) for e in entries if e["domain"]})}
+                 for d in domains}
     by_gold = {name: _figure([e for e in entries if e["gold"] is not None
                               and strict_decision(e["gold"]) == label], "strict", spec)
                for name, label in (("gold_safe", 0), ("gold_unsafe", 1))}
