@@ -76,10 +76,10 @@ def _gated(result: GateResult, reference: Mapping[str, RefRow], key_field: str,
         key = key_of(d.row_id, d.base_sample_id)
         if d.reason != "missing" or (key is not None and key in present):
             continue
-        ref = reference.get(key) if key is not None else None
+        known = reference.get(key) if key is not None else None
         out.append({"key": key, "strict": False, "exact": False, "joint": False,
                     "domain": d.domain, "gold": d.gold_label,
-                    "cluster": (ref.interaction_id if ref is not None else None)
+                    "cluster": (known.interaction_id if known is not None else None)
                     or key or f"<unknown missing {i}>"})
     return out
 
