@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fixtures.released_data import write_json
 
 from guardrepro.bench.tsbench import BENCHMARK_FILES, base_sample_id
 
@@ -48,30 +51,40 @@ def write_split(tmp: Path, benchmark: str, rows: Sequence[Row],
     ordered: list[tuple[str, dict[str, Any]]] = []
     for rel in files:
         domain = Path(rel).stem
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(json.dumps(by_domain[domain]), encoding="utf-8")
+        write_json(root / rel, by_domain[domain])
         ordered += [(domain, r) for r in by_domain[domain]]
     if released is not None:
-        from guardrepro.bench.released import released_paths
+        write_released(root, benchmark, [r for _, r in ordered], released)
+    lock = write_lock(root, tmp / "locks" / "toolsafe.toml")
+    return Split(root, lock,
+                 [(base_sample_id(r), d, float(r["score"])) for d, r in ordered],
+                 [f"{d}/{r['id-interaction']}" for d, r in ordered])
 
-        preds, labels, meta = released_paths(root, benchmark)
-        preds.parent.mkdir(parents=True, exist_ok=True)
-        preds.write_text(json.dumps(list(released)))
-        labels.write_text(json.dumps([r["score"] for _, r in ordered]))
-        meta.write_text(json.dumps([{"meta_sample": r, "guard_res": {"reason": "x"}}
-                                    for _, r in ordered]))
+
+def write_lock(root: Path, lock: Path) -> Path:
+    """A local files lock pinning every file below ``root`` (sha256 and size)."""
     entries = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         data = path.read_bytes()
         entries.append(f'[[file]]\npath = "{path.relative_to(root).as_posix()}"\n'
                        f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n')
-    lock = tmp / "locks" / "toolsafe.toml"
     lock.parent.mkdir(parents=True, exist_ok=True)
+    rel = Path(os.path.relpath(root, lock.parent)).as_posix()
     lock.write_text('name = "toolsafe-test"\nkind = "files"\n[source]\ntype = "local"\n'
-                    'path = "../toolsafe"\n\n' + "\n".join(entries), encoding="utf-8")
-    return Split(root, lock,
-                 [(base_sample_id(r), d, float(r["score"])) for d, r in ordered],
-                 [f"{d}/{r['id-interaction']}" for d, r in ordered])
+                    f'path = "{rel}"\n\n' + "\n".join(entries), encoding="utf-8")
+    return lock
+
+
+def write_released(root: Path, benchmark: str, raws: Sequence[dict[str, Any]],
+                   released: Sequence[float | None]) -> None:
+    """preds / labels / meta_data of ``benchmark`` below ``root``, parallel to
+    ``raws`` (the rows in upstream order), at the upstream folder."""
+    from guardrepro.bench.released import released_paths
+
+    preds, labels, meta = released_paths(root, benchmark)
+    write_json(preds, list(released))
+    write_json(labels, [r["score"] for r in raws])
+    write_json(meta, [{"meta_sample": r, "guard_res": {"reason": "x"}} for r in raws])
 
 
 def write_gate_spec(tmp: Path, benchmark: str, expected_rows: int | str,
