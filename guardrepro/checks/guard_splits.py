@@ -127,17 +127,18 @@ def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
             for entry in table_rows(source, rows[split], split, mode, published,
                                     guard=paper, replicates=replicates, seed=seed):
                 cells.append({"label": label, **entry})
+    shown = [s for s in SPLITS if any(k[1] == s for k in loaded)]
     paper_rows = []
     for label in order:
         names = {c["paper_guard"] for c in cells if c["label"] == label and c["paper_guard"]}
         for name in sorted(names):
             for mode in modes:
-                for split in SPLITS:
+                for split in shown:
                     figs = published.figures(name, split, mode)
                     if figs is not None:
                         paper_rows.append({"guard": name, "label": label, "benchmark": split,
                                            "mode": mode, **dict(figs)})
-    return {"guards": order, "splits": [s for s in SPLITS if any(k[1] == s for k in loaded)],
+    return {"guards": order, "splits": shown,
             "modes": modes, "views": list(VIEWS), "replicates": replicates, "seed": seed,
             "decimals": published.decimals, "cells": cells, "paper": paper_rows}
 

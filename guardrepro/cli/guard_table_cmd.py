@@ -13,6 +13,7 @@ instead (the Markdown on stderr), ``--out FILE`` also writes it as JSON,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -89,16 +90,13 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
         say(True)(f"wrote {figure_path}")
 
 
-def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple[str, ...],
-                 paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
-                 home: Path | None, replicates: int, seed: int, json_path: Path | None,
-                 as_json: bool, figure_path: Path | None, progress: bool) -> None:
-    from guardrepro.checks.guard_splits import (
-        format_markdown,
-        guard_split_figure,
-        guard_split_table,
-    )
-    from guardrepro.checks.runio import write_json_atomic
+def split_document(sources: list[str], labels: tuple[str, ...], modes: tuple[str, ...],
+                   paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
+                   home: Path | None, replicates: int, seed: int,
+                   progress: bool) -> dict[str, Any]:
+    """``checks.guard_splits.guard_split_table`` with the CLI's defaults (the
+    shipped published tables, the lock's data when no --data-dir)."""
+    from guardrepro.checks.guard_splits import guard_split_table
     from guardrepro.checks.toolsafe_table import load_published_tables
     from guardrepro.cli.table_cmd import _published_path
 
@@ -112,11 +110,21 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
         from guardrepro.artifacts.fetch import materialize
 
         data_dir = Path(materialize(lock, home))
-    doc = guard_split_table(list(sources), data_dir,
-                            load_published_tables(_published_path(None)),
-                            labels=list(labels) or None, paper_guards=named,
-                            modes=modes or ("strict", "loose", "exact"),
-                            replicates=replicates, seed=seed, progress=progress)
+    return guard_split_table(sources, data_dir, load_published_tables(_published_path(None)),
+                             labels=list(labels) or None, paper_guards=named,
+                             modes=modes or ("strict", "loose", "exact"),
+                             replicates=replicates, seed=seed, progress=progress)
+
+
+def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple[str, ...],
+                 paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
+                 home: Path | None, replicates: int, seed: int, json_path: Path | None,
+                 as_json: bool, figure_path: Path | None, progress: bool) -> None:
+    from guardrepro.checks.guard_splits import format_markdown, guard_split_figure
+    from guardrepro.checks.runio import write_json_atomic
+
+    doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
+                         replicates, seed, progress)
     emit(as_json, doc, format_markdown(doc))
     if json_path is not None:
         write_json_atomic(json_path, doc)
