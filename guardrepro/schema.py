@@ -239,8 +239,8 @@ class DecodingParams:
     """How a runner decodes. ``greedy``: one attempt, temperature 0, no top-k,
     no top-p, no repetition penalty. ``sampled`` (the authors' mode):
     temperature/top_p sampling, up to ``max_attempts`` generations until one
-    parses; attempt ``a`` of a row is seeded with ``sampled_seed(base id,
-    serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
+    parses; attempt ``a`` of a row (from 1) is seeded with ``sampled_seed(base
+    id, serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
     seeded repeat (``run --seed N``): None or 0 gives the published seeds,
     any other value a different, documented set (see ``sampled_seed``)."""
 
@@ -277,7 +277,7 @@ class DecodingParams:
         return asdict(self)
 
     def seed_for(self, base_sample_id: str, serialization: str, attempt: int) -> int | None:
-        """Seed of 0-based ``attempt`` of a cohort row in sampled mode (None
+        """Seed of ``attempt`` (from 1) of a cohort row in sampled mode (None
         when greedy): ``sampled_seed`` of the row's base id and serialization,
         so every variant of a base gets the same seeds."""
         if self.mode == "greedy":
@@ -293,11 +293,11 @@ def sampled_seed_text(base_sample_id: str, serialization: str, attempt: int,
                       repeat: int = 0) -> str:
     """The string hashed for a sampled-mode seed. Repeat 0 (the published
     seeds): ``"260828:<base_sample_id>:<serialization>:<attempt>"``; repeat
-    ``r > 0``: the same string followed by ``":r<r>"`` (e.g. ``...:0:r2``), so
+    ``r > 0``: the same string followed by ``":r<r>"`` (e.g. ``...:1:r2``), so
     a repeat never reuses a published seed string and all variants of a base
-    still share a repeat's seeds. ``attempt`` counts from 0."""
-    if attempt < 0 or repeat < 0:
-        raise InputError(f"attempt and repeat must be >= 0, got {attempt}, {repeat}",
+    still share a repeat's seeds. ``attempt`` counts from 1 (published code)."""
+    if attempt < 1 or repeat < 0:
+        raise InputError(f"attempt must be >= 1 and repeat >= 0, got {attempt}, {repeat}",
                          field="seed")
     text = f"{SAMPLED_SEED_SALT}:{base_sample_id}:{serialization}:{attempt}"
     return text if repeat == 0 else f"{text}:r{repeat}"

@@ -419,7 +419,7 @@ def test_exclusion_reasons_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "tool_name_absent_from_tool_descriptions")
     # 3. current_action: a parsed name always occurs in current_action, so the
     # check is reached here with a parser result naming another tool
-    monkeypatch.setattr(cohort_mod, "parse_step", lambda _t: ReactStep(
+    monkeypatch.setattr(cohort_mod, "parse_step_at", lambda _t, **_where: ReactStep(
         "ok_json_object", "elsewhere", "{}", None, None))
     assert reason(row(1, "i", INJ, act("pay"), "pay elsewhere", 0)) == (
         "tool_name_absent_from_current_action")

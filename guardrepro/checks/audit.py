@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
 from guardrepro.bench.tsbench import BenchRow, field_text
@@ -237,7 +237,8 @@ def _lookup_inputs(rows: Sequence[BenchRow], max_splits: int,
     """(steps, tool keys, CV groups, folds, n_splits, key-occurs-in-another-domain)."""
     if not rows:
         raise InputError("no rows")
-    steps = [parse_step(field_text(r.raw["current_action"])) for r in rows]
+    steps = [parse_step_at(field_text(r.raw["current_action"]), file=r.file, row=r.index)
+             for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
     groups = [lookup_group(r) for r in rows]
     n_splits = min(max_splits, len(set(groups)))

@@ -293,17 +293,21 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     if gate is not None:
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
-                            [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
-                              str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
-                             for c in gate.checks]))
+                            [("rows_present (reported)",
+                              frac_value(gate.figures.rows_present.to_json()),
+                              f"missing {gate.missing_rows}", "-", "reported")]
+                            + [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                                str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
+                               for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
     order += [v for v in stats.variants if v not in order]
     rows: list[tuple[str, ...]] = []
     for v in order:
         s = stats.variants[v]
         m = s.summary.metrics
+        mcc = fixed(m.mcc.value) + (" (0/0)" if m.mcc.denominator == 0 else "")
         rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
-                     fixed(m.balanced_accuracy.value), fixed(m.mcc.value)))
+                     fixed(m.balanced_accuracy.value), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats.edits]

@@ -59,7 +59,7 @@ from guardrepro.bench.edits import (
     replace_tool,
     tool_alias,
 )
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.tsbench import (
     BenchRow,
     bench_rows,
@@ -129,9 +129,12 @@ class CohortBuild:
     warnings: list[str] = field(default_factory=list)
 
 
-def _aliased(spec: CohortSpec, base: str, original: dict[str, str]) -> dict[str, str] | str:
-    """The four texts with the tool aliased, or the exclusion reason + detail."""
-    step = parse_step(original["current_action"])
+def _aliased(spec: CohortSpec, row: BenchRow, original: dict[str, str]) -> dict[str, str] | str:
+    """The four texts with the tool aliased, or the exclusion reason + detail;
+    a current_action the published parser crashes on is an ``InputError``
+    naming the file, row and field."""
+    base = row.base_sample_id
+    step = parse_step_at(original["current_action"], file=row.file, row=row.index)
     if not step.ok or not step.tool_name:
         return f"candidate_tool_{step.status}\tstep parser status {step.status!r}, " \
                f"tool name {step.tool_name!r}"
@@ -159,7 +162,7 @@ def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, str]]
             return exclude("marker_pair_missing", f"history lacks {marker!r}")
     aliased = original
     if any(edit in TOOL_EDITS for edit in spec.edits):
-        result = _aliased(spec, base, original)
+        result = _aliased(spec, row, original)
         if isinstance(result, str):
             return exclude(*result.split("\t", 1))
         aliased = result
