@@ -378,11 +378,12 @@ def format_guard_lookup(g: GuardLookup) -> str:
              f"{'guard vs gold':<26} {_f(g.guard.f1):<28} {_f(g.guard.accuracy):<28}"]
     for dom, score in g.guard_by_domain.items():
         lines.append(f"  {dom:<24} {_f(score.f1):<28} {_f(score.accuracy):<28}")
+    lines.append("lookup fitted to the guard's decisions (F1, accuracy vs the guard):")
     for name, ev in g.decision_lookup.items():
         vs = g.vs_label_lookup[name]
-        lines.append(f"{'lookup of guard, ' + name:<26} {_f(ev.pooled.f1):<28} "
-                     f"{_f(ev.pooled.accuracy):<28}")
-        lines.append(f"  guard = label lookup {_f(vs['agreement'])}; guard accuracy where "
+        shown = name.replace("grouped_cv", "grouped CV").replace("_", "-")
+        lines.append(f"  {shown:<24} {_f(ev.pooled.f1):<28} {_f(ev.pooled.accuracy):<28}")
+        lines.append(f"    guard = label lookup {_f(vs['agreement'])}; guard accuracy where "
                      f"the lookup is right {_f(vs['guard_accuracy_where_lookup_right'])}, "
                      f"wrong {_f(vs['guard_accuracy_where_lookup_wrong'])}")
     lines.append("may show: " + g.interpretation.may_show)
