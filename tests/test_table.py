@@ -209,3 +209,19 @@ def test_a_source_row_outside_the_split_is_an_error(
     code = main(["table", str(path), "--benchmark", "asb", "--data-dir", str(TOY)])
     err = capsys.readouterr().err
     assert code == 2 and "not a row of the split" in err and str(path) in err
+
+
+def test_released_keyword_reads_the_logs_below_the_data_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows, preds = random_split(3, n=30)
+    logs = write_logs(tmp_path, rows, preds)
+    by_word = table_json(capsys, "released", "--benchmark", "agentharm", "--data-dir",
+                         str(tmp_path), "--replicates", "0")
+    by_path = table_json(capsys, str(logs), "--benchmark", "agentharm", "--data-dir",
+                         str(tmp_path), "--replicates", "0")
+    assert [e["accuracy"] for e in by_word["rows"]] == [e["accuracy"] for e in by_path["rows"]]
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "nope"), "--benchmark", "agentharm",
+                 "--data-dir", str(tmp_path)]) == 2
+    assert "source not found" in capsys.readouterr().err

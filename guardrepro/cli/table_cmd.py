@@ -1,8 +1,9 @@
 """``guardrepro table SOURCE... --benchmark B --mode M [--json]``: ToolSafe's table.
 
 Input: one or more SOURCEs of one split (a run directory of the split's
-cohort, a predictions JSONL file, or a released-log directory with
-``preds.json``, ``labels.json`` and ``meta_data.json``), the benchmark
+cohort, a predictions JSONL file, a released-log directory with
+``preds.json``, ``labels.json`` and ``meta_data.json``, or the word
+``released``: the pinned released TS-Guard logs in the data directory), the benchmark
 (``agentharm``, ``asb``, ``agentdojo``), the label mode (``strict``,
 ``loose``, ``exact``), the split's rows from ``--data-dir`` (default: the
 ``--lock``'s verified copy in ``--home``; fetch it first). Output: per source
@@ -21,7 +22,6 @@ import click
 from guardrepro.cli.options import (
     COUNT,
     JSON_OPTION,
-    RUN_OR_FILE,
     SEED,
     emit,
     home_option,
@@ -29,6 +29,7 @@ from guardrepro.cli.options import (
 )
 
 DEFAULT_PUBLISHED = Path("checks/published/toolsafe-tables.toml")
+RELEASED = "released"
 
 
 def _published_path(path: Path | None) -> Path:
@@ -41,8 +42,23 @@ def _published_path(path: Path | None) -> Path:
     return repo_root() / DEFAULT_PUBLISHED
 
 
+def _source_path(source: str, data_dir: Path, benchmark: str) -> Path:
+    """A SOURCE argument as a path: ``released`` names the released logs below
+    the data directory; anything else must exist."""
+    from guardrepro.bench.released import released_dir
+    from guardrepro.errors import InputError
+
+    path = Path(source)
+    if source == RELEASED and not path.exists():
+        path = data_dir / released_dir(benchmark)
+    if not path.exists():
+        raise InputError("source not found (a run directory, a predictions file, a "
+                         f"released-log directory or '{RELEASED}')", file=str(path))
+    return path
+
+
 @click.command("table", short_help="ToolSafe's accuracy / F1 / recall on a whole split.")
-@click.argument("sources", nargs=-1, required=True, type=RUN_OR_FILE)
+@click.argument("sources", nargs=-1, required=True)
 @click.option("--benchmark", required=True,
               type=click.Choice(["agentharm", "asb", "agentdojo"]))
 @click.option("--mode", default="strict", show_default=True,
@@ -66,7 +82,7 @@ def _published_path(path: Path | None) -> Path:
               help="Also write the JSON document here (atomically).")
 @JSON_OPTION
 @home_option
-def table(sources: tuple[Path, ...], benchmark: str, mode: str, data_dir: Path | None,
+def table(sources: tuple[str, ...], benchmark: str, mode: str, data_dir: Path | None,
           lock: Path, published_path: Path | None, published_guard: str | None,
           replicates: int, seed: int, out: Path | None, as_json: bool,
           home: Path | None) -> None:
@@ -84,8 +100,9 @@ def table(sources: tuple[Path, ...], benchmark: str, mode: str, data_dir: Path |
 
         data_dir = Path(materialize(lock, home))
     rows = load_benchmark(data_dir, benchmark)
+    paths = [_source_path(source, data_dir, benchmark) for source in sources]
     published = load_published_tables(_published_path(published_path))
-    doc = toolsafe_table(list(sources), rows, benchmark, mode, published,
+    doc = toolsafe_table(paths, rows, benchmark, mode, published,
                          guard=published_guard, replicates=replicates, seed=seed)
     emit(as_json, doc, format_table(doc))
     if out is not None:
