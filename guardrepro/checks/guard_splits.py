@@ -36,7 +36,7 @@ from typing import Any
 from tqdm import tqdm
 
 from guardrepro.bench.released import RELEASED_FILES
-from guardrepro.bench.tsbench import BenchRow, load_benchmark
+from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.toolsafe_metrics import FIGURES, MODES, VIEWS, check_mode
 from guardrepro.checks.toolsafe_table import PublishedTables, Source, load_source, table_rows
@@ -97,22 +97,20 @@ def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
     for m in modes:
         check_mode(m)
     rows: dict[str, list[BenchRow]] = {}
-    for split in SPLITS:
-        try:
-            rows[split] = load_benchmark(data_dir, split)
-        except InputError:
-            continue  # a data directory without this split's files
+    for name in SPLITS:  # a split none of whose files are there is not shown
+        if any((Path(data_dir) / rel).is_file() for rel in BENCHMARK_FILES[name]):
+            rows[name] = load_benchmark(data_dir, name)  # a partial or bad split: an error
     loaded: dict[tuple[str, str], tuple[Source, str]] = {}
     for i, arg in enumerate(tqdm(sources, desc="guard table", unit="source",
                                  disable=not progress, leave=False)):
-        split, path = _parse(arg)
+        given, path = _parse(arg)
         if _is_released(path):
-            split = split or _split_of(path, None, rows)
+            split = given or _split_of(path, None, rows)
             _check_split(split, rows, data_dir)
             source = load_source(path, rows[split], split)
         else:  # a run or predictions file: the split's rows are not needed to read it
-            source = load_source(path, [], split or SPLITS[0])
-            split = split or _split_of(path, source, rows)
+            source = load_source(path, [], given or SPLITS[0])
+            split = given or _split_of(path, source, rows)
             _check_split(split, rows, data_dir)
         label = labels[i] if labels is not None else (source.guard or path.name)
         if (label, split) in loaded:
