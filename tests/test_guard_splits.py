@@ -129,3 +129,18 @@ def test_report_adds_the_split_table(tree: dict[str, Any],
     doc = json.loads((run / "guard_splits.json").read_text())
     assert set(doc["guards"]) == {"toy-guard", "TS-Guard"}
     assert (run / "guard_splits.png").is_file()
+
+
+def test_split_given_explicitly_and_a_source_of_no_split(
+        tree: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["guard-table", "--splits", f"agentharm={tree['rule']}", "--data-dir",
+                 str(tree["root"]), "--replicates", "0", "--no-progress", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["splits"] == ["agentharm"]
+    stray = write_run(tmp_path / "stray", grid([("nope", "banking", 0.0)], {"original": [0]}),
+                      split=True)
+    assert main(["guard-table", "--splits", str(stray), "--data-dir", str(tree["root"]),
+                 "--replicates", "0", "--no-progress"]) == 2
+    assert "not all rows of one split" in capsys.readouterr().err
+    assert main(["guard-table", "--splits", str(tree["rule"]), "--label", "a", "--label", "b",
+                 "--data-dir", str(tree["root"]), "--no-progress"]) == 2
