@@ -134,6 +134,18 @@ def test_toy_guard_run_of_a_split_through_gate_and_compare(
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["rows_in_both"] == 6 and summary["only_in_b"] == 19
     assert summary["strict_agreement"]["count"] == both
+    # and side by side on the split: the toy guard's upstream view keeps its 6
+    # parsed rows' predictions only, the rule's covers all 25
+    capsys.readouterr()
+    assert main(["guard-table", "--splits", str(toy), str(rule), "--data-dir", str(TOY),
+                 "--mode", "strict", "--replicates", "0", "--no-progress", "--json"]) == 0
+    cells = {(c["label"], c["view"]): c for c in json.loads(capsys.readouterr().out)["cells"]}
+    valid = [r for r in toy_recs if r["status"] == "ok"]
+    assert cells[("toy-guard", "upstream")]["kept"] == len(valid)
+    assert cells[("toy-guard", "upstream")]["accuracy"] == pytest.approx(agree / len(valid))
+    rule_right = sum(1 for r in rule_by_id.values()
+                     if _strict(r["score"]) == _strict(r["gold_label"]))
+    assert cells[("rule-nuisance", "fail_closed")]["accuracy"] == pytest.approx(rule_right / 25)
 
 
 def test_audit_rungs_on_a_toy_split_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
