@@ -225,3 +225,31 @@ def test_released_keyword_reads_the_logs_below_the_data_dir(
     assert main(["table", str(tmp_path / "nope"), "--benchmark", "agentharm",
                  "--data-dir", str(tmp_path)]) == 2
     assert "source not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_toy_guard_on_the_toy_agentharm_split_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trained toy guard runs a whole toy split; the table scores its records."""
+    monkeypatch.setenv("GUARDREPRO_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    assert main(["fetch", str(ROOT / "locks/toy-guard.toml"), "--no-progress"]) == 0
+    cohort = tmp_path / "harm.jsonl"
+    assert main(["cohort", "build", str(ROOT / "cohorts/toy-agentharm-all.toml"),
+                 "--data-dir", str(TOY), "--out", str(cohort), "--no-progress"]) == 0
+    assert main(["run", "--profile", str(ROOT / "runners/toy-hf.toml"), "--cohort",
+                 str(cohort), "--out", str(tmp_path / "run"), "--workers", "1",
+                 "--no-progress"]) == 0
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 25
+    for mode in ("strict", "exact"):
+        doc = table_json(capsys, str(tmp_path / "run"), "--benchmark", "agentharm",
+                         "--data-dir", str(TOY), "--mode", mode, "--replicates", "50")
+        up = doc["rows"][0]
+        assert (up["guard"], up["rows"]) == ("toy-guard", 25)
+        kept = [r for r in records if r["status"] == "ok"]
+        want = _sklearn([r["gold_label"] for r in kept], [r["score"] for r in kept], mode)
+        for name, value in want.items():
+            assert up[name] == pytest.approx(value)
