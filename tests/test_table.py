@@ -25,7 +25,6 @@ TOY = ROOT / "guardrepro" / "data" / "toy_bench"
 RULE = ROOT / "runners" / "rule-nuisance.toml"
 HARM = ("TS-Bench/agentharm-traj/harmful_steps.json", "TS-Bench/agentharm-traj/benign_steps.json")
 LOGS = "guardian_test_logs/agentharm/TS-Guard"
-PUBLISHED_HARM_STRICT = {"accuracy": 84.81, "f1": 90.16, "recall": 96.95}  # paper Table 3
 
 
 def _labels(scores: list[float], mode: str) -> list[int]:
@@ -111,31 +110,64 @@ def test_released_logs_match_sklearn_in_both_views(
             assert got["difference_pp"][name] == pytest.approx(diff, abs=1e-6)
 
 
-def test_counts_of_the_released_agentharm_log_give_the_rescoring(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def write_dojo_logs(root: Path, rows: list[dict[str, Any]], preds: list[float | None]) -> Path:
+    files = {f"TS-Bench/agentdojo-traj/{d}.json": [r for r in rows if r["env_info"] == d]
+             for d in ("workspace", "travel", "slack", "banking")}
+    write_bench(root, files)
+    ordered = [r for rel in files for r in files[rel]]
+    by_text = {r["instruction"]: p for r, p in zip(rows, preds, strict=True)}
+    ordered_preds = [by_text[r["instruction"]] for r in ordered]
+    base = root / "guardian_test_logs/agentdojo/TS-Guard"
+    write_json(base / "preds.json", ordered_preds)
+    write_json(base / "labels.json", [r["score"] for r in ordered])
+    write_json(base / "meta_data.json", [
+        {"meta_sample": r, "guard_res": guard_res_for(p, "text")}
+        for r, p in zip(ordered, ordered_preds, strict=True)])
+    return base
+
+
+# Confusion counts that give UPSTREAM.md's full-precision re-scoring of the released
+# TS-Guard logs (strict): AgentHarm 731 rows, AgentDojo 1,220 rows.
+RESCORED = {
+    "agentharm": ([(1.0, 1.0, 509), (0.5, 0.0, 16), (0.0, 0.5, 95), (0.0, 0.0, 111)],
+                  (0.8481532, 0.9016829, 0.9695238), {"accuracy": 84.81, "f1": 90.16,
+                                                      "recall": 96.95}),
+    "agentdojo": ([(1.0, 1.0, 315), (1.0, 0.0, 37), (0.0, 1.0, 64), (0.0, 0.0, 804)],
+                  (0.9172131, 0.8618331, 0.8948864), {"accuracy": 91.72, "f1": 86.18,
+                                                      "recall": 89.49}),
+}
+
+
+@pytest.mark.parametrize("benchmark", sorted(RESCORED))
+def test_released_log_counts_give_the_rescoring_and_the_paper_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], benchmark: str
 ) -> None:
-    """A log with the confusion counts of ToolSafe's released AgentHarm log (731 rows:
-    tp 509, fn 16, fp 95, tn 111) gives UPSTREAM's full-precision re-scoring, and the
-    paper's printed figure beside it."""
+    """A released-style log with the confusion counts of ToolSafe's released TS-Guard
+    log gives UPSTREAM's full-precision re-scoring, with the paper's Table 3 row beside."""
+    cells, rescored, paper = RESCORED[benchmark]
+    domains = ("workspace", "travel", "slack", "banking")
     rows: list[dict[str, Any]] = []
     preds: list[float | None] = []
-    cells = [(1.0, 1.0, 509), (0.5, 0.0, 16), (0.0, 0.5, 95), (0.0, 0.0, 111)]
     for gold, pred, count in cells:
         for _ in range(count):
             i = len(rows)
-            rows.append(make_row(f"h{i // 4}", i % 4, gold, f"n{i}"))
+            row = make_row(f"h{i // 4}", i % 4, gold, f"n{i}")
+            if benchmark == "agentdojo":
+                row["env_info"] = domains[i % 4]
+            rows.append(row)
             preds.append(pred)
-    logs = write_logs(tmp_path, rows, preds)
-    doc = table_json(capsys, str(logs), "--benchmark", "agentharm", "--data-dir",
+    logs = (write_logs if benchmark == "agentharm" else write_dojo_logs)(tmp_path, rows, preds)
+    doc = table_json(capsys, str(logs), "--benchmark", benchmark, "--data-dir",
                      str(tmp_path), "--replicates", "0")
     up = next(e for e in doc["rows"] if e["view"] == "upstream")
-    assert (up["rows"], up["kept"]) == (731, 731)
-    assert up["accuracy"] == pytest.approx(0.8481532, abs=5e-8)
-    assert up["f1"] == pytest.approx(0.9016829, abs=5e-8)
-    assert up["recall"] == pytest.approx(0.9695238, abs=5e-8)
-    assert up["published"] == PUBLISHED_HARM_STRICT
-    # the paper prints 90.16 for an F1 of 0.90168...: shown as a difference, not hidden
-    assert up["difference_pp"]["f1"] == pytest.approx(90.168290 - 90.16, abs=1e-5)
+    assert (up["rows"], up["kept"]) == (len(rows), len(rows))
+    for name, value in zip(("accuracy", "f1", "recall"), rescored, strict=True):
+        assert up[name] == pytest.approx(value, abs=5e-8)
+    assert up["published"] == paper
+    if benchmark == "agentdojo":  # rounds to the paper's printed row, digit for digit
+        assert {k: round(100 * up[k], 2) for k in paper} == paper
+    else:  # the paper prints 90.16 for an F1 of 0.90168...: shown, not hidden
+        assert up["difference_pp"]["f1"] == pytest.approx(90.168290 - 90.16, abs=1e-5)
 
 
 def test_accuracy_interval_is_the_interval_engines(tmp_path: Path) -> None:
@@ -225,3 +257,31 @@ def test_released_keyword_reads_the_logs_below_the_data_dir(
     assert main(["table", str(tmp_path / "nope"), "--benchmark", "agentharm",
                  "--data-dir", str(tmp_path)]) == 2
     assert "source not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_toy_guard_on_the_toy_agentharm_split_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trained toy guard runs a whole toy split; the table scores its records."""
+    monkeypatch.setenv("GUARDREPRO_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    assert main(["fetch", str(ROOT / "locks/toy-guard.toml"), "--no-progress"]) == 0
+    cohort = tmp_path / "harm.jsonl"
+    assert main(["cohort", "build", str(ROOT / "cohorts/toy-agentharm-all.toml"),
+                 "--data-dir", str(TOY), "--out", str(cohort), "--no-progress"]) == 0
+    assert main(["run", "--profile", str(ROOT / "runners/toy-hf.toml"), "--cohort",
+                 str(cohort), "--out", str(tmp_path / "run"), "--workers", "1",
+                 "--no-progress"]) == 0
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 25
+    for mode in ("strict", "exact"):
+        doc = table_json(capsys, str(tmp_path / "run"), "--benchmark", "agentharm",
+                         "--data-dir", str(TOY), "--mode", mode, "--replicates", "50")
+        up = doc["rows"][0]
+        assert (up["guard"], up["rows"]) == ("toy-guard", 25)
+        kept = [r for r in records if r["status"] == "ok"]
+        want = _sklearn([r["gold_label"] for r in kept], [r["score"] for r in kept], mode)
+        for name, value in want.items():
+            assert up[name] == pytest.approx(value)
