@@ -114,3 +114,23 @@ def test_tool_lookup_names_file_row_field(tmp_path: Path) -> None:
     assert (info.value.file, info.value.row, info.value.field) == (str(path), 2,
                                                                    "current_action")
     assert tool_lookup_audit(bench[:2]).rows == 2
+
+
+def test_tool_lookup_cli_exit_2_without_traceback(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "TS-Bench" / "agentdojo-traj"
+    folder.mkdir(parents=True)
+    for i, domain in enumerate(("banking", "slack", "travel", "workspace")):
+        rows = [bench_row(1, 0, f"Action: t{i}\nAction Input: {{}}", "e"),
+                bench_row(2, 1, f"Action: u{i}\nAction Input: {{}}", "e")]
+        if domain == "travel":
+            rows[1]["current_action"] = "Action: u\nAction Input: " + "8" * 5000
+        (folder / f"{domain}.json").write_text(json.dumps(rows), encoding="utf-8")
+    code = main(["audit", "tool-lookup", "--data-dir", str(tmp_path), "--benchmark",
+                 "agentdojo"])
+    err = capsys.readouterr().err
+    if sys.get_int_max_str_digits() == 0:
+        assert code == 0
+        return
+    assert code == 2 and "Traceback" not in err
+    assert f"{folder / 'travel.json'}, row 1, field 'current_action'" in err

@@ -42,7 +42,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from guardrepro.errors import InputError
+from guardrepro.errors import InputError, StepParseError
+
+__all__ = ["OK_STATUSES", "STATUSES", "Marker", "ReactStep", "StepParseError", "classify",
+           "fence_body", "line_rest", "markers", "parse_step", "parse_step_at"]
 
 OK_STATUSES = ("ok_json_object", "ok_json_value", "ok_text_arguments")
 STATUSES = (
@@ -67,10 +70,6 @@ KINDS = ("action_input", "thought", "action")
 _LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 _FENCE = "```"
 _DECODER = json.JSONDecoder()
-
-
-class StepParseError(InputError):
-    """Arguments the published parser cannot classify (it crashes on them)."""
 
 
 @dataclass(frozen=True)

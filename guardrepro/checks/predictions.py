@@ -147,8 +147,8 @@ def expected_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows
         stray = [(r, line) for r, line in numbered if (r.base_sample_id, r.variant) not in known]
         if stray:
             r, line = stray[0]
-            raise InputError(f"{len(stray)} prediction(s) are not rows of the cohort ({cohort}), "
-                             f"this one base {r.base_sample_id!r} variant {r.variant!r}",
+            raise InputError(f"base {r.base_sample_id!r} variant {r.variant!r} is not a row of "
+                             f"the cohort ({cohort}); {len(stray)} prediction(s) are not",
                              file=file, line=line, field="base_sample_id")
         return RunRows(out, f"cohort:{cohort} (predictions:{path})", len(numbered))
     variants = sorted({r.variant for r, _ in numbered})
