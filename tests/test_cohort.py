@@ -512,7 +512,7 @@ def test_pinned_refuses_file_missing_from_lock(bench: Path) -> None:
     ("bad", "field"),
     [
         ({"score": 0.3}, "score"),
-        ({"current_action": None}, "current_action"),
+        ({"current_action": 7}, "current_action"),
         ({"history": 5}, "history"),
         ({"extra": 1}, "extra"),
     ],

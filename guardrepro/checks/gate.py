@@ -113,6 +113,7 @@ class RefRow:
     gold_label: float | None
     domain: str | None = None
     base_sample_id: str | None = None
+    interaction_id: str | None = None  # the cluster of a released row
 
 
 def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str, dict[str, RefRow],
@@ -136,7 +137,8 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     data_dir = materialize(lock, home)
     released = load_released(data_dir, ref["benchmark"])
     out = {
-        sid: RefRow(sid, row.pred, row.pred is not None, row.gold_label, row.domain, sid)
+        sid: RefRow(sid, row.pred, row.pred is not None, row.gold_label, row.domain, sid,
+                    row.interaction_id)
         for sid, row in released.by_base_sample_id.items()
     }
     return "base_sample_id", out, {"type": "released", "lock": str(lock),

@@ -51,7 +51,7 @@ from typing import Any
 from tqdm import tqdm
 
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.bench.cohort.spec import CohortSpec, load_spec
+from guardrepro.bench.cohort.spec import CohortSpec, SourceSpec, load_spec
 from guardrepro.bench.edits import (
     TEXT_FIELDS,
     placebo_history,
@@ -217,9 +217,11 @@ def serialize_rows(rows: list[dict[str, Any]]) -> bytes:
     return "".join(canonical_json(row) + "\n" for row in rows).encode("utf-8")
 
 
-def _read_sources(
-    spec: CohortSpec, data_dir: Path, pinned: bool
+def read_sources(
+    spec: SourceSpec, data_dir: Path, pinned: bool
 ) -> tuple[list[dict[str, Any]], list[BenchRow]]:
+    """Read every spec domain's file (step 1: checked against the data lock
+    unless unpinned) and its rows; returns the manifest's ``sources`` and the rows."""
     lock = None
     if pinned:
         from guardrepro.artifacts.locks import load_lock
@@ -289,7 +291,7 @@ def build_cohort(
     spec: CohortSpec, data_dir: str | Path, *, pinned: bool = True, progress: bool = False
 ) -> CohortBuild:
     """Select, edit and serialise a cohort (nothing is written)."""
-    sources, bench_rows = _read_sources(spec, Path(data_dir), pinned)
+    sources, bench_rows = read_sources(spec, Path(data_dir), pinned)
     out_rows: list[dict[str, Any]] = []
     cells: list[Cell] = []
     exclusions: list[Exclusion] = []
