@@ -253,6 +253,19 @@ def test_released_keyword_reads_the_logs_below_the_data_dir(
     by_path = table_json(capsys, str(logs), "--benchmark", "agentharm", "--data-dir",
                          str(tmp_path), "--replicates", "0")
     assert [e["accuracy"] for e in by_word["rows"]] == [e["accuracy"] for e in by_path["rows"]]
+    both = table_json(capsys, "released", str(logs), "--benchmark", "agentharm", "--data-dir",
+                      str(tmp_path), "--replicates", "0")
+    assert [(e["source"], e["view"]) for e in both["rows"]] == [
+        (str(logs), "upstream"), (str(logs), "fail_closed")] * 2
+    assert by_word["rows"][0]["released_metrics"] is None
+    # a metrics_strict.json beside the logs is shown as stored (strict mode only)
+    write_json(logs / "metrics_strict.json", {"accuracy": 0.5, "total": 27})
+    doc = table_json(capsys, "released", "--benchmark", "agentharm", "--data-dir",
+                     str(tmp_path), "--replicates", "0")
+    assert doc["rows"][0]["released_metrics"] == {"accuracy": 0.5, "total": 27}
+    doc = table_json(capsys, "released", "--benchmark", "agentharm", "--data-dir",
+                     str(tmp_path), "--replicates", "0", "--mode", "exact")
+    assert doc["rows"][0]["released_metrics"] is None
     capsys.readouterr()
     assert main(["table", str(tmp_path / "nope"), "--benchmark", "agentharm",
                  "--data-dir", str(tmp_path)]) == 2

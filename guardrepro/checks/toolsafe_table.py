@@ -14,7 +14,9 @@ Output: a document ``{"rows": [...]}`` with one entry per (source, view):
 ``source``, ``benchmark``, ``mode``, ``view``, ``rows``, ``kept``,
 ``accuracy``, ``f1``, ``recall`` (values in [0, 1]), their intervals, the
 paper's figure (``published``: percent, or null) and the difference in
-percentage points; and a text rendering of it.
+percentage points, and in strict mode a released directory's own
+``metrics_strict.json`` as stored (``released_metrics``); and a text
+rendering of it.
 
 Invariants: a source is read strictly; a row the source holds that is not a
 row of the split, or whose gold label differs from the split's, is an
@@ -25,13 +27,14 @@ is a row without a valid prediction (dropped in ``upstream``, unsafe in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro.bench.released import RELEASED_FILES, align_released
-from guardrepro.bench.tsbench import BenchRow
+from guardrepro.bench.tsbench import BenchRow, read_json_strict
 from guardrepro.checks.toolsafe_metrics import (
     FIGURES,
     VIEWS,
@@ -45,6 +48,7 @@ from guardrepro.spec import Table, load_toml
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
 ORIGINAL = "original"
 RELEASED_GUARD = "TS-Guard"  # the guard of ToolSafe's released logs
+METRICS_FILE = "metrics_strict.json"  # the evaluator's own strict-mode figures, if present
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Source:
     guard: str | None  # the guard's name where the source says it
     preds: Mapping[str, float | None]
     gold: Mapping[str, float]
+    metrics_strict: Mapping[str, Any] | None = None  # a released dir's metrics_strict.json
 
 
 def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
@@ -63,7 +68,12 @@ def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
     released = align_released(preds_file, labels_file, meta_file, rows, benchmark=benchmark)
     preds = {r.base_sample_id: r.pred for r in released.rows}
     gold = {r.base_sample_id: r.gold_label for r in released.rows}
-    return Source(str(path), "released", path.name or RELEASED_GUARD, preds, gold)
+    metrics = None
+    if (path / METRICS_FILE).is_file():  # shown as stored, never used for a figure
+        metrics = read_json_strict(path / METRICS_FILE)
+        if not isinstance(metrics, dict):
+            raise InputError("expected a JSON object", file=str(path / METRICS_FILE))
+    return Source(str(path), "released", path.name or RELEASED_GUARD, preds, gold, metrics)
 
 
 def load_source(path: str | Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
@@ -166,6 +176,8 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
             "invalid": sum(p.pred is None for p in preds), "paper_guard": paper_guard,
             "interval": m.get("interval"), "figures": {name: m[name] for name in FIGURES},
             "published": None if paper is None else dict(paper),
+            "released_metrics": (dict(source.metrics_strict) if mode == "strict"
+                                 and source.metrics_strict is not None else None),
             "difference_pp": None,
         }
         for name in FIGURES:
@@ -219,4 +231,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
                 shown += (f"  paper {e['published'][name]:.{d}f}"
                           f"  diff {'-' if diff is None else f'{diff:+.{d}f}'}")
             lines.append(shown)
+        if e.get("released_metrics") is not None:
+            lines.append(f"  {METRICS_FILE} (as stored): "
+                         f"{json.dumps(e['released_metrics'], sort_keys=True)}")
     return "\n".join(lines)
