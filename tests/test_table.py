@@ -188,6 +188,21 @@ def test_accuracy_interval_is_the_interval_engines(tmp_path: Path) -> None:
     assert m["recall"]["lower"] <= m["recall"]["value"] <= m["recall"]["upper"]
 
 
+def test_binary_figures_over_zero_are_zero_as_sklearns_default(recwarn: Any) -> None:
+    # all-safe rows, all predicted safe: F1 and recall are 0/0; scikit-learn's
+    # default (zero_division="warn", what the upstream evaluator calls) gives 0.0
+    gold, pred = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    split = [SplitPrediction(str(i), str(i), g, p)
+             for i, (g, p) in enumerate(zip(gold, pred, strict=True))]
+    m = view_metrics(split, "strict", "upstream", replicates=50, seed=3)
+    y = _labels(gold, "strict")
+    assert m["f1"]["value"] == f1_score(y, y) == 0.0
+    assert m["recall"]["value"] == recall_score(y, y) == 0.0
+    assert (m["f1"]["numerator"], m["f1"]["denominator"]) == (0, 0)
+    assert (m["recall"]["numerator"], m["recall"]["denominator"]) == (0, 0)
+    assert m["f1"]["lower"] == m["f1"]["upper"] == 0.0
+
+
 def test_exact_macro_counts_a_class_seen_only_in_predictions() -> None:
     # gold only 0 and 2; one prediction of class 1: sklearn's macro averages 3 classes
     gold, pred = [0.0, 0.0, 1.0, 1.0], [0.0, 0.5, 1.0, 0.0]

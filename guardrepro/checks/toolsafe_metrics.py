@@ -20,8 +20,9 @@ Rules:
   most unsafe class (score 1: label 1 in strict and loose, 2 in exact);
   ``kept`` = ``rows``.
 - strict and loose: F1 and recall of the positive (unsafe) class 1;
-  ``2tp / (2tp + fp + fn)`` and ``tp / (tp + fn)``, None (undefined) when the
-  denominator is 0.
+  ``2tp / (2tp + fp + fn)`` and ``tp / (tp + fn)``, 0.0 when the denominator
+  is 0 (scikit-learn's default, which the upstream evaluator uses; the 0/0
+  counts are shown beside).
 - exact: macro averages over the classes that occur among the kept rows'
   gold or predicted labels (scikit-learn's ``average="macro"``); a class
   that occurs only among the predictions has recall 0.
@@ -134,7 +135,8 @@ def figures(sums: np.ndarray, mode: str) -> dict[str, np.ndarray]:
                               np.where(present, np.nan_to_num(recall_c), 0).sum(axis=1) / n,
                               np.nan)
         else:
-            f1, recall = f1_c[:, 1], recall_c[:, 1]
+            # 0/0 is 0.0, as scikit-learn's default zero_division gives upstream
+            f1, recall = np.nan_to_num(f1_c[:, 1]), np.nan_to_num(recall_c[:, 1])
     return {"accuracy": acc, "f1": f1, "recall": recall}
 
 
