@@ -31,7 +31,7 @@ from typing import Any
 
 from guardrepro.checks.formatting import fmt_num
 from guardrepro.errors import InputError
-from guardrepro.spec import Table, load_toml
+from guardrepro.spec import Table, expect_kind, load_toml
 
 SOURCES = ("stats", "gate", "audit")
 MATCHES = ("exact", "reported")
@@ -94,7 +94,9 @@ def load_published(path: str | Path) -> PublishedSpec:
     file = str(path)
     if not path.is_file():
         raise InputError("published-figures spec not found", file=file)
-    top = Table(load_toml(path, "published-figures spec"), file)
+    data = load_toml(path, "published-figures spec")
+    expect_kind(data, "published", file=file)
+    top = Table(data, file)
     top.only("name", "description", "figure")
     name = top.take("name", str)
     description = top.take("description", str, "")
