@@ -134,7 +134,7 @@ def infer_kind(data: Any) -> str | None:
     if not isinstance(data, Mapping):
         return None
     declared = data.get("kind")
-    for kind, (_name, values, keys) in KINDS.items():
+    for kind, (_name, values, _keys) in KINDS.items():
         if isinstance(declared, str) and declared in values:
             return kind
     for kind, (_name, _values, keys) in KINDS.items():
