@@ -19,7 +19,7 @@ def test_labels_on_one_line_do_not_overlap() -> None:
     sizes = [(40.0, 7.0)] * 8
     offsets = label_offsets(points, sizes)
     boxes = [(x + dx, y + dy, x + dx + w, y + dy + h)
-             for (x, y), (dx, dy), (w, h) in zip(points, offsets, strict=True)]
+             for (x, y), (dx, dy), (w, h) in zip(points, offsets, sizes, strict=True)]
     for a, b in itertools.combinations(boxes, 2):
         assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
     assert offsets[0] == (3.0, 3.0)  # the first label keeps its usual place
