@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import guardrepro
-from guardrepro.checks.formatting import frac_equals
+from guardrepro.checks.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
         q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
                      artifact, home=Path(home) if home else None)
         steps.say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
-                  f"expected tree hash matched: {q.expected_match}")
+                  f"expected tree hash matched: {yes_no_unpinned(q.expected_match)}")
     steps.mark("quantize")
 
     scope = "all rows" if plan.rows == "all" else "the 64 original rows"

@@ -154,10 +154,12 @@ def test_attribute_counts_what_sampling_explains(tmp_path: Path, split: Split,
 
         w0 0 0 0 | w1 1 1 1 | w2 0 0.5 0 | t0 0 0 0 | t1 0 0 0 | s0 0 0 0.5 | s1 1 1 1
         | b0 1 1 1
-    Strict (fail closed; the local run is its own bf16 run): disagreements w2
-    (reference 1 among the repeats' {0, 1}: sampling), t1 (reference 1 not
+    Strict (the gate's rule; the local run is its own bf16 run): disagreements
+    w2 (reference 1 among the repeats' {0, 1}: sampling), t1 (reference 1 not
     among {0}: backend), s0 (local invalid -> 1, reference 0 among {0, 1}:
-    sampling); s1 agrees fail-closed, b0 is missing. Exact (jointly valid w0 w1
+    sampling), s1 (reference invalid: a disagreement although both sides are
+    1 fail-closed; the repeats all say 1 and so does greedy: unexplained); b0 is missing,
+    so with it the gate's 5 disagreements. Exact (jointly valid w0 w1
     w2 t0 t1): w1 (1.0 among {1.0} but the repeats agree: unexplained), w2
     (sampling), t1 (backend). Noise floor: w2 and s0 of 8 rows, both levels.
     """
@@ -177,14 +179,18 @@ def test_attribute_counts_what_sampling_explains(tmp_path: Path, split: Split,
     causes = {(c["key"], c["level"]): c["cause"] for c in local["rows"]}
     b = [x[0] for x in split.bases]
     assert causes == {(b[2], "strict"): "sampling", (b[4], "strict"): "backend",
-                      (b[5], "strict"): "sampling", (b[1], "exact"): "unexplained",
+                      (b[5], "strict"): "sampling", (b[6], "strict"): "unexplained",
+                      (b[1], "exact"): "unexplained",
                       (b[2], "exact"): "sampling", (b[4], "exact"): "backend"}
+    reasons = {c["key"]: c["reason"] for c in local["rows"] if c["level"] == "strict"}
+    assert reasons == {b[2]: "strict", b[4]: "strict", b[5]: "local_invalid",
+                       b[6]: "reference_invalid"}
     assert local["compared"] == 7 and local["jointly_valid"] == 5
     assert local["missing"] == [b[7]]
     assert local["counts"]["strict"]["sampling"]["count"] == 2
     assert att["noise_floor"]["strict"]["count"] == 2
     assert att["noise_floor"]["strict"]["denominator"] == 8
-    assert "sampling alone explains 2 of 3 strict disagreements" in captured.err
+    assert "sampling alone explains 2 of 4 strict disagreements" in captured.err
     assert "sampling alone explains 1 of 3 exact disagreements" in captured.err
 
 

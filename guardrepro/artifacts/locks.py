@@ -51,7 +51,7 @@ import tomli_w
 
 from guardrepro.artifacts.store import atomic_write_bytes, check_relpath
 from guardrepro.errors import LockError, UnsafePathError
-from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, read_toml
+from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind, read_toml
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -332,6 +332,7 @@ def load_lock(path: str | os.PathLike[str]) -> Lock:
     """Read and validate a lock file; LockError (an InputError) names file and field."""
     lock_path = Path(path)
     data, text = read_toml(lock_path, "lock file", error=LockError)
+    expect_kind(data, "lock", file=str(lock_path), error=LockError)
     return parse_lock(data, str(lock_path), _header(text), lock_path.resolve())
 
 

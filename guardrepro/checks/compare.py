@@ -243,6 +243,7 @@ class Comparison:
     only_b: list[str]
     rows_a: int
     rows_b: int
+    sides: Mapping[str, Any] | None = None  # checks.sides.compare_sides of the two runs
 
     def summary(self) -> CompareSummary:
         both = self.rows
@@ -273,7 +274,7 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The compare JSON object (summary, rows only in one run, every row)."""
-        return {
+        out = {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "summary": self.summary().to_json(),
@@ -281,6 +282,9 @@ class Comparison:
             "only_b": list(self.only_b),
             "rows": [asdict(r) for r in self.rows],
         }
+        if self.sides is not None:
+            out["sides"] = dict(self.sides)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Comparison:
@@ -288,7 +292,8 @@ class Comparison:
         rows = [RowComparison(**r) for r in data["rows"]]
         summary = data["summary"]
         return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
-                   list(data["only_b"]), summary["rows_a"], summary["rows_b"])
+                   list(data["only_b"]), summary["rows_a"], summary["rows_b"],
+                   data.get("sides"))
 
 
 def compare_records(
@@ -308,9 +313,14 @@ def compare_records(
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
-    """Load both runs and compare them row by row."""
-    return compare_records(load_records(run_a), load_records(run_b),
-                           run_a=str(run_a), run_b=str(run_b))
+    """Load both runs and compare them row by row (``sides``: what each run was)."""
+    from dataclasses import replace
+
+    from guardrepro.checks.sides import compare_sides, side_of_run
+
+    comparison = compare_records(load_records(run_a), load_records(run_b),
+                                 run_a=str(run_a), run_b=str(run_b))
+    return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
 
 
 def _pct(r: Rate) -> str:
@@ -320,15 +330,18 @@ def _pct(r: Rate) -> str:
 def format_table(comparison: Comparison) -> str:
     """A readable summary plus one line per row whose outputs differ."""
     s = comparison.summary()
-    lines = [
+    from guardrepro.checks.sides import sides_line
+
+    lines = [sides_line(comparison.sides)] if comparison.sides is not None else []
+    lines += [
         f"A: {comparison.run_a} ({s.rows_a} rows)",
         f"B: {comparison.run_b} ({s.rows_b} rows)",
         f"rows in both {s.rows_in_both}, only in A {s.only_in_a}, only in B {s.only_in_b}",
         f"valid A            {_pct(s.valid_a)}",
         f"valid B            {_pct(s.valid_b)}",
-        f"identical tokens   {_pct(s.identical_tokens)}",
+        f"identical tokens   {_pct(s.identical_tokens)}  (token identity)",
         f"exact score agree  {_pct(s.exact_score_agreement)}  (jointly valid rows)",
-        f"strict agree       {_pct(s.strict_agreement)}  (both valid, same decision)",
+        f"strict agree       {_pct(s.strict_agreement)}  (gate rule: both valid, same decision)",
     ]
     if s.input_mismatch.count:
         lines.append(f"WARNING: input_sha256 differs on {_pct(s.input_mismatch)} rows")

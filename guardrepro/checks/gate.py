@@ -86,6 +86,8 @@ from guardrepro.checks.gate_types import (
     GateResult,
     GateRow,
     ScoreConfusion,
+    disagreement_reason,
+    strict_agrees,
 )
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
@@ -248,8 +250,8 @@ def _row_table(keys: list[str], by_key: Mapping[str, RowResult], reference: Mapp
             raise InputError(f"{key_field} {k!r}: local domain {loc.domain!r} differs from the "
                              f"reference's {ref.domain!r}", field="domain")
         present = status != MISSING
-        strict_agree = (status == "ok" and ref.valid
-                        and strict_decision(l_score) == strict_decision(ref.score))
+        strict_agree = strict_agrees(status == "ok", ref.valid, strict_decision(l_score),
+                                     strict_decision(ref.score))
         table.append({
             "key": k,
             "row_id": loc.row_id if loc is not None else k,
@@ -325,13 +327,7 @@ def _confusion(table: list[dict[str, Any]]) -> ScoreConfusion:
 
 
 def _reason(t: Mapping[str, Any]) -> str:
-    if not t["present"]:
-        return "missing"
-    if not t["valid"]:
-        return "local_invalid"
-    if not t["reference_valid"]:
-        return "reference_invalid"
-    return "strict"
+    return disagreement_reason(t["present"], t["valid"], t["reference_valid"])
 
 
 def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> GateInterval | None:

@@ -22,7 +22,7 @@ from guardrepro.checks.bootstrap import (
     check_settings,
 )
 from guardrepro.errors import InputError
-from guardrepro.spec import check_keys, is_kind, parse_toml, type_problem
+from guardrepro.spec import check_keys, expect_kind, is_kind, parse_toml, type_problem
 
 THRESHOLD_KEYS = (
     "expected_rows",
@@ -97,6 +97,7 @@ def load_spec(path: str | Path) -> GateSpec:
         raise InputError("gate spec not found", file=file)
     raw = path.read_bytes()
     data = parse_toml(raw, file)[0]
+    expect_kind(data, "gate", file=file)
     _only(data, {"name", "description", "rows", "reference", "thresholds", "bootstrap"}, file)
     name = _need(data, "name", str, file)
     rows = _need(data, "rows", str, file)

@@ -161,6 +161,26 @@ class ExactDisagreement:
         return asdict(self)
 
 
+def strict_agrees(local_valid: bool, reference_valid: bool, local_decision: int,
+                  reference_decision: int) -> bool:
+    """The gate's rule, the one meaning of strict agreement everywhere: both
+    sides valid and their strict decisions equal (an invalid or missing row on
+    either side is a disagreement, even when both fail closed to 1)."""
+    return local_valid and reference_valid and local_decision == reference_decision
+
+
+def disagreement_reason(present: bool, local_valid: bool, reference_valid: bool) -> str:
+    """Why a row disagrees under the gate's rule: ``missing``, ``local_invalid``,
+    ``reference_invalid`` or ``strict`` (both valid, decisions differ)."""
+    if not present:
+        return "missing"
+    if not local_valid:
+        return "local_invalid"
+    if not reference_valid:
+        return "reference_invalid"
+    return "strict"
+
+
 @dataclass(frozen=True)
 class GateDisagreement(ExactDisagreement):
     """A gated row whose strict decision disagrees, or that is missing or

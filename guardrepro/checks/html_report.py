@@ -36,6 +36,7 @@ from markupsafe import Markup, escape
 from guardrepro.checks.attribute import Attribution
 from guardrepro.checks.compare import first_divergence
 from guardrepro.checks.gate_types import GateResult
+from guardrepro.checks.report_figures import CAPTIONS
 from guardrepro.checks.runio import (
     ORIGINAL,
     RowResult,
@@ -214,7 +215,8 @@ def _figures(run_dir: Path) -> list[dict[str, str]]:
         path = run_dir / name
         if path.is_file():
             data = base64.b64encode(path.read_bytes()).decode("ascii")
-            out.append({"name": name, "src": f"data:image/png;base64,{data}"})
+            out.append({"name": name, "src": f"data:image/png;base64,{data}",
+                        "caption": CAPTIONS.get(name, "")})
     return out
 
 

@@ -37,7 +37,7 @@ from guardrepro.checks.metrics import check_gold, check_score
 from guardrepro.checks.runio import MISSING, RowResult, RunRows, load_run
 from guardrepro.errors import InputError
 from guardrepro.schema import read_cohort
-from guardrepro.spec import check_keys
+from guardrepro.spec import check_keys, expect_kind
 
 KEYS = ("base_sample_id", "variant", "domain", "gold_label", "score")
 INVALID = "invalid"
@@ -56,6 +56,7 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=file,
                          line=line)
+    expect_kind(obj, "predictions", file=file, line=line)
     check_keys(obj, KEYS, file=file, line=line, required=KEYS)
     base = _text(obj, "base_sample_id", file, line)
     variant = _text(obj, "variant", file, line)

@@ -43,7 +43,7 @@ from guardrepro.checks.toolsafe_metrics import (
     view_metrics,
 )
 from guardrepro.errors import InputError
-from guardrepro.spec import Table, load_toml
+from guardrepro.spec import Table, expect_kind, load_toml
 
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
 ORIGINAL = "original"
@@ -139,7 +139,9 @@ class PublishedTables:
 def load_published_tables(path: str | Path) -> PublishedTables:
     """Read a published-tables spec (``checks/published/toolsafe-tables.toml``) strictly."""
     file = str(path)
-    top = Table(load_toml(Path(path), "published tables"), file)
+    data = load_toml(Path(path), "published tables")
+    expect_kind(data, "published_tables", file=file)
+    top = Table(data, file)
     top.take("name", str)
     top.take("description", str)
     decimals = top.take("decimals", int)

@@ -66,9 +66,14 @@ def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bo
     if exports:
         raise InputError("--export applies to two runs; use --json or --out with a spec",
                          field="export")
+    from guardrepro.checks.sides import Side, compare_sides, side_of_run, sides_line
+
     result = compare_with_reference(run, spec, cohort=cohort, home=home)
-    emit(as_json, result, f"A: {run}\nB: {spec} ({result['reference']['type']})\n"
-         + format_agreement(result["agreement"]))
+    ref = result["reference"]
+    ref_side = side_of_run(ref["path"]) if ref.get("type") == "records" else Side()
+    result["sides"] = compare_sides(side_of_run(run), ref_side)
+    emit(as_json, result, f"{sides_line(result['sides'], ('A', 'B'))}\n"
+         f"A: {run}\nB: {spec} ({ref['type']})\n" + format_agreement(result["agreement"]))
     if json_out is not None:
         write_json_atomic(json_out, result)
         say(as_json)(f"wrote {json_out}")

@@ -48,7 +48,7 @@ from guardrepro.checks.frontier import AXES
 from guardrepro.errors import InputError
 from guardrepro.experiments.rule_runs import RULES
 from guardrepro.guards.rule.lookup import TRAIN_SPLITS
-from guardrepro.spec import check_keys, parse_toml, type_problem
+from guardrepro.spec import check_keys, expect_kind, parse_toml, type_problem
 
 _SWEEP_KEYS = {"name", "source_lock", "cohort", "rows", "limit", "reference_profile",
                "reference_name", "candidate_profile", "artifacts", "costs", "axes",
@@ -178,6 +178,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     except OSError as exc:
         raise InputError(f"cannot read sweep spec: {exc}", file=file) from exc
     data = parse_toml(raw, file)[0]
+    expect_kind(data, "sweep", file=file)
     check_keys(data, ("sweep", "recipe", "rule"), file=file, required=("sweep",))
     table = data["sweep"]
     if not isinstance(table, Mapping):

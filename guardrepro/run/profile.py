@@ -69,7 +69,7 @@ from typing import Any
 
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.schema import DecodingParams, sha256_text
-from guardrepro.spec import check_keys
+from guardrepro.spec import check_keys, expect_kind
 
 BACKENDS = ("hf", "mlx", "vllm", "rule")
 
@@ -153,6 +153,7 @@ class RunProfile:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"invalid TOML: {exc}", file=file) from exc
+        expect_kind(data, "run_profile", file=file)
         _keys(data, _TOP_KEYS, _TOP_REQUIRED, file=file, where="")
         name = _string(data, "name", file=file)
         backend = _string(data, "backend", file=file)

@@ -51,7 +51,7 @@ from guardrepro.bench.cohort.build import CohortBuild, read_sources, serialize_r
 from guardrepro.bench.tsbench import BenchRow, benchmark_files, check_unique_ids
 from guardrepro.errors import InputError
 from guardrepro.schema import COHORT_TEXT_FIELDS, RAW_SERIALIZATION, CohortRow, strict_decision
-from guardrepro.spec import HEX64, Table, load_toml
+from guardrepro.spec import HEX64, Table, expect_kind, load_toml
 
 SPLIT_KIND = "split"
 SOURCE = "TS-Bench"  # sample.source of every row; sample.split is the benchmark
@@ -119,6 +119,7 @@ def load_split_spec(path: str | Path) -> SplitSpec:
     """Read a split spec TOML file strictly."""
     spec_path = Path(path)
     data = load_toml(spec_path, "cohort spec")
+    expect_kind(data, "cohort", file=str(spec_path))
     return parse_split_spec(data, str(spec_path), spec_path.parent)
 
 
