@@ -110,8 +110,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def vllm_options(path: Path | None, device: str) -> tuple[dict[str, Any], bool]:
     """Engine options: a profile's ``[backend_options]`` (vLLM's keys), else CPU defaults."""
     if path is None:
+        # vLLM's CPU engine: float32, no compilation, a quarter of the memory (the
+        # machine is shared), 2 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE, run_vllm)
         return {"dtype": "float32", "enable_prefix_caching": True, "max_num_seqs": 64,
-                "max_num_batched_tokens": 16384, "max_model_len": 16384, "seed": 0}, False
+                "max_num_batched_tokens": 16384, "max_model_len": 16384, "seed": 0,
+                "enforce_eager": True, "gpu_memory_utilization": 0.25}, False
     from guardrepro.run.profile import RunProfile
 
     given = dict(RunProfile.load(path).backend_options)
@@ -191,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         return plan(args, shape, rows)
     reports: list[dict[str, Any]] = []
+    failure: str | None = None
     naive_s = None
     reference: dict[str, list[int]] | None = None
     hf = [b for b in args.backends if b.startswith("hf-")]
@@ -222,17 +226,24 @@ def main(argv: list[str] | None = None) -> int:
     if "vllm" in args.backends:
         print("[bench] vllm ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-synthetic-") as tmp:
-            result = run_vllm(args, shape, rows, Path(tmp))
-        batch1 = result.extra.pop("batch1")
-        reports.append(result.report(batch1, "vllm batch 1"))
+            try:
+                result = run_vllm(args, shape, rows, Path(tmp))
+            except SystemExit as exc:  # the other backends' results are still reported
+                failure = str(exc)
+            else:
+                batch1 = result.extra.pop("batch1")
+                reports.append(result.report(batch1, "vllm batch 1"))
     print(format_table(reports, naive_s))
     print("gen_s = prefill + decode; vs naive = hf-generate's gen_s / gen_s, both in this run")
     if args.json is not None:
         document = {"shape": {"name": shape.name, "parameters": shape.parameters(),
                               "config": shape.config}, "profile": profile,
                     "cpus": os.cpu_count(), "backends": reports,
-                    "naive_generation_s": naive_s}
+                    "naive_generation_s": naive_s, "failure": failure}
         atomic_write_bytes(args.json, (json.dumps(document, indent=2) + "\n").encode())
+    if failure is not None:
+        print(failure, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,3 +121,44 @@ def test_reuse_rule_keeps_cheap_prefixes_only() -> None:
     assert decoder.worth_reusing(700, 760)  # short prompt: projections dominate
     assert decoder.worth_reusing(12500, 13087)  # most of a long prompt is shared
     assert not decoder.worth_reusing(620, 13087)  # the template head only, at 13k
+
+
+def _gpu_check(tmp_path: Path, *args: str) -> Any:
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh"), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_gpu_check_dry_run_prints_the_plan_and_checks_inputs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _gpu_check(tmp_path, "--dry-run", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout
+    for stage in ("[synthetic, limit 270 s]", "[toy-run, limit 150 s]", "[toy-gate, limit 30 s]"):
+        assert stage in text
+    assert "--shape qwen2.5-7b --rows 256 --backends vllm" in text
+    assert "7615.6 M parameters, 28 layers" in text  # Qwen2.5-7B's published size
+    # 28 layers x 4 KV heads x 128 x (K, V) x 2 bytes
+    assert f"KV cache (bf16): {28 * 4 * 128 * 2 * 2} bytes a token" in text
+    assert "toy cohort 256 rows" in text  # built from the shipped toy data
+    profile = (out / "toy-vllm-gpu.toml").read_text()
+    assert 'device = "cuda"' in profile and "cpu_kvcache_space_gib" not in profile
+    assert "dry run: plan printed, inputs checked" in text
+
+
+def test_gpu_check_without_a_gpu_fails_fast_with_the_list(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    out = tmp_path / "out"
+    done = _gpu_check(tmp_path, str(out))
+    assert done.returncode == 2
+    assert "bring:" in done.stderr and "CUDA device" in done.stderr
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["status"] == "unavailable"
+    assert any("CUDA device" in m for m in report["missing"])
+    assert not (out / "synthetic.json").exists()  # nothing ran

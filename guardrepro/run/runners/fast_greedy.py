@@ -25,7 +25,11 @@ How it stays ``generate(do_sample=False)``:
   bit-for-bit the naive loop's first token, margin and KV cache. A reused
   prefix makes the remainder's attention run with a key length longer than
   its query length, which may round the last bits differently (on the toy
-  guard: margins within 1e-5, tokens identical on every row tested).
+  guard: margins within 1e-5, tokens identical on every row tested). The
+  remainder runs with an explicit attention mask, which SDPA cannot skip
+  half of as it does a causal prompt's, so a prefix is reused only where a
+  FLOP estimate says it is cheaper (``worth_reusing``): always on short
+  prompts, at 13k tokens only when it covers most of the prompt.
 - Decoding then runs all unfinished sequences as one batch through a
   hand-written forward that applies the model's own weights with the same
   operations in the same order as the transformers modules (RMSNorm in
