@@ -36,7 +36,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -134,23 +133,19 @@ def run_vllm(args: argparse.Namespace, shape: Shape, rows: list[cohort.Row],
     spec_path, out_path = work / "vllm-spec.json", work / "vllm-out.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    started = time.perf_counter()
     done = subprocess.run([str(args.vllm_py), "-m", "scripts.synthetic.run_vllm",
                            str(spec_path), str(out_path)], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"vllm run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    wall = time.perf_counter() - started
     got = json.loads(out_path.read_text())
     tokens = {k: list(v) for k, v in got["tokens"].items()}
-    from scripts.synthetic.measure import peak_rss_bytes
-
     peak = got["cuda_peak_bytes"]
     result = Result("vllm", f"vLLM {got['vllm']} dummy weights, {options.get('dtype')}",
-                    rows, tokens, wall - got["generation_s"], None, got["generation_s"],
-                    got["cached_tokens"], peak if peak is not None else peak_rss_bytes(),
-                    "CUDA max allocated" if peak is not None else "bench process RSS (not "
-                    "vLLM's)", None, {"batch_invariant": invariant, "options": options})
+                    rows, tokens, got["load_s"], None, got["generation_s"],
+                    got["cached_tokens"], peak if peak is not None else got["peak_rss_bytes"],
+                    "CUDA max allocated" if peak is not None else "vLLM process peak RSS", None,
+                    {"batch_invariant": invariant, "options": options})
     result.extra["batch1"] = got["batch1_tokens"]
     return result
 

@@ -63,7 +63,11 @@ def main(spec_path: str, out_path: str) -> int:
         llm.reset_prefix_cache()
         got, _, _ = _generate(llm, [row])
         single.update(got)
+    import resource
+
     peak = None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin"
+                                                                 else 1024)
     try:
         import torch
 
@@ -73,7 +77,7 @@ def main(spec_path: str, out_path: str) -> int:
         peak = None
     result = {"vllm": vllm.__version__, "load_s": load_s, "generation_s": gen_s,
               "cached_tokens": cached, "tokens": tokens, "batch1_tokens": single,
-              "cuda_peak_bytes": peak}
+              "cuda_peak_bytes": peak, "peak_rss_bytes": int(rss)}
     Path(out_path).write_text(json.dumps(result))
     return 0
 
