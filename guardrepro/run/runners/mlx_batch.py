@@ -45,7 +45,7 @@ its first batch against batch 1 and falls back when they differ (see
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,10 +126,13 @@ def decode_batch(
     max_new_tokens: int,
     prefill_step_size: int,
     reuse: bool = False,
+    adjust: Callable[[int, Sequence[int], Any], Any] | None = None,
 ) -> list[Decoded]:
     """Greedy-decode ``prompts`` together (see the module docstring); with
     ``reuse``, a prompt prefills on top of the longest prefix it shares with a
-    prompt before it in the batch."""
+    prompt before it in the batch. ``adjust(step, live prompt indices,
+    logits)`` (benchmarks: forced output lengths) may rewrite each step's
+    logits before the choice."""
     import mlx.core as mx
 
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -156,6 +159,8 @@ def decode_batch(
     alive = list(range(len(prompts)))
     logits = mx.stack(first)
     for step in range(max_new_tokens):
+        if adjust is not None:
+            logits = adjust(step, alive, logits)
         nxt = mx.argmax(logits, axis=-1)
         top2 = mx.topk(logits, 2, axis=-1)  # ascending within the pair, as at batch 1
         mx.eval(nxt, top2)
