@@ -47,6 +47,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -208,29 +209,40 @@ def _unit_tables(units: Sequence[Sequence[Any]]) -> list[Any]:
     return tables
 
 
+_RAISED = re.compile(r"^guardrepro\.errors\.(\w+): (.*)$", re.MULTILINE)
+
+
 def _guardrepro_cause(exc: BaseException) -> GuardreproError | None:
-    """The guardrepro error behind a Ray exception (its cause chain), if any."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        item = stack.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, GuardreproError):
-            return item
-        stack.extend([getattr(item, "cause", None), item.__cause__, item.__context__])
-    return None
+    """The guardrepro error an actor raised, from the Ray exception around it.
+
+    Ray re-raises an actor's exception as a ``RayTaskError`` whose cause does
+    not survive (``UserCodeException`` from Ray Data), but whose text holds the
+    actor's traceback: its first ``guardrepro.errors.<Class>: <message>`` line
+    is the root cause."""
+    if isinstance(exc, GuardreproError) and not isinstance(exc, ray_error_types()):
+        return exc
+    match = _RAISED.search(str(exc))
+    if match is None:
+        return None
+    cls = getattr(errors, match.group(1), None)
+    if isinstance(cls, type) and issubclass(cls, GuardreproError):
+        try:
+            return cls(match.group(2))
+        except TypeError:
+            pass
+    return InferenceError(f"{match.group(1)}: {match.group(2)}")
+
+
+def ray_error_types() -> tuple[type[BaseException], ...]:
+    import ray
+
+    return (ray.exceptions.RayError,)
 
 
 def _reraise(exc: Exception, run_dir: Path) -> None:
     cause = _guardrepro_cause(exc)
     if cause is not None:
-        cls = type(cause)
-        try:
-            raised = cls(f"run {run_dir}: ray: {cause}")
-        except TypeError:
-            raised = InferenceError(f"run {run_dir}: ray: {type(cause).__name__}: {cause}")
+        raised = type(cause)(f"run {run_dir}: ray: {cause}")
         raise raised from exc
     text = str(exc).strip().splitlines()
     raise InferenceError(f"run {run_dir}: ray: {type(exc).__name__}: "
@@ -321,7 +333,7 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
                 else:
                     dropped += 1
     except Exception as exc:
-        if isinstance(exc, ray.exceptions.RayError) or not isinstance(exc, GuardreproError):
+        if isinstance(exc, ray_error_types()) or not isinstance(exc, GuardreproError):
             _reraise(exc, writer.run_dir)
         raise
     finally:
