@@ -371,6 +371,7 @@ def run_on_ray(
         try:
             if plan.todo:
                 with ray_session(opts, out) as ray:
+                    generation_started = time.time()  # Ray up; actors start within the span
                     _dispatch(ray, writer, plan, opts, cohort, home, progress)
         finally:  # cohort order even for a partial run, so either engine resumes it
             writer.rewrite_in_order([r.row_id for r in plan.rows])
