@@ -48,13 +48,13 @@ def install() -> None:
                     time.sleep(0.05)
         return real(runner, requests, params)
 
-    attempts._safe_generate = faulty  # type: ignore[assignment]
+    attempts._safe_generate = faulty
     version_file = folder / "transformers-version"
     real_version = importlib.metadata.version
 
-    def version(name: str) -> str:
-        if name == "transformers" and version_file.exists():
+    def version(distribution_name: str) -> str:
+        if distribution_name == "transformers" and version_file.exists():
             return version_file.read_text().strip()
-        return real_version(name)
+        return real_version(distribution_name)
 
-    importlib.metadata.version = version  # type: ignore[assignment]
+    importlib.metadata.version = version

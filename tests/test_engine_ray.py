@@ -98,6 +98,14 @@ def rule_cohort(toy: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
+@pytest.fixture(scope="module")
+def toy_local(toy: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy rows by the local engine, ``--workers 2`` (1 thread each, as
+    cores / 2 on the 2-core machine and as a Ray actor of 1 CPU)."""
+    profile = RunProfile.load(ROOT / "runners/toy-hf.toml").with_backend_options(threads=1)
+    return _local(profile, toy["cohort"], tmp_path_factory.mktemp("toy-local"), toy["home"])
+
+
 def _fields(run_dir: Path) -> list[dict[str, Any]]:
     out = []
     for record in read_records(run_dir):
@@ -119,13 +127,11 @@ def _rule() -> RunProfile:
 
 
 def test_ray_records_equal_two_local_workers_toy_guard(
-    cluster: Any, toy: dict[str, Path], tmp_path: Path
+    cluster: Any, toy: dict[str, Path], toy_local: Path, tmp_path: Path
 ) -> None:
     profile = RunProfile.load(ROOT / "runners/toy-hf.toml")
-    assert profile.backend_options["threads"] == "auto"
-    # local: 1 thread per worker (cores / 2 on the 2-core machine); Ray: the allotment
-    want = _local(profile.with_backend_options(threads=1), toy["cohort"], tmp_path / "local",
-                  toy["home"])
+    assert profile.backend_options["threads"] == "auto"  # Ray: from the actor's allotment
+    want = toy_local
     got = tmp_path / "ray" / "run"
     summary = run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
                          home=toy["home"])
@@ -211,7 +217,7 @@ def test_failing_unit_names_the_row_and_local_engine_resumes_it(
 
 
 def test_ray_resumes_a_local_run_and_reruns_after_a_unit_failure(
-    cluster: Any, toy: dict[str, Path], faults: Path, tmp_path: Path
+    cluster: Any, toy: dict[str, Path], toy_local: Path, faults: Path, tmp_path: Path
 ) -> None:
     profile = RunProfile.load(ROOT / "runners/toy-hf.toml")
     local_profile = profile.with_backend_options(threads=1)
@@ -233,7 +239,7 @@ def test_ray_resumes_a_local_run_and_reruns_after_a_unit_failure(
     summary = run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
                          home=toy["home"])  # the rerun completes
     assert summary.remaining == 0 and summary.already_done >= 5
-    want = _local(local_profile, toy["cohort"], tmp_path / "local", toy["home"])
+    want = toy_local
     # same tokens, text and score (the batches of a resumed run differ from a
     # straight run's, so the margins' last bits may too)
     keys = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
@@ -255,3 +261,100 @@ def test_actor_with_another_transformers_version_is_refused(
     finally:
         marker.unlink()
     assert read_records(got) == []  # refused before anything was generated
+
+
+def _ray_processes(marker: str) -> list[int]:
+    """Pids whose command line mentions ``marker`` (a Ray temp dir)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                out.append(int(entry))
+    return out
+
+
+def test_killed_driver_leaves_a_run_the_same_command_resumes(
+    cluster: Any, toy: dict[str, Path], toy_local: Path
+) -> None:
+    import subprocess
+    import sys
+
+    base = Path(tempfile.mkdtemp(prefix="gr-"))  # short: the run's own Ray temp dir fits
+    run_dir = base / "run"
+    command = [sys.executable, "-m", "guardrepro", "run", "--profile",
+               str(ROOT / "runners/toy-hf.toml"), "--cohort", str(toy["cohort"]), "--out",
+               str(run_dir), "--engine", "ray", "--workers", "2", "--units", "4",
+               "--cpus-per-worker", "1", "--no-progress", "--home", str(toy["home"])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    try:
+        driver = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        records = run_dir / "records.jsonl"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            if records.exists() and records.read_bytes().count(b"\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the run ended before it could be killed"
+        driver.kill()
+        driver.wait()
+        partial = read_records(run_dir)
+        assert 1 <= len(partial) < TOY_ROWS
+        # the local Ray the driver started goes with it
+        deadline = time.monotonic() + 60
+        while _ray_processes(str(run_dir / ".ray")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _ray_processes(str(run_dir / ".ray"))
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert left == []
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == str(run_dir)
+        assert f"{len(partial)} already done" in done.stdout
+        assert _fields(run_dir) == _fields(toy_local)
+        assert not (run_dir / ".ray").exists()  # removed after a completed run
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_duplicate_rows_are_dropped_when_identical_and_refused_when_not(
+    rule_cohort: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from guardrepro.run.engine_ray import NondeterminismError, accept
+    from guardrepro.run.records import RecordWriter
+    from guardrepro.schema import Timings
+
+    rule = _rule_records(rule_cohort, tmp_path)
+    record = rule[0]
+    expected = {r.row_id: r.input_sha256 for r in rule}
+    sha = record.provenance_sha256
+    with RecordWriter(tmp_path / "dup") as writer:
+        assert accept(writer, record, provenance_sha256=sha, expected=expected)
+        later = dataclasses.replace(record, timings=Timings(9.0, 9.0, 9.0),
+                                    created_at="2030-01-01T00:00:00Z")
+        assert not accept(writer, later, provenance_sha256=sha, expected=expected)
+        other = dataclasses.replace(record, score=1.0 - (record.score or 0.0))
+        with pytest.raises(NondeterminismError, match=r"\['score'\]"):
+            accept(writer, other, provenance_sha256=sha, expected=expected)
+        with pytest.raises(ProvenanceError, match="provenance"):
+            accept(writer, rule[1], provenance_sha256="0" * 64, expected=expected)
+    assert (tmp_path / "dup" / "records.jsonl").read_bytes().count(b"\n") == 1
+
+
+def _rule_records(cohort: Path, tmp_path: Path) -> list[Any]:
+    """The rule guard's records of the first two rows of ``cohort`` (local engine)."""
+    from guardrepro.run.pipeline import run_cohort
+
+    two = tmp_path / "two.jsonl"
+    two.write_bytes(b"".join(cohort.read_bytes().splitlines(keepends=True)[:2]))
+    run_cohort(_rule(), two, tmp_path / "rule", progress=False)
+    return read_records(tmp_path / "rule")

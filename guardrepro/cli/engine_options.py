@@ -47,10 +47,14 @@ def engine_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def ray_options(engine: str, workers: int, address: str | None, units: int | None,
-                cpus: float | None, gpus: float) -> Any:
+                cpus: float | None, gpus: float, *, shard: str | None = None) -> Any:
     """The ``engine_ray.RayOptions`` for ``--engine ray`` (None for local); Ray
-    options given with ``--engine local`` are refused."""
+    options given with ``--engine local``, and ``--shard`` with Ray, are refused."""
     from guardrepro.run.engine_ray import RayOptions
+
+    if engine == "ray" and shard is not None:
+        raise InputError("--shard and --engine ray cannot be combined (Ray splits the rows "
+                         "into units itself)", field="shard")
 
     if engine == "local":
         given = [name for name, value in (("--ray-address", address), ("--units", units),

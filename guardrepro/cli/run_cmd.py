@@ -121,6 +121,7 @@ def run(
     if verify_full:
         os.environ[FULL_ENV] = "1"
     from guardrepro.errors import InputError
+    from guardrepro.run.engine_ray import run_on_ray
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.workers import run_with_workers
 
@@ -135,13 +136,9 @@ def run(
             )
         profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
     n_workers = profile.workers if workers is None else workers
-    on_ray = ray_options(engine, n_workers, ray_address, units, cpus_per_worker, gpus_per_worker)
+    on_ray = ray_options(engine, n_workers, ray_address, units, cpus_per_worker, gpus_per_worker,
+                         shard=shard)
     if on_ray is not None:
-        if shard is not None:
-            raise InputError("--shard and --engine ray cannot be combined (Ray splits the "
-                             "rows into units itself)", field="shard")
-        from guardrepro.run.engine_ray import run_on_ray
-
         summary = run_on_ray(profile, cohort_path, run_dir, options=on_ray, limit=limit,
                              progress=progress, home=home)
     elif shard is not None:
