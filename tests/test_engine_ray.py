@@ -358,3 +358,19 @@ def _rule_records(cohort: Path, tmp_path: Path) -> list[Any]:
     two.write_bytes(b"".join(cohort.read_bytes().splitlines(keepends=True)[:2]))
     run_cohort(_rule(), two, tmp_path / "rule", progress=False)
     return read_records(tmp_path / "rule")
+
+
+def test_ray_options_need_the_ray_engine_and_shard_is_refused(
+    rule_cohort: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from guardrepro.cli import main
+
+    base = ["run", "--profile", str(ROOT / "runners/rule-nuisance.toml"), "--cohort",
+            str(rule_cohort), "--out", str(tmp_path / "run"), "--no-progress"]
+    capsys.readouterr()
+    assert main([*base, "--units", "3", "--ray-address", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert "--ray-address, --units need --engine ray" in err
+    assert main([*base, "--engine", "ray", "--shard", "1/2"]) == 2
+    assert "--shard and --engine ray cannot be combined" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
