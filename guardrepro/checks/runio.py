@@ -228,18 +228,24 @@ class _Where:
                 continue
             if self.cohort is not None:
                 cohort_file, rows = self.cohort
-                source = f"the cohort ({cohort_file}, row {rows.get(rec.row_id)})"
+                source = f"the cohort ({cohort_file}, line {_line(rows.get(rec.row_id))})"
             elif first is not None:
-                source = (f"the first record of base {base!r} (row "
-                          f"{self.record_rows.get(id(first))})")
+                source = (f"the first record of base {base!r} (line "
+                          f"{_line(self.record_rows.get(id(first)))})")
             else:
                 source = "the expected row"
+            index = self.record_rows.get(id(rec))
             raise InputError(
                 f"record {rec.row_id!r} has {name} {got!r}, but {source} has {want!r}",
                 file=None if self.records_file is None else str(self.records_file),
-                row=self.record_rows.get(id(rec)),
+                row=index, line=None if index is None else index + 1,
                 field=name,
             )
+
+
+def _line(index: int | None) -> str:
+    """A 0-based row index as the 1-based line of its JSON-lines file."""
+    return "?" if index is None else str(index + 1)
 
 
 def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
