@@ -214,8 +214,8 @@ def read_cohort(path: str | Path) -> list[CohortRow]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=str(path),
-                             row=index, line=index + 1) from None
+            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index,
+                             line=index + 1) from None
         if not line.strip():
             raise InputError("blank line", file=str(path), row=index, line=index + 1)
         obj = load_json(line, file=str(path), row=index, line=index + 1)
@@ -226,9 +226,7 @@ def read_cohort(path: str | Path) -> list[CohortRow]:
         if item.row_id in seen:
             raise InputError(
                 f"duplicate sample_id {item.row_id!r} (first at line {seen[item.row_id] + 1})",
-                file=str(path),
-                row=index,
-                line=index + 1,
+                file=str(path), row=index, line=index + 1,
                 field="sample.sample_id",
             )
         seen[item.row_id] = index
