@@ -248,6 +248,19 @@ def _line(index: int | None) -> str:
     return "?" if index is None else str(index + 1)
 
 
+def _check_same_cohort(cohort_path: Path, manifest: RunManifest) -> None:
+    """A cohort given by hand must be the one the run was made of (by sha256)."""
+    if not cohort_path.is_file():
+        return  # the cohort reader names the missing file
+    digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
+    if digest != manifest.cohort.get("sha256"):
+        raise InputError(
+            f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
+            f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
+            f" {digest[:12]}...): refusing to analyse a run against another cohort",
+            file=str(cohort_path))
+
+
 def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
     """Rows of a run directory; the cohort comes from ``cohort_path`` or the
     manifest when it names one that exists, else the grid of the records."""
@@ -256,7 +269,12 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
         raise InputError("run directory not found", file=str(run_dir))
     records = load_records(run_dir)
     manifest = load_manifest(run_dir)
+    if not records:
+        raise InputError("the run holds 0 records: there is nothing to analyse (run"
+                         " `guardrepro run` into it first)", file=str(run_dir / RECORDS_FILE))
     check_one_provenance(records, manifest, run_dir / RECORDS_FILE, refusing="analyse")
+    if cohort_path is not None:
+        _check_same_cohort(Path(cohort_path), manifest)
     if cohort_path is None:
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:
