@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import test_faults_fetch
 from loopback import (
     LoopbackServer,
     serve_bytes,
@@ -20,9 +21,10 @@ from loopback import (
     serve_slow_headers,
     sha,
 )
-from test_faults_fetch import cli, env, media, write_lock  # noqa: F401  (env is a fixture)
+from test_faults_fetch import cli, media, write_lock
 
 pytestmark = pytest.mark.faults
+env = test_faults_fetch.env  # the same fixture: loopback URLs, fast retries, a fresh home
 
 MIB = 1 << 20
 BLOCK = bytes(range(256)) * 256  # 64 KiB

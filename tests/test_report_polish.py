@@ -13,7 +13,7 @@ from recordsets import grid, write_run
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 0), ("b2", "slack", 1)]
-# cohort order: tool_alias, then the original, then "combined", then "marker_paraphrase" (not alphabetical)
+# cohort order (not alphabetical): tool_alias, the original, combined, marker_paraphrase
 SCORES = {"tool_alias": [1, 1], "original": [0, 1], "combined": [0, 0], "marker_paraphrase": [1, 0]}
 
 

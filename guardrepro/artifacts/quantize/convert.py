@@ -46,6 +46,7 @@ from typing import Any
 from guardrepro.artifacts.quantize import pin
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.artifacts.quantize.result import QuantizeResult, SourceInfo
+from guardrepro.artifacts.safetensors_header import check_safetensors
 from guardrepro.artifacts.store import atomic_write_bytes, remove_stale_dirs, walk_files
 from guardrepro.errors import (
     InputError,
@@ -136,6 +137,7 @@ def safetensors_dtypes(directory: Path) -> dict[str, str]:
     if not files:
         raise InputError("no *.safetensors weights", file=str(directory))
     for path in files:
+        check_safetensors(path)  # a lying header is named before the library reads it
         try:
             with safe_open(str(path), framework="numpy") as fh:
                 for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
