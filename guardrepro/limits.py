@@ -26,6 +26,7 @@ from typing import Any
 from guardrepro.errors import InputError
 
 MAX_NESTING = 64
+MAX_REPLICATES = 100_000  # bounded work: bootstrap replicates, 10x the largest default
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _TOML_STRING = re.compile(
     r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.DOTALL

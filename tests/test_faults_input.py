@@ -263,3 +263,45 @@ def test_compare_of_different_cohorts_needs_shared_rows(tmp_path, capsys):
     code, out, err = cli(capsys, "compare", str(a), str(b), "--shared-rows")
     assert code == 0, err
     assert f"comparing the {shared} rows both runs hold" in out
+
+
+# ----------------------------------------------------------------- bounded work
+
+
+def test_replicates_above_the_documented_maximum_are_refused(tmp_path, capsys):
+    from guardrepro.limits import MAX_REPLICATES
+
+    run = _rule_run(tmp_path, capsys)
+    code, _, err = cli(capsys, "stats", str(run), "--replicates", str(10**9))
+    assert code == 2, err
+    assert f"1<=x<={MAX_REPLICATES}" in err
+    assert not (run / "stats.json").exists()
+
+
+def test_runaway_chat_template_of_an_unpinned_checkpoint_is_stopped(tmp_path, capsys,
+                                                                    monkeypatch):
+    pytest.importorskip("torch")
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(TOY, ckpt)
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for i in range(100000) %}{% for j in range(100000) %}"
+                               "{% endfor %}{% endfor %}" + config["chat_template"])
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("GUARDREPRO_TEMPLATE_BUDGET_S", "1")
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
+    prof = profile(tmp_path / "hf.toml", "hf", ckpt)
+    code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
+                       "--out", str(tmp_path / "run"), "--no-progress")
+    assert code == 2, err
+    assert f"{ckpt}: chat template (sha256" in err and "1 s budget" in err
+    assert not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_bad_template_budget_setting_is_refused(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("GUARDREPRO_TEMPLATE_BUDGET_S", "nan")
+    cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
+    prof = profile(tmp_path / "hf.toml", "hf", TOY)
+    code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
+                       "--out", str(tmp_path / "run"), "--no-progress")
+    assert code == 2 and "GUARDREPRO_TEMPLATE_BUDGET_S='nan'" in err

@@ -46,12 +46,12 @@ class RetryPolicy:
         the variable."""
         base = cls()
         return cls(
-            attempts=int(_env_number(RETRIES_ENV, base.attempts, integer=True, low=1)),
-            backoff_s=_env_number(BACKOFF_ENV, base.backoff_s, low=0),
-            timeout_s=_env_number(TIMEOUT_ENV, base.timeout_s, positive=True),
-            deadline_s=_env_number(DEADLINE_ENV, base.deadline_s, positive=True),
-            min_rate_bps=_env_number(MIN_RATE_ENV, base.min_rate_bps, low=0),
-            rate_window_s=_env_number(RATE_WINDOW_ENV, base.rate_window_s, positive=True),
+            attempts=int(env_number(RETRIES_ENV, base.attempts, integer=True, low=1)),
+            backoff_s=env_number(BACKOFF_ENV, base.backoff_s, low=0),
+            timeout_s=env_number(TIMEOUT_ENV, base.timeout_s, positive=True),
+            deadline_s=env_number(DEADLINE_ENV, base.deadline_s, positive=True),
+            min_rate_bps=env_number(MIN_RATE_ENV, base.min_rate_bps, low=0),
+            rate_window_s=env_number(RATE_WINDOW_ENV, base.rate_window_s, positive=True),
         )
 
     def delay(self, attempt: int) -> float:
@@ -59,7 +59,7 @@ class RetryPolicy:
         return min(self.max_backoff_s, self.backoff_s * (2**attempt))
 
 
-def _env_number(
+def env_number(
     name: str, default: float, *, integer: bool = False, low: float = 0, positive: bool = False
 ) -> float:
     """The environment's value of ``name`` (``default`` when unset), validated."""

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cli.options import COUNT, JSON_OPTION, PROGRESS_OPTION, SEED, emit, say
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SEED, emit, say
+from guardrepro.limits import MAX_REPLICATES
 
 
 @click.command("guard-table", short_help="Several guards' runs of one cohort, side by side.")
 @click.argument("runs", nargs=-1, required=True,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--label", "labels", multiple=True, help="Column name, once per run, in order.")
-@click.option("--replicates", default=2000, show_default=True, type=COUNT,
+@click.option("--replicates", default=2000, show_default=True,
+              type=click.IntRange(0, MAX_REPLICATES),
               help="Bootstrap replicates (0: no intervals).")
 @click.option("--seed", default=260828, show_default=True, type=SEED)
 @click.option("--out", "json_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -274,7 +274,7 @@ def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool) -> An
     tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)."""
     from guardrepro.run.prompts import PromptTokenizer
 
-    tokenizer = PromptTokenizer(checkpoint_dir)
+    tokenizer = PromptTokenizer(checkpoint_dir, pinned=pinned)
     mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
     if mismatch is not None:
         if pinned:
