@@ -168,3 +168,19 @@ def test_lock_with_a_wrong_size_never_deletes_a_shared_blob(
     assert all(p.read_bytes() == data for p in served_before)
     assert cli(capsys, "verify", str(good))[0] == 0
     assert len(server.requests_for(media("w.bin"))) == 1  # nothing downloaded again
+
+
+def test_full_disk_during_a_download_names_the_part_file(server, tmp_path, capsys, monkeypatch):
+    from test_faults_env import full_disk
+
+    data = BLOCK * 32  # 2 MiB: more than the 1 MiB disk holds
+    server.route(media("w.bin"), serve_bytes(data))
+    monkeypatch.setenv("GUARDREPRO_GITHUB_MEDIA_URL", server.url + "/media")
+    monkeypatch.setenv("GUARDREPRO_FETCH_RETRIES", "1")
+    lock = write_lock(tmp_path / "l.toml", data)
+    with full_disk(tmp_path / "full", leave=1 << 16) as disk:
+        monkeypatch.setenv("GUARDREPRO_HOME", str(disk / "home"))
+        code, _, err = cli(capsys, "fetch", str(lock), "--no-progress")
+    assert code == 2, err
+    assert "no space left on the device" in err and ".part" in err
+    assert "no path reported" not in err and "Traceback" not in err

@@ -132,8 +132,24 @@ def test_deeply_nested_records_field_names_file_and_line(tmp_path, capsys):
     assert not (run / "stats.json").exists()
 
 
-def _rule_run(tmp_path: Path, capsys, rows: int = 3) -> Path:
-    cohort = write_cohort(tmp_path / "cohort.jsonl", rows)
+def _paired_cohort(path: Path, rows: int, start: int = 0) -> Path:
+    """``write_cohort`` rows where each edit shares its original's domain and gold
+    (as a built cohort does), so the statistics can pair them."""
+    write_cohort(path, rows, start)
+    out, first = [], {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        base = first.setdefault(row["base_sample_id"], row)
+        row["domain"], row["original_label"] = base["domain"], base["original_label"]
+        row["sample"]["subset"], row["sample"]["label"] = (base["sample"]["subset"],
+                                                           base["sample"]["label"])
+        out.append(json.dumps(row))
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def _rule_run(tmp_path: Path, capsys, rows: int = 4) -> Path:
+    cohort = _paired_cohort(tmp_path / "cohort.jsonl", rows)
     run = tmp_path / "run"
     code, _, err = cli(capsys, "run", "--profile", str(RULE), "--cohort", str(cohort),
                        "--out", str(run), "--no-progress")
@@ -247,7 +263,7 @@ def test_stats_against_another_cohort_is_refused(tmp_path, capsys):
 def test_compare_of_different_cohorts_needs_shared_rows(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     a = _rule_run(tmp_path / "a", capsys, rows=4)
-    cohort_b = write_cohort(tmp_path / "b.jsonl", 4, start=2)  # rows 2, 3 shared
+    cohort_b = _paired_cohort(tmp_path / "b.jsonl", 4, start=2)  # rows 2, 3 shared
     b = tmp_path / "b"
     assert cli(capsys, "run", "--profile", str(RULE), "--cohort", str(cohort_b), "--out",
                str(b), "--no-progress")[0] == 0
@@ -305,3 +321,33 @@ def test_bad_template_budget_setting_is_refused(tmp_path, capsys, monkeypatch):
     code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
                        "--out", str(tmp_path / "run"), "--no-progress")
     assert code == 2 and "GUARDREPRO_TEMPLATE_BUDGET_S='nan'" in err
+
+
+# ----------------------------------------------------------------- full disk
+
+
+@pytest.mark.parametrize("verb", ["stats", "report", "report --html", "compare --out"])
+def test_full_disk_names_the_file_on_every_verb(tmp_path, capsys, verb):
+    import subprocess
+
+    from test_faults_env import _mount, fill
+
+    run = _rule_run(tmp_path, capsys)
+    disk = tmp_path / "full"
+    disk.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk))
+    try:
+        shutil.copytree(run, disk / "run")  # the run lives on the disk, then it fills
+        fill(disk / "filler")
+        if verb == "compare --out":
+            args = ["compare", str(run), str(run), "--out", str(disk / "cmp.json")]
+        else:
+            args = [*verb.split(), str(disk / "run")]
+        code, _, err = cli(capsys, *args)
+        leftovers = [p.name for p in (disk / "run").iterdir() if p.name.startswith(".")]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+    assert code == 2, err
+    assert "no space left on the device" in err and "no path reported" not in err
+    assert str(disk) in err and "Traceback" not in err
+    assert leftovers == []  # no temp file left behind
