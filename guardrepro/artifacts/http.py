@@ -14,9 +14,14 @@ validator, and is only returned when the server attested the full length
 (Content-Length of a 200, or the total of a Content-Range) and the bytes match it.
 5xx, resets, stalls (no byte for ``timeout_s``) and throughput under
 ``min_rate_bps`` over ``rate_window_s`` are retried with exponential backoff,
-keeping what arrived; ``deadline_s`` bounds the whole file. Failures that survive
-every retry (or the deadline, overshot by at most one socket timeout)
-raise TransientFetchError (exit 4) naming what the server did; a
+keeping what arrived; ``deadline_s`` bounds the whole file, connect, status line
+and headers included (a watchdog cuts the connection when it passes; headers
+must also arrive within one rate window). The ``.part`` never grows past the
+pinned size, or the attested size of a first-download pin: more bytes are a
+TransientFetchError and the ``.part`` is discarded; a first-download pin whose
+length nobody attests is refused before its body is read; a Content-Encoding
+other than identity is refused. Failures that survive every retry (or the
+deadline) raise TransientFetchError (exit 4) naming what the server did; a
 complete body of the wrong size or hash raises IntegrityError naming the file, URL,
 expected and observed sha256/size. The destination name only ever holds bytes
 whose size and sha256 matched (``os.replace`` after fsync).
