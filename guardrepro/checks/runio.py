@@ -254,6 +254,7 @@ def _check_same_cohort(cohort_path: Path, manifest: RunManifest) -> None:
         return  # the cohort reader names the missing file
     digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
     if digest != manifest.cohort.get("sha256"):
+        read_cohort(cohort_path)  # a malformed file is named by its reader first
         raise InputError(
             f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
             f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
