@@ -41,8 +41,8 @@ class InputError(GuardreproError, ValueError):
             where.append(str(file))
         if line is not None:
             where.append(f"line {line}")
-        if row is not None:
-            where.append(f"row {row}")
+        if row is not None and (line is None or row != line - 1):
+            where.append(f"row {row}")  # a JSON-lines row is shown as its 1-based line
         if field is not None:
             where.append(f"field {field!r}")
         prefix = ": ".join([", ".join(where)]) + ": " if where else ""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrepro.errors import InputError
+from guardrepro.limits import at_line, load_json
 from guardrepro.spec import check_keys
 
 BENCH_FIELDS = (
@@ -215,18 +216,19 @@ def read_cohort(path: str | Path) -> list[CohortRow]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index) from None
+            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index,
+                             line=index + 1) from None
         if not line.strip():
-            raise InputError("blank line", file=str(path), row=index)
+            raise InputError("blank line", file=str(path), row=index, line=index + 1)
+        obj = load_json(line, file=str(path), row=index, line=index + 1)
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc}", file=str(path), row=index) from exc
-        item = CohortRow.from_dict(obj, file=str(path), row=index)
+            item = CohortRow.from_dict(obj, file=str(path), row=index)
+        except InputError as exc:
+            raise at_line(exc, index) from None
         if item.row_id in seen:
-            raise InputError(f"duplicate sample_id {item.row_id!r} (first at row "
-                             f"{seen[item.row_id]})", file=str(path), row=index,
-                             field="sample.sample_id")
+            raise InputError(
+                f"duplicate sample_id {item.row_id!r} (first at line {seen[item.row_id] + 1})",
+                file=str(path), row=index, line=index + 1, field="sample.sample_id")
         seen[item.row_id] = index
         rows.append(item)
     if not rows:

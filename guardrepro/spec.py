@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.limits import parse_toml_text
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 """A git revision (commit or tree id): 40 lowercase hex digits."""
@@ -266,10 +266,7 @@ def parse_toml(raw: bytes, file: str | None, *,
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"not UTF-8: {exc}", file=file) from None
-    try:
-        return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"invalid TOML: {exc}", file=file) from None
+    return parse_toml_text(text, file=file, error=error), text
 
 
 def load_toml(path: str | Path, what: str = "spec", *,

@@ -152,7 +152,7 @@ def test_save_round_trip_keeps_header_and_records_pins(tmp_path):
     assert again == pinned and not again.pending
     assert again.files[1].pinned_at == dt.date(2026, 3, 4)
     assert text.count("[[file]]") == 2
-    assert not list(tmp_path.glob("*.tmp"))  # atomic write left no temp file
+    assert not list(tmp_path.glob(".*.tmp-*"))  # atomic write left no temp file
     with pytest.raises(LockError):
         again.files[1].recorded("d" * 64, 1, dt.date(2026, 3, 5))  # already pinned
 

@@ -121,10 +121,14 @@ def _state_lock(home: Path, lock: Lock) -> FileLock:
     return FileLock(str(safe_join(home, f"state/locks/{lock.name}.lock")))
 
 
-def _blob_state(home: Path, entry: LockedFile) -> str:
+def _blob_state(home: Path, entry: LockedFile, lock: Lock | None = None) -> str:
     """ "ok" if the pinned blob is present and intact (cheap stamp check, else a full
     hash), "absent", or "corrupt" -- a corrupt blob is deleted together with every
-    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes."""
+    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes.
+
+    A blob is owned by its sha256, not by one lock: when its bytes hash to the pinned
+    sha256 but the lock states another size, the lock is wrong (LockError naming the
+    lock and file) and the blob, which other locks may share, is left alone."""
     assert entry.sha256 is not None
     blob = blob_path(home, entry.sha256)
     if not blob.exists() and not blob.is_symlink():
@@ -135,13 +139,22 @@ def _blob_state(home: Path, entry: LockedFile) -> str:
     if sha == entry.sha256 and size == entry.size:
         write_stamp(home, blob, sha)
         return "ok"
+    if sha == entry.sha256:
+        write_stamp(home, blob, sha)
+        where = f"lock {lock.name!r}" if lock is not None else "the lock"
+        raise LockError(
+            f"{where}: {entry.path}: size = {entry.size} contradicts sha256 {sha}, whose"
+            f" cached bytes were just verified at {size} bytes; fix the size in the lock"
+            " (the cached blob is shared content and was kept)",
+            file=str(lock.path) if lock is not None and lock.path is not None else None,
+        )
     _purge_links(home, blob)
     blob.unlink()  # corrupt cache entry: fetch again
     return "corrupt"
 
 
-def _blob_ok(home: Path, entry: LockedFile) -> bool:
-    return _blob_state(home, entry) == "ok"
+def _blob_ok(home: Path, entry: LockedFile, lock: Lock | None = None) -> bool:
+    return _blob_state(home, entry, lock) == "ok"
 
 
 def _purge_links(home: Path, blob: Path) -> None:
@@ -229,7 +242,7 @@ def _obtain_hub(
     got: dict[str, tuple[str, int, str]] = {}
     for entry, hub_file in zip(entries, resolved, strict=True):
         known = LockedFile(entry.path, hub_file.lfs_sha256, hub_file.size)
-        if known.sha256 is not None and known.size is not None and _blob_ok(home, known):
+        if known.sha256 is not None and known.size is not None and _blob_ok(home, known, lock):
             if entry.extract is not None and entry.pending:
                 _check_extract(blob_path(home, known.sha256), entry)
             got[entry.path] = (known.sha256, known.size, "cached")
@@ -425,7 +438,7 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
     todo = []
     corrupt = set()
     for entry in lock.files:
-        state = "absent" if entry.pending else _blob_state(home, entry)
+        state = "absent" if entry.pending else _blob_state(home, entry, lock)
         if state == "ok":
             assert entry.sha256 is not None and entry.size is not None
             results[entry.path] = FetchedFile(entry.path, entry.sha256, entry.size, "cached")

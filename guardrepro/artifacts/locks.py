@@ -51,6 +51,7 @@ import tomli_w
 
 from guardrepro.artifacts.store import atomic_write_bytes, check_relpath
 from guardrepro.errors import LockError, UnsafePathError
+from guardrepro.limits import lone_surrogate_field
 from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind, read_toml
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -409,6 +410,9 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
               unit_scale=True, disable=not progress, leave=False) as bar:
         for path in files:
             rel = path.relative_to(root).as_posix()
+            if lone_surrogate_field(rel) is not None:  # undecodable bytes, surrogate-escaped
+                raise LockError(f"{root}: the file name {os.fsencode(rel)!r} is not UTF-8;"
+                                " a lock records UTF-8 paths only (rename the file)")
             check_relpath(rel)
             digest = hashlib.sha256()
             with path.open("rb") as handle:

@@ -35,7 +35,7 @@ import numpy as np
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
 from guardrepro.errors import InputError
-from guardrepro.run.records import RECORDS_FILE, read_records
+from guardrepro.run.records import RECORDS_FILE, read_manifest, read_records
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -312,14 +312,39 @@ def compare_records(
     )
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
-    """Load both runs and compare them row by row (``sides``: what each run was)."""
+def _cohort_of(run: str | Path) -> tuple[str, str] | None:
+    """(path, sha256) of the cohort a run (directory or records file) was made of."""
+    run = Path(run)
+    manifest = read_manifest(run if run.is_dir() else run.parent)
+    if manifest is None:
+        return None
+    return str(manifest.cohort.get("path")), str(manifest.cohort.get("sha256"))
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *,
+                 shared_rows: bool = False) -> Comparison:
+    """Load both runs and compare them row by row (``sides``: what each run was).
+
+    Runs made of different cohorts (by their manifests' cohort sha256) are refused
+    unless ``shared_rows``: then only the rows both hold are compared, and there
+    must be at least one."""
+    cohort_a, cohort_b = _cohort_of(run_a), _cohort_of(run_b)
+    comparison = compare_records(load_records(run_a), load_records(run_b),
+                                 run_a=str(run_a), run_b=str(run_b))
+    differ = cohort_a is not None and cohort_b is not None and cohort_a[1] != cohort_b[1]
+    shared = len(comparison.rows)
+    if differ and not shared_rows:
+        assert cohort_a is not None and cohort_b is not None
+        raise InputError(
+            f"the runs were made of different cohorts: A of {cohort_a[0]} (sha256"
+            f" {cohort_a[1][:12]}...), B of {cohort_b[0]} (sha256 {cohort_b[1][:12]}...);"
+            f" they share {shared} row ids. Pass --shared-rows to compare those {shared} rows")
+    if shared == 0:
+        raise InputError(f"{run_a} and {run_b} share no row id: there is nothing to compare")
     from dataclasses import replace
 
     from guardrepro.checks.sides import compare_sides, side_of_run
 
-    comparison = compare_records(load_records(run_a), load_records(run_b),
-                                 run_a=str(run_a), run_b=str(run_b))
     return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
 
 

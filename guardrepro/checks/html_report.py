@@ -33,6 +33,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from guardrepro.artifacts.store import sha256_file
 from guardrepro.checks.attribute import Attribution
 from guardrepro.checks.compare import first_divergence
 from guardrepro.checks.gate_types import GateResult
@@ -99,26 +100,35 @@ def fields_text(sample: Mapping[str, Any]) -> str:
 
 def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
     """(render(sample) -> text, None) with the run's guard template, or
-    (None, reason) when the profile or its template cannot be loaded here."""
-    raw = manifest.profile.get("path")
+    (None, reason) when the profile or its template cannot be used here.
+
+    The profile path comes from the manifest, so it is read only when its text
+    still hashes to the manifest's sha256, and the template only when it hashes to
+    the run's ``template_sha256``; rule guards build their own template."""
+    raw, recorded = manifest.profile.get("path"), manifest.profile.get("sha256")
     try:
+        from guardrepro.guards.base import GuardTemplate
         from guardrepro.guards.registry import get_guard
         from guardrepro.run.profile import RunProfile
         from guardrepro.run.prompts import load_template
 
         if not isinstance(raw, str) or not Path(raw).is_file():
             return None, f"run profile {raw!r} not found"
-        spec = RunProfile.load(raw).guard
+        text = Path(raw).read_text(encoding="utf-8")
+        if sha256_text(text) != recorded:
+            return None, f"run profile {raw!r} changed since the run (sha256 differs)"
+        spec = RunProfile.from_text(text, raw).guard
+        template: GuardTemplate | None = None
         if spec.template_path is not None:
-            from guardrepro.guards.base import GuardTemplate
-
-            text = spec.template_path.read_text(encoding="utf-8")
-            template = GuardTemplate(text=text, sha256=sha256_text(text))
-        else:
-            assert spec.template_lock is not None and spec.template_file is not None
+            body = spec.template_path.read_text(encoding="utf-8")
+            template = GuardTemplate(text=body, sha256=sha256_text(body))
+        elif spec.template_lock is not None and spec.template_file is not None:
             template = load_template(spec.template_lock, spec.template_file)
-        return get_guard(spec.name, template).render, None
-    except (GuardreproError, OSError) as exc:
+        guard = get_guard(spec.name, template)
+        if guard.template.sha256 != manifest.provenance.template_sha256:
+            return None, "guard template changed since the run (sha256 differs)"
+        return guard.render, None
+    except (GuardreproError, OSError, UnicodeDecodeError) as exc:
         return None, f"guard template unavailable ({exc})"
 
 
@@ -204,7 +214,10 @@ def _causes(attribution: Attribution | None, label: str) -> tuple[dict[str, str]
 def _reference_records(gate: GateResult | None) -> dict[str, Record]:
     ref = (gate.reference if gate is not None else None) or {}
     path = ref.get("path") if ref.get("type") == "records" else None
-    if not path or not Path(path).is_file():
+    if not isinstance(path, str) or not Path(path).is_file():
+        return {}
+    # a path from gate.json: used only when its bytes are the ones the gate read
+    if sha256_file(Path(path))[0] != ref.get("sha256"):
         return {}
     return {r.row_id: r for r in load_records(path)}
 

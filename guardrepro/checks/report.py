@@ -26,8 +26,10 @@ reproduces the same figures from the same data.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,30 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                            expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
     write_json_atomic(path, result.to_json())
     return result
+
+
+def in_cohort_order(stats: StatsResult, variants: Sequence[str]) -> StatsResult:
+    """``stats`` with its variants, edits and placebo corrections in cohort order
+    (``variants``; names the cohort lacks keep their order, after it), so a report
+    from a fresh computation and one from stats.json (sorted keys) are the same."""
+    def order(mapping: Mapping[str, Any]) -> dict[str, Any]:
+        keys = [v for v in variants if v in mapping]
+        return {k: mapping[k] for k in keys + [k for k in mapping if k not in keys]}
+
+    extras = stats.extras
+    if extras.placebo_corrected:
+        extras = dataclasses.replace(extras, placebo_corrected=order(extras.placebo_corrected))
+    return dataclasses.replace(stats, variants=order(stats.variants),
+                               edits=order(stats.edits), extras=extras)
+
+
+def md_text(value: object) -> str:
+    """``value`` as inert Markdown text on one line: no HTML (``<``, ``>``, ``&``
+    become entities), no link, image, code span, strong emphasis or table cell
+    syntax (``[ ] ` * | \\`` are backslash-escaped)."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*\[\]|])", r"\\\1", text)
 
 
 def load_gate(run_dir: str | Path) -> GateResult | None:
@@ -199,8 +225,17 @@ def flip_summary(stats: StatsResult, edits: Sequence[str]) -> Table:
 
 
 def _md_table(table: Table) -> list[str]:
+    """The table in Markdown; the first column (a variant, edit or check name from
+    the run's data) is made inert text, the figures have HTML and pipes escaped."""
+    def cell(i: int, text: str) -> str:
+        if i == 0:
+            return md_text(text)
+        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return text.replace("|", "\\|")
+
     return ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header),
-            *("| " + " | ".join(row) + " |" for row in table.rows)]
+            *("| " + " | ".join(cell(i, c) for i, c in enumerate(row)) + " |"
+              for row in table.rows)]
 
 
 def _gate_lines(gate: GateResult, table: Table) -> list[str]:
@@ -211,9 +246,9 @@ def _gate_lines(gate: GateResult, table: Table) -> list[str]:
     if gate.disagreement_rows:
         lines += ["Disagreeing rows:", ""]
         for d in gate.disagreement_rows:
-            lines.append(f"- {d.row_id} ({d.domain}, gold {d.gold_label}): reference "
-                         f"{d.reference_score}, local {d.local_score} "
-                         f"[{d.local_status}, {d.reason}]")
+            lines.append(f"- {md_text(d.row_id)} ({md_text(d.domain)}, gold {d.gold_label}):"
+                         f" reference {d.reference_score}, local {d.local_score} "
+                         f"\\[{md_text(d.local_status)}, {md_text(d.reason)}\\]")
         lines.append("")
     return lines
 
@@ -229,7 +264,8 @@ def _extras_lines(stats: StatsResult) -> list[str]:
             ci = "" if iv is None or iv.lower is None or iv.upper is None else (
                 f" [{iv.lower:.4f}, {iv.upper:.4f}]")
             eff = "undefined" if a.effect is None else f"{a.effect:+.4f}"
-            lines.append(f"- {e}: {eff}{ci} ({_fv(a.edit_flips)} vs {_fv(a.placebo_flips)})")
+            lines.append(f"- {md_text(e)}: {eff}{ci} ({_fv(a.edit_flips)} vs"
+                         f" {_fv(a.placebo_flips)})")
     if extras.run_to_run:
         r = extras.run_to_run
         d = r.strict_disagreement["all_pairs"]
@@ -242,7 +278,8 @@ def _extras_lines(stats: StatsResult) -> list[str]:
 def render_markdown(run_id: str, stats: StatsResult, gate: GateResult | None,
                     figures: Sequence[str], variants: Sequence[str] | None = None,
                     figures_note: str | None = None) -> str:
-    lines = [f"# guardrepro report: {run_id}", ""]
+    stats = in_cohort_order(stats, variants or [])
+    lines = [f"# guardrepro report: {md_text(run_id)}", ""]
     lines.append(f"Expected rows: {stats.rows.expected} "
                  f"({stats.expected_source}); by status: "
                  + ", ".join(f"{k} {v}" for k, v in stats.rows.by_status.items()))
@@ -261,7 +298,7 @@ def render_markdown(run_id: str, stats: StatsResult, gate: GateResult | None,
                   *_md_table(tables["flips"])]
         lines += ["", "Extras: exact-score changes among pairs valid on both sides:", ""]
         for e, block in stats.edits.items():
-            lines.append(f"- {e}: {_fv(block.exact_score.changed_valid_both)}")
+            lines.append(f"- {md_text(e)}: {_fv(block.exact_score.changed_valid_both)}")
     lines += _extras_lines(stats)
     lines += ["", "## Figures", ""]
     for f in figures:
@@ -297,6 +334,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     run = load_run(run_dir, cohort)
     stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
                                   seed=seed, cohort=cohort, run=run, progress=progress)
+    stats = in_cohort_order(stats, variant_order([r.variant for r in run.rows]))
     gate = load_gate(run_dir)
     rows = run.rows
     figures: list[str] = []

@@ -26,13 +26,15 @@ from guardrepro.errors import InputError
 @click.argument("run_b", type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the full comparison (every row) as JSON here.")
+@click.option("--shared-rows", is_flag=True, help="Runs of different cohorts: compare the "
+              "rows both hold (their number is printed) instead of refusing.")
 @JSON_OPTION
 @click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
               multiple=True, help="Write the per-row table as CSV or Parquet (by the "
               "suffix: .csv, .parquet); repeatable.")
 @COHORT_OPTION
 @home_option
-def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
+def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, as_json: bool,
             exports: tuple[Path, ...], cohort: Path | None, home: Path | None) -> None:
     """Compare two runs row by row: token identity, first divergence,
     exact-score and strict agreement, decision margins. RUN_B may be a gate
@@ -43,7 +45,9 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
         return
     if cohort is not None:
         raise InputError("--cohort applies when RUN_B is a gate spec", field="cohort")
-    comparison = compare_runs(run_a, run_b)
+    comparison = compare_runs(run_a, run_b, shared_rows=shared_rows)
+    if shared_rows:
+        say(as_json)(f"comparing the {len(comparison.rows)} rows both runs hold")
     emit(as_json, comparison.to_json(), format_table(comparison))
     if json_out is not None:
         write_json(comparison, json_out)

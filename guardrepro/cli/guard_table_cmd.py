@@ -18,9 +18,9 @@ from typing import Any
 import click
 
 from guardrepro.cli.options import (
-    COUNT,
     JSON_OPTION,
     PROGRESS_OPTION,
+    REPLICATES_OR_NONE,
     SEED,
     emit,
     home_option,
@@ -46,7 +46,7 @@ from guardrepro.errors import InputError
 @click.option("--lock", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("locks/toolsafe.toml"), show_default=True,
               help="With --splits: data lock to materialize when --data-dir is not given.")
-@click.option("--replicates", default=2000, show_default=True, type=COUNT,
+@click.option("--replicates", default=2000, show_default=True, type=REPLICATES_OR_NONE,
               help="Bootstrap replicates (0: no intervals).")
 @click.option("--seed", default=260828, show_default=True, type=SEED)
 @click.option("--out", "json_path", type=click.Path(dir_okay=False, path_type=Path),

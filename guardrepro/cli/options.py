@@ -26,13 +26,15 @@ from typing import Any, TypeVar
 import click
 
 from guardrepro.artifacts.store import HOME_ENV
+from guardrepro.limits import MAX_REPLICATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # numeric parameter types: out-of-range or non-numeric values exit 2 with the option named
 SEED = click.IntRange(min=0)
-REPLICATES = click.IntRange(min=1)
+REPLICATES = click.IntRange(min=1, max=MAX_REPLICATES)  # documented in docs/FAULTS.md
 COUNT = click.IntRange(min=0)
+REPLICATES_OR_NONE = click.IntRange(min=0, max=MAX_REPLICATES)  # 0: no intervals
 POSITIVE = click.IntRange(min=1)
 CONFIDENCE = click.FloatRange(0, 1, min_open=True, max_open=True)
 

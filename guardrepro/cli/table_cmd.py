@@ -20,8 +20,8 @@ from pathlib import Path
 import click
 
 from guardrepro.cli.options import (
-    COUNT,
     JSON_OPTION,
+    REPLICATES_OR_NONE,
     SEED,
     emit,
     home_option,
@@ -75,7 +75,7 @@ def _source_path(source: str, data_dir: Path, benchmark: str) -> Path:
 @click.option("--published-guard", default=None,
               help="The paper's guard to compare with (default: the source's guard: "
               "TS-Guard for released logs, a run's guard through the spec's aliases).")
-@click.option("--replicates", default=2000, show_default=True, type=COUNT,
+@click.option("--replicates", default=2000, show_default=True, type=REPLICATES_OR_NONE,
               help="Bootstrap replicates (0: no intervals).")
 @click.option("--seed", default=260828, show_default=True, type=SEED)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -289,7 +289,7 @@ def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool,
     from guardrepro.run.chat_pins import check_chat_template
     from guardrepro.run.prompts import PromptTokenizer
 
-    tokenizer = PromptTokenizer(checkpoint_dir)
+    tokenizer = PromptTokenizer(checkpoint_dir, pinned=pinned)
     check_chat_template(guard, checkpoint_dir, revision, tokenizer)
     mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
     if mismatch is not None:

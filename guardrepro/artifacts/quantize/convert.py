@@ -46,7 +46,13 @@ from typing import Any
 from guardrepro.artifacts.quantize import pin
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.artifacts.quantize.result import QuantizeResult, SourceInfo
-from guardrepro.artifacts.store import atomic_write_bytes, remove_stale_dirs, walk_files
+from guardrepro.artifacts.safetensors_header import check_safetensors
+from guardrepro.artifacts.store import (
+    atomic_write_bytes,
+    output_error,
+    remove_stale_dirs,
+    walk_files,
+)
 from guardrepro.errors import (
     InputError,
     IntegrityError,
@@ -136,6 +142,7 @@ def safetensors_dtypes(directory: Path) -> dict[str, str]:
     if not files:
         raise InputError("no *.safetensors weights", file=str(directory))
     for path in files:
+        check_safetensors(path)  # a lying header is named before the library reads it
         try:
             with safe_open(str(path), framework="numpy") as fh:
                 for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
@@ -365,7 +372,10 @@ def quantize(
 
         t = time.perf_counter()
         progress(f"converting with mlx-lm {versions['mlx-lm']} (mlx {versions['mlx']})")
-        _convert(staging, converted, recipe)
+        try:
+            _convert(staging, converted, recipe)
+        except OSError as exc:  # mlx-lm's writes name no file: name the artifact's
+            raise output_error(converted, exc) from None
         timings["convert_s"] = time.perf_counter() - t
 
         progress("inspecting converted weights")
