@@ -55,12 +55,12 @@ from typing import Any
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
 from guardrepro.checks.formatting import frac
+from guardrepro.checks.runio import ORIGINAL
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
 CAUSES = ("sampling", "quantization", "backend", "unexplained")
 LEVELS = ("strict", "exact")
-ORIGINAL = "original"
 
 
 @dataclass(frozen=True)

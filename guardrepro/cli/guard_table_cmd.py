@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.cli.options import COUNT, JSON_OPTION, PROGRESS_OPTION, SEED, emit, say
 
 
@@ -23,9 +24,9 @@ from guardrepro.cli.options import COUNT, JSON_OPTION, PROGRESS_OPTION, SEED, em
 @click.argument("runs", nargs=-1, required=True,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--label", "labels", multiple=True, help="Column name, once per run, in order.")
-@click.option("--replicates", default=2000, show_default=True, type=COUNT,
+@click.option("--replicates", default=QUICK_REPLICATES, show_default=True, type=COUNT,
               help="Bootstrap replicates (0: no intervals).")
-@click.option("--seed", default=260828, show_default=True, type=SEED)
+@click.option("--seed", default=DEFAULT_SEED, show_default=True, type=SEED)
 @click.option("--out", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the table as JSON here.")
 @JSON_OPTION
