@@ -55,7 +55,6 @@ Invariants:
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import time
 import warnings
@@ -94,6 +93,7 @@ from guardrepro.schema import (
     read_cohort,
     sha256_text,
 )
+from guardrepro.versions import package_versions
 
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
 # backend-specific versions are in runner.describe().
@@ -159,20 +159,10 @@ def prepare_rows(
     return prepared
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def package_versions() -> dict[str, str]:
-    out = {"guardrepro": guardrepro.__version__, "python": platform.python_version()}
-    for name in PROMPT_PACKAGES:
-        version = _version(name)
-        if version is not None:
-            out[name] = version
-    return out
+def provenance_versions() -> dict[str, str]:
+    """guardrepro, Python and the installed prompt packages (``PROMPT_PACKAGES``)."""
+    return {"guardrepro": guardrepro.__version__, "python": platform.python_version(),
+            **package_versions(PROMPT_PACKAGES)}
 
 
 def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str) -> Provenance:
@@ -187,7 +177,7 @@ def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str
         chat_template_sha256=resolved.tokenizer.chat_template_sha256,
         parser_version=resolved.guard.parser_version,
         decoding=profile.decoding.to_dict(),
-        package_versions=package_versions(),
+        package_versions=provenance_versions(),
     )
 
 
