@@ -139,8 +139,7 @@ def prepare_rows(
     score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
     # TS-Guard-family prompts go through Qwen2.5's template, whose default system
     # prompt is part of the upstream setup: expected there, reported elsewhere.
-    expected = getattr(guard, "default_system_expected", False)
-    if rows and not expected and hasattr(tokenizer, "injected_system_prompt"):
+    if rows and not guard.default_system_expected and hasattr(tokenizer, "injected_system_prompt"):
         injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
         if injected is not None:
             warnings.warn(f"the chat template adds a system prompt of its own to guard "
