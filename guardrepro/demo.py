@@ -185,7 +185,8 @@ def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
 
     steps.start("build the toy cohort (cohorts/toy-64.toml)")
     if not result.cohort.exists():
-        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort)
+        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort,
+                                     home=home)
         steps.say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
                   f"matches the spec's pinned hash: {manifest['sha256_matches']}")
     steps.mark("cohort")

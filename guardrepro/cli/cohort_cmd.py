@@ -55,7 +55,8 @@ def build(
     """Build the cohort described by SPEC (a cohorts/*.toml file)."""
     from guardrepro.bench.cohort.build import build_cohort_file
 
-    manifest = build_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress)
+    manifest = build_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress,
+                                 home=home)
     for warning in manifest["warnings"]:
         click.echo(f"warning: {warning}", err=True)
     if manifest["sha256_matches"] is False:
