@@ -88,8 +88,6 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     data = result.to_json()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    # the verdict is printed before gate.json is written, so an unwritable
-    # output directory (exit 2) still shows it
     emit(as_json, data, format_table(result) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
