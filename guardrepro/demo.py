@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import guardrepro
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
 
@@ -133,7 +134,7 @@ def run_demo(
     *,
     home: str | Path | None = None,
     with_mlx: bool | None = None,
-    replicates: int = 2000,
+    replicates: int = QUICK_REPLICATES,
     progress: bool = True,
     say: Say = print,
     sampled: int = 0,
@@ -186,7 +187,8 @@ def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
 
     steps.start("build the toy cohort (cohorts/toy-64.toml)")
     if not result.cohort.exists():
-        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort)
+        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort,
+                                     home=home)
         steps.say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
                   f"matches the spec's pinned hash: {manifest['sha256_matches']}")
     steps.mark("cohort")
@@ -263,7 +265,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     steps.mark("gate")
 
     steps.start("statistics and report")
-    result.stats = compute_stats(run.rows, replicates=replicates, seed=260828,
+    result.stats = compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
                                  expected_source=run.expected_source)
     write_json_atomic(hf_dir / "stats.json", result.stats.to_json())
     result.report = build_report(hf_dir)

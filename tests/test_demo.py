@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from extras import needs_matplotlib
 
 from guardrepro.cli import cli
 
@@ -37,6 +38,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root / "out", result.stdout
 
 
+@needs_matplotlib
 def test_demo_writes_every_stage(demo: tuple[Path, str]) -> None:
     out, stdout = demo
     hf = out / "hf-fp32"

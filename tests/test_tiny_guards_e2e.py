@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from extras import needs_matplotlib
 
 from guardrepro.cli import cli
 from guardrepro.run.records import read_records
@@ -172,6 +173,7 @@ def test_guard_table_over_three_guards(built: dict[str, Path], tmp_path: Path) -
     assert flips.split("|")[4].strip().startswith("0.50 (1/2)")
 
 
+@needs_matplotlib
 def test_report_shows_the_guard_table(built: dict[str, Path], tmp_path: Path) -> None:
     rule = tmp_path / "rule.toml"
     rule.write_text('name = "rule"\nbackend = "rule"\n[guard]\nname = "rule-nuisance"\n',

@@ -66,7 +66,13 @@ from guardrepro.checks.audit_types import (
     SafeMarkerWithinTool,
     WithinTool,
 )
-from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
+from guardrepro.checks.bootstrap import (
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    cluster_table,
+    ratio_estimates,
+    replicate_sums,
+)
 from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, strict_decision
@@ -74,8 +80,6 @@ from guardrepro.errors import InputError
 
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
 QUANTILES = (0.025, 0.975)
-DEFAULT_REPLICATES = 10_000
-DEFAULT_SEED = 260828
 
 @dataclass(frozen=True)
 class AuditRow:

@@ -62,6 +62,7 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_
 from guardrepro.checks.compare import quantiles
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.gate_types import disagreement_reason, strict_agrees
+from guardrepro.checks.runio import ORIGINAL
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
@@ -72,7 +73,6 @@ LEVEL_RULES = {
               "are equal",
     "exact": "jointly_valid: both sides valid and the scores differ",
 }
-ORIGINAL = "original"
 
 
 @dataclass(frozen=True)

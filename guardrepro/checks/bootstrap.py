@@ -56,6 +56,8 @@ from guardrepro.limits import MAX_REPLICATES
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
 DEFAULT_CONFIDENCE = 0.95
+# the quicker default of the demo, the guard table and sweeps
+QUICK_REPLICATES = 2000
 BATCH = 512
 
 

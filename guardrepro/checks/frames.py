@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.attribute import attribute as run_attribution
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.compare import Comparison, RowComparison, compare_runs
 from guardrepro.checks.gate import GateResult
 from guardrepro.checks.loaders import load_reference, load_run_input
@@ -103,7 +104,7 @@ def load_cohort(path: str | Path) -> Any:
     return df
 
 
-def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
+def stats(run: Any, *, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
           cohort: str | Path | None = None) -> StatsResult:
     """Statistics of a run directory (its stats.json when current, else
     computed in memory) or of a ``load_run`` DataFrame (always computed)."""
@@ -161,7 +162,7 @@ def export(df: Any, path: str | Path) -> Path:
 
 def attribute(reference: str | Path, *, bf16: str | Path | None = None,
               quantized: Sequence[str | Path] = (), sampled: Sequence[str | Path] = (),
-              replicates: int = 10_000, seed: int = 260828) -> Any:
+              replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED) -> Any:
     """Attribution of every disagreement (one row per run, row and level);
     the full ``Attribution`` is in ``df.attrs["attribution"]``."""
     ref, key_field, info = load_reference(reference)

@@ -32,16 +32,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
 from guardrepro.checks.metrics import ZERO_DIVISION, Ratio, confusion, strict_decision
 from guardrepro.checks.pairs import make_pairs
-from guardrepro.checks.runio import RowResult, load_manifest, load_run
+from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
 from guardrepro.checks.stats_types import VIEWS, stratified
 from guardrepro.errors import InputError
 
-ORIGINAL = "original"
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
 
@@ -112,7 +111,7 @@ def _label(run_dir: Path) -> str:
 
 
 def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
-                replicates: int = 2000, seed: int = 260828,
+                replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED,
                 progress: bool = False) -> dict[str, Any]:
     """The table over ``runs`` (see the module docstring); ``progress`` draws a
     bar on stderr, one step per run."""

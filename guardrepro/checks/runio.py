@@ -76,7 +76,7 @@ def variant_order(variants: Sequence[str]) -> list[str]:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write pretty JSON atomically (``cache.atomic_write_bytes``); return the path."""
+    """Write pretty JSON atomically (``artifacts.store.atomic_write_bytes``); return the path."""
     path = Path(path)
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -258,7 +258,7 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
 @click.option("--only-recorded", is_flag=True,
               help="With a run directory: audit only the benchmark rows that have a record "
               "(the count left out is reported); by default a row without one fails closed.")
-@click.option("--replicates", type=REPLICATES, default=10_000, show_default=True,
+@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES, show_default=True,
               help="Bootstrap replicates of the safe-row marker difference.")
 @click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed (numpy default_rng, fresh).")

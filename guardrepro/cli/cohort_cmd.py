@@ -56,7 +56,8 @@ def build(
     counterfactual cohort, or every row of a split (``kind = "split"``)."""
     from guardrepro.bench.cohort.split import build_any_cohort_file
 
-    manifest = build_any_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress)
+    manifest = build_any_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress,
+                                     home=home)
     for warning in manifest["warnings"]:
         click.echo(f"warning: {warning}", err=True)
     if manifest["sha256_matches"] is False:

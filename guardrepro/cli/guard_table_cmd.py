@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.cli.options import (
     JSON_OPTION,
     PROGRESS_OPTION,
@@ -46,9 +47,9 @@ from guardrepro.errors import InputError
 @click.option("--lock", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("locks/toolsafe.toml"), show_default=True,
               help="With --splits: data lock to materialize when --data-dir is not given.")
-@click.option("--replicates", default=2000, show_default=True, type=REPLICATES_OR_NONE,
+@click.option("--replicates", default=QUICK_REPLICATES, show_default=True, type=REPLICATES_OR_NONE,
               help="Bootstrap replicates (0: no intervals).")
-@click.option("--seed", default=260828, show_default=True, type=SEED)
+@click.option("--seed", default=DEFAULT_SEED, show_default=True, type=SEED)
 @click.option("--out", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the table as JSON here.")
 @JSON_OPTION

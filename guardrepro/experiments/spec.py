@@ -45,6 +45,7 @@ from typing import Any
 
 from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.frontier import AXES
 from guardrepro.errors import InputError
 from guardrepro.experiments.rule_runs import RULES
@@ -226,8 +227,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
                                                        must_exist=False),
         costs=_costs(table.get("costs"), file),
         axes=(axes[0], axes[1]),
-        replicates=_int(table, "replicates", 2000, file=file, minimum=1),
-        seed=_int(table, "seed", 260828, file=file, minimum=0),
+        replicates=_int(table, "replicates", QUICK_REPLICATES, file=file, minimum=1),
+        seed=_int(table, "seed", DEFAULT_SEED, file=file, minimum=0),
         recipes=_recipes(data.get("recipe"), base, file),
         rules=_rules(data.get("rule", []), file),
     )

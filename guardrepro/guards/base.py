@@ -143,6 +143,10 @@ class GuardAdapter(Protocol):
     max_new_tokens: int
     scoring: str  # "parse" | "logit" | "rule"
     score_tokens: tuple[str, ...]
+    # True when the chat template's own default system prompt is part of the
+    # guard's published setup (TS-Guard through Qwen2.5's template); elsewhere a
+    # system prompt the template adds is reported as a warning.
+    default_system_expected: bool
 
     def messages(self, sample: Mapping[str, Any]) -> Messages: ...
 

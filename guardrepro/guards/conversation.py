@@ -49,6 +49,7 @@ class ConversationAdapter:
     max_new_tokens = 32
     scoring = "parse"
     score_tokens: tuple[str, ...] = ()
+    default_system_expected = False
     special_tokens = ExpectedTokens(eos=())
     chat_template = ""
     chat_template_pins: tuple[ChatTemplatePin, ...] = ()

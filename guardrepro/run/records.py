@@ -86,7 +86,7 @@ def git_commit() -> str | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically (``cache.atomic_write_bytes``)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (``artifacts.store.atomic_write_bytes``)."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 

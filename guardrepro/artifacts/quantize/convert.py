@@ -32,7 +32,6 @@ Invariants (the silent failures listed in docs/BACKENDS.md are turned into error
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -58,6 +57,7 @@ from guardrepro.errors import (
     IntegrityError,
     missing_extra,
 )
+from guardrepro.versions import package_versions
 
 Progress = Callable[[str], None]
 
@@ -68,14 +68,12 @@ def _noop(_: str) -> None:
     return None
 
 
-def package_versions() -> dict[str, str]:
+def mlx_versions() -> dict[str, str]:
     """mlx and mlx-lm versions (the artifact's bytes depend on both)."""
-    out: dict[str, str] = {}
+    out = package_versions(("mlx", "mlx-lm"))
     for name in ("mlx", "mlx-lm"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError as exc:
-            raise missing_extra("quantization", name, "mlx") from exc
+        if name not in out:
+            raise missing_extra("quantization", name, "mlx")
     return out
 
 
@@ -356,7 +354,7 @@ def quantize(
     recipe = load_recipe(recipe_path)
     out = Path(out).absolute()
     lock_out = _claim_output(out, progress)
-    versions = package_versions()
+    versions = mlx_versions()
     timings: dict[str, float] = {}
     start = time.perf_counter()
 

@@ -453,15 +453,16 @@ def build_cohort_file(
     *,
     unpinned: bool = False,
     progress: bool = False,
+    home: str | Path | None = None,
 ) -> dict[str, Any]:
     """Load a spec, build its cohort and write it; returns the manifest.
 
     ``data_dir=None`` uses the spec's data lock through ``guardrepro.artifacts.fetch.materialize``
-    (a verified local copy; fetch it first)."""
+    (a verified local copy in the cache ``home``; fetch it first)."""
     spec = load_spec(spec_path)
     if data_dir is None:
         from guardrepro.artifacts.fetch import materialize
 
-        data_dir = materialize(spec.data_lock)
+        data_dir = materialize(spec.data_lock, home)
     build = build_cohort(spec, data_dir, pinned=not unpinned, progress=progress)
     return write_cohort(build, out)

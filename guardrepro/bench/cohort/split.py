@@ -209,18 +209,21 @@ def _manifest(spec: SplitSpec, sources: list[dict[str, Any]], rows: list[BenchRo
 
 
 def build_any_cohort_file(spec_path: str | Path, data_dir: str | Path | None, out: str | Path,
-                          *, unpinned: bool = False, progress: bool = False) -> dict[str, Any]:
+                          *, unpinned: bool = False, progress: bool = False,
+                          home: str | Path | None = None) -> dict[str, Any]:
     """``cohort build`` for either kind of spec: a split spec builds the
     whole split, any other spec the counterfactual cohort
-    (``cohort.build.build_cohort_file``). Returns the written manifest."""
+    (``cohort.build.build_cohort_file``); without ``data_dir`` the data lock's
+    verified copy in the cache ``home``. Returns the written manifest."""
     if not is_split_spec(spec_path):
         from guardrepro.bench.cohort.build import build_cohort_file
 
-        return build_cohort_file(spec_path, data_dir, out, unpinned=unpinned, progress=progress)
+        return build_cohort_file(spec_path, data_dir, out, unpinned=unpinned, progress=progress,
+                                 home=home)
     spec = load_split_spec(spec_path)
     if data_dir is None:
         from guardrepro.artifacts.fetch import materialize
 
-        data_dir = materialize(spec.data_lock)
+        data_dir = materialize(spec.data_lock, home)
     return write_cohort(build_split(spec, data_dir, pinned=not unpinned, progress=progress), out)
 

@@ -58,14 +58,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
+from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
@@ -73,13 +72,6 @@ REUSE_PAIR_COST = 2.0  # a masked (query, key) pair against a causal one (see wo
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
 # (step, prompt index of each live row, that step's logits) -> the logits to choose from
 Adjust = Callable[[int, Sequence[int], torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Decoded:
-    token_ids: list[int]
-    margins: list[float]
-    finish_reason: str  # "stop" | "length"
 
 
 def unsupported_reason(model: Any) -> str | None:

@@ -46,19 +46,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
-
-
-@dataclass(frozen=True)
-class Decoded:
-    token_ids: list[int]
-    margins: list[float]
-    finish_reason: str  # "stop" | "length"
-    prefill_s: float
-    reused: int = 0  # prompt positions taken from an earlier prompt's cache
+from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
 
 
 def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
