@@ -46,6 +46,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import shutil
@@ -239,14 +240,29 @@ def ray_error_types() -> tuple[type[BaseException], ...]:
     return (ray.exceptions.RayError,)
 
 
-def _reraise(exc: Exception, run_dir: Path) -> None:
+def _translated(exc: Exception, run_dir: Path) -> GuardreproError:
+    """The guardrepro error to raise for a failure of the Ray job (the actor's
+    own error when there is one), naming the run."""
     cause = _guardrepro_cause(exc)
     if cause is not None:
-        raised = type(cause)(f"run {run_dir}: ray: {cause}")
-        raise raised from exc
+        return type(cause)(f"run {run_dir}: ray: {cause}")
     text = str(exc).strip().splitlines()
-    raise InferenceError(f"run {run_dir}: ray: {type(exc).__name__}: "
-                         f"{text[-1] if text else ''}") from exc
+    return InferenceError(f"run {run_dir}: ray: {type(exc).__name__}: "
+                          f"{text[-1] if text else ''}")
+
+
+RELEASE_WAIT_S = 60.0
+
+
+def _wait_released(ray: Any, cpus: float) -> None:
+    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: a failed
+    job's actors are released asynchronously, and a Ray shared with a next run
+    (one that this process did not start) must not find them still held."""
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= cpus:
+            return
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -308,11 +324,12 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     assert options.units is not None
-    tables = _unit_tables(split_units(plan.todo, options.units))
+    blocks = _unit_tables(split_units(plan.todo, options.units))
     expected = {p.row.row_id: p.input_sha256 for p in plan.todo}
-    ds = ray.data.from_arrow(tables).map_batches(
+    free = float(ray.available_resources().get("CPU", 0.0))
+    ds = ray.data.from_blocks(blocks).map_batches(  # one block per unit, never re-split
         UnitActor, batch_size=None, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=min(options.workers, len(tables)),
+        compute=ActorPoolStrategy(size=min(options.workers, len(blocks)),
                                   max_tasks_in_flight_per_actor=1),
         fn_constructor_kwargs={
             "profile": plan.profile, "home": None if home is None else str(home),
@@ -322,8 +339,10 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     bar = tqdm(total=len(plan.todo), desc=f"run {plan.manifest.run_id} (ray)", unit="row",
                disable=not progress)
     dropped = 0
+    failure: GuardreproError | None = None
+    batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for batch in batches:
             for line in batch.column("record").to_pylist():
                 record = _parse_line(line.encode("utf-8"), file=f"{writer.path} (from Ray)",
                                      row=len(writer.records))
@@ -334,10 +353,17 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
                     dropped += 1
     except Exception as exc:
         if isinstance(exc, ray_error_types()) or not isinstance(exc, GuardreproError):
-            _reraise(exc, writer.run_dir)
-        raise
+            failure = _translated(exc, writer.run_dir)
+        else:
+            failure = exc
     finally:
         bar.close()
+    if failure is not None:
+        batches.close()  # the executor and its actors go now, not when collected
+        del batches, ds
+        gc.collect()
+        _wait_released(ray, free)
+        raise failure.with_traceback(None) from None
     return dropped
 
 
