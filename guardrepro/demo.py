@@ -346,7 +346,7 @@ def summary_lines(result: DemoResult) -> list[str]:
             f"  {variant:<18} accuracy {frac_equals(block.accuracy.to_dict())}   "
             f"coverage {frac_equals(block.coverage.to_dict())}"
         )
-    lines.append("strict flips by edit (all pairs, fail-closed; 95% cluster bootstrap, "
+    lines.append("strict flips by edit (view all_pairs: fail-closed; 95% cluster bootstrap, "
                  "unstratified):")
     for variant, edit in (stats.edits if stats else {}).items():
         flip = edit.views["all_pairs"].flip_rate
@@ -359,8 +359,10 @@ def summary_lines(result: DemoResult) -> list[str]:
         where = "" if plan is None else (
             f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
         lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
-        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}")
-        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}")
+        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}"
+                     "  (token identity)")
+        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}"
+                     "  (gate rule)")
         lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement.to_json())}")
     if result.gate is not None:
         lines.append(f"gate: {result.gate.verdict}")

@@ -143,3 +143,21 @@ def test_report_sections(toy: dict[str, Path]) -> None:
     html = (toy["run"] / "report.html").read_text()
     assert html.count(">Parity gate</h2>") == 1
     assert html.count("<figcaption>") == 3 and "flips/pairs" in html
+
+
+def test_first_line_says_what_the_sides_are(toy: dict[str, Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # both runs: guard toy-guard, tree 0 * 64 (tests/recordsets.PROVENANCE), and
+    # each its own cohort file (different rows), so only the cohort differs
+    capsys.readouterr()
+    assert main(["compare", str(toy["run"]), str(toy["ref"])]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("the sides differ in cohort (A ")
+    assert first.endswith("same guard toy-guard, checkpoint 000000000000")
+    cmp = _json(["compare", str(toy["run"]), str(toy["ref"])], capsys)
+    assert cmp["sides"]["differ"] == ["cohort"] and cmp["sides"]["unknown"] == []
+    # the published Q8 run is another guard, checkpoint and cohort
+    main(["vs-published", str(toy["run"]), "--no-progress"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("the sides differ in guard (run toy-guard, ts-guard-q8 ts-guard), "
+                            "checkpoint (run 000000000000, ts-guard-q8 913afe8cc195), cohort")

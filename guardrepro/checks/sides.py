@@ -87,8 +87,11 @@ def sides_line(sides: Mapping[str, Any], names: tuple[str, str] = ("A", "B")) ->
     same = [f for f in FIELDS if f not in sides["differ"] and f not in sides["unknown"]]
     if same:
         parts.append("same " + ", ".join(f"{f} {_short(a[f])}" for f in same))
-    for side, name in ((a, names[0]), (b, names[1])):
+    for side, name, other, other_name in ((a, names[0], b, names[1]),
+                                          (b, names[1], a, names[0])):
         unknown = [f for f in FIELDS if side[f] is None]
         if unknown:
-            parts.append(f"{name} does not say its " + ", ".join(unknown))
+            known = [f"{f} {_short(other[f])}" for f in unknown if other[f] is not None]
+            beside = f" ({other_name}: {', '.join(known)})" if known else ""
+            parts.append(f"{name} does not say its {', '.join(unknown)}{beside}")
     return "; ".join(parts)
