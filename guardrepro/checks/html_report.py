@@ -96,9 +96,10 @@ def fields_text(sample: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
-    """(render(sample) -> text, None) with the run's guard template, or
-    (None, reason) when the profile or its template cannot be loaded here."""
+def _renderer(manifest: RunManifest, home: str | Path | None) -> tuple[Any, str | None]:
+    """(render(sample) -> text, None) with the run's guard template (a locked
+    one from the cache ``home``), or (None, reason) when the profile or its
+    template cannot be loaded here."""
     raw = manifest.profile.get("path")
     try:
         from guardrepro.guards.registry import get_guard
@@ -115,7 +116,7 @@ def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
             template = GuardTemplate(text=text, sha256=sha256_text(text))
         else:
             assert spec.template_lock is not None and spec.template_file is not None
-            template = load_template(spec.template_lock, spec.template_file)
+            template = load_template(spec.template_lock, spec.template_file, home)
         return get_guard(spec.name, template).render, None
     except (GuardreproError, OSError) as exc:
         return None, f"guard template unavailable ({exc})"
@@ -239,8 +240,10 @@ def _environment() -> Any:
 
 
 def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
-               attribution: str | Path | None = None, out: str | Path | None = None) -> Path:
-    """Write the run's self-contained ``report.html``; returns its path."""
+               attribution: str | Path | None = None, out: str | Path | None = None,
+               home: str | Path | None = None) -> Path:
+    """Write the run's self-contained ``report.html``; returns its path
+    (``home``: the cache holding the guard's locked template)."""
     from guardrepro.checks.report import load_gate, load_or_compute_stats, report_tables
 
     run_dir = Path(run_dir)
@@ -249,7 +252,7 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     stats = load_or_compute_stats(run_dir, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     cohort_path = Path(cohort) if cohort is not None else manifest_cohort_path(run_dir, manifest)
-    render, why = _renderer(manifest)
+    render, why = _renderer(manifest, home)
     rows_c = read_cohort(cohort_path) if cohort_path is not None else []
     notes = [] if cohort_path else ["cohort file not found: prompts are not shown"]
     if cohort_path and why:
