@@ -168,7 +168,7 @@ def run_demo(
         steps.mark("sampled_attribution")
     from guardrepro.checks.html_report import build_html
 
-    result.html = build_html(hf_dir)
+    result.html = build_html(hf_dir, home=home)
     return result
 
 

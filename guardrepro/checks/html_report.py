@@ -98,7 +98,7 @@ def fields_text(sample: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
+def _renderer(manifest: RunManifest, home: str | Path | None) -> tuple[Any, str | None]:
     """(render(sample) -> text, None) with the run's guard template, or
     (None, reason) when the profile or its template cannot be used here.
 
@@ -123,7 +123,7 @@ def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
             body = spec.template_path.read_text(encoding="utf-8")
             template = GuardTemplate(text=body, sha256=sha256_text(body))
         elif spec.template_lock is not None and spec.template_file is not None:
-            template = load_template(spec.template_lock, spec.template_file)
+            template = load_template(spec.template_lock, spec.template_file, home)
         guard = get_guard(spec.name, template)
         if guard.template.sha256 != manifest.provenance.template_sha256:
             return None, "guard template changed since the run (sha256 differs)"
@@ -254,8 +254,10 @@ def _environment() -> Any:
 
 
 def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
-               attribution: str | Path | None = None, out: str | Path | None = None) -> Path:
-    """Write the run's self-contained ``report.html``; returns its path."""
+               attribution: str | Path | None = None, out: str | Path | None = None,
+               home: str | Path | None = None) -> Path:
+    """Write the run's self-contained ``report.html``; returns its path
+    (``home``: the cache holding the guard's locked template)."""
     from guardrepro.checks.report import load_gate, load_or_compute_stats, report_tables
 
     run_dir = Path(run_dir)
@@ -264,7 +266,7 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     stats = load_or_compute_stats(run_dir, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     cohort_path = Path(cohort) if cohort is not None else manifest_cohort_path(run_dir, manifest)
-    render, why = _renderer(manifest)
+    render, why = _renderer(manifest, home)
     rows_c = read_cohort(cohort_path) if cohort_path is not None else []
     notes = [] if cohort_path else ["cohort file not found: prompts are not shown"]
     if cohort_path and why:
