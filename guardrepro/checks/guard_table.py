@@ -197,7 +197,11 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
               for y, b in zip(ys, bounds, strict=True)]
         hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
               for y, b in zip(ys, bounds, strict=True)]
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        for x, y, f in zip(xs, ys, figs, strict=True):
+            if y == 0.0:  # a zero reads as a zero, not as a missing bar
+                ax.text(x, 0.01, "0" if f.get("value") is not None else "n/a", ha="center",
+                        fontsize=7, color=bars.patches[0].get_facecolor())
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
                   rotation=30, ha="right")
     ax.set_ylim(0, 1.05)

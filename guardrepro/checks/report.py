@@ -269,7 +269,7 @@ def _extras_lines(stats: StatsResult) -> list[str]:
     if extras.run_to_run:
         r = extras.run_to_run
         d = r.strict_disagreement["all_pairs"]
-        lines += ["", f"Extras: run-to-run strict disagreement (repeat vs original): "
+        lines += ["", f"Extras: run-to-run strict flips (repeat vs original, all_pairs): "
                   f"{d.count}/{d.denominator}; exact-score: "
                   f"{_fv(r.exact_score_disagreement_valid_both)}"]
     return lines

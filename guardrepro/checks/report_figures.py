@@ -70,7 +70,7 @@ class FlipBar:
 
 @dataclass(frozen=True)
 class DomainBar:
-    """One bar of the by-domain panel: an edit's flips in one domain (all pairs);
+    """One bar of the by-domain panel: an edit's flips in one domain (all_pairs);
     ``lower``/``upper`` the interval when the rows were given."""
 
     edit: str
@@ -93,7 +93,7 @@ def flip_bars(stats: StatsResult) -> list[FlipBar]:
 
 
 def domain_bars(stats: StatsResult, rows: Sequence[RowResult] | None = None) -> list[DomainBar]:
-    """The by-domain panel's data: every edit x domain it has pairs in (all pairs);
+    """The by-domain panel's data: every edit x domain it has pairs in (all_pairs);
     with ``rows``, each with the interval engine's bounds (stats' settings,
     clusters = base sample, unstratified, as the all_pairs flip rate)."""
     out = []
