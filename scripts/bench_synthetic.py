@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 batch1 = result.extra.pop("batch1")
                 reports.append(result.report(batch1, "vllm batch 1"))
-    print(format_table(reports, naive_s))
+    print(format_table(reports, naive_s, len(rows)))
     print("gen_s = prefill + decode; vs naive = hf-generate's gen_s / gen_s, both in this run")
     if args.json is not None:
         document = {"shape": {"name": shape.name, "parameters": shape.parameters(),

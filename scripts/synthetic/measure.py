@@ -78,13 +78,18 @@ class Result:
         return out
 
 
-def format_table(reports: Sequence[Mapping[str, Any]], naive_s: float | None) -> str:
+def format_table(reports: Sequence[Mapping[str, Any]], naive_s: float | None,
+                 naive_rows: int | None = None) -> str:
+    """One line per backend; ``vs naive`` only for backends that ran the naive
+    loop's rows (``naive_rows``), not for a sample."""
     header = ("backend", "rows", "load_s", "prefill_s", "decode_s", "gen_s", "vs naive",
               "prompt tok/s", "gen tok/s", "peak MB", "reused", "forced", "identical")
     lines = [header]
     for r in reports:
         ident = r.get("identical")
-        ratio = f"{naive_s / r['generation_s']:.2f}x" if naive_s and r["generation_s"] else "-"
+        same_rows = naive_rows is None or r["rows"] == naive_rows
+        ratio = (f"{naive_s / r['generation_s']:.2f}x"
+                 if naive_s and r["generation_s"] and same_rows else "-")
         lines.append((
             r["backend"], str(r["rows"]), f"{r['load_s']:.2f}",
             "-" if r["prefill_s"] is None else f"{r['prefill_s']:.2f}",
