@@ -178,11 +178,11 @@ def test_sampled_mode_retries_with_derived_seeds(
         assert record.status == "parse_error"
         assert record.provenance.decoding["temperature"] == 0.1
         seeds = [a.seed for a in record.attempts]
-        # repeat 11: the published string for attempt a, then ":r11"
+        # repeat 11: the published string for attempt a (counted from 1), then ":r11"
         expected = [
             int(hashlib.sha256(
                 f"260828:{record.base_sample_id}:python:{a}:r11".encode()).hexdigest()[:8], 16)
-            for a in range(3)
+            for a in (1, 2, 3)
         ]
         assert seeds == expected
         assert record.output_token_ids == record.attempts[-1].token_ids
