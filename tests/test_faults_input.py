@@ -278,7 +278,7 @@ def test_compare_of_different_cohorts_needs_shared_rows(tmp_path, capsys):
     assert f"share {shared} row ids" in err
     code, out, err = cli(capsys, "compare", str(a), str(b), "--shared-rows")
     assert code == 0, err
-    assert f"comparing the {shared} rows both runs hold" in out
+    assert f"compared the {shared} rows both runs hold" in out
 
 
 # ----------------------------------------------------------------- bounded work

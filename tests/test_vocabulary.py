@@ -83,7 +83,7 @@ def test_disagreement_is_one_count(toy: dict[str, Path],
     counts = run["counts"]["strict"]["disagreements"]
     assert (counts["count"], counts["denominator"]) == (len(want["disagree"]), want["rows"])
     assert att["settings"]["level_rules"]["strict"].startswith("gate_rule")
-    cmp = _json(["compare", str(toy["run"]), str(toy["ref"])], capsys)
+    cmp = _json(["compare", str(toy["run"]), str(toy["ref"]), "--shared-rows"], capsys)
     assert sorted(cmp["summary"]["strict_disagreements"]) == sorted(want["disagree"])
     agree = cmp["summary"]["strict_agreement"]
     assert (agree["count"], agree["denominator"]) == (want["rows"] - 4, want["rows"])
@@ -150,11 +150,11 @@ def test_first_line_says_what_the_sides_are(toy: dict[str, Path],
     # both runs: guard toy-guard, tree 0 * 64 (tests/recordsets.PROVENANCE), and
     # each its own cohort file (different rows), so only the cohort differs
     capsys.readouterr()
-    assert main(["compare", str(toy["run"]), str(toy["ref"])]) == 0
+    assert main(["compare", str(toy["run"]), str(toy["ref"]), "--shared-rows"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("the sides differ in cohort (A ")
     assert first.endswith("same guard toy-guard, checkpoint 000000000000")
-    cmp = _json(["compare", str(toy["run"]), str(toy["ref"])], capsys)
+    cmp = _json(["compare", str(toy["run"]), str(toy["ref"]), "--shared-rows"], capsys)
     assert cmp["sides"]["differ"] == ["cohort"] and cmp["sides"]["unknown"] == []
     # the published Q8 run is another guard, checkpoint and cohort
     main(["vs-published", str(toy["run"]), "--no-progress"])
