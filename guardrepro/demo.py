@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import guardrepro
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
@@ -61,6 +61,7 @@ class DemoResult:
     attribution: Attribution | None = None
     attribution_table: str | None = None
     mlx_plan: MlxPlan | None = None
+    table: dict[str, Any] | None = None  # ToolSafe's table of the rule guard on a toy split
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -151,13 +152,14 @@ def run_demo(
     out.mkdir(parents=True, exist_ok=True)
     use_mlx = mlx_available() if with_mlx is None else with_mlx
     result = DemoResult(out_dir=out, cohort=out / "cohort.jsonl")
-    steps = _Steps(result, 7 if use_mlx else 5, say)
+    steps = _Steps(result, 8 if use_mlx else 6, say)
 
     _verify_and_build(root, result, steps, home)
     hf_dir = _run_hf(root, result, steps, progress, home)
     if use_mlx:
         _run_mlx(root, result, steps, progress, home)
     _gate_and_stats(root, result, steps, hf_dir, replicates, home)
+    _split_table(root, result, steps, replicates, progress, home)
     if sampled:
         say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
             "on the 64 original rows, then attribution of every disagreement")
@@ -306,6 +308,34 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     return att
 
 
+def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
+                 progress: bool, home: str | Path | None) -> None:
+    """The last step: every row of the toy ASB split through the rule guard, then
+    ToolSafe's table of it (``guardrepro table``), written to ``table.json``."""
+    from guardrepro.artifacts.fetch import materialize
+    from guardrepro.bench.cohort.split import build_any_cohort_file
+    from guardrepro.bench.tsbench import load_benchmark
+    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.toolsafe_table import load_published_tables, toolsafe_table
+    from guardrepro.run.pipeline import run_cohort
+
+    steps.start("whole split: the rule guard on every row of the toy ASB split, "
+                "ToolSafe's table (cohorts/toy-asb-all.toml)")
+    data = Path(materialize(root / "locks/toy-bench.toml", home))
+    cohort = result.out_dir / "toy-asb-all.jsonl"
+    if not cohort.exists():
+        build_any_cohort_file(root / "cohorts/toy-asb-all.toml", data, cohort)
+    run_dir = result.out_dir / "rule-asb-all"
+    run_cohort(root / "runners/rule-nuisance.toml", cohort, run_dir, progress=progress,
+               home=home)
+    result.runs["rule-asb-all"] = run_dir
+    published = load_published_tables(root / "checks/published/toolsafe-tables.toml")
+    result.table = toolsafe_table([run_dir], load_benchmark(data, "asb"), "asb", "strict",
+                                  published, replicates=replicates)
+    write_json_atomic(run_dir / "table.json", result.table)
+    steps.mark("split_table")
+
+
 def summary_lines(result: DemoResult) -> list[str]:
     """The short human summary printed at the end of ``guardrepro demo``."""
     lines: list[str] = []
@@ -334,6 +364,13 @@ def summary_lines(result: DemoResult) -> list[str]:
         lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement.to_json())}")
     if result.gate is not None:
         lines.append(f"gate: {result.gate.verdict}")
+    if result.table is not None:
+        lines.append(f"ToolSafe table, rule guard on all {result.table['split_rows']} rows of "
+                     "the toy ASB split (strict):")
+        for e in result.table["rows"]:
+            figs = "  ".join(f"{name} {e[name]:.4f}" for name in ("accuracy", "f1", "recall")
+                             if e[name] is not None)
+            lines.append(f"  {e['view']:<12} kept {e['kept']}/{e['rows']}  {figs}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")
     lines.append(f"demo directory: {result.out_dir}")
     if result.attribution_table is not None:

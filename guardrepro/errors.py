@@ -53,6 +53,12 @@ class LockError(InputError):
     """A lock file is malformed or inconsistent."""
 
 
+class StepParseError(InputError):
+    """A ReAct step whose Action Input the published step parser crashes on
+    (JSON nested past the recursion limit, an integer literal past Python's
+    digit limit); callers add the file and row."""
+
+
 class IntegrityError(GuardreproError, ValueError):
     """Bytes on disk or on the wire do not match their pin (hash or size)."""
 

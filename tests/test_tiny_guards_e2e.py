@@ -130,7 +130,8 @@ def test_hf_run_gate_stats(built: dict[str, Path], guard: str, tmp_path: Path) -
     valid = sum(r.status == "ok" for r in originals)
     text = json.dumps(gate)
     assert f'"numerator": {len(originals)}' in text  # rows present: every original row
-    assert gate["checks"] and str(valid) in json.dumps(gate["checks"])
+    assert gate["checks"] and gate["figures"]["coverage"]["numerator"] == valid
+    assert gate["missing_rows"] == 0
     _invoke(["stats", str(run), "--replicates", "20"], tmp_path / "home")
     assert (run / "stats.json").is_file()
 

@@ -119,7 +119,7 @@ def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
     for row, pred in zip(rows, preds, strict=True):
         raw = row.raw
         out.append(AuditRow(
-            key=tool_key(field_text(raw["current_action"])),
+            key=tool_key(raw["current_action"], file=row.file, row=row.index),
             marker=MARKER in field_text(raw["history"]).casefold(),
             gold_strict=strict_decision(row.score),
             score=pred,

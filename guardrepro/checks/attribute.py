@@ -353,6 +353,12 @@ def format_table(att: Attribution) -> str:
             s, e = run.counts["strict"][cause], run.counts["exact"][cause]
             m = _fmt_margin(run.margins["strict"][cause]) if cause in CAUSES else ""
             lines.append(f"  {cause:<14}{_fmt_count(s):<32}{_fmt_count(e):<32}{m}")
+        for level in LEVELS:
+            if att.sampled_runs:
+                n = run.counts[level]["sampling"]["count"]
+                total = run.counts[level]["disagreements"]["count"]
+                lines.append(f"  sampling alone explains {n} of {total} {level} "
+                             f"disagreement{'' if total == 1 else 's'}")
         for r in run.rows:
             lines.append(f"  {r.key}  {r.level:<6} {r.cause:<13} ref {r.reference} "
                          f"local {r.local} bf16 {r.bf16 or '-'} sampled "

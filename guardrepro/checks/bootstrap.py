@@ -111,7 +111,8 @@ class ClusterTable:
 
     @property
     def clusters(self) -> int:
-        return sum(len(ids) for ids in self.cluster_ids)
+        """The number of distinct cluster ids (a cluster in two strata counts once)."""
+        return len({cid for ids in self.cluster_ids for cid in ids})
 
 
 def check_settings(replicates: int, seed: int, confidence: float) -> None:

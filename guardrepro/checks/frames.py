@@ -30,7 +30,7 @@ from typing import Any
 from guardrepro.checks.attribute import attribute as run_attribution
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.compare import Comparison, RowComparison, compare_runs
-from guardrepro.checks.gate import GateResult, evaluate, load_spec, reference_rows
+from guardrepro.checks.gate import GateResult
 from guardrepro.checks.loaders import load_reference, load_run_input
 from guardrepro.checks.report import load_gate as read_gate
 from guardrepro.checks.report import load_or_compute_stats
@@ -132,11 +132,9 @@ def load_gate(run: str | Path) -> GateResult | None:
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
          conservative: bool = False) -> GateResult:
     """The parity gate of a run directory against a spec (nothing is written)."""
-    gate_spec = load_spec(spec)
-    rows = load_rows(run, cohort)
-    key_field, reference, info = reference_rows(gate_spec)
-    return evaluate(gate_spec, rows.rows, key_field=key_field, reference=reference,
-                    conservative=conservative).with_extra(reference=info)
+    from guardrepro.checks.parity import gate_run
+
+    return gate_run(run, spec, cohort=cohort, conservative=conservative)
 
 
 def compare(a: str | Path, b: str | Path) -> Any:

@@ -206,6 +206,13 @@ class GateResult:
         return ELIGIBLE if self.passed else EXPLORATORY
 
     @property
+    def missing_rows(self) -> int:
+        """Gated rows with no local record or prediction (each an invalid
+        disagreement in the ratio figures)."""
+        present = self.figures.rows_present
+        return present.denominator - present.numerator
+
+    @property
     def reference(self) -> Mapping[str, Any] | None:
         """The reference description the caller added (``reference_rows``), if any."""
         ref = self.extra.get("reference")
@@ -222,8 +229,8 @@ class GateResult:
                              file=file, field="schema")
         spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
-                 "figures", "checks", "confusion", "disagreements", "exact_disagreements",
-                 "rows"}
+                 "missing_rows", "figures", "checks", "confusion", "disagreements",
+                 "exact_disagreements", "rows"}
         return cls(
             spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
                           rows=spec["rows"], reference=spec["reference"],
@@ -264,6 +271,7 @@ class GateResult:
             "passed": self.passed,
             "causal_interpretation": self.causal_interpretation,
             "verdict": self.verdict,
+            "missing_rows": self.missing_rows,
             "figures": self.figures.to_json(),
             "checks": [c.to_json() for c in self.checks],
             "confusion": self.confusion.to_json(),

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
-from guardrepro.checks.metrics import Ratio, confusion, strict_decision
+from guardrepro.checks.metrics import ZERO_DIVISION, Ratio, confusion, strict_decision
 from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
 from guardrepro.errors import InputError
 
@@ -53,8 +53,8 @@ _PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
 
 
 def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
-            replicates: int, seed: int) -> dict[str, Any]:
-    out = Ratio(sum(nums), sum(dens)).to_dict()
+            replicates: int, seed: int, zero_division: float | None = None) -> dict[str, Any]:
+    out = Ratio(sum(nums), sum(dens), zero_division).to_dict()
     if replicates > 0 and rows:
         strata = [f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
@@ -76,8 +76,9 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
                               "coverage": conf.coverage.to_dict(), "metrics": {}, "flips": {}}
     for name in METRICS:
         parts = [_PARTS[name](c) for c in cells]
-        column["metrics"][name] = _figure([p[0] for p in parts], [p[1] for p in parts],
-                                          originals, replicates, seed)
+        column["metrics"][name] = _figure(
+            [p[0] for p in parts], [p[1] for p in parts], originals, replicates, seed,
+            ZERO_DIVISION if name == "precision" else None)
     by_base = {r.base_sample_id: r for r in originals}
     for variant in sorted({r.variant for r in rows} - {ORIGINAL}):
         pairs = [(by_base[r.base_sample_id], r) for r in rows

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,8 @@ CONFUSION_PNG = "score_confusion.png"
 MARGIN_PNG = "margin_hist.png"
 GUARD_TABLE_PNG = "guard_table.png"
 GUARD_TABLE_JSON = "guard_table.json"
+GUARD_SPLITS_PNG = "guard_splits.png"
+GUARD_SPLITS_JSON = "guard_splits.json"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -291,17 +293,21 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     if gate is not None:
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
-                            [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
-                              str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
-                             for c in gate.checks]))
+                            [("rows_present (reported)",
+                              frac_value(gate.figures.rows_present.to_json()),
+                              f"missing {gate.missing_rows}", "-", "reported")]
+                            + [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                                str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
+                               for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
     order += [v for v in stats.variants if v not in order]
     rows: list[tuple[str, ...]] = []
     for v in order:
         s = stats.variants[v]
         m = s.summary.metrics
+        mcc = fixed(m.mcc.value) + (" (0/0)" if m.mcc.denominator == 0 else "")
         rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
-                     fixed(m.balanced_accuracy.value), fixed(m.mcc.value)))
+                     fixed(m.balanced_accuracy.value), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats.edits]
@@ -402,13 +408,15 @@ FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrep
 def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                  cohort: str | Path | None = None,
-                 other_guards: Sequence[str | Path] = (), progress: bool = False) -> Path:
+                 other_guards: Sequence[str | Path] = (), progress: bool = False,
+                 split_table: Mapping[str, Any] | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
     adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``).
     ``progress``: bars on stderr while statistics and the guard table are
-    computed."""
+    computed. ``split_table``: a ``checks.guard_splits`` document (guards on
+    every split), written as ``guard_splits.json`` with ``guard_splits.png``."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
@@ -439,6 +447,14 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         if figures_available():
             guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
             text += f"\n![{GUARD_TABLE_PNG}]({GUARD_TABLE_PNG})\n"
+    if split_table is not None:
+        from guardrepro.checks.guard_splits import format_markdown, guard_split_figure
+
+        write_json_atomic(run_dir / GUARD_SPLITS_JSON, split_table)
+        text += "\n## Guards on every split\n\n" + format_markdown(split_table) + "\n"
+        if figures_available():
+            guard_split_figure(split_table, run_dir / GUARD_SPLITS_PNG)
+            text += f"\n![{GUARD_SPLITS_PNG}]({GUARD_SPLITS_PNG})\n"
     path = run_dir / "report.md"
     write_atomic(path, text)
     return path

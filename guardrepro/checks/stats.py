@@ -61,7 +61,7 @@ from guardrepro.checks.bootstrap import (
 from guardrepro.checks.formatting import fmt_num, ratio_text
 from guardrepro.checks.metrics import Ratio, confusion
 from guardrepro.checks.pairs import ORIGINAL, PLACEBO, REPEAT, Pair, make_pairs, ordered_variants
-from guardrepro.checks.runio import RowResult
+from guardrepro.checks.runio import MISSING, RowResult
 from guardrepro.checks.stats_extras import exact_score, placebo_corrected
 from guardrepro.checks.stats_types import (
     SCHEMA,
@@ -234,6 +234,9 @@ def format_table(stats: StatsResult) -> str:
         acc = _ratio_text(vs.accuracy) + " = " + fmt_num(vs.accuracy.value)
         lines.append(f"{v:<20} {_ratio_text(vs.coverage):<10} {acc:<30}")
     lines.append(f"coverage: {_ratio_text(stats.rows.coverage)} rows valid")
+    missing = stats.rows.by_status.get(MISSING, 0)
+    lines.append(f"missing: {missing} of {stats.rows.expected} expected rows have no record "
+                 "or prediction (counted invalid, decision 1)")
     if stats.edits:
         lines += ["", f"{'edit':<18} {'view':<16} {'statistic':<18} {'count':<8} "
                   f"{'point':<10} {f'{conf:g} interval':<22} clusters"]

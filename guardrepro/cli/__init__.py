@@ -68,6 +68,7 @@ COMMANDS: dict[str, str] = {
     "lock": "guardrepro.cli.lock_cmd:lock",
     "guards": "guardrepro.cli.guards_cmd:guards",
     "guard-table": "guardrepro.cli.guard_table_cmd:guard_table",
+    "table": "guardrepro.cli.table_cmd:table",
     "sweep": "guardrepro.cli.sweep_cmd:sweep",
     "frontier": "guardrepro.cli.frontier_cmd:frontier",
 }

@@ -1,6 +1,8 @@
 """``guardrepro compare RUN_A RUN_B [--json] [--out FILE]``: row-by-row comparison of two runs.
 
-Input: two run directories (or records.jsonl files). Output: a readable
+Input: two run directories (or records.jsonl files), or a run and a gate spec
+(``checks/*.toml``: the run against the spec's reference, e.g. the released
+predictions of a whole split, ``checks.parity``). Output: a readable
 summary and the rows that moved on stdout; with ``--json`` the full comparison
 (every row) on stdout instead and the summary on stderr; ``--out FILE`` also
 writes the full comparison as JSON; the per-row table as CSV or Parquet with
@@ -15,7 +17,8 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.compare import compare_runs, format_table, write_json
-from guardrepro.cli.options import JSON_OPTION, emit, say
+from guardrepro.cli.options import COHORT_OPTION, JSON_OPTION, emit, home_option, say
+from guardrepro.errors import InputError
 
 
 @click.command(short_help="Compare two runs row by row.")
@@ -27,10 +30,19 @@ from guardrepro.cli.options import JSON_OPTION, emit, say
 @click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
               multiple=True, help="Write the per-row table as CSV or Parquet (by the "
               "suffix: .csv, .parquet); repeatable.")
+@COHORT_OPTION
+@home_option
 def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
-            exports: tuple[Path, ...]) -> None:
+            exports: tuple[Path, ...], cohort: Path | None, home: Path | None) -> None:
     """Compare two runs row by row: token identity, first divergence,
-    exact-score and strict agreement, decision margins."""
+    exact-score and strict agreement, decision margins. RUN_B may be a gate
+    spec (checks/*.toml): RUN_A's rows against the spec's reference (the
+    released predictions of a split), with intervals and every disagreeing row."""
+    if run_b.suffix == ".toml" and run_b.is_file():
+        _against_reference(run_a, run_b, json_out, as_json, exports, cohort, home)
+        return
+    if cohort is not None:
+        raise InputError("--cohort applies when RUN_B is a gate spec", field="cohort")
     comparison = compare_runs(run_a, run_b)
     emit(as_json, comparison.to_json(), format_table(comparison))
     if json_out is not None:
@@ -43,3 +55,20 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
         table = comparison_frame(comparison)
         for path in exports:
             say(as_json)(f"wrote {write_table(table, path)}")
+
+
+def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bool,
+                       exports: tuple[Path, ...], cohort: Path | None,
+                       home: Path | None) -> None:
+    from guardrepro.checks.parity import compare_with_reference, format_agreement
+    from guardrepro.checks.runio import write_json_atomic
+
+    if exports:
+        raise InputError("--export applies to two runs; use --json or --out with a spec",
+                         field="export")
+    result = compare_with_reference(run, spec, cohort=cohort, home=home)
+    emit(as_json, result, f"A: {run}\nB: {spec} ({result['reference']['type']})\n"
+         + format_agreement(result["agreement"]))
+    if json_out is not None:
+        write_json_atomic(json_out, result)
+        say(as_json)(f"wrote {json_out}")

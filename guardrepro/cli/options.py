@@ -39,8 +39,9 @@ HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + gu
 
 COHORT_OPTION = click.option(
     "--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    help="Cohort file of a run directory (default: the one its manifest names, if on disk; "
-    "else every base x every variant seen in the records).",
+    help="Cohort file of the expected rows (default: for a run directory the one its "
+    "manifest names, if on disk; else every base x every variant seen in the records or "
+    "predictions). Expected rows without a prediction count as missing.",
 )
 OUT_OPTION = click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), default=None,

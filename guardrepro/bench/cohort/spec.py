@@ -39,7 +39,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from guardrepro.spec import HEX64, REQUIRED, Table, load_toml
 
@@ -81,6 +81,18 @@ class CohortSpec:
     @property
     def marker_pairs(self) -> list[tuple[str, str]]:
         return list(zip(self.markers, self.replacement_markers, strict=True))
+
+
+class SourceSpec(Protocol):
+    """What reading a cohort's benchmark files needs from its spec."""
+
+    @property
+    def data_lock(self) -> Path: ...
+
+    @property
+    def domains(self) -> tuple[str, ...]: ...
+
+    def relpath(self, domain: str) -> str: ...
 
 
 class _Table(Table):
