@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import needs_matplotlib
 from recordsets import grid, write_run
 from splitsets import write_split
 
@@ -91,6 +92,7 @@ def test_figures_match_scikit_learn(tree: dict[str, Any], capsys: pytest.Capture
     assert ("rule", "agentdojo", mode, view) not in cells
 
 
+@needs_matplotlib
 def test_paper_rows_markdown_and_figure(tree: dict[str, Any], tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "splits.png"
@@ -118,6 +120,7 @@ def test_a_source_is_placed_by_its_rows_and_duplicates_are_refused(
     assert main([*args, "--label", "a", "--label", "b"]) == 0
 
 
+@needs_matplotlib
 def test_report_adds_the_split_table(tree: dict[str, Any],
                                      capsys: pytest.CaptureFixture[str]) -> None:
     run = tree["rule"]

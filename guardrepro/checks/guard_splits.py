@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from guardrepro.bench.released import RELEASED_FILES
 from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.toolsafe_metrics import FIGURES, MODES, VIEWS, check_mode
 from guardrepro.checks.toolsafe_table import PublishedTables, Source, load_source, table_rows
@@ -85,8 +86,8 @@ def _is_released(path: Path) -> bool:
 def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
                       published: PublishedTables, *, labels: Sequence[str] | None = None,
                       paper_guards: Mapping[str, str] | None = None,
-                      modes: Sequence[str] = MODES, replicates: int = 2000,
-                      seed: int = 260828, progress: bool = False) -> dict[str, Any]:
+                      modes: Sequence[str] = MODES, replicates: int = QUICK_REPLICATES,
+                      seed: int = DEFAULT_SEED, progress: bool = False) -> dict[str, Any]:
     """The document of the module docstring. ``paper_guards``: label -> the
     paper's guard name, where the label alone does not say it."""
     if not sources:

@@ -35,6 +35,7 @@ from typing import Any
 
 from guardrepro.bench.released import RELEASED_FILES, align_released
 from guardrepro.bench.tsbench import BenchRow, read_json_strict
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.toolsafe_metrics import (
     FIGURES,
     VIEWS,
@@ -46,7 +47,6 @@ from guardrepro.errors import InputError
 from guardrepro.spec import Table, expect_kind, load_toml
 
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
-ORIGINAL = "original"
 RELEASED_GUARD = "TS-Guard"  # the guard of ToolSafe's released logs
 METRICS_FILE = "metrics_strict.json"  # the evaluator's own strict-mode figures, if present
 
@@ -82,6 +82,7 @@ def load_source(path: str | Path, rows: Sequence[BenchRow], benchmark: str) -> S
     if path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES):
         return _released(path, rows, benchmark)
     from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.runio import ORIGINAL
 
     run = load_rows(path)
     guard = None
@@ -194,7 +195,7 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
 
 def toolsafe_table(sources: Sequence[str | Path], rows: Sequence[BenchRow], benchmark: str,
                    mode: str, published: PublishedTables, *, guard: str | None = None,
-                   replicates: int = 2000, seed: int = 260828) -> dict[str, Any]:
+                   replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """Every source's two views (module docstring)."""
     if not sources:
         raise InputError("give at least one source")

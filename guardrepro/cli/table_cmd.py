@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.cli.options import (
     JSON_OPTION,
     REPLICATES_OR_NONE,
@@ -75,9 +76,9 @@ def _source_path(source: str, data_dir: Path, benchmark: str) -> Path:
 @click.option("--published-guard", default=None,
               help="The paper's guard to compare with (default: the source's guard: "
               "TS-Guard for released logs, a run's guard through the spec's aliases).")
-@click.option("--replicates", default=2000, show_default=True, type=REPLICATES_OR_NONE,
+@click.option("--replicates", default=QUICK_REPLICATES, show_default=True, type=REPLICATES_OR_NONE,
               help="Bootstrap replicates (0: no intervals).")
-@click.option("--seed", default=260828, show_default=True, type=SEED)
+@click.option("--seed", default=DEFAULT_SEED, show_default=True, type=SEED)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the JSON document here (atomically).")
 @JSON_OPTION

@@ -213,8 +213,8 @@ def build_any_cohort_file(spec_path: str | Path, data_dir: str | Path | None, ou
                           home: str | Path | None = None) -> dict[str, Any]:
     """``cohort build`` for either kind of spec: a split spec builds the
     whole split, any other spec the counterfactual cohort
-    (``cohort.build.build_cohort_file``); without ``data_dir`` the data lock's
-    verified copy in the cache ``home``. Returns the written manifest."""
+    (``cohort.build.build_cohort_file``). Returns the written manifest.
+    ``data_dir=None`` reads the spec's data lock from the cache ``home``."""
     if not is_split_spec(spec_path):
         from guardrepro.bench.cohort.build import build_cohort_file
 
