@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY_ROWS = 16
 RULE_ROWS = 2000
 TWO = RayOptions(workers=2, cpus_per_worker=1)
+# what a resumed run (other batches) shares with a straight one, bit for bit
+SAME = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
+        "provenance_sha256")
 
 
 @pytest.fixture(scope="module")
@@ -230,10 +233,8 @@ def test_ray_resumes_a_run_the_local_engine_started(
     assert summary.remaining == 0
     # same tokens, text and score (the batches of a resumed run differ from a
     # straight run's, so the margins' last bits may too)
-    keys = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
-            "provenance_sha256")
-    assert [{k: r[k] for k in keys} for r in _fields(got)] == \
-        [{k: r[k] for k in keys} for r in _fields(toy_local)]
+    assert [{k: r[k] for k in SAME} for r in _fields(got)] == \
+        [{k: r[k] for k in SAME} for r in _fields(toy_local)]
 
 
 def test_actor_with_another_transformers_version_is_refused(
@@ -306,7 +307,10 @@ def test_killed_driver_leaves_a_run_the_same_command_resumes(
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().splitlines()[-1] == str(run_dir)
         assert f"{len(partial)} already done" in done.stdout
-        assert _fields(run_dir) == _fields(toy_local)
+        # 4 units, then 4 units of the rest: other batches than --workers 2, so
+        # tokens, text and score must match, the margins' last bits need not
+        assert [{k: r[k] for k in SAME} for r in _fields(run_dir)] == \
+            [{k: r[k] for k in SAME} for r in _fields(toy_local)]
         assert not (run_dir / ".ray").exists()  # removed after a completed run
     finally:
         shutil.rmtree(base, ignore_errors=True)
