@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY_ROWS = 16
 RULE_ROWS = 2000
 TWO = RayOptions(workers=2, cpus_per_worker=1)
+# what a resumed run (other batches) shares with a straight one, bit for bit
+SAME = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
+        "provenance_sha256")
 
 
 @pytest.fixture(scope="module")
@@ -216,36 +219,22 @@ def test_failing_unit_names_the_row_and_local_engine_resumes_it(
     assert _fields(got) == _fields(_local(_rule(), rule_cohort, tmp_path / "local", None))
 
 
-def test_ray_resumes_a_local_run_and_reruns_after_a_unit_failure(
-    cluster: Any, toy: dict[str, Path], toy_local: Path, faults: Path, tmp_path: Path
+def test_ray_resumes_a_run_the_local_engine_started(
+    cluster: Any, toy: dict[str, Path], toy_local: Path, tmp_path: Path
 ) -> None:
     profile = RunProfile.load(ROOT / "runners/toy-hf.toml")
-    local_profile = profile.with_backend_options(threads=1)
     got = tmp_path / "mixed" / "run"
-    run_with_workers(local_profile, toy["cohort"], got, workers=2, limit=5, progress=False,
-                     home=toy["home"])
+    run_with_workers(profile.with_backend_options(threads=1), toy["cohort"], got, workers=2,
+                     limit=5, progress=False, home=toy["home"])  # interrupted after 5 rows
     assert len(read_records(got)) == 5
-    done = {r.row_id for r in read_records(got)}
-    bad_row = [r.row_id for r in read_cohort(toy["cohort"])
-               if r.row_id not in done and shard_of(r.row_id, 2) == 1][-1]
-    marker = faults / f"raise-{bad_row}"
-    marker.touch()
-    try:
-        with pytest.raises(InferenceError, match=re.escape(f"row '{bad_row}'")):
-            run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
-                       home=toy["home"])
-    finally:
-        marker.unlink()
     summary = run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
-                         home=toy["home"])  # the rerun completes
-    assert summary.remaining == 0 and summary.already_done >= 5
-    want = toy_local
+                         home=toy["home"])
+    assert summary.already_done == 5 and summary.generated == TOY_ROWS - 5
+    assert summary.remaining == 0
     # same tokens, text and score (the batches of a resumed run differ from a
     # straight run's, so the margins' last bits may too)
-    keys = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
-            "provenance_sha256")
-    assert [{k: r[k] for k in keys} for r in _fields(got)] == \
-        [{k: r[k] for k in keys} for r in _fields(want)]
+    assert [{k: r[k] for k in SAME} for r in _fields(got)] == \
+        [{k: r[k] for k in SAME} for r in _fields(toy_local)]
 
 
 def test_actor_with_another_transformers_version_is_refused(
@@ -318,7 +307,10 @@ def test_killed_driver_leaves_a_run_the_same_command_resumes(
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().splitlines()[-1] == str(run_dir)
         assert f"{len(partial)} already done" in done.stdout
-        assert _fields(run_dir) == _fields(toy_local)
+        # 4 units, then 4 units of the rest: other batches than --workers 2, so
+        # tokens, text and score must match, the margins' last bits need not
+        assert [{k: r[k] for k in SAME} for r in _fields(run_dir)] == \
+            [{k: r[k] for k in SAME} for r in _fields(toy_local)]
         assert not (run_dir / ".ray").exists()  # removed after a completed run
     finally:
         shutil.rmtree(base, ignore_errors=True)

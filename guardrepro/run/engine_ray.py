@@ -251,7 +251,7 @@ def _translated(exc: Exception, run_dir: Path) -> GuardreproError:
                           f"{text[-1] if text else ''}")
 
 
-RELEASE_WAIT_S = 60.0
+RELEASE_WAIT_S = 15.0
 
 
 def _wait_released(ray: Any, cpus: float) -> None:
