@@ -201,10 +201,12 @@ def test_killed_sweep_resumes_to_the_same_records(tmp_path):
 
 
 def _records(root: Path, names: list[str]) -> dict[str, dict[str, dict]]:
-    """Each records file as row_id -> record, without the timings (wall clock)."""
+    """Each records file as row_id -> record, without what measures the machine
+    rather than the output (wall-clock timings, creation time, peak memory)."""
+    measured = {"timings", "created_at", "peak_memory_bytes"}
     out = {}
     for name in names:
         rows = [json.loads(line) for line in (root / name).read_text().splitlines()]
-        out[name] = {r["row_id"]: {k: v for k, v in r.items() if k != "timings"}
+        out[name] = {r["row_id"]: {k: v for k, v in r.items() if k not in measured}
                      for r in rows}
     return out
