@@ -160,8 +160,11 @@ def test_killed_quantize_leaves_no_half_written_artifact(tmp_path):
     recipe = str(ROOT / "quantize/q8-g64-f32.toml")
     toy = str(ROOT / "guardrepro/data/toy_guard")
     reference = tmp_path / "reference"
-    duration = _timed(["quantize", "--recipe", recipe, "--model", toy, "--unpinned",
-                       "--out", str(reference)], env)
+    first = _timed(["quantize", "--recipe", recipe, "--model", toy, "--unpinned",
+                    "--out", str(reference)], env)
+    warm = _timed(["quantize", "--recipe", recipe, "--model", toy, "--unpinned",
+                   "--out", str(tmp_path / "warm")], env)
+    duration = min(first, warm)  # the first conversion also warms the file cache
     # the weights, config and tokenizer (the provenance files hold timings and names)
     names = sorted(p.name for p in reference.iterdir() if p.is_file() and (
         p.suffix == ".safetensors" or p.name in ("config.json", "tokenizer.json")))
