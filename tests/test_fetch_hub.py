@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loopback import HubFile, HubRepo, HubServer, sha
+from loopback import HubFile, HubRepo, HubServer, git_blob_sha1, sha
 
 from guardrepro.artifacts.locks import load_lock
 
@@ -63,11 +63,12 @@ revision = "{REVISION}"
     return path
 
 
-def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path) -> dict:
+def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path,
+              hf_home: str = "hf-home") -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(
         HF_ENDPOINT=server.url,
-        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HOME=str(tmp_path / hf_home),
         HF_HUB_OFFLINE="0",
         HF_HUB_DISABLE_TELEMETRY="1",
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
@@ -102,9 +103,13 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
         [rel, sha(data), len(data), "downloaded", True] for rel, data in expected.items()
     ]
     directory = Path(result["dir"])
+    snapshot = tmp_path / "hf-home/hub/models--Org--Tiny-Guard/snapshots" / REVISION
     for rel, data in expected.items():
         assert (directory / rel).read_bytes() == data
         assert not (directory / rel).is_symlink()
+        # stored once: the lock's directory hardlinks the HF cache's blob
+        assert os.stat(directory / rel).st_ino == os.stat(snapshot / rel).st_ino
+    assert not list((tmp_path / "home").glob("blobs/sha256/*"))
     recorded = load_lock(lock)
     for rel, data in expected.items():
         entry = recorded.file(rel)
@@ -128,7 +133,7 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
 
     # the hub now serves other weights (and says so in its LFS sha256): refused up front
     hub.repo.files["model.safetensors"] = HubFile(WEIGHTS[:-1] + b"\x00", lfs=True)
-    refused = run_fetch(hub, lock, tmp_path / "fresh-home", tmp_path)
+    refused = run_fetch(hub, lock, tmp_path / "fresh-home", tmp_path, "hf-2")
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(WEIGHTS) in refused["msg"] and "model.safetensors" in refused["msg"]
     assert load_lock(lock) == recorded  # pins untouched
@@ -137,10 +142,12 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
     hub.repo.files["model.safetensors"] = HubFile(WEIGHTS, lfs=True)
     changed = CONFIG.replace(b"128", b"256")  # same size, other bytes
     hub.repo.files["config.json"] = HubFile(changed, lfs=False)
-    refused = run_fetch(hub, lock, tmp_path / "fresh-home-2", tmp_path)
+    refused = run_fetch(hub, lock, tmp_path / "fresh-home-2", tmp_path, "hf-3")
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(CONFIG) in refused["msg"] and sha(changed) in refused["msg"]
-    assert not (tmp_path / "fresh-home-2/blobs/sha256" / sha(changed)).exists()
+    blobs = tmp_path / "hf-3/hub/models--Org--Tiny-Guard/blobs"
+    assert not (blobs / git_blob_sha1(changed)).exists()  # discarded from the HF cache
+    assert (blobs / sha(WEIGHTS)).is_file()
 
 
 def test_hub_lacking_a_listed_file_fails_before_any_download(hub, tmp_path):
@@ -184,11 +191,13 @@ def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path
     result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
     assert result["ok"], result
     actions = {f[0]: f[3] for f in result["files"]}
+    # the verified files stayed in the HF cache: only the bad one is asked for again
     assert actions == {
-        "config.json": "downloaded",
+        "config.json": "cached",
         "model.safetensors": "cached",
         "tokenizer.json": "downloaded",
     }
     assert not hub.requests_for("/cdn/model.safetensors")
+    assert not [r for r in hub.requests if r.path.endswith("/config.json")]
     assert all(f[4] for f in result["files"])  # all three pinned now
     assert load_lock(lock).file("model.safetensors").sha256 == sha(WEIGHTS)

@@ -6,8 +6,12 @@ materialized directory); ``materialize`` -> that directory, checked, without net
 
 Per source: "github" files come over HTTP from the LFS media URL or the raw URL at the
 pinned commit (base URLs overridable by ``GUARDREPRO_GITHUB_MEDIA_URL`` /
-``GUARDREPRO_GITHUB_RAW_URL``); "hf" files through huggingface_hub at the pinned
-revision (``HF_ENDPOINT`` honoured); "package" files are copied from inside the
+``GUARDREPRO_GITHUB_RAW_URL``) into the blob store; "hf" files live in the user's
+Hugging Face cache (``guardrepro.artifacts.hf_cache``): ``snapshot_download`` at the
+pinned revision fetches what is missing (``HF_ENDPOINT``, ``HF_HOME``,
+``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` honoured), every file is verified in place
+there, and the lock's directory holds hardlinks to those blobs (a copy, with a
+warning, only across filesystems); "package" files are copied from inside the
 guardrepro package; "local" directories are verified in place and never copied.
 
 Invariants: a file enters the blob store only after its bytes hashed to the pin (or,
@@ -33,6 +37,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +45,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from guardrepro.artifacts import hf_cache
 from guardrepro.artifacts import http as fetch_http
 from guardrepro.artifacts import hub as fetch_hub
 from guardrepro.artifacts.locks import (
@@ -65,7 +71,7 @@ from guardrepro.artifacts.store import (
     write_stamp,
 )
 from guardrepro.artifacts.template import extract_template
-from guardrepro.artifacts.verify import check_lock
+from guardrepro.artifacts.verify import VerifyReport, check_lock
 from guardrepro.errors import (
     IntegrityError,
     LockError,
@@ -214,55 +220,62 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
     return sha, size
 
 
-def _obtain_hub(
-    home: Path, lock: Lock, entries: list[LockedFile], progress: bool
-) -> dict[str, tuple[str, int, str]]:
-    """Resolve every entry on the hub first, then download; returns path -> (sha, size, action).
-
-    An LFS file whose hub sha256 is already a verified blob is not downloaded again
-    (e.g. after an earlier fetch failed on a later file, before pins were recorded).
-    """
-    source = lock.source
-    assert isinstance(source, HfSource)
-    resolved = [fetch_hub.resolve(source, entry) for entry in entries]  # all before any GET
-    staging = ensure_dir(home, f"staging/{lock.name}/{source.revision}")
-    got: dict[str, tuple[str, int, str]] = {}
-    for entry, hub_file in zip(entries, resolved, strict=True):
-        known = LockedFile(entry.path, hub_file.lfs_sha256, hub_file.size)
-        if known.sha256 is not None and known.size is not None and _blob_ok(home, known):
-            if entry.extract is not None and entry.pending:
-                _check_extract(blob_path(home, known.sha256), entry)
-            got[entry.path] = (known.sha256, known.size, "cached")
-            continue
-        done = fetch_hub.download(source, entry, hub_file, staging, progress=progress)
+def _fetch_hub(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
+    """An ``hf`` lock's files verified in place in the user's HF cache (no copy)."""
+    files = []
+    for got in fetch_hub.fetch_to_cache(home, lock, progress=progress):
+        entry = lock.file(got.path)
         if entry.extract is not None and entry.pending:
-            _check_extract(done.local, entry)
-        add_blob(home, done.local, done.sha256, move=True)
-        got[entry.path] = (done.sha256, done.size, "downloaded")
-    shutil.rmtree(staging, ignore_errors=True)
-    return got
+            _check_extract(got.location, entry)
+        files.append(FetchedFile(got.path, got.sha256, got.size, got.action, entry.pending))
+    return files
+
+
+def _sources(lock: Lock) -> dict[str, Path]:
+    """Where each file's bytes are linked from: the HF cache for ``hf`` locks."""
+    assert isinstance(lock.source, HfSource)
+    snapshot = hf_cache.snapshot_dir(lock.source)
+    out = {}
+    for entry in lock.files:
+        found = hf_cache.resolve_entry(snapshot, entry.path)
+        if found is None:
+            raise MissingArtifactError(
+                f"lock {lock.name!r}: {entry.path} is not in the HF cache {snapshot};"
+                f" {fetch_hint(lock)}"
+            )
+        out[entry.path] = found
+    return out
+
+
+def _unlinked(report: VerifyReport) -> bool:
+    """True when some file verified outside the lock's directory (in the HF cache)."""
+    directory = report.directory
+    return directory is not None and any(
+        f.location is None or directory not in f.location.parents for f in report.files
+    )
 
 
 def _build_directory(home: Path, lock: Lock) -> Path:
     """(Re)build the lock's materialized directory from blobs; return it."""
     target = artifact_dir(home, lock)
     parent = ensure_dir(home, f"artifacts/{lock.name}")
+    sources = _sources(lock) if isinstance(lock.source, HfSource) else {}
     # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
     # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
     trusted = [
         entry
         for entry in lock.files
         if entry.sha256 is not None
-        and stamp_matches(home, blob_path(home, entry.sha256), entry.sha256, entry.size)
+        and stamp_matches(home, _source_of(home, entry, sources), entry.sha256, entry.size)
     ]
+    copied = []
     tmp = safe_join(parent, f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
         for entry in lock.files:
-            assert entry.sha256 is not None
-            blob = blob_path(home, entry.sha256)
+            blob = _source_of(home, entry, sources)
             if blob.is_symlink():
                 raise UnsafePathError(f"{blob} is a symlink (refused in the cache)")
             if not blob.exists():
@@ -272,8 +285,8 @@ def _build_directory(home: Path, lock: Lock) -> Path:
                 )
             dest = safe_join(tmp, entry.path)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            safe_join(tmp, entry.path)
-            link_or_copy(blob, dest)
+            if link_or_copy(blob, dest) == "copy" and sources:
+                copied.append(entry.path)
         old = safe_join(parent, f".old-{target.name}-{os.getpid()}")
         if target.exists():
             os.replace(target, old)
@@ -285,14 +298,30 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     for entry in trusted:
         assert entry.sha256 is not None
         with contextlib.suppress(OSError):
-            write_stamp(home, blob_path(home, entry.sha256), entry.sha256)
+            write_stamp(home, _source_of(home, entry, sources), entry.sha256)
+    if copied:
+        print(f"warning: {len(copied)} file(s) of lock {lock.name!r} were copied, not"
+              f" hardlinked, from the HF cache into {target} (another filesystem); set"
+              f" GUARDREPRO_HOME on the filesystem of the HF cache to avoid the copy",
+              file=sys.stderr)
     return target
+
+
+def _source_of(home: Path, entry: LockedFile, sources: dict[str, Path]) -> Path:
+    """The file a lock entry's directory entry is linked from."""
+    if entry.path in sources:
+        return sources[entry.path]
+    assert entry.sha256 is not None
+    return blob_path(home, entry.sha256)
 
 
 def _checked_directory(home: Path, lock: Lock) -> Path:
     """The lock's directory after a stamp-trusting check; rebuilt from blobs if needed."""
     for attempt in range(2):
         report = check_lock(lock, home, full=False)
+        if report.ok and _unlinked(report):
+            with _state_lock(home, lock):
+                return _build_directory(home, lock)
         if report.ok:
             assert report.directory is not None
             return report.directory
@@ -407,10 +436,12 @@ def fetch_lock(
     with _state_lock(home_dir, lock):
         if isinstance(lock.source, LocalSource):
             files = _fetch_local(home_dir, lock)
+        elif isinstance(lock.source, HfSource):
+            files = _fetch_hub(home_dir, lock, progress)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
         lock, files, updated = _record_pins(lock, files)
-        if (
+        if isinstance(lock.source, HfSource) or (
             not isinstance(lock.source, LocalSource)
             and not check_lock(lock, home_dir, full=False).ok
         ):
@@ -433,19 +464,15 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
             if state == "corrupt":
                 corrupt.add(entry.path)
             todo.append(entry)
-    if isinstance(lock.source, HfSource) and todo:
-        for path, (sha, size, action) in _obtain_hub(home, lock, todo, progress).items():
-            results[path] = FetchedFile(path, sha, size, action, lock.file(path).pending)
-    else:
-        for entry in todo:
-            if isinstance(lock.source, GithubSource):
-                sha, size = _obtain_github(home, lock, entry, progress)
-                action = "downloaded"
-            else:
-                assert isinstance(lock.source, PackageSource)
-                sha, size = _obtain_package(home, lock, entry)
-                action = "copied"
-            results[entry.path] = FetchedFile(entry.path, sha, size, action, entry.pending)
+    for entry in todo:
+        if isinstance(lock.source, GithubSource):
+            sha, size = _obtain_github(home, lock, entry, progress)
+            action = "downloaded"
+        else:
+            assert isinstance(lock.source, PackageSource)
+            sha, size = _obtain_package(home, lock, entry)
+            action = "copied"
+        results[entry.path] = FetchedFile(entry.path, sha, size, action, entry.pending)
     for entry in lock.files:
         with contextlib.suppress(OSError):
             write_stamp(
