@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import guardrepro
 from guardrepro.checks.formatting import frac_equals
-from guardrepro.errors import GateFailed, InputError, missing_extra
+from guardrepro.errors import GateFailed, missing_extra
 
 if TYPE_CHECKING:
     from guardrepro.checks.attribute import Attribution
@@ -35,14 +34,11 @@ Say = Callable[[str], None]
 
 
 def repo_root() -> Path:
-    """The source checkout holding the spec folders (``runners/``, ``cohorts/`` ...)."""
-    root = Path(guardrepro.__file__).resolve().parent.parent
-    if not (root / "runners").is_dir() or not (root / "locks").is_dir():
-        raise InputError(
-            "the demo needs the spec folders of a source checkout (runners/, locks/, "
-            f"cohorts/, checks/, quantize/) next to the package; not found under {root}"
-        )
-    return root
+    """The directory holding the spec folders (``runners/``, ``cohorts/`` ...): the
+    source checkout, or the copy a wheel ships (``guardrepro.spec_dirs.spec_root``)."""
+    from guardrepro.spec_dirs import spec_root
+
+    return spec_root()
 
 
 @dataclass

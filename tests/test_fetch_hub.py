@@ -16,6 +16,7 @@ import pytest
 from loopback import HubFile, HubRepo, HubServer, git_blob_sha1, sha
 
 from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.pins import with_cached_pins
 
 REVISION = "ad2f82df3ae3e0dcdaed7b7c71e8b7f0b16ead7a"
 CONFIG = b'{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 128}\n'
@@ -26,7 +27,8 @@ SCRIPT = """
 import json, sys
 from guardrepro.artifacts.fetch import fetch_lock
 try:
-    r = fetch_lock(sys.argv[1], sys.argv[2], progress=False)
+    out_file = sys.argv[3] if len(sys.argv) > 3 else None
+    r = fetch_lock(sys.argv[1], sys.argv[2], progress=False, out=out_file)
     out = {"ok": True, "dir": str(r.directory), "updated": r.lock_updated,
            "files": [[f.path, f.sha256, f.size, f.action, f.pinned_now] for f in r.files]}
 except Exception as e:
@@ -64,7 +66,7 @@ revision = "{REVISION}"
 
 
 def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path,
-              hf_home: str = "hf-home") -> dict:
+              hf_home: str = "hf-home", out: Path | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(
         HF_ENDPOINT=server.url,
@@ -74,7 +76,7 @@ def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path,
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(lock), str(home)],
+        [sys.executable, "-c", SCRIPT, str(lock), str(home), *([str(out)] if out else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -110,7 +112,8 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
         # stored once: the lock's directory hardlinks the HF cache's blob
         assert os.stat(directory / rel).st_ino == os.stat(snapshot / rel).st_ino
     assert not list((tmp_path / "home").glob("blobs/sha256/*"))
-    recorded = load_lock(lock)
+    before = lock.read_text()
+    recorded = with_cached_pins(load_lock(lock), tmp_path / "home")  # the cache's pin file
     for rel, data in expected.items():
         entry = recorded.file(rel)
         assert (entry.sha256, entry.size, entry.pinned_by) == (
@@ -119,17 +122,22 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
             "first-download",
         )
         assert entry.pinned_at is not None
-    assert lock.read_text().startswith("# checkpoint lock for tests")
+    assert load_lock(lock).pending  # the lock file itself is never rewritten
     # every listed file resolved (HEAD) before the first byte was downloaded
     methods = [r.method for r in hub.requests if "/resolve/" in r.path or "/cdn/" in r.path]
     assert methods[:3] == ["HEAD"] * 3
     assert any(r.path == "/cdn/model.safetensors" for r in hub.requests)
 
-    # already cached: nothing is asked of the hub
+    # already cached: nothing is asked of the hub; --out writes the pinned lock to commit
     count = len(hub.requests)
-    again = run_fetch(hub, lock, tmp_path / "home", tmp_path)
+    pinned = tmp_path / "pinned.toml"
+    again = run_fetch(hub, lock, tmp_path / "home", tmp_path, out=pinned)
     assert again["ok"] and [f[3] for f in again["files"]] == ["cached"] * 3
     assert len(hub.requests) == count
+    assert load_lock(pinned).files == recorded.files
+    assert pinned.read_text().startswith("# checkpoint lock for tests")
+    assert lock.read_text() == before
+    lock = pinned
 
     # the hub now serves other weights (and says so in its LFS sha256): refused up front
     hub.repo.files["model.safetensors"] = HubFile(WEIGHTS[:-1] + b"\x00", lfs=True)
@@ -185,7 +193,7 @@ def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path
     lock = write_lock(tmp_path / "tiny.toml", FILES)
     failed = run_fetch(hub, lock, tmp_path / "home", tmp_path)
     assert not failed["ok"] and "tokenizer.json" in failed["msg"]
-    assert load_lock(lock).pending  # nothing recorded from a failed fetch
+    assert with_cached_pins(load_lock(lock), tmp_path / "home").pending  # nothing recorded
     hub.repo.files["tokenizer.json"].advertised_sha256 = None
     hub.requests.clear()
     result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
@@ -200,4 +208,5 @@ def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path
     assert not hub.requests_for("/cdn/model.safetensors")
     assert not [r for r in hub.requests if r.path.endswith("/config.json")]
     assert all(f[4] for f in result["files"])  # all three pinned now
-    assert load_lock(lock).file("model.safetensors").sha256 == sha(WEIGHTS)
+    pins = with_cached_pins(load_lock(lock), tmp_path / "home")
+    assert pins.file("model.safetensors").sha256 == sha(WEIGHTS)

@@ -16,16 +16,17 @@ guardrepro package; "local" directories are verified in place and never copied.
 
 Invariants: a file enters the blob store only after its bytes hashed to the pin (or,
 for a first-download pin, to the hub's LFS sha256 when there is one); a pending pin is
-recorded in the lock file (``pinned_by = "first-download"``, ``pinned_at`` = today)
-only after every file of the lock verified, and later fetches refuse any other bytes;
+recorded (``pinned_by = "first-download"``, ``pinned_at`` = today) in the cache's pin
+file (``guardrepro.artifacts.pins``; or ``out``), never in the lock file itself, only
+after every file of the lock verified, and later fetches refuse any other bytes;
 the materialized directory holds exactly the lock's files as hardlinks (or copies) of
 blobs, is rebuilt in a temp dir and swapped in, and never contains a symlink; a
 corrupt blob found in the cache (cheap stamp check: inode, size, mtime, ctime and
 sampled blocks; else a full hash) is deleted with every hardlink to it under
 ``artifacts/`` and fetched again ("repaired"). One fetch per lock name and home at a
 time (inter-process file lock); first-download pins are recorded under an flock of
-the lock file's directory after re-reading the lock file, so two concurrent first
-downloads cannot both pin: the second refuses bytes that differ.
+the pin file's directory after re-reading the pins, so two concurrent first downloads
+into one cache cannot both pin: the second refuses bytes that differ.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from guardrepro.artifacts.locks import (
     save_lock,
 )
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint, package_file
+from guardrepro.artifacts.pins import merge_pins, pin_file, with_cached_pins
 from guardrepro.artifacts.store import (
     add_blob,
     blob_path,
@@ -105,7 +107,8 @@ class FetchReport:
     lock_path: Path
     directory: Path
     files: tuple[FetchedFile, ...]
-    lock_updated: bool
+    lock_updated: bool  # pins recorded: in ``pins_file`` (the lock file is never rewritten)
+    pins_file: Path | None = None
 
     @property
     def pinned_now(self) -> tuple[str, ...]:
@@ -352,7 +355,8 @@ def materialize(
 
 def materialize_lock(lock: Lock, home: str | os.PathLike[str] | None = None) -> Path:
     """``materialize`` for a lock already read (``lock.path`` set by ``load_lock``)."""
-    return _checked_directory(guardrepro_home(home), lock)
+    home_dir = guardrepro_home(home)
+    return _checked_directory(home_dir, with_cached_pins(lock, home_dir))
 
 
 def _fetch_local(home: Path, lock: Lock) -> list[FetchedFile]:
@@ -386,22 +390,29 @@ def _lock_file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[FetchedFile], bool]:
-    """Record first-download pins: the lock file is re-read under the lock-file lock,
-    and bytes that differ from a pin another fetch recorded meanwhile are refused."""
-    if not lock.pending:
-        return lock, files, False
+def _record_pins(
+    home: Path, lock: Lock, files: list[FetchedFile], out: Path | None
+) -> tuple[Lock, list[FetchedFile], Path | None]:
+    """Record first-download pins in the cache's pin file (``pins.pin_file``), or in
+    ``out``; the lock file itself is never rewritten. The pins are re-read under a
+    lock of their folder, and bytes that differ from a pin another fetch recorded
+    meanwhile are refused. Returns the pinned lock, the files and where pins went."""
+    if not lock.pending and out is None:
+        return lock, files, None
     assert lock.path is not None
+    target = out if out is not None else pin_file(home, lock)
+    if out is None:
+        ensure_dir(home, "pins")
     today = dt.datetime.now(dt.UTC).date()
-    with _lock_file_lock(lock.path):
-        current = load_lock(lock.path)
+    with _lock_file_lock(target):
+        current = merge_pins(with_cached_pins(load_lock(lock.path), home), target)
         if [e.path for e in current.files] != [e.path for e in lock.files]:
             raise LockError("the lock's file list changed during the fetch", file=str(lock.path))
-        entries, out = [], []
+        entries, got_files = [], []
         for entry, got in zip(current.files, files, strict=True):
             if entry.pending:
                 entries.append(entry.recorded(got.sha256, got.size, today))
-                out.append(got)
+                got_files.append(got)
                 continue
             if (entry.sha256, entry.size) != (got.sha256, got.size):
                 raise IntegrityError(
@@ -410,12 +421,13 @@ def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[Fetch
                     f" (sha256 {got.sha256} size {got.size}) and are refused"
                 )
             entries.append(entry)
-            out.append(dataclasses.replace(got, pinned_now=False))
+            got_files.append(dataclasses.replace(got, pinned_now=False))
         new = current.with_files(tuple(entries))
-        updated = new != current
-        if updated:
-            save_lock(new)
-    return new, out, updated
+        if out is not None or new != current:
+            save_lock(new, target)
+        else:
+            target = None
+    return new, got_files, target
 
 
 def fetch_lock(
@@ -423,15 +435,18 @@ def fetch_lock(
     home: str | os.PathLike[str] | None = None,
     *,
     progress: bool = True,
+    out: str | os.PathLike[str] | None = None,
 ) -> FetchReport:
     """Bring every file of the lock into the cache, verified; record first-download pins.
 
+    First-download pins go to the cache's pin file (``pins.pin_file``), or with
+    ``out`` to that file (the whole lock, pinned); ``lock_path`` is never rewritten.
     Returns the per-file outcome and the materialized directory. Raises FetchError
     (network/HTTP/hub trouble), IntegrityError (wrong bytes or size, naming file, URL,
     expected and observed), UnsafePathError (symlinks, escaping paths).
     """
-    lock = load_lock(lock_path)
     home_dir = guardrepro_home(home)
+    lock = with_cached_pins(load_lock(lock_path), home_dir)
     ensure_dir(home_dir, "blobs/sha256")
     with _state_lock(home_dir, lock):
         if isinstance(lock.source, LocalSource):
@@ -440,7 +455,8 @@ def fetch_lock(
             files = _fetch_hub(home_dir, lock, progress)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
-        lock, files, updated = _record_pins(lock, files)
+        target = None if out is None else Path(out)
+        lock, files, pins = _record_pins(home_dir, lock, files, target)
         if isinstance(lock.source, HfSource) or (
             not isinstance(lock.source, LocalSource)
             and not check_lock(lock, home_dir, full=False).ok
@@ -448,7 +464,7 @@ def fetch_lock(
             _build_directory(home_dir, lock)
     directory = _checked_directory(home_dir, lock)
     assert lock.path is not None
-    return FetchReport(lock.name, lock.path, directory, tuple(files), updated)
+    return FetchReport(lock.name, lock.path, directory, tuple(files), pins is not None, pins)
 
 
 def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:

@@ -39,6 +39,7 @@ from tqdm import tqdm
 from guardrepro.artifacts import hf_cache
 from guardrepro.artifacts.locks import HfSource, LocalSource, Lock, LockedFile, load_lock
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint
+from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.artifacts.store import (
     CHUNK,
     atomic_write_bytes,
@@ -451,5 +452,6 @@ def verify_lock(
 ) -> VerifyReport:
     """Re-hash every file the lock pins (no stamps trusted); never raises on a bad
     file. ``progress``: a bar on stderr."""
-    return check_lock(load_lock(lock_path), guardrepro_home(home), full=True,
+    home_dir = guardrepro_home(home)
+    return check_lock(with_cached_pins(load_lock(lock_path), home_dir), home_dir, full=True,
                       progress=progress)

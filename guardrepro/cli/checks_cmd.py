@@ -46,6 +46,7 @@ from guardrepro.cli.options import (
     REPLICATES,
     RUN_OR_FILE,
     SEED,
+    SpecFile,
     emit,
     home_option,
     say,
@@ -63,8 +64,8 @@ def out_dir(path: Path, out: Path | None) -> Path:
 
 @click.command(short_help="Gate a run against a spec's reference predictions.")
 @click.argument("path", type=RUN_OR_FILE)
-@click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Gate spec (checks/*.toml).")
+@click.option("--spec", required=True, type=SpecFile("checks"),
+              help="Gate spec (checks/*.toml, or its bare name).")
 @click.option("--conservative", is_flag=True,
               help="Test ratio thresholds against the bootstrap lower bound.")
 @COHORT_OPTION
@@ -143,9 +144,9 @@ def audit() -> None:
 DATA_OPTIONS = [
     click.option("--data-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                  default=None, help="Directory holding the ToolSafe files at their paths."),
-    click.option("--lock", type=click.Path(dir_okay=False, path_type=Path),
-                 default=Path("locks/toolsafe.toml"), show_default=True,
-                 help="Data lock to materialize when --data-dir is not given."),
+    click.option("--lock", type=SpecFile("locks"), default="toolsafe", show_default=True,
+                 help="Data lock (a file or a shipped lock's name) to materialize when"
+                 " --data-dir is not given."),
     click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Also write the JSON here (atomically)."),
     JSON_OPTION,

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.store import FULL_ENV
-from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, home_option
+from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecFile, home_option
 
 
 @click.command("run", short_help="Run (or resume) a cohort with a run profile.")
@@ -32,7 +32,7 @@ from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, home_
     "--profile",
     "profile_path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=SpecFile("runners"),
     help="Run profile TOML (backend, guard, checkpoint, backend options, decoding).",
 )
 @click.option(

@@ -16,11 +16,18 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.verify import verify_lock
-from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, home_option, to_jsonable
+from guardrepro.cli.options import (
+    JSON_OPTION,
+    PROGRESS_OPTION,
+    SpecFile,
+    emit,
+    home_option,
+    to_jsonable,
+)
 
 
 @click.command("verify", short_help="Re-hash a lock's files; exit 2 on any problem.")
-@click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("lock", type=SpecFile("locks", exists=True))
 @home_option
 @PROGRESS_OPTION
 @JSON_OPTION
