@@ -423,11 +423,10 @@ def _record_pins(
             entries.append(entry)
             got_files.append(dataclasses.replace(got, pinned_now=False))
         new = current.with_files(tuple(entries))
-        if out is not None or new != current:
+        written = out is not None or new != current
+        if written:
             save_lock(new, target)
-        else:
-            target = None
-    return new, got_files, target
+    return new, got_files, target if written else None
 
 
 def fetch_lock(
