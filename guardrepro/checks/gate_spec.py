@@ -32,6 +32,9 @@ THRESHOLD_KEYS = (
 )
 
 
+PACKAGE_PREFIX = "package:"
+
+
 @dataclass(frozen=True)
 class GateSpec:
     name: str
@@ -45,6 +48,14 @@ class GateSpec:
     confidence: float = DEFAULT_CONFIDENCE
 
     def resolve(self, relative: str) -> Path:
+        """A path of the spec: relative to the spec file, or ``package:REL`` for a
+        file shipped inside the guardrepro package (found in a checkout and in a
+        wheel alike)."""
+        if relative.startswith(PACKAGE_PREFIX):
+            from guardrepro.artifacts.paths import package_root
+            from guardrepro.artifacts.store import safe_join
+
+            return safe_join(package_root(), relative[len(PACKAGE_PREFIX):])
         return (self.path.parent / relative).resolve()
 
     def to_dict(self) -> dict[str, Any]:
