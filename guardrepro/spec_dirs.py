@@ -14,7 +14,8 @@ layouts because the folders keep their relative places.
 
 Invariants: an existing path always wins over a bare name; a bare name is looked
 up as ``<root>/<folder>/<name>``, then with ``.toml`` (or ``.py`` for notebooks)
-appended; a name that matches nothing is an InputError listing what exists.
+appended; a name without a suffix that matches nothing is an InputError listing
+what exists (one with a suffix is returned as the path it looks like).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def spec_path(value: str | Path, folder: str) -> Path:
     for candidate in (base / str(value), base / f"{value}{suffix}"):
         if candidate.is_file():
             return candidate
+    if path.suffix:  # looks like a file name: the verb says the file is missing
+        return path
     names = sorted(p.stem for p in base.glob(f"*{suffix}"))
     raise InputError(
         f"no file {value!r} and no shipped {folder} spec of that name (in {base}: "
