@@ -34,6 +34,11 @@ Invariants:
   fails before the barrier breaks it, releasing the others. A worker's
   ``GuardreproError`` is re-raised in the parent with its class and message;
   any other failure becomes an ``InferenceError`` naming the shard.
+- Each worker tells the parent of the rows it finished (a queue); the parent
+  draws one bar over the whole cohort (a line now and then when stderr is not
+  a terminal: ``guardrepro.progress``). Ctrl-C reaches the parent only (the
+  workers start with SIGINT blocked); the parent terminates every worker and
+  re-raises, so ``run`` exits 130 within ``STOP_TIMEOUT_S``.
 - ``--limit N`` runs the first N rows in one process (a limit per shard would
   not be the first N rows of the cohort), with the workers' per-process
   settings, so that the same run later resumes under one provenance.
@@ -44,8 +49,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +97,21 @@ def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
 
 
 _BARRIER: Any = None  # set in each worker process by _init
+_PROGRESS: Any = None  # the parent's progress queue, set by _init
 BARRIER_TIMEOUT_S = 3600.0
 BROKEN = "another worker failed before generating"
+STOP_TIMEOUT_S = 5.0
 
 
-def _init(barrier: Any) -> None:
-    global _BARRIER
-    _BARRIER = barrier
+def _init(barrier: Any, progress: Any) -> None:
+    global _BARRIER, _PROGRESS
+    _BARRIER, _PROGRESS = barrier, progress
+
+
+def _report(rows: int) -> None:
+    """Tell the parent that ``rows`` more rows of this worker are done."""
+    if _PROGRESS is not None and rows:
+        _PROGRESS.put(rows)
 
 
 def _ready() -> None:
@@ -113,7 +127,7 @@ def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
 
     try:
         return run_cohort(handoff.resolve(), cohort, out, shard=shard, progress=False,
-                          on_ready=_ready)
+                          on_ready=_ready, on_rows=_report)
     except GuardreproError as exc:
         if _BARRIER is not None:
             _BARRIER.abort()
@@ -132,6 +146,63 @@ def _raise(out: Path, shard: str, kind: str, message: str) -> None:
     if isinstance(cls, type) and issubclass(cls, GuardreproError):
         raise cls(f"run {out}: worker {shard}: {message}")
     raise InferenceError(f"run {out}: worker {shard}: {kind}: {message}")
+
+
+def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shards: list[str],
+              progress: bool) -> list[Any]:
+    """Run the shards in spawned workers; one bar in this process sums their rows.
+
+    The workers start with SIGINT blocked (the mask is inherited through spawn), so
+    Ctrl-C reaches this process alone: it terminates every worker, waits for them
+    (``STOP_TIMEOUT_S``, then SIGKILL) and re-raises, so ``run`` exits 130 at once
+    instead of waiting on idle workers. Records already appended stay; rerunning
+    resumes every shard.
+    """
+    from guardrepro.progress import progress_bar
+    from guardrepro.schema import read_cohort
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.SimpleQueue()
+    bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
+    pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
+                               initializer=_init, initargs=(context.Barrier(len(shards)), queue))
+    try:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            futures = [pool.submit(_work, handoff, cohort, d, s)
+                       for d, s in zip(dirs, shards, strict=True)]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        while wait(futures, timeout=0.2).not_done:
+            _drain(queue, bar)
+        _drain(queue, bar)
+        results = [f.result() for f in futures]
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        bar.close()
+    pool.shutdown()
+    return results
+
+
+def _drain(queue: Any, bar: Any) -> None:
+    while not queue.empty():
+        bar.update(queue.get())
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Terminate every worker of ``pool`` now (SIGTERM, then SIGKILL) and drop the pool."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def run_with_workers(
@@ -166,15 +237,7 @@ def run_with_workers(
     handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(workers)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init,
-                             initargs=(barrier,)) as pool:
-        futures = [
-            pool.submit(_work, handoff, cohort, d, s)
-            for d, s in zip(dirs, shards, strict=True)
-        ]
-        results = [f.result() for f in futures]
+    results = _run_pool(handoff, cohort, out, dirs, shards, progress)
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:
