@@ -70,6 +70,11 @@ def test_two_workers_report_one_progress_without_bar_frames(setup: dict[str, Pat
     assert lines and all("/6 rows" in line for line in lines), err
     assert lines[-1].startswith("run run: 6/6 rows (100%)"), lines
     assert len(read_records(tmp_path / "run")) == 6
+    # run.log: the start, the progress lines and the summary, kept with the run
+    log = (tmp_path / "run" / "run.log").read_text()
+    assert "2 worker(s)" in log and "run run: 6/6 rows (100%)" in log
+    assert "6 row(s) generated, 0 already recorded, 0 remaining" in log
+    assert not (tmp_path / ".run.workers").exists()
 
 
 def _group_size(pgid: int) -> int:

@@ -46,6 +46,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import shutil
@@ -57,10 +58,14 @@ from typing import Any
 
 from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, InputError
+from guardrepro.logs import run_log
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
+
+log = logging.getLogger(__name__)
+LOG_FILE = "run.log"
 
 
 def physical_cores() -> int:
@@ -215,24 +220,51 @@ def run_with_workers(
     progress: bool = True,
     home: str | Path | None = None,
 ) -> Any:
-    """Run the cohort with ``workers`` processes (see the module docstring)."""
-    from guardrepro.run.merge import merge_runs
-    from guardrepro.run.pipeline import RunSummary, run_cohort
+    """Run the cohort with ``workers`` processes (see the module docstring); the
+    run's log lines (start, progress lines, summary) go to ``<run_dir>/run.log``."""
+    from guardrepro.run.pipeline import run_cohort
 
     if workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}", field="workers")
     cohort = Path(cohort_path).resolve()
     out = Path(run_dir).resolve()
-    if workers == 1:
-        return run_cohort(profile, cohort, out, limit=limit, progress=progress, home=home)
+    start = ("run %s: profile %s, cohort %s, %d worker(s)%s", out, profile.name, cohort,
+             workers, "" if limit is None else f", first {limit} rows")
     shared = worker_profile(profile, workers)
-    if limit is not None:
-        # a few rows: one process, with the workers' settings so that the run
-        # resumes later under the same provenance
-        return run_cohort(shared, cohort, out, limit=limit, progress=progress, home=home)
+    one_process = (profile if workers == 1 else shared) if (
+        workers == 1 or limit is not None or (out / MANIFEST_FILE).is_file()) else None
+    if one_process is not None:
+        # --limit: a few rows in one process, with the workers' settings so that the
+        # run resumes later under the same provenance; an existing run: resumed so
+        with run_log(out / LOG_FILE):
+            log.info(*start)
+            summary = run_cohort(one_process, cohort, out, limit=limit, progress=progress,
+                                 home=home)
+            _log_summary(summary)
+        return summary
     out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
-    if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
-        return run_cohort(shared, cohort, out, progress=progress, home=home)
+    base = _shard_dirs(out, workers)[0].parent.parent
+    with run_log(base / LOG_FILE):
+        log.info(*start)
+        summary = _run_shards(shared, cohort, out, workers, progress, home)
+        _log_summary(summary)
+    os.replace(base / LOG_FILE, out / LOG_FILE)
+    shutil.rmtree(base)
+    return summary
+
+
+def _log_summary(summary: Any) -> None:
+    log.info("run %s: %d row(s) generated, %d already recorded, %d remaining, %s; %.1f s",
+             summary.run_dir, summary.generated, summary.already_done, summary.remaining,
+             dict(sorted(summary.counts.items())), summary.elapsed_s)
+
+
+def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progress: bool,
+                home: str | Path | None) -> Any:
+    """The shards in worker processes, merged into ``out``; their RunSummary."""
+    from guardrepro.run.merge import merge_runs
+    from guardrepro.run.pipeline import RunSummary
+
     started = time.perf_counter()
     handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
@@ -243,7 +275,6 @@ def run_with_workers(
     for shard, result in failed:
         _raise(out, shard, result[1], result[2])
     merge_runs(dirs, out, cohort_path=cohort)
-    shutil.rmtree(dirs[0].parent.parent)
     counts: dict[str, int] = {}
     for result in results:
         for status, count in result.counts.items():
