@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guardrepro.checks.formatting import frac_equals
-from guardrepro.errors import GateFailed, missing_extra
+from guardrepro.errors import GateFailed, InputError, missing_extra
 
 if TYPE_CHECKING:
     from guardrepro.checks.attribute import Attribution
@@ -162,7 +162,37 @@ def run_demo(
     from guardrepro.checks.html_report import build_html
 
     result.html = build_html(hf_dir)
+    _record_last(hf_dir, home)
     return result
+
+
+LAST_DEMO = "state/last-demo.json"
+
+
+def _record_last(hf_dir: Path, home: str | Path | None) -> None:
+    """Remember the demo's transformers run (the notebooks' default run)."""
+    from guardrepro.artifacts.store import atomic_write_bytes, ensure_dir, guardrepro_home
+
+    cache = guardrepro_home(home)
+    ensure_dir(cache, "state")
+    atomic_write_bytes(cache / LAST_DEMO, json.dumps({"run_dir": str(hf_dir)}).encode())
+
+
+def last_demo_run(home: str | Path | None = None) -> Path:
+    """The transformers run directory of the last finished ``guardrepro demo`` (as
+    recorded under the cache home); InputError when there is none on disk."""
+    from guardrepro.artifacts.store import guardrepro_home
+
+    state = guardrepro_home(home) / LAST_DEMO
+    try:
+        run_dir = Path(json.loads(state.read_text())["run_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"no finished demo recorded ({state}): run `guardrepro demo`, or"
+                         " set GUARDREPRO_RUN_DIR to a run directory") from None
+    if not (run_dir / "records.jsonl").is_file():
+        raise InputError(f"the last demo's run {run_dir} is gone: run `guardrepro demo`, or"
+                         " set GUARDREPRO_RUN_DIR to a run directory", file=str(state))
+    return run_dir
 
 
 def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
