@@ -54,6 +54,13 @@ from guardrepro.cli.options import (
 from guardrepro.errors import GateFailed
 
 
+def stats_file(path: Path, out: Path | None) -> Path:
+    """``stats.json`` of a run directory; ``<stem>.stats.json`` of a predictions file
+    (in ``--out`` when given, else beside the file)."""
+    name = "stats.json" if path.is_dir() else f"{path.stem}.stats.json"
+    return out_dir(path, out) / name
+
+
 def out_dir(path: Path, out: Path | None) -> Path:
     """Where a check writes its JSON: --out, else the run directory, else the
     directory of the predictions file."""
@@ -116,7 +123,8 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
 def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Path | None,
           out: Path | None, exports: tuple[Path, ...], progress: bool, as_json: bool) -> None:
     """Strict accuracy per variant and paired flip statistics with intervals;
-    writes stats.json."""
+    writes stats.json in a run directory, PRED.stats.json beside (or, with --out,
+    in) a predictions file PRED.jsonl, so two files' stats never share a name."""
     from guardrepro.checks.association import format_rung
     from guardrepro.checks.ladder import interpretation
     from guardrepro.checks.predictions import load_rows
@@ -129,7 +137,7 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
                            progress=progress, expected_source=run.expected_source).with_extra(
         run_dir=str(path), interpretation=rung.to_json())
     data = result.to_json()
-    written = write_json_atomic(out_dir(path, out) / "stats.json", data)
+    written = write_json_atomic(stats_file(path, out), data)
     emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
     say(as_json)(f"wrote {written}")
     for target in exports:
