@@ -103,11 +103,24 @@ def capture_stdout(name: str) -> Iterator[None]:
         writer.flush()
 
 
+class _RunLogHandler(logging.FileHandler):
+    """A run.log that stops quietly when its disk fills up: the run's own writes
+    report that, with the path, and a log line is never worth a traceback."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        logging.getLogger().removeHandler(self)
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            super().close()
+
+
 @contextlib.contextmanager
 def run_log(path: Path) -> Iterator[Path]:
     """Append every INFO record to ``path`` (a run's ``run.log``) while the block runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _RunLogHandler(path, encoding="utf-8")
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()

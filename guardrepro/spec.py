@@ -76,6 +76,41 @@ def unknown_problem(key: str, known: Iterable[str]) -> str:
     return f"unknown key {key!r} (known: {', '.join(names)}){hint}"
 
 
+# What each kind of input file looks like: keys that only that kind has at its top
+# level (a spec file's table, or one line of a JSONL file). The first match wins.
+KIND_KEYS = (
+    ("lock", frozenset({"source", "file"})),
+    ("run profile", frozenset({"backend", "guard"})),
+    ("cohort spec", frozenset({"selection"})),
+    ("gate spec", frozenset({"thresholds"})),
+    ("quantization recipe", frozenset({"recipe"})),
+    ("sweep spec", frozenset({"sweep"})),
+    ("run record", frozenset({"provenance_sha256", "row_id"})),
+    ("cohort row", frozenset({"axis", "base_sample_id", "sample"})),
+    ("predictions row", frozenset({"base_sample_id", "gold_label", "score"})),
+)
+
+
+def kind_of(keys: Iterable[str]) -> str | None:
+    """The kind of input whose distinctive keys ``keys`` holds, or None."""
+    present = set(keys)
+    return next((kind for kind, need in KIND_KEYS if need <= present), None)
+
+
+def wrong_kind(data: Mapping[str, Any], known: Iterable[str]) -> str | None:
+    """"this is a run profile, not a lock (expected by `fetch`)" when ``data`` is
+    plainly another kind of file than the one whose keys are ``known``; else None."""
+    found, expected = kind_of(data), kind_of(known)
+    if found is None or expected is None or found == expected:
+        return None
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    verb = f" (expected by `{ctx.command_path.removeprefix('guardrepro ')}`)" if ctx else ""
+    article = "an" if expected[0] in "aeiou" else "a"
+    return f"this is a {found}, not {article} {expected}{verb}"
+
+
 def check_keys(
     data: Mapping[str, Any],
     known: Iterable[str],
@@ -96,6 +131,9 @@ def check_keys(
     prefix = f"{where}." if where else ""
     unknown = sorted(set(data) - names)
     if unknown:
+        wrong = None if where else wrong_kind(data, names)
+        if wrong is not None:
+            raise error(wrong, file=file, row=row, line=line)
         raise error(unknown_problem(unknown[0], names), file=file, row=row, line=line,
                     field=prefix + unknown[0])
     missing = sorted(set(required) - set(data))

@@ -242,7 +242,8 @@ def run_with_workers(
                                  home=home)
             _log_summary(summary)
         return summary
-    out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
+    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such (merge
+    # replaces this empty directory)
     base = _shard_dirs(out, workers)[0].parent.parent
     with run_log(base / LOG_FILE):
         log.info(*start)
