@@ -251,7 +251,8 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
         q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
                      artifact, home=Path(home) if home else None)
         steps.say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
-                  f"expected tree hash matched: {q.expected_match}")
+                  "expected tree hash matched: "
+                  + {True: "yes", False: "no"}.get(q.expected_match, "not pinned"))
     steps.mark("quantize")
 
     scope = "all rows" if plan.rows == "all" else "the 64 original rows"
