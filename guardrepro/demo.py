@@ -252,7 +252,8 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
                      artifact, home=Path(home) if home else None)
         steps.say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
                   "expected tree hash matched: "
-                  + {True: "yes", False: "no"}.get(q.expected_match, "not pinned"))
+                  + ("not pinned" if q.expected_match is None
+                     else "yes" if q.expected_match else "no"))
     steps.mark("quantize")
 
     scope = "all rows" if plan.rows == "all" else "the 64 original rows"

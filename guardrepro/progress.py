@@ -18,8 +18,11 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 EVERY_S_ENV = "GUARDREPRO_PROGRESS_EVERY_S"
 log = logging.getLogger("guardrepro.progress")
@@ -79,3 +82,14 @@ def progress_bar(total: int, desc: str, unit: str, *, enabled: bool) -> Any:
     if enabled and not sys.stderr.isatty():
         return LineProgress(total, desc, unit)
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
+
+
+def progress_iter(items: Sequence[T], desc: str, unit: str, *, enabled: bool) -> Iterator[T]:
+    """``for item in progress_iter(items, ...)``: ``progress_bar`` over a sequence."""
+    bar = progress_bar(len(items), desc, unit, enabled=enabled)
+    try:
+        for item in items:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()
