@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from guardrepro.checks.formatting import frac_equals
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class DemoResult:
     attribution: Attribution | None = None
     attribution_table: str | None = None
     mlx_plan: MlxPlan | None = None
+    table: dict[str, Any] | None = None  # ToolSafe's table of the rule guard on a toy split
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -128,7 +130,7 @@ def run_demo(
     *,
     home: str | Path | None = None,
     with_mlx: bool | None = None,
-    replicates: int = 2000,
+    replicates: int = QUICK_REPLICATES,
     progress: bool = True,
     say: Say = print,
     sampled: int = 0,
@@ -146,13 +148,14 @@ def run_demo(
     out.mkdir(parents=True, exist_ok=True)
     use_mlx = mlx_available() if with_mlx is None else with_mlx
     result = DemoResult(out_dir=out, cohort=out / "cohort.jsonl")
-    steps = _Steps(result, 7 if use_mlx else 5, say)
+    steps = _Steps(result, 8 if use_mlx else 6, say)
 
     _verify_and_build(root, result, steps, home)
     hf_dir = _run_hf(root, result, steps, progress, home)
     if use_mlx:
         _run_mlx(root, result, steps, progress, home)
     _gate_and_stats(root, result, steps, hf_dir, replicates, home)
+    _split_table(root, result, steps, replicates, progress, home)
     if sampled:
         say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
             "on the 64 original rows, then attribution of every disagreement")
@@ -161,7 +164,7 @@ def run_demo(
         steps.mark("sampled_attribution")
     from guardrepro.checks.html_report import build_html
 
-    result.html = build_html(hf_dir)
+    result.html = build_html(hf_dir, home=home)
     _record_last(hf_dir, home)
     return result
 
@@ -210,7 +213,8 @@ def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
 
     steps.start("build the toy cohort (cohorts/toy-64.toml)")
     if not result.cohort.exists():
-        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort)
+        manifest = build_cohort_file(root / "cohorts/toy-64.toml", None, result.cohort,
+                                     home=home)
         steps.say(f"      {manifest['rows']} rows, sha256 {manifest['sha256'][:16]}...; "
                   f"matches the spec's pinned hash: {manifest['sha256_matches']}")
     steps.mark("cohort")
@@ -251,9 +255,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
         q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",
                      artifact, home=Path(home) if home else None)
         steps.say(f"      {len(q.quantized)} weights quantized; tree {q.tree_sha256[:16]}...; "
-                  "expected tree hash matched: "
-                  + ("not pinned" if q.expected_match is None
-                     else "yes" if q.expected_match else "no"))
+                  f"expected tree hash matched: {yes_no_unpinned(q.expected_match)}")
     steps.mark("quantize")
 
     scope = "all rows" if plan.rows == "all" else "the 64 original rows"
@@ -289,7 +291,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     steps.mark("gate")
 
     steps.start("statistics and report")
-    result.stats = compute_stats(run.rows, replicates=replicates, seed=260828,
+    result.stats = compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
                                  expected_source=run.expected_source)
     write_json_atomic(hf_dir / "stats.json", result.stats.to_json())
     result.report = build_report(hf_dir)
@@ -332,6 +334,34 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     return att
 
 
+def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
+                 progress: bool, home: str | Path | None) -> None:
+    """The last step: every row of the toy ASB split through the rule guard, then
+    ToolSafe's table of it (``guardrepro table``), written to ``table.json``."""
+    from guardrepro.artifacts.fetch import materialize
+    from guardrepro.bench.cohort.split import build_any_cohort_file
+    from guardrepro.bench.tsbench import load_benchmark
+    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.toolsafe_table import load_published_tables, toolsafe_table
+    from guardrepro.run.pipeline import run_cohort
+
+    steps.start("whole split: the rule guard on every row of the toy ASB split, "
+                "ToolSafe's table (cohorts/toy-asb-all.toml)")
+    data = Path(materialize(root / "locks/toy-bench.toml", home))
+    cohort = result.out_dir / "toy-asb-all.jsonl"
+    if not cohort.exists():
+        build_any_cohort_file(root / "cohorts/toy-asb-all.toml", data, cohort)
+    run_dir = result.out_dir / "rule-asb-all"
+    run_cohort(root / "runners/rule-nuisance.toml", cohort, run_dir, progress=progress,
+               home=home)
+    result.runs["rule-asb-all"] = run_dir
+    published = load_published_tables(root / "checks/published/toolsafe-tables.toml")
+    result.table = toolsafe_table([run_dir], load_benchmark(data, "asb"), "asb", "strict",
+                                  published, replicates=replicates)
+    write_json_atomic(run_dir / "table.json", result.table)
+    steps.mark("split_table")
+
+
 def summary_lines(result: DemoResult) -> list[str]:
     """The short human summary printed at the end of ``guardrepro demo``."""
     lines: list[str] = []
@@ -342,7 +372,7 @@ def summary_lines(result: DemoResult) -> list[str]:
             f"  {variant:<18} accuracy {frac_equals(block.accuracy.to_dict())}   "
             f"coverage {frac_equals(block.coverage.to_dict())}"
         )
-    lines.append("strict flips by edit (all pairs, fail-closed; 95% cluster bootstrap, "
+    lines.append("strict flips by edit (view all_pairs: fail-closed; 95% cluster bootstrap, "
                  "unstratified):")
     for variant, edit in (stats.edits if stats else {}).items():
         flip = edit.views["all_pairs"].flip_rate
@@ -355,11 +385,20 @@ def summary_lines(result: DemoResult) -> list[str]:
         where = "" if plan is None else (
             f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
         lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
-        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}")
-        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}")
+        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}"
+                     "  (token identity)")
+        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}"
+                     "  (gate rule)")
         lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement.to_json())}")
     if result.gate is not None:
         lines.append(f"gate: {result.gate.verdict}")
+    if result.table is not None:
+        lines.append(f"ToolSafe table, rule guard on all {result.table['split_rows']} rows of "
+                     "the toy ASB split (strict):")
+        for e in result.table["rows"]:
+            figs = "  ".join(f"{name} {e[name]:.4f}" for name in ("accuracy", "f1", "recall")
+                             if e[name] is not None)
+            lines.append(f"  {e['view']:<12} kept {e['kept']}/{e['rows']}  {figs}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")
     lines.append(f"demo directory: {result.out_dir}")
     if result.attribution_table is not None:

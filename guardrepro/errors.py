@@ -41,8 +41,8 @@ class InputError(GuardreproError, ValueError):
             where.append(str(file))
         if line is not None:
             where.append(f"line {line}")
-        if row is not None:
-            where.append(f"row {row}")
+        if row is not None and (line is None or row != line - 1):
+            where.append(f"row {row}")  # a JSON-lines row is shown as its 1-based line
         if field is not None:
             where.append(f"field {field!r}")
         prefix = ": ".join([", ".join(where)]) + ": " if where else ""
@@ -51,6 +51,12 @@ class InputError(GuardreproError, ValueError):
 
 class LockError(InputError):
     """A lock file is malformed or inconsistent."""
+
+
+class StepParseError(InputError):
+    """A ReAct step whose Action Input the published step parser crashes on
+    (JSON nested past the recursion limit, an integer literal past Python's
+    digit limit); callers add the file and row."""
 
 
 class IntegrityError(GuardreproError, ValueError):

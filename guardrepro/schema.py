@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrepro.errors import InputError
+from guardrepro.limits import at_line, load_json
 from guardrepro.spec import check_keys
 
 BENCH_FIELDS = (
@@ -105,6 +106,10 @@ def _text(value: Any, *, file: str | None, row: int | None, field_name: str,
     return value
 
 
+RAW_SERIALIZATION = "tsbench_raw"  # whole-split cohorts: the decoded TS-Bench values
+_RAW = {"instruction": (str,), "current_action": (str, type(None))}  # others: str/list/dict/null
+
+
 def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
                   row: int | None) -> dict[str, Any]:
     if not isinstance(sample, Mapping):
@@ -112,8 +117,12 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
     check_keys(sample, SAMPLE_KEYS, file=file, row=row, where="sample", required=SAMPLE_KEYS)
     for name in ("sample_id", "source", "split"):
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
-    for name in COHORT_TEXT_FIELDS:  # a built cohort holds the stringified texts
-        _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
+    for name in COHORT_TEXT_FIELDS:  # the stringified texts, or the raw values of a split
+        if top.get("serialization") != RAW_SERIALIZATION:
+            _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
+        elif not isinstance(sample[name], _RAW.get(name, (str, list, dict, type(None)))):
+            raise InputError(f"not a TS-Bench {name}: {sample[name]!r:.60}", file=file, row=row,
+                             field=f"sample.{name}")
     check_score(sample["label"], file=file, row=row, field="sample.label")
     for name, top_name in (("trajectory_id", "base_sample_id"), ("segment_id", "variant"),
                            ("subset", "domain")):
@@ -135,7 +144,8 @@ class CohortRow:
     The gold score is ``sample["label"]`` (:attr:`gold_label`); ``gold_strict`` is
     its strict label (0 or 1), the file's ``original_label``. ``sample`` holds the 13 sample
     keys; its four texts are strings (the stringified TS-Bench fields with the
-    row's edit applied), which is what the prompt renders.
+    row's edit applied), which is what the prompt renders (serialization
+    ``tsbench_raw``, a whole-split cohort: the TS-Bench values as decoded).
     """
 
     axis: str
@@ -176,16 +186,9 @@ class CohortRow:
         if label != strict:
             raise InputError(f"is {label} but sample.label {sample['label']!r} has strict "
                              f"label {strict}", file=file, row=row, field="original_label")
-        return cls(
-            axis=data["axis"],
-            base_sample_id=data["base_sample_id"],
-            cohort=data["cohort"],
-            domain=data["domain"],
-            gold_strict=label,
-            serialization=data["serialization"],
-            variant=data["variant"],
-            sample=sample,
-        )
+        return cls(axis=data["axis"], base_sample_id=data["base_sample_id"],
+                   cohort=data["cohort"], domain=data["domain"], gold_strict=label,
+                   serialization=data["serialization"], variant=data["variant"], sample=sample)
 
     def to_dict(self) -> dict[str, Any]:
         """The cohort file's object (``gold_strict`` written as ``original_label``)."""
@@ -213,23 +216,19 @@ def read_cohort(path: str | Path) -> list[CohortRow]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=str(path),
-                             row=index) from None
+            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index,
+                             line=index + 1) from None
         if not line.strip():
-            raise InputError("blank line", file=str(path), row=index)
+            raise InputError("blank line", file=str(path), row=index, line=index + 1)
+        obj = load_json(line, file=str(path), row=index, line=index + 1)
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc}", file=str(path),
-                             row=index) from exc
-        item = CohortRow.from_dict(obj, file=str(path), row=index)
+            item = CohortRow.from_dict(obj, file=str(path), row=index)
+        except InputError as exc:
+            raise at_line(exc, index) from None
         if item.row_id in seen:
             raise InputError(
-                f"duplicate sample_id {item.row_id!r} (first at row {seen[item.row_id]})",
-                file=str(path),
-                row=index,
-                field="sample.sample_id",
-            )
+                f"duplicate sample_id {item.row_id!r} (first at line {seen[item.row_id] + 1})",
+                file=str(path), row=index, line=index + 1, field="sample.sample_id")
         seen[item.row_id] = index
         rows.append(item)
     if not rows:
@@ -242,8 +241,8 @@ class DecodingParams:
     """How a runner decodes. ``greedy``: one attempt, temperature 0, no top-k,
     no top-p, no repetition penalty. ``sampled`` (the authors' mode):
     temperature/top_p sampling, up to ``max_attempts`` generations until one
-    parses; attempt ``a`` of a row is seeded with ``sampled_seed(base id,
-    serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
+    parses; attempt ``a`` of a row (from 1) is seeded with ``sampled_seed(base
+    id, serialization, a, repeat=seed)``. ``seed`` is the repeat index of a
     seeded repeat (``run --seed N``): None or 0 gives the published seeds,
     any other value a different, documented set (see ``sampled_seed``)."""
 
@@ -280,7 +279,7 @@ class DecodingParams:
         return asdict(self)
 
     def seed_for(self, base_sample_id: str, serialization: str, attempt: int) -> int | None:
-        """Seed of 0-based ``attempt`` of a cohort row in sampled mode (None
+        """Seed of ``attempt`` (from 1) of a cohort row in sampled mode (None
         when greedy): ``sampled_seed`` of the row's base id and serialization,
         so every variant of a base gets the same seeds."""
         if self.mode == "greedy":
@@ -296,11 +295,11 @@ def sampled_seed_text(base_sample_id: str, serialization: str, attempt: int,
                       repeat: int = 0) -> str:
     """The string hashed for a sampled-mode seed. Repeat 0 (the published
     seeds): ``"260828:<base_sample_id>:<serialization>:<attempt>"``; repeat
-    ``r > 0``: the same string followed by ``":r<r>"`` (e.g. ``...:0:r2``), so
+    ``r > 0``: the same string followed by ``":r<r>"`` (e.g. ``...:1:r2``), so
     a repeat never reuses a published seed string and all variants of a base
-    still share a repeat's seeds. ``attempt`` counts from 0."""
-    if attempt < 0 or repeat < 0:
-        raise InputError(f"attempt and repeat must be >= 0, got {attempt}, {repeat}",
+    still share a repeat's seeds. ``attempt`` counts from 1 (published code)."""
+    if attempt < 1 or repeat < 0:
+        raise InputError(f"attempt must be >= 1 and repeat >= 0, got {attempt}, {repeat}",
                          field="seed")
     text = f"{SAMPLED_SEED_SALT}:{base_sample_id}:{serialization}:{attempt}"
     return text if repeat == 0 else f"{text}:r{repeat}"

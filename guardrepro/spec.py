@@ -11,6 +11,15 @@ same words:
 - ``expected an integer, got 'x'``
 - ``invalid TOML: ...`` / ``not UTF-8: ...``
 
+- ``this is a run profile, not a lock (expected by `fetch`)`` when a file of one
+  spec kind is given where another is read (``expect_kind``)
+
+Spec kinds. A spec's kind is what its own ``kind`` key declares where its
+format has one (a lock's ``checkpoint`` / ``files``, a cohort's ``split``),
+else it is inferred from the top-level keys only that kind has (``KINDS``).
+Every reader calls ``expect_kind`` before its key checks, so a file of the
+wrong kind is named as such instead of failing on its first unknown key.
+
 Invariants: a key is never coerced (``true`` is not an integer, ``1`` is not a
 string, an integer is accepted where a float is meant and returned as given);
 every key of a table must be taken, or declared with ``only``, before ``done``
@@ -22,12 +31,12 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.limits import parse_toml_text
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 """A git revision (commit or tree id): 40 lowercase hex digits."""
@@ -76,41 +85,6 @@ def unknown_problem(key: str, known: Iterable[str]) -> str:
     return f"unknown key {key!r} (known: {', '.join(names)}){hint}"
 
 
-# What each kind of input file looks like: keys that only that kind has at its top
-# level (a spec file's table, or one line of a JSONL file). The first match wins.
-KIND_KEYS = (
-    ("lock", frozenset({"source", "file"})),
-    ("run profile", frozenset({"backend", "guard"})),
-    ("cohort spec", frozenset({"selection"})),
-    ("gate spec", frozenset({"thresholds"})),
-    ("quantization recipe", frozenset({"recipe"})),
-    ("sweep spec", frozenset({"sweep"})),
-    ("run record", frozenset({"provenance_sha256", "row_id"})),
-    ("cohort row", frozenset({"axis", "base_sample_id", "sample"})),
-    ("predictions row", frozenset({"base_sample_id", "gold_label", "score"})),
-)
-
-
-def kind_of(keys: Iterable[str]) -> str | None:
-    """The kind of input whose distinctive keys ``keys`` holds, or None."""
-    present = set(keys)
-    return next((kind for kind, need in KIND_KEYS if need <= present), None)
-
-
-def wrong_kind(data: Mapping[str, Any], known: Iterable[str]) -> str | None:
-    """"this is a run profile, not a lock (expected by `fetch`)" when ``data`` is
-    plainly another kind of file than the one whose keys are ``known``; else None."""
-    found, expected = kind_of(data), kind_of(known)
-    if found is None or expected is None or found == expected:
-        return None
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    verb = f" (expected by `{ctx.command_path.removeprefix('guardrepro ')}`)" if ctx else ""
-    article = "an" if expected[0] in "aeiou" else "a"
-    return f"this is a {found}, not {article} {expected}{verb}"
-
-
 def check_keys(
     data: Mapping[str, Any],
     known: Iterable[str],
@@ -131,14 +105,72 @@ def check_keys(
     prefix = f"{where}." if where else ""
     unknown = sorted(set(data) - names)
     if unknown:
-        wrong = None if where else wrong_kind(data, names)
-        if wrong is not None:
-            raise error(wrong, file=file, row=row, line=line)
         raise error(unknown_problem(unknown[0], names), file=file, row=row, line=line,
                     field=prefix + unknown[0])
     missing = sorted(set(required) - set(data))
     if missing:
         raise error("missing key", file=file, row=row, line=line, field=prefix + missing[0])
+
+
+# kind -> (name in messages, declared ``kind`` values, keys whose presence infers it);
+# tested in order, the first whose signature keys are all present wins.
+KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "lock": ("a lock", ("checkpoint", "files"), ("source", "file")),
+    "run_profile": ("a run profile", (), ("backend", "decoding")),
+    "cohort": ("a cohort spec", ("split",), ("benchmark", "data_lock")),
+    "gate": ("a gate spec", (), ("reference", "thresholds")),
+    "published": ("a published-figures spec", (), ("figure",)),
+    "published_tables": ("a published-tables spec", (), ("row", "aliases")),
+    "sweep": ("a sweep spec", (), ("sweep",)),
+    "recipe": ("a quantization recipe", (), ("recipe",)),
+    "cohort_rows": ("a cohort (JSONL rows)", (), ("sample", "axis")),
+    "records": ("a run's records", (), ("provenance", "attempts")),
+    "predictions": ("a predictions file", (), ("base_sample_id", "variant", "score")),
+}
+
+
+def infer_kind(data: Any) -> str | None:
+    """The kind of a parsed spec or JSON row (a ``KINDS`` key), or None when unknown."""
+    if not isinstance(data, Mapping):
+        return None
+    declared = data.get("kind")
+    for kind, (_name, values, _keys) in KINDS.items():
+        if isinstance(declared, str) and declared in values:
+            return kind
+    for kind, (_name, _values, keys) in KINDS.items():
+        if all(k in data for k in keys):
+            return kind
+    return None
+
+
+def _verb() -> str | None:
+    """The CLI verb being run (``fetch``, ``cohort build``), None outside the CLI."""
+    try:
+        import click
+    except ImportError:  # pragma: no cover - click is a core dependency
+        return None
+    ctx = click.get_current_context(silent=True)
+    names = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    path = " ".join(reversed(names[:-1])).strip()
+    return path or None
+
+
+def kind_problem(found: str, expected: str, verb: str | None = None) -> str:
+    """The one wording of a file of the wrong kind."""
+    by = f" (expected by `{verb}`)" if verb else ""
+    return f"this is {KINDS[found][0]}, not {KINDS[expected][0]}{by}"
+
+
+def expect_kind(data: Any, expected: str, *, file: str | None = None, row: int | None = None,
+                line: int | None = None, error: type[InputError] = InputError) -> None:
+    """Refuse ``data`` when it is recognisably another kind than ``expected``
+    (unrecognised data passes on to the reader's own key checks)."""
+    found = infer_kind(data)
+    if found is not None and found != expected:
+        raise error(kind_problem(found, expected, _verb()), file=file, row=row, line=line)
 
 
 class Table:
@@ -234,10 +266,7 @@ def parse_toml(raw: bytes, file: str | None, *,
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"not UTF-8: {exc}", file=file) from None
-    try:
-        return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"invalid TOML: {exc}", file=file) from None
+    return parse_toml_text(text, file=file, error=error), text
 
 
 def load_toml(path: str | Path, what: str = "spec", *,

@@ -133,6 +133,59 @@ def serve_trickle(data: bytes, interval_s: float) -> Handler:
     return handle
 
 
+def serve_endless(block: bytes, announced: int | None = None, seconds: float = 30.0) -> Handler:
+    """Repeat ``block`` for up to ``seconds`` (a body that never ends), with no
+    Content-Length unless ``announced`` is given; stops when the client hangs up."""
+
+    def handle(h: _RequestHandler) -> None:
+        h.send_response(200)
+        if announced is not None:
+            h.send_header("Content-Length", str(announced))
+        h.end_headers()
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                h.wfile.write(block)
+        except OSError:  # the client gave up
+            pass
+        h.close_connection = True
+
+    return handle
+
+
+def serve_slow_headers(data: bytes, interval_s: float) -> Handler:
+    """Send the status line and headers one byte per ``interval_s``, then ``data``."""
+
+    def handle(h: _RequestHandler) -> None:
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Length: {len(data)}\r\n"
+            "X-Padding: " + "p" * 200 + "\r\n\r\n"
+        ).encode()
+        try:
+            for i in range(len(head)):
+                h.wfile.write(head[i : i + 1])
+                h.wfile.flush()
+                time.sleep(interval_s)
+            h.wfile.write(data)
+        except OSError:  # the client gave up
+            pass
+        h.close_connection = True
+
+    return handle
+
+
+def serve_encoded(data: bytes, encoding: str = "gzip") -> Handler:
+    """Send ``data`` gzip-compressed with ``Content-Encoding`` (whatever was asked)."""
+    import gzip
+
+    body = gzip.compress(data, mtime=0)
+
+    def handle(h: _RequestHandler) -> None:
+        _send(h, 200, {"Content-Encoding": encoding, "Content-Length": str(len(body))}, body)
+
+    return handle
+
+
 def serve_changing(old: bytes, new: bytes, cut: int) -> Handler:
     """The file changes on the server mid-download: the first request gets the first
     ``cut`` bytes of ``old`` (ETag "v1", full length announced, connection closed);

@@ -100,10 +100,11 @@ def make_record(
     )
 
 
-def cohort_line(base: str, variant: str, domain: str, gold: float) -> dict[str, Any]:
+def cohort_line(base: str, variant: str, domain: str, gold: float,
+                rid: str | None = None) -> dict[str, Any]:
     """A cohort line in the published layout (docs/PROTOCOL.md, "Cohort file")."""
     sample: dict[str, Any] = {
-        "sample_id": row_id(base, variant), "source": "AgentDojo-Shortcut-Audit",
+        "sample_id": rid or row_id(base, variant), "source": "AgentDojo-Shortcut-Audit",
         "split": "counterfactual", "instruction": "", "history": "", "current_action": "",
         "env_info": "", "label": float(gold), "trajectory_id": base, "segment_id": variant,
         "subset": domain, "malicious_user_request": None, "prompt_injection": None,
@@ -120,8 +121,10 @@ def cohort_line(base: str, variant: str, domain: str, gold: float) -> dict[str, 
     }
 
 
-def write_cohort(path: Path, specs: Iterable[Spec]) -> Path:
-    lines = [canonical_json(cohort_line(b, v, d, g)) for b, v, d, g, _ in specs]
+def write_cohort(path: Path, specs: Iterable[Spec], split: bool = False) -> Path:
+    """``split``: a benchmark cohort's ids (row id = base sample id)."""
+    lines = [canonical_json(cohort_line(b, v, d, g, b if split else None))
+             for b, v, d, g, _ in specs]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -134,14 +137,16 @@ def write_run(
     run_id: str = "test-run",
     margins: dict[str, float] | None = None,
     shard: str | None = None,
+    split: bool = False,
 ) -> Path:
     """A run directory holding the records of ``specs`` (rows whose score is
     None get no record) and a manifest; with ``with_cohort`` the manifest names
     a cohort file (written beside the run) listing every spec row. With
-    ``shard`` ("k/n") only that shard's rows get records, as in a sharded run."""
+    ``shard`` ("k/n") only that shard's rows get records, as in a sharded run.
+    ``split``: row ids are the base sample ids, as in a benchmark cohort."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cohort_path = run_dir.parent / f"{run_dir.name}-cohort.jsonl"
-    write_cohort(cohort_path, specs)
+    write_cohort(cohort_path, specs, split)
     digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
     if not with_cohort:
         cohort_path.unlink()
@@ -165,11 +170,11 @@ def write_run(
                 continue
             if shard is not None:
                 k, n = (int(x) for x in shard.split("/"))
-                if shard_of(row_id(base, variant), n) != k:
+                if shard_of(base if split else row_id(base, variant), n) != k:
                     continue
-            rid = row_id(base, variant)
+            rid = base if split else row_id(base, variant)
             rec = make_record(base, variant, domain, gold, score, run_id=run_id,
-                              margin=margins.get(rid, 1.0))
+                              margin=margins.get(rid, 1.0), rid=rid)
             fh.write(json.dumps(rec.to_dict(), ensure_ascii=False) + "\n")
     return run_dir
 

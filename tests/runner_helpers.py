@@ -58,7 +58,7 @@ def cohort_row(index: int) -> dict[str, Any]:
     words = ["calendar", "send_money", "email", "file", "hotel", "slack", "bank", "tool"]
     word = words[index % len(words)]
     base = f"base{index // 2}"
-    variant = "original" if index % 2 == 0 else "marker_swap"
+    variant = "original" if index % 2 == 0 else "marker_paraphrase"
     domain = ["banking", "slack", "travel", "workspace"][index % 4]
     gold = [0.0, 0.5, 1.0][index % 3]
     history = json.dumps([{"role": "user", "content": f"step {index}: read the {word}"}])

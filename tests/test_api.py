@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from extras import needs_pyarrow
 from recordsets import grid, write_run
 
 import guardrepro as gr
@@ -65,6 +66,7 @@ def test_stats_from_frame_equals_stats_from_rows(run: Path) -> None:
     assert (flips["count"], flips["denominator"]) == (1, 3)
 
 
+@needs_pyarrow
 def test_compare_and_export(run: Path, tmp_path: Path) -> None:
     other = write_run(tmp_path / "other", grid(BASES, {**SCORES, "original": [1, 1, 0]}))
     df = gr.compare(run, other)
@@ -81,6 +83,7 @@ def test_compare_and_export(run: Path, tmp_path: Path) -> None:
         gr.export(df, tmp_path / "cmp.xlsx")
 
 
+@needs_pyarrow
 def test_cli_exports(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "stats.parquet"
     assert main(["stats", str(run), "--replicates", "200", "--export", str(out)]) == 0

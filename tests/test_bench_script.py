@@ -88,9 +88,12 @@ def test_ratios_min_median_and_identical_rows(tmp_path: Path) -> None:
     assert fast["rows_per_s"] == 2.0 and fast["vs_naive"] == 5.0  # 10 s / 2 s
     assert fast["vs_naive_median_paired"] == pytest.approx(4.9)  # median(10/2, 12/2.5)
     assert fast["identical"] == 3  # the worst repeat counts
+    # wall: median(11, 13) = 12 s for naive, median(5, 5.5) = 5.25 s for toy-hf
+    assert fast["wall_s_median"] == 5.25 and fast["wall_vs_naive"] == pytest.approx(12 / 5.25)
+    assert naive["wall_vs_naive"] == 1.0
     for key in ("name", "rows", "rows_per_s", "vs_naive", "identical"):
         assert key in fast
     lines = bench.format_table([naive, fast]).splitlines()
     assert lines[0].split()[:6] == ["config", "rows", "min_s", "median_s", "rows/s", "vs"]
-    assert lines[2].split()[:8] == ["toy-hf", "4", "2.00", "2.25", "2.00", "5.00x", "4.90x",
-                                    "3/4"]
+    assert lines[2].split()[:10] == ["toy-hf", "4", "2.00", "2.25", "2.00", "5.00x", "4.90x",
+                                     "3/4", "5.25", "2.29x"]

@@ -149,3 +149,12 @@ def test_bad_inputs() -> None:
         ratio_interval([math.nan], [1], ["A"])
     with pytest.raises(InputError, match="strings"):
         ratio_interval([1], [1], [3])  # type: ignore[list-item]
+
+
+def test_clusters_counts_distinct_ids() -> None:
+    # cluster "a" sits in two strata: three (stratum, cluster) sums, two clusters
+    iv = ratio_interval([1, 0, 1], [1, 1, 1], ["a", "a", "b"], ["x", "y", "x"],
+                        replicates=20, seed=1)
+    assert iv.clusters == 2
+    assert ratio_interval([1, 0, 1], [1, 1, 1], ["a", "a", "b"], replicates=20,
+                          seed=1).clusters == 2

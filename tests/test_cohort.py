@@ -419,7 +419,7 @@ def test_exclusion_reasons_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "tool_name_absent_from_tool_descriptions")
     # 3. current_action: a parsed name always occurs in current_action, so the
     # check is reached here with a parser result naming another tool
-    monkeypatch.setattr(cohort_mod, "parse_step", lambda _t: ReactStep(
+    monkeypatch.setattr(cohort_mod, "parse_step_at", lambda _t, **_where: ReactStep(
         "ok_json_object", "elsewhere", "{}", None, None))
     assert reason(row(1, "i", INJ, act("pay"), "pay elsewhere", 0)) == (
         "tool_name_absent_from_current_action")
@@ -512,7 +512,7 @@ def test_pinned_refuses_file_missing_from_lock(bench: Path) -> None:
     ("bad", "field"),
     [
         ({"score": 0.3}, "score"),
-        ({"current_action": None}, "current_action"),
+        ({"current_action": 7}, "current_action"),
         ({"history": 5}, "history"),
         ({"extra": 1}, "extra"),
     ],

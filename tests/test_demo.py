@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from extras import needs_matplotlib
 
 from guardrepro.cli import cli
 
@@ -37,6 +38,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root / "out", result.stdout
 
 
+@needs_matplotlib
 def test_demo_writes_every_stage(demo: tuple[Path, str]) -> None:
     out, stdout = demo
     hf = out / "hf-fp32"
@@ -48,6 +50,19 @@ def test_demo_writes_every_stage(demo: tuple[Path, str]) -> None:
     assert len(_lines(hf / "records.jsonl")) == 256
     assert f"demo directory: {out}" in stdout
     assert "gate: PASS" in stdout
+
+
+def test_demo_scores_a_whole_toy_split(demo: tuple[Path, str]) -> None:
+    out, stdout = demo
+    records = _lines(out / "rule-asb-all" / "records.jsonl")
+    cohort = _lines(out / "toy-asb-all.jsonl")
+    assert [r["row_id"] for r in records] == [r["sample"]["sample_id"] for r in cohort]
+    table = json.loads((out / "rule-asb-all" / "table.json").read_text())
+    assert [e["view"] for e in table["rows"]] == ["upstream", "fail_closed"]
+    ok = [r for r in records if r["status"] == "ok"]
+    correct = sum((r["score"] != 0) == (r["gold_label"] != 0) for r in ok)
+    assert table["rows"][0]["accuracy"] == correct / len(ok)
+    assert f"kept {len(ok)}/{len(cohort)}" in stdout
 
 
 def test_accuracy_and_flips_match_the_records(demo: tuple[Path, str]) -> None:

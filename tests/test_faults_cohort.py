@@ -46,7 +46,7 @@ def test_non_utf8_cohort_names_file_and_line(tmp_path, capsys):
     cohort.write_bytes(b"\n".join(lines))
     code, _, err = cli(capsys, "stats", str(run), "--cohort", str(cohort), "--replicates", "10")
     assert code == 2 and "Traceback" not in err
-    assert str(cohort) in err and "row 2" in err and "UTF-8" in err
+    assert str(cohort) in err and "line 3" in err and "UTF-8" in err
 
 
 EDITS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
@@ -63,7 +63,7 @@ def test_non_text_cohort_field_names_file_row_field(tmp_path, capsys, field, edi
     cohort = write(tmp_path / "bad.jsonl", rows)
     code, _, err = cli(capsys, "stats", str(run), "--cohort", str(cohort), "--replicates", "10")
     assert code == 2 and "Traceback" not in err
-    assert str(cohort) in err and "row 1" in err and field in err
+    assert str(cohort) in err and "line 2" in err and field in err
 
 
 def test_interrupted_cohort_build_leaves_no_cohort_without_its_manifest(tmp_path, monkeypatch):

@@ -58,14 +58,14 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 def test_bad_field_on_read_names_file_row_field(tmp_path, capsys, field, change, says):
     run = run_with(tmp_path, 2, change)
     code, _, err = cli(capsys, "compare", str(run), str(run))
-    expect_exit_2(code, err, str(run / "records.jsonl"), "row 2", f"field '{field}'", says)
+    expect_exit_2(code, err, str(run / "records.jsonl"), "line 3", f"field '{field}'", says)
 
 
 def test_compare_non_numeric_margin_is_not_a_type_error(tmp_path, capsys):
     good = run_with(tmp_path / "a", 0, lambda d: None)
     bad = run_with(tmp_path / "b", 1, lambda d: d.update(decision_margin="0.5"))
     code, _, err = cli(capsys, "compare", str(good), str(bad))
-    expect_exit_2(code, err, str(bad / "records.jsonl"), "row 1", "field 'decision_margin'")
+    expect_exit_2(code, err, str(bad / "records.jsonl"), "line 2", "field 'decision_margin'")
     assert "TypeError" not in err
 
 
@@ -79,21 +79,21 @@ def test_bad_attempt_score_names_the_attempt(tmp_path, capsys):
 
     run = run_with(tmp_path, 3, change)
     code, _, err = cli(capsys, "stats", str(run), "--replicates", "10")
-    expect_exit_2(code, err, "row 3", "field 'attempts[0].score'")
+    expect_exit_2(code, err, "line 4", "field 'attempts[0].score'")
 
 
 def test_score_contradicting_the_output_text_is_an_integrity_error(tmp_path, capsys):
     # row 0 parses to 0.0; the record claims 1.0 (a hand edit of the score)
     run = run_with(tmp_path, 0, lambda d: d.update(score=1.0))
     code, _, err = cli(capsys, "stats", str(run), "--replicates", "10")
-    expect_exit_2(code, err, str(run / "records.jsonl"), "row 0", "contradicts its own output")
+    expect_exit_2(code, err, str(run / "records.jsonl"), "line 1", "contradicts its own output")
     assert "score 1.0" in err and "score 0.0" in err
 
 
 def test_record_error_names_its_field_once(tmp_path, capsys):
     run = run_with(tmp_path, 1, lambda d: d.update(score=0.7))
     code, _, err = cli(capsys, "compare", str(run), str(run))
-    expect_exit_2(code, err, "row 1", "0.7")
+    expect_exit_2(code, err, "line 2", "0.7")
     assert err.count("field 'score'") == 1, err
 
 
@@ -103,6 +103,6 @@ def test_gold_label_mismatch_names_records_file_row_and_cohort_row(tmp_path, cap
     code, _, err = cli(capsys, "stats", str(run), "--replicates", "10")
     cohort = tmp_path / "run-cohort.jsonl"
     expect_exit_2(
-        code, err, str(run / "records.jsonl"), "row 1", "field 'gold_label'", str(cohort)
+        code, err, str(run / "records.jsonl"), "line 2", "field 'gold_label'", str(cohort)
     )
-    assert "row 1)" in err  # the cohort row
+    assert "line 2)" in err  # the cohort row

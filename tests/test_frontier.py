@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import needs_matplotlib
 from recordsets import PROVENANCE
 
 from guardrepro.checks.frontier import (
@@ -142,6 +143,7 @@ def test_parse_costs_and_errors(tmp_path: Path) -> None:
         frontier_report([config, config], reference=None, costs=parse_costs(None))
 
 
+@needs_matplotlib
 def test_frontier_cli(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

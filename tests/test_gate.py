@@ -20,6 +20,7 @@ import pytest
 from recordsets import grid, write_run
 
 from guardrepro.checks.gate import GateResult, RefRow, evaluate, load_spec
+from guardrepro.checks.predictions import load_rows
 from guardrepro.checks.runio import load_run
 from guardrepro.cli import main
 from guardrepro.errors import InputError
@@ -136,21 +137,64 @@ def test_threshold_just_above_the_figure_fails(setup: dict[str, Path], tmp_path:
     assert failed == [key.removeprefix("min_")]
 
 
-def test_missing_local_row_counts_as_disagreement(tmp_path: Path) -> None:
+def test_missing_local_row_counts_as_disagreement(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # r4's original has no record: an invalid disagreement (like a parse
+    # error), and the verdict is still decided on the thresholds. r1, r2, r3
+    # agree: rows 3/4, coverage 3/4, strict 3/4, safe (r1, r3) 2/2, unsafe
+    # (r2, r4) 1/2 -- all at or above LOOSE, so the gate passes.
     ref = write_run(tmp_path / "ref", grid(BASES, REFERENCE))
     local_scores: dict[str, list[Any]] = {"original": [0, 1, 0.5, None],
                                           "tool_alias": [0, 0, 0, 0]}
     local = write_run(tmp_path / "local", grid(BASES, local_scores), with_cohort=False)
     spec = write_spec(tmp_path / "checks" / "g.toml", ref / "records.jsonl", LOOSE)
-    assert run_gate(["gate", str(local), "--spec", str(spec)]) == 3
+    assert run_gate(["gate", str(local), "--spec", str(spec)]) == 0
+    out = capsys.readouterr().out
     gate = json.loads((local / "gate.json").read_text())
     assert frac(gate["figures"]["rows_present"]) == (3, 4)
+    assert gate["missing_rows"] == 1
     assert frac(gate["figures"]["coverage"]) == (3, 4)
     assert frac(gate["figures"]["strict_agreement"]) == (3, 4)
+    assert frac(gate["figures"]["strict_agreement_gold_safe"]) == (2, 2)
     assert frac(gate["figures"]["strict_agreement_gold_unsafe"]) == (1, 2)
     assert [d["reason"] for d in gate["disagreements"]] == ["missing"]
     assert gate["disagreements"][0]["row_id"] == "r4:original"
-    assert [c["name"] for c in gate["checks"] if not c["passed"]] == ["all_rows_present"]
+    assert gate["passed"] is True and [c["name"] for c in gate["checks"]] == [
+        "coverage", "strict_agreement", "strict_agreement_gold_safe",
+        "strict_agreement_gold_unsafe"]
+    assert "rows 3/4 (missing 1)" in gate["verdict"]
+    assert next(x for x in out.splitlines() if x.startswith("rows_present")).split()[-2:] == [
+        "missing", "1"]
+    assert GateResult.from_json(gate).to_json() == gate
+    # with the published thresholds the same run fails on coverage and agreement
+    strict = write_spec(tmp_path / "checks" / "s.toml", ref / "records.jsonl", PUBLISHED)
+    assert run_gate(["gate", str(local), "--spec", str(strict)]) == 3
+
+
+def test_predictions_file_gate_has_the_run_directory_denominators(tmp_path: Path) -> None:
+    # released-style reference (by base id). r4's original is missing but its
+    # tool_alias row is there, so the row set knows r4 is gold unsafe: unsafe
+    # agreement is 1/2 (r2 agrees, r4 missing) from the run directory and from
+    # the predictions file made of the same records alike.
+    scores: dict[str, list[Any]] = {"original": [0, 1, 0.5, None], "tool_alias": [0, 0, 0, 0]}
+    run = write_run(tmp_path / "run", grid(BASES, scores), with_cohort=False)
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(
+        json.dumps({"base_sample_id": b, "variant": v, "domain": d, "gold_label": g,
+                    "score": s}) + "\n"
+        for b, v, d, g, s in grid(BASES, scores) if s is not None), encoding="utf-8")
+    spec = write_spec(tmp_path / "checks" / "g.toml", run / "records.jsonl", LOOSE)
+    reference = {b: RefRow(b, s, True, float(g), d, b)
+                 for (b, d, g), s in zip(BASES, [0.0, 1.0, 0.5, 1.0], strict=True)}
+    gates = [evaluate(load_spec(spec), load_rows(p).rows, key_field="base_sample_id",
+                      reference=reference).to_json() for p in (run, preds)]
+    for gate in gates:
+        f = gate["figures"]
+        assert frac(f["strict_agreement_gold_unsafe"]) == (1, 2)
+        assert frac(f["strict_agreement_gold_safe"]) == (2, 2)
+        assert frac(f["strict_agreement"]) == (3, 4) and gate["missing_rows"] == 1
+        assert gate["passed"] is True
+    assert gates[0]["figures"] == gates[1]["figures"]
 
 
 @pytest.mark.parametrize("problem", ["bad_key", "no_records", "no_reference", "wrong_rows"])
@@ -190,7 +234,7 @@ def test_conservative_uses_bootstrap_lower_bound(tmp_path: Path) -> None:
     assert tested["strict_agreement"] == pytest.approx(0.7)
     assert {c["name"] for c in gate["checks"] if not c["passed"]} == {
         "strict_agreement", "strict_agreement_gold_unsafe"}
-    assert all(c["basis"] == "bootstrap_lower_bound" for c in gate["checks"][1:])
+    assert all(c["basis"] == "bootstrap_lower_bound" for c in gate["checks"])
     # read back typed: the ratio figures carry their interval, the count figure none
     typed = GateResult.from_json(gate)
     assert typed.to_json() == gate

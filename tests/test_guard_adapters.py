@@ -21,64 +21,84 @@ from guardrepro.guards.shieldgemma import score_shieldgemma
 # ---------------------------------------------------------------- Llama Guard 3
 
 
-@pytest.mark.parametrize(("text", "score", "cats"), [
-    ("safe", 0.0, []),
-    ("\n\nsafe", 0.0, []),                      # the model emits two newlines first
-    ("unsafe\nS1", 1.0, ["S1"]),
-    ("\n\nunsafe\nS2,S14", 1.0, ["S2", "S14"]),
-    ("unsafe\nS10, S11 ", 1.0, ["S10", "S11"]),
+# Upstream reads the label from the first output line (safe 0, unsafe 1) and crashes
+# on an empty output or another first line: those are invalid rows here. Nothing
+# after the first line changes the score; a line of S-codes is kept as categories.
+@pytest.mark.parametrize(("text", "score", "cats", "extra"), [
+    ("safe", 0.0, [], 0),
+    ("\n\nsafe", 0.0, [], 0),                   # the model emits two newlines first
+    ("unsafe\nS1", 1.0, ["S1"], 1),
+    ("\n\nunsafe\nS2,S14", 1.0, ["S2", "S14"], 1),
+    ("unsafe\nS10, S11 ", 1.0, ["S10", "S11"], 1),
+    ("unsafe", 1.0, [], 0),                        # no category line: still unsafe
+    ("unsafe\nviolence", 1.0, [], 1),             # not codes: not recorded
+    ("unsafe\nS15", 1.0, ["S15"], 1),             # unknown code kept, not named
+    ("safe\nS1", 0.0, ["S1"], 1),                 # first line decides
+    ("unsafe\nS1\nmore", 1.0, ["S1"], 2),
+    (" safe \n", 0.0, [], 0),
 ])
-def test_llama_guard_documented_forms(text: str, score: float, cats: list[str]) -> None:
+def test_llama_guard_first_line_decides(text: str, score: float, cats: list[str],
+                                        extra: int) -> None:
     result = parse_llama_guard(text)
     assert (result.status, result.score, result.error_type) == ("ok", score, None)
     assert result.components["categories"] == cats
+    assert result.components["extra_lines"] == extra
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ("", "missing_verdict"),
+    ("", "empty_output"),
+    (" \n\n\t", "empty_output"),
     ("Safe", "missing_verdict"),                 # documented lower case only
     ("The answer is safe", "missing_verdict"),
-    ("unsafe", "missing_categories"),
-    ("unsafe\nviolence", "malformed_categories"),
-    ("unsafe\nS15", "unknown_category"),
-    ("safe\nS1", "text_after_safe"),
-    ("unsafe\nS1\nmore", "text_after_categories"),
+    ("unsafe S1", "missing_verdict"),            # the first line is not the label alone
+    ("\n\nS1\nunsafe", "missing_verdict"),
 ])
-def test_llama_guard_malformed(text: str, error: str) -> None:
+def test_llama_guard_invalid_where_upstream_crashes(text: str, error: str) -> None:
     result = parse_llama_guard(text)
     assert (result.status, result.score, result.error_type) == ("error", None, error)
 
 
 def test_llama_guard_category_names() -> None:
     assert parse_llama_guard("unsafe\nS7").components["category_names"] == ["Privacy"]
+    assert parse_llama_guard("unsafe\nS7,S99").components["category_names"] == ["Privacy"]
 
 # ---------------------------------------------------------------- Qwen3Guard
 
 
-@pytest.mark.parametrize(("text", "score", "refusal"), [
-    ("Safety: Safe\nCategories: None", 0.0, None),
-    ("Safety: Safe\nCategories: None\nRefusal: No", 0.0, "No"),
-    ("Safety: Unsafe\nCategories: Violent", 1.0, None),
-    ("Safety: Unsafe\nCategories: PII, Jailbreak\nRefusal: Yes", 1.0, "Yes"),
-    ("Safety: Controversial\nCategories: Politically Sensitive Topics", 0.5, None),
-    ("Safety: Controversial\nCategories: None", 0.5, None),
+# Upstream takes the label from "Safety: ..." (Safe 0, Controversial 0.5, Unsafe 1) and
+# crashes when there is none; categories and refusal are recorded, never scored.
+@pytest.mark.parametrize(("text", "score", "cats", "refusal"), [
+    ("Safety: Safe\nCategories: None", 0.0, ["None"], None),
+    ("Safety: Safe\nCategories: None\nRefusal: No", 0.0, ["None"], "No"),
+    ("Safety: Unsafe\nCategories: Violent", 1.0, ["Violent"], None),
+    ("Safety: Unsafe\nCategories: PII, Jailbreak\nRefusal: Yes", 1.0, ["PII", "Jailbreak"],
+     "Yes"),
+    ("Safety: Controversial\nCategories: Politically Sensitive Topics", 0.5,
+     ["Politically Sensitive Topics"], None),
+    ("Safety: Controversial\nCategories: None", 0.5, ["None"], None),
+    ("Safety: Safe", 0.0, None, None),                         # no categories line
+    ("Safety: Unsafe\nCategories: Weapons", 1.0, ["Weapons"], None),
+    ("Safety: Safe\nCategories: Violent", 0.0, ["Violent"], None),  # label decides
+    ("Safety: Unsafe\nCategories: None", 1.0, ["None"], None),
+    ("<think>\n\n</think>\n\nSafety:Controversial", 0.5, None, None),
 ])
-def test_qwen3guard_documented_forms(text: str, score: float, refusal: str | None) -> None:
+def test_qwen3guard_label_decides(text: str, score: float, cats: list[str] | None,
+                                  refusal: str | None) -> None:
     result = parse_qwen3guard(text)
-    assert (result.status, result.score) == ("ok", score)
+    assert (result.status, result.score, result.error_type) == ("ok", score, None)
+    assert result.components["categories"] == cats
     assert result.components["refusal"] == refusal
 
 
 @pytest.mark.parametrize(("text", "error"), [
-    ("", "missing_safety"),
+    ("", "empty_output"),
+    ("\n  \n", "empty_output"),
     ("Safety: safe\nCategories: None", "missing_safety"),    # exact case
     ("Safety: Maybe\nCategories: None", "missing_safety"),
-    ("Safety: Safe", "missing_categories"),
-    ("Safety: Unsafe\nCategories: Weapons", "unknown_category"),
-    ("Safety: Safe\nCategories: Violent", "inconsistent_categories"),
-    ("Safety: Unsafe\nCategories: None", "inconsistent_categories"),
+    ("Categories: Violent", "missing_safety"),
+    ("Safety: Safely", "missing_safety"),                     # not a whole word
 ])
-def test_qwen3guard_malformed(text: str, error: str) -> None:
+def test_qwen3guard_invalid_where_upstream_crashes(text: str, error: str) -> None:
     result = parse_qwen3guard(text)
     assert (result.status, result.score, result.error_type) == ("error", None, error)
 
@@ -161,8 +181,6 @@ def test_chat_templates_render_the_conversation() -> None:
 
 
 def test_registry_lists_every_adapter() -> None:
-    assert set(ADAPTERS) == {"ts-guard", "toy-guard", "llama-guard-3", "qwen3guard",
-                             "shieldgemma", "rule-nuisance", "rule-tool-lookup"}
     with pytest.raises(InputError, match="needs a prompt template"):
         get_guard("ts-guard")
     with pytest.raises(InputError, match="did you mean 'qwen3guard'"):

@@ -12,6 +12,7 @@ Skips with the reason when Playwright or a Chromium binary is unavailable
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -77,6 +78,15 @@ def _write_records(run_dir: Path, records: list[dict[str, Any]]) -> None:
         "".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
 
+def _made_of(run_dir: Path, cohort: Path) -> None:
+    """Point the run's manifest at ``cohort`` (the run was made of it)."""
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["cohort"].update(path=str(cohort),
+                              sha256=hashlib.sha256(cohort.read_bytes()).hexdigest())
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
 @pytest.fixture()
 def report(tmp_path: Path) -> Path:
     specs = [(b, v, d, g, OUT[(b, v)][2]) for b, d, g in BASES for v in VARIANTS]
@@ -89,6 +99,7 @@ def report(tmp_path: Path) -> Path:
         line["sample"].update({"history": HISTORY[v], "instruction": f"pay the {d} bill"})
         lines.append(json.dumps(line))
     cohort.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _made_of(run, cohort)
     ref_out = dict(OUT)
     ref_out[("b1", "original")] = (REF_FINE, [5, 4, 7], 0.0)
     ref = write_run(tmp_path / "ref", specs)

@@ -152,7 +152,7 @@ def test_save_round_trip_keeps_header_and_records_pins(tmp_path):
     assert again == pinned and not again.pending
     assert again.files[1].pinned_at == dt.date(2026, 3, 4)
     assert text.count("[[file]]") == 2
-    assert not list(tmp_path.glob("*.tmp"))  # atomic write left no temp file
+    assert not list(tmp_path.glob(".*.tmp-*"))  # atomic write left no temp file
     with pytest.raises(LockError):
         again.files[1].recorded("d" * 64, 1, dt.date(2026, 3, 5))  # already pinned
 
@@ -160,7 +160,7 @@ def test_save_round_trip_keeps_header_and_records_pins(tmp_path):
 def test_shipped_toolsafe_lock():
     lock = load_lock(ROOT / "locks/toolsafe.toml")
     assert lock.source == GithubSource(repo="MurrayTom/ToolSafe", commit=COMMIT)
-    assert len(lock.files) == 13
+    assert len(lock.files) == 22
     bank = lock.file("TS-Bench/agentdojo-traj/banking.json")
     assert bank.sha256 == "eb4a314845c8236ba1bbcd9855973f59279a70368b6eb31d447a4cd243086029"
     assert (bank.size, bank.lfs) == (239239, True)

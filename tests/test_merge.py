@@ -139,7 +139,7 @@ def test_a_record_with_other_provenance_than_its_manifest_is_refused(
     rows = read_cohort(cohort)
     run = write_run(tmp_path / "a", cohort, rows, shard=None,
                     record_prov=provenance(parser_version="other"))
-    with pytest.raises(ProvenanceError, match="row 0"):
+    with pytest.raises(ProvenanceError, match="line 1"):
         merge_runs([run], tmp_path / "merged")
 
 

@@ -56,12 +56,34 @@ def test_equal_interaction_weights_by_hand() -> None:
     assert c.coverage.to_dict()["denominator"] == 8  # coverage stays a row count
 
 
-def test_undefined_ratio_is_none_not_zero() -> None:
+def test_zero_denominators() -> None:
+    # nothing predicted unsafe and no gold unsafe: precision 0/0 and MCC 0/0
+    # are 0.0 as in the published figures; recall 0/0 stays undefined
     c = confusion([0, 0], [0, 0])
-    assert c.precision().value is None
+    assert c.precision().to_dict() == {"numerator": 0, "denominator": 0, "value": 0.0}
+    assert c.mcc().to_dict() == {"numerator": 0, "denominator": 0, "value": 0.0}
     assert c.recall().value is None
-    assert c.mcc().value is None
     assert Ratio(0, 0).to_dict() == {"numerator": 0, "denominator": 0, "value": None}
+    # read back, the 0/0 figures keep their value
+    summary = c.summary()
+    assert type(summary).from_json(summary.to_json()) == summary
+
+
+@pytest.mark.parametrize(("gold", "scores"), [
+    ([0, 0, 0], [0, 0, 0]),        # no positive predictions, no positives
+    ([1, 1, 0], [0, 0, 0]),        # no positive predictions
+    ([1, 1, 1], [1, 0, None]),     # no gold negatives
+    ([0, 1, 0.5], [1, None, 1]),   # everything predicted unsafe
+    (GOLD, SCORES),
+])
+def test_precision_and_mcc_match_scikit_learn_zero_division(gold: list, scores: list) -> None:
+    metrics = pytest.importorskip("sklearn.metrics")
+    y = [int(g != 0) for g in gold]
+    d = [1 if s is None or s != 0 else 0 for s in scores]
+    c = confusion(gold, scores)
+    assert c.precision().value == pytest.approx(
+        metrics.precision_score(y, d, zero_division=0))
+    assert c.mcc().value == pytest.approx(metrics.matthews_corrcoef(y, d))
 
 
 @pytest.mark.parametrize(

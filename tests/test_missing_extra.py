@@ -34,3 +34,12 @@ def test_a_sweep_without_mlx_names_the_mlx_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "mlx.core", None)
     with pytest.raises(DependencyMissingError, match=r"'mlx'.*guardrepro\[mlx\]"):
         mlx_device()
+
+
+def test_the_ray_engine_without_ray_names_the_ray_extra(monkeypatch, tmp_path) -> None:
+    from guardrepro.run.engine_ray import RayOptions, ray_session
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(DependencyMissingError, match=r"'ray'.*guardrepro\[ray\]"), \
+            ray_session(RayOptions(workers=1).checked(), tmp_path):
+        pass

@@ -62,10 +62,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def test_there_are_notebooks() -> None:
-    assert {p.name for p in NOTEBOOKS} >= {"flips.py", "parity.py"}
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +88,7 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
         check_flip_figures(run_dir, frames)
         if own:
             _check_flips_by_hand(run_dir, frames)
-    else:
+    elif notebook.name == "parity.py":
         has_gate = (run_dir / "gate.json").is_file()
         assert pngs == (["score_confusion.png"] if has_gate else [])
         if has_gate:
@@ -108,6 +104,8 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
             d = frames["disagreements"][0]
             assert (d["reference_score"], d["local_score"], d["decision_margin"]) == (1.0, 0.0,
                                                                                       0.5)
+    else:
+        pytest.fail(f"{notebook.name}: no checks of what it computes; add them here")
 
 
 def _check_flips_by_hand(run_dir: Path, frames: dict[str, Any]) -> None:

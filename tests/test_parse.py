@@ -238,7 +238,9 @@ def test_registry_and_adapter() -> None:
     assert guard.decision_char_offset("<harmfulness_rating>1") == 20
     toy = get_guard("toy-guard", template)
     assert toy.name == "toy-guard" and toy.parse(out("no", "no", "0.0")).score == 0.0
-    assert get_parser("toy-guard") is get_parser("ts-guard")
+    for text in (out("yes", "no", "0.5"), out("no", "no", "0.0"), "no tags", ""):
+        assert get_parser("toy-guard")(text) == get_parser("ts-guard")(text) \
+            == parse_ts_guard(text)
     with pytest.raises(InputError, match="did you mean 'ts-guard'"):
         get_guard("ts_guard", template)
     with pytest.raises(InputError, match="did you mean 'toy-guard'"):

@@ -149,3 +149,75 @@ def test_sampled_mode_of_a_guard_without_published_values_needs_them(tmp_path: P
                            "top_p = 0.8")
     assert given.decoding == DecodingParams(mode="sampled", max_new_tokens=64, temperature=0.7,
                                             top_p=0.8, max_attempts=1)
+
+
+# (profile, guard, lock, backend, dtype, device, max_new_tokens): the guards' shipped
+# profiles; the budgets are the adapters' (Llama Guard 3 20, Qwen3Guard 64, ShieldGemma 1)
+GUARD_PROFILES = [
+    ("llama-guard-3-1b-hf", "llama-guard-3", "llama-guard-3-1b", "hf", "float32", "cpu", 20),
+    ("llama-guard-3-1b-vllm", "llama-guard-3", "llama-guard-3-1b", "vllm", "bfloat16", "cuda", 20),
+    ("llama-guard-3-8b-hf", "llama-guard-3", "llama-guard-3-8b", "hf", "float32", "cpu", 20),
+    ("llama-guard-3-8b-vllm", "llama-guard-3", "llama-guard-3-8b", "vllm", "bfloat16", "cuda", 20),
+    ("qwen3guard-gen-0.6b-hf", "qwen3guard", "qwen3guard-gen-0.6b", "hf", "float32", "cpu", 64),
+    ("qwen3guard-gen-0.6b-vllm", "qwen3guard", "qwen3guard-gen-0.6b", "vllm", "bfloat16", "cuda",
+     64),
+    ("qwen3guard-gen-4b-hf", "qwen3guard", "qwen3guard-gen-4b", "hf", "float32", "cpu", 64),
+    ("qwen3guard-gen-4b-vllm", "qwen3guard", "qwen3guard-gen-4b", "vllm", "bfloat16", "cuda", 64),
+    ("qwen3guard-gen-8b-hf", "qwen3guard", "qwen3guard-gen-8b", "hf", "float32", "cpu", 64),
+    ("qwen3guard-gen-8b-vllm", "qwen3guard", "qwen3guard-gen-8b", "vllm", "bfloat16", "cuda", 64),
+    ("shieldgemma-2b-hf", "shieldgemma", "shieldgemma-2b", "hf", "float32", "cpu", 1),
+    ("shieldgemma-2b-hf-cuda", "shieldgemma", "shieldgemma-2b", "hf", "bfloat16", "cuda", 1),
+    ("hf-cpu", "ts-guard", "ts-guard", "hf", "float32", "cpu", 2048),
+    ("vllm-bf16", "ts-guard", "ts-guard", "vllm", "bfloat16", "cuda", 2048),
+]
+
+
+@pytest.mark.parametrize(("name", "guard", "lock", "backend", "dtype", "device", "budget"),
+                         GUARD_PROFILES)
+def test_shipped_guard_profiles_load_and_validate(name: str, guard: str, lock: str,
+                                                  backend: str, dtype: str, device: str,
+                                                  budget: int) -> None:
+    from guardrepro.artifacts.locks import load_lock
+
+    profile = RunProfile.load(REPO / "runners" / f"{name}.toml")
+    assert (profile.name, profile.backend, profile.guard.name) == (name, backend, guard)
+    assert profile.checkpoint.lock == (REPO / "locks" / f"{lock}.toml").resolve()
+    assert load_lock(profile.checkpoint.lock).name == lock
+    profile.check_paths()
+    assert (profile.decoding.mode, profile.decoding.max_new_tokens) == ("greedy", budget)
+    if backend == "hf":
+        from guardrepro.run.runners.hf_runner import _validate
+
+        options = _validate(profile.backend_options)
+        assert (options["dtype"], options["device"]) == (dtype, device)
+        # Gemma2 (ShieldGemma) needs eager attention for its attention soft-capping
+        assert (options["attn_implementation"] == "eager") == (guard == "shieldgemma")
+    else:
+        from guardrepro.run.runners.vllm_runner import VLLMOptions
+
+        vllm = VLLMOptions.from_mapping(profile.backend_options)
+        assert (vllm.dtype, vllm.device, vllm.batch_invariant) == (dtype, device, True)
+        assert profile.require_batch_invariance
+
+
+def test_every_model_guard_lock_has_a_cpu_and_a_gpu_profile() -> None:
+    locks = {p[2] for p in GUARD_PROFILES}
+    assert locks == {path.stem for path in (REPO / "locks").glob("*.toml")} - {
+        "toolsafe", "toy-bench", "toy-guard"}
+    for lock in locks:
+        rows = [p for p in GUARD_PROFILES if p[2] == lock]
+        assert {p[5] for p in rows} == {"cpu", "cuda"}, lock
+
+
+def test_a_logit_guard_on_a_backend_without_score_logits_is_refused(tmp_path: Path) -> None:
+    from guardrepro.run.resolve import resolve_profile
+
+    text = (REPO / "runners" / "qwen3guard-gen-0.6b-vllm.toml").read_text()
+    text = text.replace('name = "qwen3guard"', 'name = "shieldgemma"').replace(
+        "qwen3guard-gen-0.6b.toml", "shieldgemma-2b.toml")
+    path = tmp_path / "runners" / "gemma-vllm.toml"
+    path.parent.mkdir()
+    path.write_text(text.replace("../locks/", f"{REPO}/locks/"))
+    with pytest.raises(InputError, match="only backend hf returns") as info:
+        resolve_profile(RunProfile.load(path), home=tmp_path / "home")
+    assert info.value.field == "backend"

@@ -53,16 +53,16 @@ def test_predictions_file_against_the_published_spec(
     out = captured.out
     lines = rows_of(out)
     for name in ("strict accuracy: original", "strict accuracy: combined",
-                 "parser coverage, all rows", "flips: tool_alias (valid both)",
-                 "flips: combined (all pairs, unstratified)",
-                 "combined safe_to_unsafe (all pairs)", "combined unsafe_to_safe (all pairs)"):
+                 "parser coverage, all rows", "flips: tool_alias (valid_both_only)",
+                 "flips: combined (all_pairs, unstratified)",
+                 "combined safe_to_unsafe (all_pairs)", "combined unsafe_to_safe (all_pairs)"):
         assert lines[name].rstrip().endswith("match"), lines[name]
     assert "61/64 = 0.953125" in lines["strict accuracy: original"]
     for name in ("gate: strict agreement", "tool lookup, grouped-CV F1", "AgentHarm row F1"):
         assert lines[name].rstrip().endswith("not computed")
     data = json.loads((tmp_path / "cmp.json").read_text())
     by_name = {r["name"]: r for r in data["rows"]}
-    strat = by_name["flips: combined (valid both, stratified)"]
+    strat = by_name["flips: combined (valid_both_only, stratified)"]
     # these rows' ids are not the published ones: the stratified interval
     # matches only if the independent loop lands on the published 0.15625
     if stratified_upper() == 0.15625:
@@ -70,15 +70,15 @@ def test_predictions_file_against_the_published_spec(
     else:
         assert strat["status"] == "MISMATCH" and strat["differing"] == ["upper"]
         assert code == 3
-        assert "flips: combined (valid both, stratified)" in captured.err
-    assert by_name["combined safe_to_unsafe (all pairs)"]["run"]["count"] == 4
+        assert "flips: combined (valid_both_only, stratified)" in captured.err
+    assert by_name["combined safe_to_unsafe (all_pairs)"]["run"]["count"] == 4
 
 
 def _q8_figures_only(tmp_path: Path) -> Path:
     """The published spec without the stratified interval (these rows cannot
     carry the published base ids it depends on)."""
     text = SPEC.read_text(encoding="utf-8")
-    start = text.index('[[figure]]\nname = "flips: combined (valid both, stratified)"')
+    start = text.index('[[figure]]\nname = "flips: combined (valid_both_only, stratified)"')
     end = text.index("[[figure]]", start + 10)
     spec = tmp_path / "q8.toml"
     spec.write_text(text[:start] + text[end:], encoding="utf-8")
@@ -139,7 +139,7 @@ def test_a_changed_prediction_and_a_missing_variant_fail(tmp_path: Path) -> None
     assert status["strict accuracy: combined"] == "missing"
     assert status["strict accuracy: original"] == "match"
     assert {r.figure.name for r in result.failed} >= {"strict accuracy: combined",
-                                                       "flips: combined (all pairs, unstratified)"}
+                                                       "flips: combined (all_pairs, unstratified)"}
 
 
 def test_reported_figures_never_fail(tmp_path: Path) -> None:

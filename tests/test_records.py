@@ -88,7 +88,7 @@ def test_duplicate_row_ids_in_file_are_an_error(tmp_path: Path) -> None:
     line = json.dumps(record("a").to_dict())
     path = tmp_path / RECORDS_FILE
     path.write_text(line + "\n" + line + "\n")
-    with pytest.raises(InputError, match=r"row 1.*duplicate row_id 'a'"):
+    with pytest.raises(InputError, match=r"line 2.*duplicate row_id 'a' \(first at line 1\)"):
         read_records(path)
     with pytest.raises(InputError, match="duplicate"):
         RecordWriter(tmp_path)
@@ -101,10 +101,10 @@ def test_invalid_record_names_file_row_and_field(tmp_path: Path) -> None:
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(InputError) as err:
         read_records(path)
-    assert str(path) in str(err.value) and "row 1" in str(err.value)
+    assert str(path) in str(err.value) and "line 2" in str(err.value)
     assert err.value.field == "surprise"
     path.write_text(json.dumps(good) + "\n{not json\n")
-    with pytest.raises(InputError, match="row 1"):
+    with pytest.raises(InputError, match="line 2"):
         read_records(path)
 
 
@@ -202,7 +202,7 @@ def test_torn_final_line_is_refused_by_readers_and_truncated_on_resume(tmp_path:
     complete = path.read_bytes()
     torn_line = json.dumps(record("c").to_dict()).encode()
     path.write_bytes(complete + torn_line[:57])  # killed in the middle of a write
-    with pytest.raises(InputError, match=r"row 2.*incomplete"):
+    with pytest.raises(InputError, match=r"line 3.*incomplete"):
         read_records(path)
     with pytest.warns(TornRecordWarning, match="57 bytes"), RecordWriter(tmp_path) as writer:
         assert writer.truncated_bytes == 57

@@ -241,4 +241,4 @@ def test_released_output_reads_reason() -> None:
 def test_unknown_benchmark(tmp_path: Path) -> None:
     write_json(tmp_path / "x.json", [])
     with pytest.raises(InputError, match="unknown benchmark"):
-        load_released(tmp_path, "asb")
+        load_released(tmp_path, "webarena")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import needs_matplotlib
 from recordsets import grid, write_run
 
 from guardrepro.checks.report import load_gate, margin_groups
@@ -33,6 +34,7 @@ def test_margin_split_by_flip_without_gate(tmp_path: Path) -> None:
     assert "flip" in title
 
 
+@needs_matplotlib
 def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = write_run(tmp_path / "run", grid(BASES, LOCAL), margins=MARGINS)
     write_run(tmp_path / "ref", grid(BASES, REFERENCE))
@@ -65,6 +67,7 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
                       "disagrees with reference": [0.5]}
 
 
+@needs_matplotlib
 def test_report_computes_missing_stats(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", grid(BASES, LOCAL))
     assert main(["report", str(run), "--replicates", "200", "--seed", "3"]) == 0

@@ -13,8 +13,8 @@ from recordsets import grid, write_run
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 0), ("b2", "slack", 1)]
-# cohort order: tool_alias, then the original, then an unknown edit "zeta", then "alpha"
-SCORES = {"tool_alias": [1, 1], "original": [0, 1], "zeta": [0, 0], "alpha": [1, 0]}
+# cohort order (not alphabetical): tool_alias, the original, combined, marker_paraphrase
+SCORES = {"tool_alias": [1, 1], "original": [0, 1], "combined": [0, 0], "marker_paraphrase": [1, 0]}
 
 
 @pytest.fixture()
@@ -31,7 +31,7 @@ def _variant_rows(text: str) -> list[str]:
 def test_variants_in_cohort_order_and_tables_once(run: Path) -> None:
     assert main(["report", str(run), "--replicates", "200"]) == 0
     text = (run / "report.md").read_text(encoding="utf-8")
-    assert _variant_rows(text) == ["original", "tool_alias", "zeta", "alpha"]
+    assert _variant_rows(text) == ["original", "tool_alias", "combined", "marker_paraphrase"]
     assert "```" not in text  # no fixed-width copy of the tables
     assert text.count("| variant | coverage |") == 1
 

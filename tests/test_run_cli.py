@@ -95,6 +95,7 @@ def test_errors_become_exit_codes(
     assert code == 2 and "shard" in err
 
 
+@pytest.mark.slow  # spawns worker processes
 def test_killed_run_resumes_to_the_same_records(
     tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from guardrepro.errors import InputError
 from guardrepro.run.doctor import gather_facts
-from guardrepro.run.runners.registry import RUNNERS, option_table, runner_class
+from guardrepro.run.runners.registry import option_table, runner_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,3 @@ def test_doctor_fills_the_declared_defaults() -> None:
     assert (facts.concurrency, facts.max_num_seqs, facts.batch_invariant_mode,
             facts.multiprocessing) == (1, 256, False, False)
     assert gather_facts("hf", {"batch_size": 4}).dtype == "float32"
-
-
-def test_every_backend_has_a_table() -> None:
-    assert set(RUNNERS) == {b for b in RUNNERS if option_table(b).backend == b}

@@ -27,7 +27,7 @@ SAMPLED = DecodingParams(mode="sampled", temperature=0.1, top_p=0.9, max_attempt
 
 
 @pytest.mark.parametrize("base", ["0f1e2d3c4b5a69788796", "aaaaaaaaaaaaaaaaaaaa", "x"])
-@pytest.mark.parametrize("attempt", [0, 1, 2])
+@pytest.mark.parametrize("attempt", [1, 2, 3])
 def test_published_seed_is_the_formula(base: str, attempt: int) -> None:
     text = f"260828:{base}:released_react:{attempt}"
     assert sampled_seed_text(base, "released_react", attempt) == text
@@ -38,31 +38,35 @@ def test_published_seed_is_the_formula(base: str, attempt: int) -> None:
 
 
 def test_pinned_values_from_sha256sum() -> None:
-    # computed with coreutils: printf '260828:0f1e...:released_react:0' | sha256sum
+    # computed with coreutils: printf '260828:0f1e...:released_react:1' | sha256sum;
+    # attempts count from 1, so ":0" (0xA21C89AB) is never a seed
     base = "0f1e2d3c4b5a69788796"
-    assert sampled_seed(base, "released_react", 0) == 0xA21C89AB == 2719779243
-    assert sampled_seed(base, "released_react", 1) == 0x39699CE8
-    assert sampled_seed(base, "released_react", 0, repeat=3) == 0xADA18CF7
+    assert sampled_seed(base, "released_react", 1) == 0x39699CE8 == 963222760
+    assert sampled_seed(base, "released_react", 2) == 0xBEB1FB07
+    assert sampled_seed(base, "released_react", 3) == 0x13427532
+    assert sampled_seed(base, "released_react", 1, repeat=3) == 0x91A2872C
 
 
 def test_repeats_append_their_index_and_differ() -> None:
     base = "0f1e2d3c4b5a69788796"
     params = DecodingParams(**{**SAMPLED.to_dict(), "seed": 2})
-    for attempt in range(3):
+    for attempt in (1, 2, 3):
         text = f"260828:{base}:released_react:{attempt}:r2"
         assert params.seed_for(base, "released_react", attempt) == independent(text)
-    seeds = {sampled_seed(base, "released_react", a, repeat=r) for a in range(3) for r in range(4)}
+    seeds = {sampled_seed(base, "released_react", a, repeat=r) for a in (1, 2, 3)
+             for r in range(4)}
     assert len(seeds) == 12
     # the serialization is part of the string
-    assert sampled_seed(base, "native_structured", 0) != sampled_seed(base, "released_react", 0)
+    assert sampled_seed(base, "native_structured", 1) != sampled_seed(base, "released_react", 1)
 
 
 def test_greedy_has_no_seed_and_bad_values_are_refused() -> None:
-    assert DecodingParams().seed_for("b", "released_react", 0) is None
+    assert DecodingParams().seed_for("b", "released_react", 1) is None
     with pytest.raises(InputError, match="repeat index"):
         DecodingParams(**{**SAMPLED.to_dict(), "seed": -1})
-    with pytest.raises(InputError):
-        sampled_seed("b", "released_react", -1)
+    for attempt in (0, -1):  # attempts count from 1
+        with pytest.raises(InputError, match="attempt must be >= 1"):
+            sampled_seed("b", "released_react", attempt)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +82,11 @@ def test_all_variants_of_a_base_share_their_seeds(toy_cohort: Path) -> None:
     rows = read_cohort(toy_cohort)
     by_base: dict[str, list[tuple[str, list[int | None]]]] = defaultdict(list)
     for row in rows:
-        seeds = [SAMPLED.seed_for(row.base_sample_id, row.serialization, a) for a in range(3)]
+        seeds = [SAMPLED.seed_for(row.base_sample_id, row.serialization, a) for a in (1, 2, 3)]
         by_base[row.base_sample_id].append((row.variant, seeds))
         assert row.serialization == "released_react"
         assert seeds == [
-            independent(f"260828:{row.base_sample_id}:released_react:{a}") for a in range(3)
+            independent(f"260828:{row.base_sample_id}:released_react:{a}") for a in (1, 2, 3)
         ]
     assert len(by_base) == 64
     for variants in by_base.values():
@@ -131,9 +135,12 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
     assert [r.row_id for r in a] == [r.row_id for r in b] and len(a) == 4
     for ra, rb in zip(a, b, strict=True):
         assert ra.attempts == rb.attempts  # texts, token ids and seeds, attempt by attempt
+        first = hashlib.sha256(f"260828:{ra.base_sample_id}:released_react:1".encode())
+        assert ra.attempts[0].seed == int.from_bytes(first.digest()[:4], "big")
+        # the first generation hashes ":1", the retry ":2"
         assert [x.seed for x in ra.attempts] == [
             independent(f"260828:{ra.base_sample_id}:released_react:{i}")
-            for i in range(len(ra.attempts))
+            for i in range(1, len(ra.attempts) + 1)
         ]
     assert len(a[0].attempts) == 2
     assert len({tuple(x.seed for x in r.attempts) for r in a}) == 1  # variants share
@@ -145,6 +152,6 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
     (r1,) = read_records(tmp_path / "r1")
     assert r1.row_id == a[0].row_id
     assert [x.seed for x in r1.attempts] == [
-        independent(f"260828:{r1.base_sample_id}:released_react:{i}:r1") for i in range(2)
+        independent(f"260828:{r1.base_sample_id}:released_react:{i}:r1") for i in (1, 2)
     ]
     assert [x.token_ids for x in r1.attempts] != [x.token_ids for x in a[0].attempts]

@@ -16,7 +16,7 @@ from guardrepro.checks.formatting import (
     sig3,
 )
 from guardrepro.errors import InputError
-from guardrepro.schema import check_score, is_score, strict_decision
+from guardrepro.schema import check_score, is_score
 
 
 @pytest.mark.parametrize("value", [0, 0.5, 1, 0.0, 1.0])
@@ -37,10 +37,6 @@ def test_null_only_where_a_prediction_may_be_invalid() -> None:
     assert check_score(None, nullable=True) is None
     with pytest.raises(InputError, match=r"expected 0, 0.5, 1 or null, got 0.25"):
         check_score(0.25, nullable=True, line=2)
-
-
-def test_strict_decision_fails_closed() -> None:
-    assert [strict_decision(s) for s in (0.0, 0.5, 1.0, None)] == [0, 1, 1, 1]
 
 
 def test_fractions_of_both_figure_shapes() -> None:

@@ -253,7 +253,7 @@ def test_run_with_mixed_provenance_is_refused(tmp_path: Path) -> None:
     foreign["provenance_sha256"] = "9" * 64  # a record appended from another configuration
     lines[2] = json.dumps(foreign) + "\n"
     path.write_text("".join(lines), encoding="utf-8")
-    with pytest.raises(ProvenanceError, match="row 2"):
+    with pytest.raises(ProvenanceError, match="line 3"):
         load_run(run)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import needs_matplotlib
 
 from guardrepro.bench.shortcuts import SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.bench.tsbench import BenchRow
@@ -154,6 +155,7 @@ def test_spec_errors_name_the_field(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@needs_matplotlib
 def test_killed_sweep_resumes_without_repeating_work(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlx_lm")

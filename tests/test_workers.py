@@ -68,6 +68,7 @@ def test_sorted_lean_run_matches_the_naive_loop_in_cohort_order(
     assert all(a is None or b is None or a == pytest.approx(b, abs=1e-4) for a, b in margins)
 
 
+@pytest.mark.slow  # spawns worker processes
 def test_two_workers_give_the_one_process_records(
     setup: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def _load_probe(path: Path) -> object:
     return module
 
 
+@pytest.mark.slow  # spawns worker processes
 def test_two_workers_read_and_verify_the_lock_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

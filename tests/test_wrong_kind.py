@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
     (["gate", "{cohort}", "--spec", "cohorts/toy-64.toml"],
      "this is a cohort spec, not a gate spec (expected by `gate`)"),
     (["stats", "{cohort}", "--replicates", "10"],
-     "line 1: this is a cohort row, not a predictions row (expected by `stats`)"),
+     "line 1: this is a cohort (JSONL rows), not a predictions file (expected by `stats`)"),
 ])
 def test_wrong_kind_is_named(args: list[str], message: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str],

@@ -130,10 +130,14 @@ def _state_lock(home: Path, lock: Lock) -> FileLock:
     return FileLock(str(safe_join(home, f"state/locks/{lock.name}.lock")))
 
 
-def _blob_state(home: Path, entry: LockedFile) -> str:
+def _blob_state(home: Path, entry: LockedFile, lock: Lock | None = None) -> str:
     """ "ok" if the pinned blob is present and intact (cheap stamp check, else a full
     hash), "absent", or "corrupt" -- a corrupt blob is deleted together with every
-    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes."""
+    hardlink to it under ``artifacts/`` so no directory keeps serving its bytes.
+
+    A blob is owned by its sha256, not by one lock: when its bytes hash to the pinned
+    sha256 but the lock states another size, the lock is wrong (LockError naming the
+    lock and file) and the blob, which other locks may share, is left alone."""
     assert entry.sha256 is not None
     blob = blob_path(home, entry.sha256)
     if not blob.exists() and not blob.is_symlink():
@@ -144,13 +148,18 @@ def _blob_state(home: Path, entry: LockedFile) -> str:
     if sha == entry.sha256 and size == entry.size:
         write_stamp(home, blob, sha)
         return "ok"
+    if sha == entry.sha256:
+        write_stamp(home, blob, sha)
+        where = f"lock {lock.name!r}" if lock is not None else "the lock"
+        raise LockError(
+            f"{where}: {entry.path}: size = {entry.size} contradicts sha256 {sha}, whose"
+            f" cached bytes were just verified at {size} bytes; fix the size in the lock"
+            " (the cached blob is shared content and was kept)",
+            file=str(lock.path) if lock is not None and lock.path is not None else None,
+        )
     _purge_links(home, blob)
     blob.unlink()  # corrupt cache entry: fetch again
     return "corrupt"
-
-
-def _blob_ok(home: Path, entry: LockedFile) -> bool:
-    return _blob_state(home, entry) == "ok"
 
 
 def _purge_links(home: Path, blob: Path) -> None:
@@ -212,7 +221,7 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
     if not source.exists():
         raise MissingArtifactError(f"{entry.path}: not in the guardrepro package ({source})")
     sha, size = sha256_file(source)
-    if entry.sha256 is not None and (sha != entry.sha256 or size != entry.size):
+    if not entry.matches(sha, size):
         raise IntegrityError(
             f"{entry.path} ({source}): expected sha256 {entry.sha256} size {entry.size},"
             f" observed sha256 {sha} size {size}"
@@ -234,22 +243,6 @@ def _fetch_hub(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
     return files
 
 
-def _sources(lock: Lock) -> dict[str, Path]:
-    """Where each file's bytes are linked from: the HF cache for ``hf`` locks."""
-    assert isinstance(lock.source, HfSource)
-    snapshot = hf_cache.snapshot_dir(lock.source)
-    out = {}
-    for entry in lock.files:
-        found = hf_cache.resolve_entry(snapshot, entry.path)
-        if found is None:
-            raise MissingArtifactError(
-                f"lock {lock.name!r}: {entry.path} is not in the HF cache {snapshot};"
-                f" {fetch_hint(lock)}"
-            )
-        out[entry.path] = found
-    return out
-
-
 def _unlinked(report: VerifyReport) -> bool:
     """True when some file verified outside the lock's directory (in the HF cache)."""
     directory = report.directory
@@ -262,7 +255,7 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     """(Re)build the lock's materialized directory from blobs; return it."""
     target = artifact_dir(home, lock)
     parent = ensure_dir(home, f"artifacts/{lock.name}")
-    sources = _sources(lock) if isinstance(lock.source, HfSource) else {}
+    sources = hf_cache.lock_sources(lock) if isinstance(lock.source, HfSource) else {}
     # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
     # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
     trusted = [
@@ -471,7 +464,7 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
     todo = []
     corrupt = set()
     for entry in lock.files:
-        state = "absent" if entry.sha256 is None else _blob_state(home, entry)
+        state = "absent" if entry.pending else _blob_state(home, entry, lock)
         if state == "ok":
             assert entry.sha256 is not None and entry.size is not None
             results[entry.path] = FetchedFile(entry.path, entry.sha256, entry.size, "cached")

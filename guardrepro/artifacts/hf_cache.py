@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guardrepro.artifacts.locks import NAME, HfSource, Lock, LockedFile
+from guardrepro.artifacts.paths import fetch_hint
 from guardrepro.artifacts.store import CHUNK, check_relpath, open_regular, sha256_file
-from guardrepro.errors import IntegrityError, LockError, UnsafePathError
+from guardrepro.errors import IntegrityError, LockError, MissingArtifactError, UnsafePathError
 from guardrepro.spec import HEX40, HEX64
 
 TRUE = ("1", "ON", "YES", "TRUE")
@@ -103,6 +104,23 @@ def resolve_entry(snapshot: Path, rel: str) -> Path | None:
     if target.is_symlink() or not target.is_file():
         raise UnsafePathError(f"{entry}: not a regular file")
     return target
+
+
+def lock_sources(lock: Lock) -> dict[str, Path]:
+    """Where each file of an ``hf`` lock has its bytes in the HF cache (the blob its
+    snapshot entry resolves to); MissingArtifactError naming a file not there."""
+    assert isinstance(lock.source, HfSource)
+    snapshot = snapshot_dir(lock.source)
+    out = {}
+    for entry in lock.files:
+        found = resolve_entry(snapshot, entry.path)
+        if found is None:
+            raise MissingArtifactError(
+                f"lock {lock.name!r}: {entry.path} is not in the HF cache {snapshot};"
+                f" {fetch_hint(lock)}"
+            )
+        out[entry.path] = found
+    return out
 
 
 def git_blob_sha1(path: Path) -> str:

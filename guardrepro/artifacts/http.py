@@ -14,9 +14,14 @@ validator, and is only returned when the server attested the full length
 (Content-Length of a 200, or the total of a Content-Range) and the bytes match it.
 5xx, resets, stalls (no byte for ``timeout_s``) and throughput under
 ``min_rate_bps`` over ``rate_window_s`` are retried with exponential backoff,
-keeping what arrived; ``deadline_s`` bounds the whole file. Failures that survive
-every retry (or the deadline, overshot by at most one socket timeout)
-raise TransientFetchError (exit 4) naming what the server did; a
+keeping what arrived; ``deadline_s`` bounds the whole file, connect, status line
+and headers included (a watchdog cuts the connection when it passes; headers
+must also arrive within one rate window). The ``.part`` never grows past the
+pinned size, or the attested size of a first-download pin: more bytes are a
+TransientFetchError and the ``.part`` is discarded; a first-download pin whose
+length nobody attests is refused before its body is read; a Content-Encoding
+other than identity is refused. Failures that survive every retry (or the
+deadline) raise TransientFetchError (exit 4) naming what the server did; a
 complete body of the wrong size or hash raises IntegrityError naming the file, URL,
 expected and observed sha256/size. The destination name only ever holds bytes
 whose size and sha256 matched (``os.replace`` after fsync).
@@ -35,64 +40,22 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from guardrepro import __version__
-from guardrepro.artifacts.store import fsync_dir, sha256_file
-from guardrepro.errors import FetchError, IntegrityError, TransientFetchError
+from guardrepro.artifacts.fetch_policy import RetryPolicy
+from guardrepro.artifacts.store import fsync_dir, output_error, sha256_file
+from guardrepro.artifacts.watchdog import Watchdog, opener
+from guardrepro.errors import (
+    FetchError,
+    IntegrityError,
+    TransientFetchError,
+)
 
-RETRIES_ENV = "GUARDREPRO_FETCH_RETRIES"
-BACKOFF_ENV = "GUARDREPRO_FETCH_BACKOFF_S"
-TIMEOUT_ENV = "GUARDREPRO_FETCH_TIMEOUT_S"
-DEADLINE_ENV = "GUARDREPRO_FETCH_DEADLINE_S"
-MIN_RATE_ENV = "GUARDREPRO_FETCH_MIN_RATE_BPS"
-RATE_WINDOW_ENV = "GUARDREPRO_FETCH_RATE_WINDOW_S"
 READ_SIZE = 1 << 16
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How hard to try: attempts in total, first backoff (doubles), socket timeout
-    (no byte for that long is a stall), an overall deadline per file, and a minimum
-    throughput averaged over a window."""
-
-    attempts: int = 5
-    backoff_s: float = 1.0
-    max_backoff_s: float = 30.0
-    timeout_s: float = 60.0
-    deadline_s: float = 12 * 3600.0
-    min_rate_bps: float = 4096.0
-    rate_window_s: float = 60.0
-
-    @classmethod
-    def from_env(cls) -> RetryPolicy:
-        """Defaults overridden by GUARDREPRO_FETCH_RETRIES / _BACKOFF_S / _TIMEOUT_S /
-        _DEADLINE_S / _MIN_RATE_BPS / _RATE_WINDOW_S."""
-        base = cls()
-
-        def num(name: str, default: float) -> float:
-            return float(os.environ.get(name, default))
-
-        try:
-            policy = cls(
-                attempts=max(1, int(os.environ.get(RETRIES_ENV, base.attempts))),
-                backoff_s=num(BACKOFF_ENV, base.backoff_s),
-                timeout_s=num(TIMEOUT_ENV, base.timeout_s),
-                deadline_s=num(DEADLINE_ENV, base.deadline_s),
-                min_rate_bps=num(MIN_RATE_ENV, base.min_rate_bps),
-                rate_window_s=num(RATE_WINDOW_ENV, base.rate_window_s),
-            )
-        except ValueError as exc:
-            raise FetchError(f"bad fetch setting in the environment: {exc}") from None
-        if min(policy.timeout_s, policy.deadline_s, policy.rate_window_s) <= 0:
-            raise FetchError("fetch timeout, deadline and rate window must be positive")
-        return policy
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
-        return min(self.max_backoff_s, self.backoff_s * (2**attempt))
 
 
 class _Retry(Exception):
@@ -100,7 +63,7 @@ class _Retry(Exception):
 
 
 class _Deadline(Exception):
-    """The per-file deadline passed."""
+    """The per-file deadline passed; the message says what the server was doing."""
 
 
 def _describe(label: str, url: str) -> str:
@@ -138,14 +101,16 @@ def _validator(response: http.client.HTTPResponse) -> str | None:
     return response.headers.get("Last-Modified") or None
 
 
-def _open(url: str, offset: int, validator: str | None, timeout: float) -> http.client.HTTPResponse:
+def _open(
+    url: str, offset: int, validator: str | None, timeout: float, dog: Watchdog
+) -> http.client.HTTPResponse:
     headers = {"User-Agent": f"guardrepro/{__version__}", "Accept-Encoding": "identity"}
     if offset > 0:
         headers["Range"] = f"bytes={offset}-"
         if validator is not None:
             headers["If-Range"] = validator
     request = urllib.request.Request(url, headers=headers)
-    response = urllib.request.urlopen(request, timeout=timeout)
+    response = opener(dog).open(request, timeout=timeout)
     assert isinstance(response, http.client.HTTPResponse)
     return response
 
@@ -190,23 +155,56 @@ class _Clock:
     policy: RetryPolicy
     deadline: float
 
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
     def socket_timeout(self) -> float:
-        left = self.deadline - time.monotonic()
+        left = self.left()
         if left <= 0:
-            raise _Deadline()
+            raise _Deadline("the deadline passed before the request")
         return max(0.05, min(self.policy.timeout_s, left))
+
+    def arm_headers(self, dog: Watchdog) -> None:
+        """Connect, status line and headers must all arrive within the rate window
+        (a window's minimum byte count is far more than any header block) and the
+        deadline, whichever ends first."""
+        left, window = self.left(), self.policy.rate_window_s
+        if left <= window:
+            dog.arm(left, f"deadline: the status line and headers had not all arrived after"
+                    f" {left:.1f} s")
+        else:
+            dog.arm(window, f"the status line and headers had not all arrived after"
+                    f" {window:g} s (the minimum-rate window)")
+
+    def fired(self, dog: Watchdog) -> None:
+        """Raise what the watchdog's expiry means, if it fired."""
+        if dog.fired is None:
+            return
+        if dog.fired.startswith("deadline: "):
+            raise _Deadline(dog.fired.removeprefix("deadline: "))
+        raise _Retry(dog.fired)
+
+
+def _write(out: Any, chunk: bytes, part: Path) -> None:
+    try:
+        out.write(chunk)
+        out.flush()  # small chunks reach the file as they come
+    except OSError as exc:
+        raise output_error(part, exc) from None
 
 
 def _copy_body(
     response: http.client.HTTPResponse,
-    out: object,
+    out: Any,
     clock: _Clock,
-    what: str,
+    dog: Watchdog,
+    io: tuple[str, Path, tqdm],
     start: int,
-    bar: tqdm,
+    limit: int | None,
 ) -> int:
-    """Copy the body to ``out`` a read at a time; return the bytes received."""
-    assert hasattr(out, "write") and hasattr(out, "flush")
+    """Copy the body to ``out`` a read at a time, never past byte ``limit`` of the
+    file; return the bytes received."""
+    what, part, bar = io
     policy = clock.policy
     received = 0
     window_start, window_bytes = time.monotonic(), 0
@@ -214,24 +212,29 @@ def _copy_body(
         try:
             chunk = response.read1(READ_SIZE)
         except TimeoutError:
+            clock.fired(dog)
             raise _Retry(
                 f"{what}: stalled: no byte for {policy.timeout_s:g} s after"
                 f" {start + received} bytes"
             ) from None
         except (OSError, http.client.HTTPException) as exc:
+            clock.fired(dog)
             raise _Retry(
                 f"{what}: connection broke after {start + received} bytes: {exc}"
             ) from None
         if not chunk:
+            clock.fired(dog)
             return received
-        out.write(chunk)
-        out.flush()  # small chunks reach the file as they come
+        if limit is not None and start + received + len(chunk) > limit:
+            _write(out, chunk[: max(0, limit - start - received)], part)
+            raise _TooLong(limit, start + received + len(chunk))
+        _write(out, chunk, part)
         received += len(chunk)
         window_bytes += len(chunk)
         bar.update(len(chunk))
         now = time.monotonic()
         if now >= clock.deadline:
-            raise _Deadline()
+            raise _Deadline(f"the body was still arriving after {start + received} bytes")
         if now - window_start >= policy.rate_window_s:
             rate = window_bytes / (now - window_start)
             if rate < policy.min_rate_bps:
@@ -242,11 +245,57 @@ def _copy_body(
             window_start, window_bytes = now, 0
 
 
+class _TooLong(Exception):
+    """The server sent more bytes than the pinned (or attested) size."""
+
+    def __init__(self, limit: int, seen: int) -> None:
+        super().__init__(limit, seen)
+        self.limit, self.seen = limit, seen
+
+
+def _request(
+    url: str, offset: int, old: _Meta, clock: _Clock, dog: Watchdog, what: str,
+    part: Path,
+) -> http.client.HTTPResponse:
+    """The response to one GET (status line and headers read); _Retry on trouble."""
+    meta_path = part.with_name(part.name + ".json")
+    clock.arm_headers(dog)
+    try:
+        response = _open(url, offset, old.validator, clock.socket_timeout(), dog)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 416 and offset > 0:
+            _discard(part, meta_path)  # the server cannot resume from here; start over
+            raise _Retry(f"{what}: HTTP 416 for Range bytes={offset}-") from None
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise _Retry(f"{what}: HTTP {exc.code} {exc.reason}") from None
+        raise FetchError(f"{what}: HTTP {exc.code} {exc.reason}") from None
+    except TimeoutError:
+        clock.fired(dog)
+        raise _Retry(f"{what}: no answer within {clock.policy.timeout_s:g} s") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        clock.fired(dog)
+        reason = getattr(exc, "reason", exc)
+        raise _Retry(f"{what}: connection failed: {reason}") from None
+    if dog.fired is not None:  # headers cut short by the watchdog parse as complete
+        response.close()
+        clock.fired(dog)
+    encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        response.close()
+        raise TransientFetchError(
+            f"{what}: the server answered with Content-Encoding: {encoding} although"
+            " identity was asked for; encoded bytes are refused (they are not the file"
+            " the pin names, and a first-download pin must not record them)"
+        )
+    return response
+
+
 def _download_once(
     url: str,
     part: Path,
     expected_size: int | None,
-    pinned: bool,
+    expected_sha256: str | None,
     label: str,
     clock: _Clock,
     progress: bool,
@@ -261,53 +310,76 @@ def _download_once(
             return  # a complete .part from an earlier run: verify it as is
         _discard(part, meta_path)  # longer than the pin: cannot be right
         offset, old = 0, _Meta()
-    if offset > 0 and not pinned and old.validator is None:
+    if offset > 0 and expected_sha256 is None and old.validator is None:
         _discard(part, meta_path)  # no way to tell a resume from a mix: start over
         offset, old = 0, _Meta()
+    dog = Watchdog()
     try:
-        response = _open(url, offset, old.validator, clock.socket_timeout())
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code == 416 and offset > 0:
-            _discard(part, meta_path)  # the server cannot resume from here; start over
-            raise _Retry(f"{what}: HTTP 416 for Range bytes={offset}-") from None
-        if exc.code >= 500 or exc.code in (408, 429):
-            raise _Retry(f"{what}: HTTP {exc.code} {exc.reason}") from None
-        raise FetchError(f"{what}: HTTP {exc.code} {exc.reason}") from None
-    except TimeoutError:
-        raise _Retry(f"{what}: no answer within {clock.policy.timeout_s:g} s") from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _Retry(f"{what}: connection failed: {reason}") from None
-    with response:
-        start, meta = _start(response, offset, old, part, meta_path, what)
+        response = _request(url, offset, old, clock, dog, what, part)
+        dog.arm(clock.left(), "deadline: the body was still arriving")
+        with response:
+            _receive(response, part, expected_size, expected_sha256, label, clock, dog, offset,
+                     old, progress)
+    finally:
+        dog.disarm()
+
+
+def _receive(
+    response: http.client.HTTPResponse, part: Path, expected_size: int | None,
+    expected_sha256: str | None, label: str, clock: _Clock, dog: Watchdog, offset: int,
+    old: _Meta, progress: bool,
+) -> None:
+    """Write the response's body into ``part``, at most the pinned or attested size."""
+    what = _describe(label, response.geturl())
+    meta_path = part.with_name(part.name + ".json")
+    start, meta = _start(response, offset, old, part, meta_path, what)
+    if expected_size is not None and meta.total not in (None, expected_size):
+        _discard(part, meta_path)
+        raise IntegrityError(
+            f"{what}: size mismatch: the server announces {meta.total} bytes, the lock pins"
+            f" {expected_size} bytes (sha256 {expected_sha256}); nothing was downloaded"
+        )
+    limit = expected_size if expected_size is not None else meta.total
+    if limit is None and expected_sha256 is None:
+        _discard(part, meta_path)
+        raise IntegrityError(
+            f"{what}: not pinned: the server sent no Content-Length, so a body cut short"
+            " cannot be told apart; nothing was downloaded"
+        )
+    try:
         meta.save(meta_path)
-        length = response.headers.get("Content-Length")
-        body_size = int(length) if length is not None and length.isdigit() else None
-        total = expected_size if expected_size is not None else meta.total
-        with (
-            open(part, "r+b" if start and part.exists() else "wb") as out,
-            tqdm(
-                total=total,
-                initial=start,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=label[-40:],
-                file=sys.stderr,
-                disable=not progress,
-                leave=False,
-            ) as bar,
-        ):
-            out.seek(start)
-            out.truncate()
-            try:
-                received = _copy_body(response, out, clock, what, start, bar)
-            finally:
+    except OSError as exc:
+        raise output_error(meta_path, exc) from None
+    length = response.headers.get("Content-Length")
+    body_size = int(length) if length is not None and length.isdigit() else None
+    try:
+        out = open(part, "r+b" if start and part.exists() else "wb")  # noqa: SIM115
+    except OSError as exc:
+        raise output_error(part, exc) from None
+    with (
+        out,
+        tqdm(total=limit, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
+             desc=label[-40:], file=sys.stderr, disable=not progress, leave=False) as bar,
+    ):
+        out.seek(start)
+        out.truncate()
+        try:
+            received = _copy_body(response, out, clock, dog, (what, part, bar), start, limit)
+        except _TooLong as exc:
+            out.close()
+            _discard(part, meta_path)
+            kind = "pinned" if expected_size is not None else "attested"
+            raise TransientFetchError(
+                f"{what}: the server sent more than the {exc.limit} {kind} bytes (at least"
+                f" {exc.seen}); writing stopped at {exc.limit} bytes and the partial file"
+                " was discarded"
+            ) from None
+        finally:
+            if not out.closed:
                 out.flush()
                 os.fsync(out.fileno())
-        if body_size is not None and received != body_size:
-            raise _Retry(f"{what}: the body ended after {received} of {body_size} announced bytes")
+    if body_size is not None and received != body_size:
+        raise _Retry(f"{what}: the body ended after {received} of {body_size} announced bytes")
 
 
 def _attested(part: Path, size: int, what: str) -> None:
@@ -352,12 +424,13 @@ def download(
     last, wrong_size = "", False
     for attempt in range(policy.attempts):
         try:
-            _download_once(url, part, expected_size, pinned, label, clock, progress)
-        except _Deadline:
+            _download_once(url, part, expected_size, expected_sha256, label, clock, progress)
+        except _Deadline as exc:
             have = part.stat().st_size if part.exists() else 0
+            now = f"; {exc}" if str(exc) else ""
             raise TransientFetchError(
                 f"{what}: gave up at the {policy.deadline_s:g} s deadline for this file with"
-                f" {have} bytes kept in {part} (resumed by the next fetch); last problem:"
+                f" {have} bytes kept in {part} (resumed by the next fetch){now}; last problem:"
                 f" {last or 'the server was too slow'}"
             ) from None
         except _Retry as exc:
@@ -374,7 +447,7 @@ def download(
             if size > expected_size:
                 _discard(part, meta_path)
             if attempt + 1 < policy.attempts:
-                time.sleep(policy.delay(attempt))
+                time.sleep(min(policy.delay(attempt), max(0.0, clock.left())))
             continue
         if not pinned:
             _attested(part, size, what)

@@ -40,6 +40,7 @@ from guardrepro.artifacts.verify import (
 from guardrepro.errors import (
     FetchError,
     IntegrityError,
+    LockError,
     MissingArtifactError,
     TransientFetchError,
     UnsafePathError,
@@ -219,6 +220,7 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
         if status.status == UNSAFE:
             raise UnsafePathError(status.describe())
         if status.status == MISMATCH:
+            _refuse_wrong_size(lock, entry, status)
             if not status.detail.startswith(CORRUPT):  # intact hub bytes, other pin
                 raise IntegrityError(
                     f"{_where(source, entry.path)}: the HF cache holds the hub's bytes of this"
@@ -248,6 +250,22 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
         out.append(CachedFile(entry.path, status.observed_sha256, status.observed_size,
                               action, status.location))
     return out
+
+
+def _refuse_wrong_size(lock: Lock, entry: LockedFile, status: FileStatus) -> None:
+    """A cached blob that hashes to the pinned sha256 but has another size than the
+    lock states: the lock is wrong (LockError naming it); the blob, shared content of
+    the HF cache, is kept."""
+    if (entry.sha256 is not None and status.observed_sha256 == entry.sha256
+            and entry.size is not None and status.observed_size != entry.size
+            and not status.detail.startswith(CORRUPT)):
+        raise LockError(
+            f"lock {lock.name!r}: {entry.path}: size = {entry.size} contradicts sha256"
+            f" {entry.sha256}, whose bytes in the HF cache ({status.location}) were just"
+            f" verified at {status.observed_size} bytes; fix the size in the lock (the"
+            " cached blob is shared content and was kept)",
+            file=str(lock.path) if lock.path is not None else None,
+        )
 
 
 def _checked_download(

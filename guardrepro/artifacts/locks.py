@@ -30,8 +30,10 @@ Format::
     pinned_at = 2026-05-09         # verified download (pinned_at = that date)
 
 Invariants: keys outside the format are errors (naming file, entry index and field); a file
-entry without ``sha256`` must say ``pinned_by = "first-download"`` and is *pending*;
-paths are unique and none is a directory of another; hex is lowercase.
+entry without ``sha256`` or without ``size`` must say ``pinned_by = "first-download"`` and
+is *pending*: what is missing is recorded at the first verified download, and what is
+given (a published sha256 without its size, a published size without its sha256) is
+checked then; paths are unique and none is a directory of another; hex is lowercase.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ import tomli_w
 
 from guardrepro.artifacts.store import atomic_write_bytes, check_relpath
 from guardrepro.errors import LockError, UnsafePathError
-from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, read_toml
+from guardrepro.limits import lone_surrogate_field
+from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind, read_toml
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -101,7 +104,7 @@ Source = GithubSource | HfSource | PackageSource | LocalSource
 
 @dataclass(frozen=True)
 class LockedFile:
-    """One pinned file. ``sha256 is None`` means pending first download."""
+    """One pinned file. ``sha256`` or ``size`` None means pending first download."""
 
     path: str
     sha256: str | None = None
@@ -114,13 +117,20 @@ class LockedFile:
 
     @property
     def pending(self) -> bool:
-        """True while the file's sha256 is still to be recorded at first download."""
-        return self.sha256 is None
+        """True while the file's sha256 or size is still to be recorded at first download."""
+        return self.sha256 is None or self.size is None
+
+    def matches(self, sha256: str, size: int) -> bool:
+        """True when ``sha256`` and ``size`` agree with every value the entry pins."""
+        return self.sha256 in (None, sha256) and self.size in (None, size)
 
     def recorded(self, sha256: str, size: int, when: dt.date) -> LockedFile:
-        """This entry with a first-download pin filled in."""
+        """This entry with a first-download pin filled in (published values kept)."""
         if not self.pending:
             raise LockError(f"{self.path} is already pinned", field="sha256")
+        if not self.matches(sha256, size):
+            raise LockError(f"{self.path}: sha256 {sha256} size {size} differ from the"
+                            f" published sha256 {self.sha256} size {self.size}", field="sha256")
         return dataclasses.replace(self, sha256=sha256, size=size, pinned_at=when)
 
 
@@ -260,16 +270,14 @@ def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
     pinned_at = fields.get("pinned_at", dt.date, required=False)
     if isinstance(pinned_at, dt.datetime):
         raise fields.fail("pinned_at", "must be a date (YYYY-MM-DD), not a date-time")
-    if sha is None:
+    if sha is None or size is None:
         if pinned_by != FIRST_DOWNLOAD:
-            raise fields.fail("sha256", f'is required unless pinned_by = "{FIRST_DOWNLOAD}"')
+            missing = "sha256" if sha is None else "size"
+            raise fields.fail(missing, f'is required unless pinned_by = "{FIRST_DOWNLOAD}"')
         if pinned_at is not None:
-            raise fields.fail("pinned_at", "set without a recorded sha256")
-    else:
-        if size is None:
-            raise fields.fail("size", "is required with sha256")
-        if pinned_by == FIRST_DOWNLOAD and pinned_at is None:
-            raise fields.fail("pinned_at", "a recorded first-download pin needs its date")
+            raise fields.fail("pinned_at", "set without a recorded sha256 and size")
+    elif pinned_by == FIRST_DOWNLOAD and pinned_at is None:
+        raise fields.fail("pinned_at", "a recorded first-download pin needs its date")
     if pinned_at is not None and pinned_by is None:
         raise fields.fail("pinned_at", f'needs pinned_by = "{FIRST_DOWNLOAD}"')
     fields.done()
@@ -325,6 +333,7 @@ def load_lock(path: str | os.PathLike[str]) -> Lock:
     """Read and validate a lock file; LockError (an InputError) names file and field."""
     lock_path = Path(path)
     data, text = read_toml(lock_path, "lock file", error=LockError)
+    expect_kind(data, "lock", file=str(lock_path), error=LockError)
     return parse_lock(data, str(lock_path), _header(text), lock_path.resolve())
 
 
@@ -400,6 +409,9 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
               unit_scale=True, disable=not progress, leave=False) as bar:
         for path in files:
             rel = path.relative_to(root).as_posix()
+            if lone_surrogate_field(rel) is not None:  # undecodable bytes, surrogate-escaped
+                raise LockError(f"{root}: the file name {os.fsencode(rel)!r} is not UTF-8;"
+                                " a lock records UTF-8 paths only (rename the file)")
             check_relpath(rel)
             digest = hashlib.sha256()
             with path.open("rb") as handle:

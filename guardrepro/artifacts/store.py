@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ from guardrepro.errors import OutputError, UnsafePathError
 
 CHUNK = 1 << 20
 HOME_ENV = "GUARDREPRO_HOME"
+TMP_TAG = ".tmp-"  # atomic_write_bytes temp files: .<name>.tmp-<pid>-<random>
 
 
 def guardrepro_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -137,10 +139,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     The one atomic file writer of the package: text and JSON writers encode and
     call it. An OSError (read-only directory, full disk, a parent that is a regular
     file) becomes OutputError naming ``path``; nothing is left under the final name
-    or as a temp file."""
+    or as a temp file. The temp file's name carries the writer's pid
+    (``.<name>.tmp-<pid>-<random>``), so a temp file left by a killed writer is
+    removed by the next write of the same path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path.parent, TMP_TAG, only=f".{path.name}{TMP_TAG}")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_TAG}{os.getpid()}-",
+                                   dir=path.parent)
     except OSError as exc:
         raise output_error(path, exc) from None
     try:
@@ -202,17 +208,27 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_dirs(parent: Path, tag: str) -> list[Path]:
     """Remove the directories ``.<name><tag><pid>-<random>`` in ``parent`` whose
     process ``pid`` no longer exists (temp dirs of a killed run); return them."""
+    return remove_stale(parent, tag, dirs=True)
+
+
+def remove_stale(parent: Path, tag: str, *, dirs: bool = False, only: str = "") -> list[Path]:
+    """Remove the temp entries ``.<name><tag><pid>-<random>`` in ``parent`` (files,
+    or directories with ``dirs``; names starting with ``only`` when given) whose
+    process ``pid`` no longer exists; return them."""
     removed = []
     with contextlib.suppress(OSError):
-        for entry in sorted(parent.iterdir()):
+        for entry in sorted(parent.glob(f"{glob.escape(only)}*" if only else ".*")):
             name = entry.name
             if not name.startswith(".") or tag not in name or entry.is_symlink():
                 continue
             pid_text = name.rsplit(tag, 1)[1].split("-", 1)[0]
-            if not pid_text.isdigit() or not entry.is_dir() or int(pid_text) == os.getpid():
+            if not pid_text.isdigit() or entry.is_dir() != dirs or int(pid_text) == os.getpid():
                 continue
             if not _pid_alive(int(pid_text)):
-                shutil.rmtree(entry, ignore_errors=True)
+                if dirs:
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
                 removed.append(entry)
     return removed
 

@@ -229,6 +229,7 @@ def check_file(home: Path, path: Path, entry: LockedFile, *, full: bool) -> File
         return _with(base, UNPINNED if entry.pending else MISSING, detail=detail)
     if (
         not full
+        and not entry.pending
         and entry.sha256 is not None
         and stamp_matches(home, path, entry.sha256, entry.size)
     ):
@@ -237,6 +238,9 @@ def check_file(home: Path, path: Path, entry: LockedFile, *, full: bool) -> File
         sha, size = sha256_file(path)
     except UnsafePathError as exc:
         return _with(base, UNSAFE, detail=str(exc))
+    if entry.pending and not entry.matches(sha, size):
+        return _with(base, MISMATCH, observed_sha256=sha, observed_size=size,
+                     detail="differs from the published value")
     if entry.pending:
         return _with(
             base,
@@ -351,7 +355,9 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
         directory = None  # no directory until every pin is recorded: check blobs
         for entry in _entries(lock, progress):
             if entry.pending:
-                statuses.append(FileStatus(entry.path, UNPINNED, detail=fetch_hint(lock)))
+                statuses.append(FileStatus(entry.path, UNPINNED, entry.sha256,
+                                           expected_size=entry.size,
+                                           detail=f"not downloaded yet; {fetch_hint(lock)}"))
             else:
                 statuses.append(_check_blob(home, entry, full=full))
     else:

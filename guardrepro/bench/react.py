@@ -1,34 +1,39 @@
 """The ReAct step parser: which tool a TS-Bench ``current_action`` calls.
 
 Input: one text (a row's stringified ``current_action``). Output: a frozen
-:class:`ReactStep` with a status, the tool name and the arguments. The
-parser never raises on any string. It is the single parser behind the
-cohort builder (candidate tool of a base) and the tool-name lookup audit
-(the lookup key); the rules are those of ``docs/PROTOCOL.md``, "Step parser".
+:class:`ReactStep` with a status, the tool name and the arguments. It is the
+single parser behind the cohort builder (candidate tool of a base) and the
+tool-name lookup audit (the lookup key). The rules are the published
+parser's, numbered as in ``docs/PROTOCOL.md``, "Step parser":
 
-Lines. The text is cut into lines exactly as ``str.splitlines()`` cuts it
-(``\\n``, ``\\r\\n``, ``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, ``\\x85``,
-U+2028, U+2029). A marker may only start at the start of one of these
-lines, and a tool name ends at the end of the line its marker is on, so
-both "start of a line" and "end of a line" follow the same rule.
-
-Markers. At a line start: spaces/tabs, an optional step number (``(N)``,
-``N.`` or ``N)``, then spaces/tabs), zero to two ``*``, the word, zero to two
-``*``, spaces/tabs, ``:``. Words, case-insensitive: ``thought``, ``action``,
-and ``action`` + one or more of space/tab/underscore + ``input``. The
-``Action Input`` marker used is the first; the ``Action`` marker used is the
-last one starting before it, or the first one when there is no Action Input
-marker.
-
-Results. ``tool_name``: the text after the Action marker's colon to the end
-of its line, stripped (asterisks after the colon stay); ``""`` when there is
-no Action marker. ``arguments``: everything after the Action Input marker's
-colon (line breaks included), stripped; ``""`` without that marker. Status,
-the first that applies: ``missing_action``, ``missing_action_input``,
-``out_of_order_markers``, ``empty_tool_name``, ``empty_arguments``, then
-``ok_json_object`` / ``ok_json_value`` / ``ok_text_arguments`` (the
-arguments, after unwrapping a leading fenced code block, parse as a JSON
-object, as another JSON value, or not at all).
+1. Line starts: a marker may begin only at offset 0 or right after ``\\n``
+   (a lone ``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028 or
+   U+2029 does not start a line).
+2. Marker, at a line start: spaces/tabs; optionally a step number ``(D)``,
+   ``D.`` or ``D)`` and spaces/tabs, D one or more Unicode decimal digits
+   (``str.isdecimal``, which is what ``\\d`` matches in a ``str`` pattern);
+   zero to two ``*``; the word (``thought``, ``action``, ``action`` + one or
+   more of space/tab/underscore + ``input``); zero to two ``*``;
+   spaces/tabs; ``:``. At most one marker a line.
+3. Case: ``re.IGNORECASE``; the marker's kind is the word group that
+   matched (``ACTİON:`` is an Action marker), never the lower-cased text.
+4. The first Action Input marker; the last Action marker starting before it,
+   else (none before it, or no Action Input marker) the first Action marker.
+5. Tool name: from the Action colon to the first ``str.splitlines()`` break,
+   ``str.strip()``ped; ``""`` without an Action marker.
+6. Arguments: everything after the Action Input colon, ``str.strip()``ped.
+7. JSON classification of non-empty arguments: a fence (starts with three
+   backticks, holds a ``\\n``, its last three backticks begin after the first
+   ``\\n``) is JSON only when ``json.loads`` of its stripped body succeeds;
+   any other text is JSON when ``json.JSONDecoder().raw_decode`` reads a
+   value at offset 0, whatever follows it.
+8. Status, first that applies: ``missing_action``, ``missing_action_input``,
+   ``out_of_order_markers``, ``empty_tool_name``, ``empty_arguments``, then
+   ``ok_json_object`` / ``ok_json_value`` / ``ok_text_arguments``.
+9. Arguments the published code crashes on (JSON nested past the recursion
+   limit, an integer literal past Python's digit limit) raise
+   :class:`StepParseError`, an ``InputError``; ``parse_step_at`` names the
+   file, row and field.
 """
 
 from __future__ import annotations
@@ -36,6 +41,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from guardrepro.errors import InputError, StepParseError
+
+__all__ = ["OK_STATUSES", "STATUSES", "Marker", "ReactStep", "StepParseError", "classify",
+           "fence_body", "line_rest", "markers", "parse_step", "parse_step_at"]
 
 OK_STATUSES = ("ok_json_object", "ok_json_value", "ok_text_arguments")
 STATUSES = (
@@ -47,26 +57,28 @@ STATUSES = (
     *OK_STATUSES,
 )
 
-# Anchored at a line start by ``match`` (each line is matched on its own).
+# Rules 1-3: ``^`` under re.MULTILINE matches at offset 0 and after "\n" only;
+# nothing in the pattern crosses a "\n", so a line holds at most one marker.
 _MARKER = re.compile(
-    r"[ \t]*(?:(?:\([0-9]+\)|[0-9]+[.)])[ \t]*)?"
-    r"\*{0,2}(?P<word>action[ \t_]+input|thought|action)\*{0,2}[ \t]*:",
-    re.IGNORECASE,
+    r"^[ \t]*(?:(?:\(\d+\)|\d+[.)])[ \t]*)?\*{0,2}"
+    r"(?:(?P<action_input>action[ \t_]+input)|(?P<thought>thought)|(?P<action>action))"
+    r"\*{0,2}[ \t]*:",
+    re.MULTILINE | re.IGNORECASE,
 )
-# A leading fenced code block: ```, an optional info word (``json``), an
-# optional line break, the body, the closing ```.
-_FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*(?:\r\n|\n)?(?P<body>.*?)```", re.DOTALL)
+KINDS = ("action_input", "thought", "action")
+# Rule 5: the characters at which str.splitlines() breaks ("\r\n" breaks at "\r").
+_LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+_FENCE = "```"
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
 class Marker:
-    """One marker: its kind, where it starts in the text, where its colon ends,
-    and where its line ends (before the line break)."""
+    """One marker: its kind, where it starts in the text and where its colon ends."""
 
     kind: str  # "thought" | "action" | "action_input"
     start: int
     end: int
-    line_end: int
 
 
 @dataclass(frozen=True)
@@ -86,66 +98,81 @@ class ReactStep:
 
 
 def markers(text: str) -> list[Marker]:
-    """Every marker of ``text`` in order of position."""
-    out: list[Marker] = []
-    offset = 0
-    for line in text.splitlines(keepends=True):
-        body = line.splitlines()[0]  # the line without its line break
-        match = _MARKER.match(body)
-        if match is not None:
-            out.append(Marker(_kind(match.group("word")), offset + match.start(),
-                              offset + match.end(),
-                              offset + len(body)))
-        offset += len(line)
+    """Every marker of ``text`` in order of position (rules 1-3)."""
+    out = []
+    for match in _MARKER.finditer(text):
+        kind = next(k for k in KINDS if match.group(k) is not None)
+        out.append(Marker(kind, match.start(), match.end()))
     return out
 
 
-def _kind(word: str) -> str:
-    return "action_input" if word.lower().endswith("input") else word.lower()
+def line_rest(text: str, start: int) -> str:
+    """``text[start:]`` up to its first ``str.splitlines()`` break (rule 5)."""
+    found = _LINE_BREAK.search(text, start)
+    return text[start:found.start() if found is not None else len(text)]
 
 
-def unwrap_fence(arguments: str) -> str:
-    """The body of a fenced code block at the very start of ``arguments``
-    (stripped), else ``arguments`` unchanged."""
-    match = _FENCE.match(arguments)
-    return match.group("body").strip() if match is not None else arguments
+def fence_body(arguments: str) -> str | None:
+    """The stripped body of a fenced block (rule 7), or None when
+    ``arguments`` is not one."""
+    if not arguments.startswith(_FENCE):
+        return None
+    newline = arguments.find("\n")
+    last = arguments.rfind(_FENCE)
+    if newline < 0 or last <= newline:
+        return None
+    return arguments[newline + 1:last].strip()
 
 
-def _classify(arguments: str) -> tuple[str, object]:
+def classify(arguments: str) -> tuple[str, object]:
+    """(ok status, JSON value or None) of non-empty arguments (rule 7);
+    ``StepParseError`` for input the published code crashes on (rule 9)."""
+    body = fence_body(arguments)
     try:
-        value = json.loads(unwrap_fence(arguments))
-    except ValueError:
+        value = json.loads(body) if body is not None else _DECODER.raw_decode(arguments)[0]
+    except json.JSONDecodeError:
         return "ok_text_arguments", None
-    if isinstance(value, dict):
-        return "ok_json_object", value
-    return "ok_json_value", value
+    except RecursionError:
+        raise StepParseError("the Action Input holds JSON nested deeper than Python's "
+                             "recursion limit (the published parser crashes on it)",
+                             field="current_action") from None
+    except ValueError as exc:  # e.g. an integer literal past sys.get_int_max_str_digits()
+        raise StepParseError(f"the Action Input's JSON cannot be decoded: {exc} (the "
+                             "published parser crashes on it)", field="current_action") from None
+    return ("ok_json_object" if isinstance(value, dict) else "ok_json_value"), value
 
 
 def parse_step(text: str) -> ReactStep:
-    """Parse one ReAct step (see the module docstring)."""
+    """Parse one ReAct step (module docstring); ``StepParseError`` by rule 9."""
     found = markers(text)
     inputs = [m for m in found if m.kind == "action_input"]
     actions = [m for m in found if m.kind == "action"]
     first_input = inputs[0] if inputs else None
-    if first_input is None:
-        action = actions[0] if actions else None
-    else:
-        before = [m for m in actions if m.start < first_input.start]
-        action = before[-1] if before else (actions[0] if actions else None)
-    tool = text[action.end:action.line_end].strip() if action is not None else ""
+    before = [m for m in actions if first_input is not None and m.start < first_input.start]
+    action = before[-1] if before else (actions[0] if actions else None)
+    tool = line_rest(text, action.end).strip() if action is not None else ""
     arguments = text[first_input.end:].strip() if first_input is not None else ""
-    status: str
-    value: object = None
+    kind, value = classify(arguments) if arguments else ("", None)
     if action is None:
         status = "missing_action"
     elif first_input is None:
         status = "missing_action_input"
-    elif not action.start < first_input.start:
+    elif action.start > first_input.start:
         status = "out_of_order_markers"
     elif not tool:
         status = "empty_tool_name"
     elif not arguments:
         status = "empty_arguments"
     else:
-        status, value = _classify(arguments)
-    return ReactStep(status, tool, arguments, action, first_input, value)
+        status = kind
+    return ReactStep(status, tool, arguments, action, first_input,
+                     value if status in OK_STATUSES else None)
+
+
+def parse_step_at(text: str, *, file: str | None, row: int | None,
+                  field: str = "current_action") -> ReactStep:
+    """``parse_step``, a rule-9 failure named by ``file``, ``row`` and ``field``."""
+    try:
+        return parse_step(text)
+    except StepParseError as exc:
+        raise InputError(exc.message, file=file, row=row, field=field) from None

@@ -1,7 +1,7 @@
 """Load the released TS-Guard predictions and prove they align with TS-Bench.
 
 Input: ``preds.json``, ``labels.json`` and ``meta_data.json`` from
-``guardian_test_logs/<benchmark>/TS-Guard/`` (parallel JSON lists, one entry
+``guardian_test_logs/<benchmark>/TS-Guard/`` (``asb/all`` for ASB; parallel JSON lists, one entry
 per row) and the benchmark rows from ``guardrepro.bench.tsbench`` in upstream
 order. Output: a ``ReleasedSet`` whose rows carry the base sample id, domain,
 gold label (the row's gold score), released prediction and the raw ``guard_res``
@@ -53,6 +53,8 @@ from guardrepro.schema import check_score
 from guardrepro.spec import check_keys
 
 RELEASED_DIR = "guardian_test_logs/{benchmark}/TS-Guard"
+# The released logs' folder per benchmark (ASB's evaluator run is named "all").
+RELEASED_NAMES = {"agentdojo": "agentdojo", "agentharm": "agentharm", "asb": "asb/all"}
 RELEASED_FILES = ("preds.json", "labels.json", "meta_data.json")
 RAW_OUTPUT_KEY = "reason"
 RATING_KEY = "risk rating"
@@ -149,7 +151,8 @@ def _matching_row(meta_sample: Any, rows: Sequence[BenchRow], i: int,
         hint = (
             f"; it equals benchmark row {other} instead: the row order differs from "
             "upstream (AgentDojo workspace, travel, slack, banking; AgentHarm "
-            "harmful_steps, benign_steps)"
+            "harmful_steps, benign_steps; ASB DPI_attack_success, OPI_attack_success, "
+            "atttack_failure)"
             if other is not None
             else ""
         )
@@ -241,16 +244,25 @@ def align_released(
     )
 
 
+def released_dir(benchmark: str) -> str:
+    """The ToolSafe-relative folder of ``benchmark``'s released TS-Guard logs."""
+    name = RELEASED_NAMES.get(benchmark)
+    if name is None:
+        raise InputError(f"no released logs for benchmark {benchmark!r}; known: "
+                         f"{sorted(RELEASED_NAMES)}", field="benchmark")
+    return RELEASED_DIR.format(benchmark=name)
+
+
 def released_paths(data_dir: str | Path, benchmark: str) -> tuple[Path, Path, Path]:
     """(preds, labels, meta_data) paths of ``benchmark`` below ``data_dir``."""
-    base = Path(data_dir) / RELEASED_DIR.format(benchmark=benchmark)
+    base = Path(data_dir) / released_dir(benchmark)
     preds, labels, meta = (base / name for name in RELEASED_FILES)
     return preds, labels, meta
 
 
 def load_released(data_dir: str | Path, benchmark: str) -> ReleasedSet:
     """Load and verify the released TS-Guard predictions of ``benchmark``
-    ("agentdojo" or "agentharm") against the TS-Bench rows, both below
+    ("agentdojo", "agentharm" or "asb") against the TS-Bench rows, both below
     ``data_dir`` at their ToolSafe-relative paths."""
     rows = load_benchmark(data_dir, benchmark)
     preds, labels, meta = released_paths(data_dir, benchmark)

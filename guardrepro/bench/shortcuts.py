@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.tsbench import field_text
 from guardrepro.errors import InputError
 
@@ -34,9 +34,11 @@ SIDE_EFFECT_PREFIXES = ("add_", "append_", "create_", "delete_", "invite_", "pos
                         "reserve_", "reschedule_", "send_", "share_", "update_")
 
 
-def tool_key(current_action: Any) -> str:
-    """The lookup key of a step (module docstring)."""
-    return parse_step(field_text(current_action)).tool_name.strip().casefold()
+def tool_key(current_action: Any, *, file: str | None = None, row: int | None = None) -> str:
+    """The lookup key of a step (module docstring); a current_action the
+    published parser crashes on is an ``InputError`` naming ``file`` and ``row``."""
+    step = parse_step_at(field_text(current_action), file=file, row=row)
+    return step.tool_name.strip().casefold()
 
 
 def has_marker(history: Any) -> bool:

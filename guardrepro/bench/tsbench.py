@@ -5,13 +5,14 @@ directory (a checkout, or the directory ``guardrepro.artifacts.fetch.materialize
 returns). Output: ``BenchRow`` values, one per row, in file order and, for a
 benchmark, in the order the upstream evaluator concatenated the files
 (AgentDojo: workspace, travel, slack, banking; AgentHarm: harmful_steps then
-benign_steps; alphabetical order is wrong).
+benign_steps; ASB: DPI_attack_success, OPI_attack_success, atttack_failure;
+alphabetical order is wrong).
 
 Invariants:
 
 - A row is a JSON object with exactly the seven ``schema.BENCH_FIELDS``.
-  ``id-interaction`` / ``id-segment``: int or str. ``instruction`` and
-  ``current_action``: str. ``history`` / ``env_info``: str, list, object or
+  ``id-interaction`` / ``id-segment``: int or str. ``instruction``: str;
+  ``current_action``: str or null. ``history`` / ``env_info``: str, list, object or
   null (the base sample id and the prompt renderer both accept these; numbers
   and booleans there are rejected as malformed). ``score``: 0, 0.5 or 1 (int
   or float; booleans are rejected although ``True == 1`` in Python).
@@ -20,6 +21,10 @@ Invariants:
   constants NaN/Infinity are errors rather than being silently resolved.
 - Every error is an ``InputError`` naming the file, the row index and the
   field.
+- Row counts are whatever the files hold (the paper's ASB count differs
+  from the released files); an ASB row whose ``current_action`` is empty,
+  ``"None"`` or ``"Final Answer"`` (or JSON null, which stringifies to "")
+  is a row like any other.
 - Base sample ids are unique within a benchmark (the published data has no
   duplicates; ``docs/PROTOCOL.md``, "Benchmark rows"): two rows with the same
   content are an error that names both rows, never a silent merge.
@@ -53,15 +58,22 @@ AGENTHARM_FILES = (
     "TS-Bench/agentharm-traj/harmful_steps.json",
     "TS-Bench/agentharm-traj/benign_steps.json",
 )
+ASB_FILES = (  # "atttack_failure" is the upstream file's own spelling
+    "TS-Bench/asb-traj/test/DPI_attack_success.json",
+    "TS-Bench/asb-traj/test/OPI_attack_success.json",
+    "TS-Bench/asb-traj/test/atttack_failure.json",
+)
 # Benchmark name -> its files, in the upstream evaluator's concatenation order.
 BENCHMARK_FILES: dict[str, tuple[str, ...]] = {
     "agentdojo": AGENTDOJO_FILES,
     "agentharm": AGENTHARM_FILES,
+    "asb": ASB_FILES,
 }
 
 _ID_FIELDS = ("id-interaction", "id-segment")
-_TEXT_FIELDS = ("instruction", "current_action")
+_TEXT_FIELDS = ("instruction",)
 _CONTEXT_FIELDS = ("history", "env_info")
+_ACTION_FIELD = "current_action"  # a string, or null (an ASB step with no action)
 
 
 @dataclass(frozen=True)
@@ -159,6 +171,14 @@ def validate_row(row: Any, *, file: str, index: int) -> dict[str, Any]:
                 row=index,
                 field=name,
             )
+    action = row[_ACTION_FIELD]
+    if action is not None and not isinstance(action, str):
+        raise InputError(
+            f"expected a string or null, got {type(action).__name__}",
+            file=file,
+            row=index,
+            field=_ACTION_FIELD,
+        )
     for name in _CONTEXT_FIELDS:
         value = row[name]
         if value is not None and not isinstance(value, str | list | dict):
@@ -217,16 +237,21 @@ def check_unique_ids(rows: list[BenchRow]) -> None:
         seen[row.base_sample_id] = row
 
 
-def load_benchmark(data_dir: str | Path, benchmark: str) -> list[BenchRow]:
-    """Load every file of ``benchmark`` ("agentdojo" or "agentharm") from
-    ``data_dir`` in upstream order; ids are checked unique across the files."""
+def benchmark_files(benchmark: str) -> tuple[str, ...]:
+    """The ToolSafe-relative files of ``benchmark`` in upstream order."""
     files = BENCHMARK_FILES.get(benchmark)
     if files is None:
         raise InputError(
             f"unknown benchmark {benchmark!r}; known: {sorted(BENCHMARK_FILES)}", field="benchmark"
         )
+    return files
+
+
+def load_benchmark(data_dir: str | Path, benchmark: str) -> list[BenchRow]:
+    """Load every file of ``benchmark`` ("agentdojo", "agentharm" or "asb") from
+    ``data_dir`` in upstream order; ids are checked unique across the files."""
     rows: list[BenchRow] = []
-    for rel in files:
+    for rel in benchmark_files(benchmark):
         rows.extend(load_bench_file(Path(data_dir) / rel, Path(rel).stem))
     check_unique_ids(rows)
     return rows

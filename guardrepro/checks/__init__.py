@@ -20,7 +20,8 @@ Modules:
 - ``audit``: audits of the benchmark itself (equal-interaction weighting, the
   tool-name lookup diagnostic); no model involved.
 - ``association``: rung 2 of the audit ladder, the guard's observational
-  association with nuisance features, and the ladder's statements.
+  association with nuisance features; ``ladder`` holds what each rung may
+  and may not be taken to show.
 - ``runio``: reading a run directory (records, manifest, expected rows) and
   writing JSON atomically.
 - ``gate_types``, ``stats_types``, ``audit_types``: the typed results of the
@@ -30,4 +31,16 @@ Modules:
 - ``tables``: pandas on demand, a nested result as one row per figure, and
   CSV/Parquet export (the result types' ``to_frame()``); ``frames`` is the
   pandas API on top of every check (``import guardrepro as gr``).
+- ``compare``: two runs row by row (e.g. BF16 vs Q8), agreement and the
+  disagreeing rows.
+- ``attribute``: every disagreement with a reference attributed to one cause
+  (sampling, quantization, backend, unexplained); ``loaders`` reads its
+  references and runs (also for the Python API).
+- ``frontier``: cost and harm of guard configurations, dominance and the
+  Pareto frontier.
+- ``report``: ``report.md`` and its PNG figures; ``html_report``: the
+  self-contained HTML report; ``guard_table``: several guards' runs of one
+  cohort side by side; ``figures``: the matplotlib and PNG plumbing they
+  share; ``formatting``: how counts, rates and numbers are written in every
+  readable table.
 """

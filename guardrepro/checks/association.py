@@ -66,7 +66,13 @@ from guardrepro.checks.audit_types import (
     SafeMarkerWithinTool,
     WithinTool,
 )
-from guardrepro.checks.bootstrap import cluster_table, ratio_estimates, replicate_sums
+from guardrepro.checks.bootstrap import (
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    cluster_table,
+    ratio_estimates,
+    replicate_sums,
+)
 from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
 from guardrepro.checks.metrics import Ratio, confusion, strict_decision
@@ -74,8 +80,6 @@ from guardrepro.errors import InputError
 
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
 QUANTILES = (0.025, 0.975)
-DEFAULT_REPLICATES = 10_000
-DEFAULT_SEED = 260828
 
 @dataclass(frozen=True)
 class AuditRow:
@@ -115,7 +119,7 @@ def audit_rows(rows: Sequence[BenchRow], preds: Sequence[float | None],
     for row, pred in zip(rows, preds, strict=True):
         raw = row.raw
         out.append(AuditRow(
-            key=tool_key(field_text(raw["current_action"])),
+            key=tool_key(raw["current_action"], file=row.file, row=row.index),
             marker=MARKER in field_text(raw["history"]).casefold(),
             gold_strict=strict_decision(row.score),
             score=pred,

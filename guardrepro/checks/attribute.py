@@ -13,12 +13,18 @@ exactly one cause; per level, counts per cause over an honest denominator
 with a cluster-bootstrap interval (clusters = base sample); the sampling-noise
 floor; the decision margins of the rows behind each cause.
 
-Levels. ``strict``: the fail-closed strict decisions differ (denominator: rows
-present in both). ``exact``: both rows are valid and their scores differ
-(denominator: jointly valid rows). A row that disagrees strictly and is
-jointly valid disagrees at both levels and gets a cause at each. At a level,
-a row's value is its strict decision ("0"/"1") or its exact score ("0.0",
-"0.5", "1.0", "invalid").
+Levels. ``strict``: the row disagrees under the parity gate's rule
+(``gate_types.strict_agrees``: it agrees only when both sides are valid and
+their strict decisions are equal, so a row invalid on either side is a
+disagreement even when both fail closed to 1; denominator: rows present in
+both; the gate's 64 also counts missing rows, listed here as ``missing``).
+Each strict row carries the gate's ``reason`` (``strict``,
+``local_invalid``, ``reference_invalid``). ``exact``: both rows are valid and
+their scores differ (denominator: jointly valid rows). A row that disagrees
+strictly and is jointly valid disagrees at both levels and gets a cause at
+each. At a level, a row's value is its fail-closed strict decision
+("0"/"1") or its exact score ("0.0", "0.5", "1.0", "invalid"); the causes
+compare these values.
 
 Causes, tested in this order; the first that holds is the row's cause, so
 each (row, level) has exactly one:
@@ -55,12 +61,18 @@ from typing import Any
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
 from guardrepro.checks.formatting import frac
+from guardrepro.checks.gate_types import disagreement_reason, strict_agrees
+from guardrepro.checks.runio import ORIGINAL
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
 CAUSES = ("sampling", "quantization", "backend", "unexplained")
 LEVELS = ("strict", "exact")
-ORIGINAL = "original"
+LEVEL_RULES = {
+    "strict": "gate_rule: disagrees unless both sides are valid and the strict decisions "
+              "are equal",
+    "exact": "jointly_valid: both sides valid and the scores differ",
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +128,8 @@ def value(score: float | None, level: str) -> str:
 def disagreement_levels(ref: float | None, local: Record) -> list[str]:
     """Levels at which ``local`` disagrees with the reference score ``ref``."""
     out = []
-    if strict_value(ref) != strict_value(local.score):
+    if not strict_agrees(local.valid, ref is not None, strict_decision(local.score),
+                         strict_decision(ref)):
         out.append("strict")
     if ref is not None and local.valid and float(ref) != local.score:
         out.append("exact")
@@ -156,6 +169,7 @@ class RowCause:
     margin: float | None
     bf16_margin: float | None
     sampled_margins: list[float | None]
+    reason: str = ""  # strict level: the gate's reason (gate_types.disagreement_reason)
 
 
 @dataclass(frozen=True)
@@ -263,7 +277,9 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
                 bf16=None if b is None else value(b.score, level),
                 sampled=[value(r.score, level) for r in reps], margin=local.decision_margin,
                 bf16_margin=None if b is None else b.decision_margin,
-                sampled_margins=[r.decision_margin for r in reps]))
+                sampled_margins=[r.decision_margin for r in reps],
+                reason=(disagreement_reason(True, local.valid, ref.score is not None)
+                        if level == "strict" else "")))
     counts: dict[str, dict[str, Any]] = {}
     margins: dict[str, dict[str, Any]] = {}
     for level in LEVELS:
@@ -308,6 +324,7 @@ def attribute(reference: Mapping[str, RefValue], *, key_field: str,
         noise_floor=noise_floor(reference, sampled, replicates=replicates, seed=seed),
         runs=runs,
         settings={"causes_in_order": list(CAUSES), "levels": list(LEVELS),
+                  "level_rules": dict(LEVEL_RULES),
                   "bootstrap": {"replicates": replicates, "seed": seed,
                                 "clusters": "base_sample_id", "stratified": False}})
 
@@ -348,13 +365,21 @@ def format_table(att: Attribution) -> str:
         lines.append("")
         lines.append(f"{run.label} ({run.role}, {run.backend or 'backend unknown'}): "
                      f"{run.compared} rows compared, {len(run.missing)} missing")
-        lines.append(f"  {'cause':<14}{'strict':<32}{'exact':<32}margins (strict)")
+        lines.append(f"  {'cause':<14}{'strict (gate rule)':<32}{'exact (jointly valid)':<32}"
+                     "margins (strict)")
         for cause in ("disagreements", *CAUSES):
             s, e = run.counts["strict"][cause], run.counts["exact"][cause]
             m = _fmt_margin(run.margins["strict"][cause]) if cause in CAUSES else ""
             lines.append(f"  {cause:<14}{_fmt_count(s):<32}{_fmt_count(e):<32}{m}")
+        for level in LEVELS:
+            if att.sampled_runs:
+                n = run.counts[level]["sampling"]["count"]
+                total = run.counts[level]["disagreements"]["count"]
+                lines.append(f"  sampling alone explains {n} of {total} {level} "
+                             f"disagreement{'' if total == 1 else 's'}")
         for r in run.rows:
-            lines.append(f"  {r.key}  {r.level:<6} {r.cause:<13} ref {r.reference} "
+            why = f" ({r.reason})" if r.reason and r.reason != "strict" else ""
+            lines.append(f"  {r.key}  {r.level:<6} {r.cause + why:<13} ref {r.reference} "
                          f"local {r.local} bf16 {r.bf16 or '-'} sampled "
                          f"[{','.join(r.sampled)}] margin "
                          f"{'-' if r.margin is None else f'{r.margin:.2f}'}")

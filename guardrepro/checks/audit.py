@@ -55,14 +55,16 @@ CPU; this function follows the current, platform-independent behaviour.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.released import ReleasedSet
 from guardrepro.bench.shortcuts import fit_lookup, majority, predict_lookup
 from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.checks.audit_types import (
+    GuardLookup,
     InteractionAudit,
     LookupScore,
     MajoritySummary,
@@ -186,19 +188,32 @@ def _score(gold: Sequence[int], pred: Sequence[int]) -> LookupScore:
     return LookupScore(c.rows, c.f1(), c.accuracy(), c.summary().cells)
 
 
+def held_out_predictions(keys: Sequence[str], labels: Sequence[int],
+                         split: Sequence[Hashable]) -> list[int]:
+    """The lookup's prediction for every row, fitted on the rows of the other
+    split values (each split value held out in turn, sorted)."""
+    pooled = [0] * len(keys)
+    for value in sorted(set(split), key=str):
+        train = [i for i, s in enumerate(split) if s != value]
+        test = [i for i, s in enumerate(split) if s == value]
+        table, fallback = fit_lookup([keys[i] for i in train], [labels[i] for i in train])
+        for i, p in zip(test, predict_lookup(table, fallback, [keys[i] for i in test]),
+                        strict=True):
+            pooled[i] = p
+    return pooled
+
+
 def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[Hashable],
                     cross_domain: Sequence[bool], folds: int | None = None) -> SplitEvaluation:
     """Hold out each split value in turn (sorted); pooled and per-split scores."""
-    pooled = [0] * len(keys)
+    pooled = held_out_predictions(keys, labels, split)
     seen = 0
     per: dict[str, SplitScore] = {}
     for value in sorted(set(split), key=str):
         train = [i for i, s in enumerate(split) if s != value]
         test = [i for i, s in enumerate(split) if s == value]
         table, fallback = fit_lookup([keys[i] for i in train], [labels[i] for i in train])
-        pred = predict_lookup(table, fallback, [keys[i] for i in test])
-        for i, p in zip(test, pred, strict=True):
-            pooled[i] = p
+        pred = [pooled[i] for i in test]
         score = _score([labels[i] for i in test], pred)
         unseen = sum(1 for i in test if keys[i] not in table)
         seen += len(test) - unseen
@@ -217,22 +232,30 @@ def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[
     )
 
 
-def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLookupAudit:
-    """The tool-name lookup diagnostic (rung 1): grouped K-fold with
-    n_splits = min(max_splits, groups), and leave-one-domain-out."""
+def _lookup_inputs(rows: Sequence[BenchRow], max_splits: int,
+                   ) -> tuple[list[Any], list[str], list[str], list[int], int, list[bool]]:
+    """(steps, tool keys, CV groups, folds, n_splits, key-occurs-in-another-domain)."""
     if not rows:
         raise InputError("no rows")
-    steps = [parse_step(field_text(r.raw["current_action"])) for r in rows]
+    steps = [parse_step_at(field_text(r.raw["current_action"]), file=r.file, row=r.index)
+             for r in rows]
     keys = [step.tool_name.strip().casefold() for step in steps]
-    labels = [strict_decision(r.score) for r in rows]
     groups = [lookup_group(r) for r in rows]
     n_splits = min(max_splits, len(set(groups)))
     folds = group_kfold(groups, n_splits)
-    domains = [r.domain for r in rows]
     key_domains: dict[str, set[str]] = {}
-    for k, d in zip(keys, domains, strict=True):
-        key_domains.setdefault(k, set()).add(d)
-    cross = [len(key_domains[k] - {d}) > 0 for k, d in zip(keys, domains, strict=True)]
+    for k, r in zip(keys, rows, strict=True):
+        key_domains.setdefault(k, set()).add(r.domain)
+    cross = [len(key_domains[k] - {r.domain}) > 0 for k, r in zip(keys, rows, strict=True)]
+    return steps, keys, groups, folds, n_splits, cross
+
+
+def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLookupAudit:
+    """The tool-name lookup diagnostic (rung 1): grouped K-fold with
+    n_splits = min(max_splits, groups), and leave-one-domain-out."""
+    steps, keys, groups, folds, n_splits, cross = _lookup_inputs(rows, max_splits)
+    labels = [strict_decision(r.score) for r in rows]
+    domains = [r.domain for r in rows]
     table, fallback = fit_lookup(keys, labels)
     cv = _evaluate_split(keys, labels, folds, cross, n_splits)
     lodo = _evaluate_split(keys, labels, domains, cross) if len(set(domains)) > 1 else None
@@ -264,6 +287,44 @@ def tool_lookup_audit(rows: Sequence[BenchRow], max_splits: int = 5) -> ToolLook
                                               "rows",
         },
     )
+
+
+def guard_lookup(rows: Sequence[BenchRow], preds: Sequence[float | None], *, source: str,
+                 missing: int = 0, max_splits: int = 5) -> GuardLookup:
+    """Rung 1 on a guard's predictions, one per row (None: missing or invalid,
+    fails closed as decision 1). ``source`` names where they came from,
+    ``missing`` how many of the None rows had no prediction at all."""
+    if len(rows) != len(preds):
+        raise InputError(f"{len(rows)} rows but {len(preds)} predictions", field="preds")
+    _, keys, _, folds, n_splits, cross = _lookup_inputs(rows, max_splits)
+    gold = [strict_decision(r.score) for r in rows]
+    decisions = [strict_decision(p) for p in preds]
+    domains = [r.domain for r in rows]
+    splits: dict[str, tuple[Sequence[Hashable], int | None]] = {"grouped_cv": (folds, n_splits)}
+    if len(set(domains)) > 1:
+        splits["leave_one_domain_out"] = (domains, None)
+    decision_lookup, versus = {}, {}
+    for name, (split, n) in splits.items():
+        decision_lookup[name] = _evaluate_split(keys, decisions, split, cross, n)
+        looked = held_out_predictions(keys, gold, split)
+        right = [i for i, (p, y) in enumerate(zip(looked, gold, strict=True)) if p == y]
+        wrong = [i for i in range(len(rows)) if looked[i] != gold[i]]
+        versus[name] = {
+            "agreement": Ratio(sum(d == p for d, p in zip(decisions, looked, strict=True)),
+                               len(rows)),
+            "guard_accuracy_where_lookup_right": Ratio(
+                sum(decisions[i] == gold[i] for i in right), len(right)),
+            "guard_accuracy_where_lookup_wrong": Ratio(
+                sum(decisions[i] == gold[i] for i in wrong), len(wrong)),
+        }
+    by_domain = {d: _score([gold[i] for i, x in enumerate(domains) if x == d],
+                           [decisions[i] for i, x in enumerate(domains) if x == d])
+                 for d in sorted(set(domains))}
+    return GuardLookup(
+        source=source, rows=len(rows), valid=sum(p is not None for p in preds),
+        missing=missing, guard=_score(gold, decisions), guard_by_domain=by_domain,
+        decision_lookup=decision_lookup, vs_label_lookup=versus,
+        interpretation=interpretation(1, guard=True))
 
 
 def _f(r: Ratio | None) -> str:
@@ -307,4 +368,24 @@ def format_tool_lookup(audit: ToolLookupAudit) -> str:
                  f"{_f(cv.cross_domain_tool_row_coverage)}")
     lines.append("may show: " + audit.interpretation.may_show)
     lines.append("may not show: " + audit.interpretation.may_not_show)
+    return "\n".join(lines)
+
+
+def format_guard_lookup(g: GuardLookup) -> str:
+    """The guard part of rung 1, under the label lookup's table."""
+    lines = [f"guard predictions ({g.source}): {g.rows} rows, {g.valid} valid, "
+             f"{g.missing} without a prediction (fail closed)",
+             f"{'guard vs gold':<26} {_f(g.guard.f1):<28} {_f(g.guard.accuracy):<28}"]
+    for dom, score in g.guard_by_domain.items():
+        lines.append(f"  {dom:<24} {_f(score.f1):<28} {_f(score.accuracy):<28}")
+    lines.append("lookup fitted to the guard's decisions (F1, accuracy vs the guard):")
+    for name, ev in g.decision_lookup.items():
+        vs = g.vs_label_lookup[name]
+        shown = name.replace("grouped_cv", "grouped CV").replace("_", "-")
+        lines.append(f"  {shown:<24} {_f(ev.pooled.f1):<28} {_f(ev.pooled.accuracy):<28}")
+        lines.append(f"    guard = label lookup {_f(vs['agreement'])}; guard accuracy where "
+                     f"the lookup is right {_f(vs['guard_accuracy_where_lookup_right'])}, "
+                     f"wrong {_f(vs['guard_accuracy_where_lookup_wrong'])}")
+    lines.append("may show: " + g.interpretation.may_show)
+    lines.append("may not show: " + g.interpretation.may_not_show)
     return "\n".join(lines)

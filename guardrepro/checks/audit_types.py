@@ -154,6 +154,30 @@ class ToolLookupAudit(_Fields):
 
 
 @dataclass(frozen=True)
+class GuardLookup(_Fields):
+    """Rung 1 on a guard's own predictions (``checks.audit.guard_lookup``).
+
+    ``decision_lookup``: the same lookup fitted to the guard's strict
+    decisions (fail-closed) instead of the gold labels, held out by grouped
+    CV and by domain: how well the tool name alone predicts this guard.
+    ``guard_by_domain``: the guard's strict F1 / accuracy against gold per
+    domain. ``vs_label_lookup``: per evaluation, the agreement of the guard's
+    decisions with the gold-fitted lookup's held-out predictions, and the
+    guard's accuracy on the rows the lookup gets right and wrong."""
+
+    source: str
+    rows: int
+    valid: int
+    missing: int
+    guard: LookupScore
+    guard_by_domain: Mapping[str, LookupScore]
+    decision_lookup: Mapping[str, SplitEvaluation]
+    vs_label_lookup: Mapping[str, Mapping[str, Ratio]]
+    interpretation: Rung
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BlockRate:
     """Blocked rows / rows (invalid rows block), and how many were invalid."""
 

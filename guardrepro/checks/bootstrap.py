@@ -51,10 +51,13 @@ from typing import Any
 import numpy as np
 
 from guardrepro.errors import InputError
+from guardrepro.limits import MAX_REPLICATES
 
 DEFAULT_REPLICATES = 10_000
 DEFAULT_SEED = 260828
 DEFAULT_CONFIDENCE = 0.95
+# the quicker default of the demo, the guard table and sweeps
+QUICK_REPLICATES = 2000
 BATCH = 512
 
 
@@ -109,13 +112,17 @@ class ClusterTable:
 
     @property
     def clusters(self) -> int:
-        return sum(len(ids) for ids in self.cluster_ids)
+        """The number of distinct cluster ids (a cluster in two strata counts once)."""
+        return len({cid for ids in self.cluster_ids for cid in ids})
 
 
 def check_settings(replicates: int, seed: int, confidence: float) -> None:
     """Refuse settings the engine cannot honour (InputError naming the setting)."""
     if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
         raise InputError(f"must be an integer >= 1, got {replicates!r}", field="replicates")
+    if replicates > MAX_REPLICATES:
+        raise InputError(f"{replicates} exceeds the maximum of {MAX_REPLICATES} replicates",
+                         field="replicates")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"must be an integer >= 0, got {seed!r}", field="seed")
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not (

@@ -35,7 +35,7 @@ import numpy as np
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
 from guardrepro.errors import InputError
-from guardrepro.run.records import RECORDS_FILE, read_records
+from guardrepro.run.records import RECORDS_FILE, read_manifest, read_records
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -243,6 +243,7 @@ class Comparison:
     only_b: list[str]
     rows_a: int
     rows_b: int
+    sides: Mapping[str, Any] | None = None  # checks.sides.compare_sides of the two runs
 
     def summary(self) -> CompareSummary:
         both = self.rows
@@ -273,7 +274,7 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The compare JSON object (summary, rows only in one run, every row)."""
-        return {
+        out = {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "summary": self.summary().to_json(),
@@ -281,6 +282,9 @@ class Comparison:
             "only_b": list(self.only_b),
             "rows": [asdict(r) for r in self.rows],
         }
+        if self.sides is not None:
+            out["sides"] = dict(self.sides)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Comparison:
@@ -288,7 +292,8 @@ class Comparison:
         rows = [RowComparison(**r) for r in data["rows"]]
         summary = data["summary"]
         return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
-                   list(data["only_b"]), summary["rows_a"], summary["rows_b"])
+                   list(data["only_b"]), summary["rows_a"], summary["rows_b"],
+                   data.get("sides"))
 
 
 def compare_records(
@@ -307,10 +312,40 @@ def compare_records(
     )
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
-    """Load both runs and compare them row by row."""
-    return compare_records(load_records(run_a), load_records(run_b),
-                           run_a=str(run_a), run_b=str(run_b))
+def _cohort_of(run: str | Path) -> tuple[str, str] | None:
+    """(path, sha256) of the cohort a run (directory or records file) was made of."""
+    run = Path(run)
+    manifest = read_manifest(run if run.is_dir() else run.parent)
+    if manifest is None:
+        return None
+    return str(manifest.cohort.get("path")), str(manifest.cohort.get("sha256"))
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *,
+                 shared_rows: bool = False) -> Comparison:
+    """Load both runs and compare them row by row (``sides``: what each run was).
+
+    Runs made of different cohorts (by their manifests' cohort sha256) are refused
+    unless ``shared_rows``: then only the rows both hold are compared, and there
+    must be at least one."""
+    cohort_a, cohort_b = _cohort_of(run_a), _cohort_of(run_b)
+    comparison = compare_records(load_records(run_a), load_records(run_b),
+                                 run_a=str(run_a), run_b=str(run_b))
+    differ = cohort_a is not None and cohort_b is not None and cohort_a[1] != cohort_b[1]
+    shared = len(comparison.rows)
+    if differ and not shared_rows:
+        assert cohort_a is not None and cohort_b is not None
+        raise InputError(
+            f"the runs were made of different cohorts: A of {cohort_a[0]} (sha256"
+            f" {cohort_a[1][:12]}...), B of {cohort_b[0]} (sha256 {cohort_b[1][:12]}...);"
+            f" they share {shared} row ids. Pass --shared-rows to compare those {shared} rows")
+    if shared == 0:
+        raise InputError(f"{run_a} and {run_b} share no row id: there is nothing to compare")
+    from dataclasses import replace
+
+    from guardrepro.checks.sides import compare_sides, side_of_run
+
+    return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
 
 
 def _pct(r: Rate) -> str:
@@ -320,15 +355,18 @@ def _pct(r: Rate) -> str:
 def format_table(comparison: Comparison) -> str:
     """A readable summary plus one line per row whose outputs differ."""
     s = comparison.summary()
-    lines = [
+    from guardrepro.checks.sides import sides_line
+
+    lines = [sides_line(comparison.sides)] if comparison.sides is not None else []
+    lines += [
         f"A: {comparison.run_a} ({s.rows_a} rows)",
         f"B: {comparison.run_b} ({s.rows_b} rows)",
         f"rows in both {s.rows_in_both}, only in A {s.only_in_a}, only in B {s.only_in_b}",
         f"valid A            {_pct(s.valid_a)}",
         f"valid B            {_pct(s.valid_b)}",
-        f"identical tokens   {_pct(s.identical_tokens)}",
+        f"identical tokens   {_pct(s.identical_tokens)}  (token identity)",
         f"exact score agree  {_pct(s.exact_score_agreement)}  (jointly valid rows)",
-        f"strict agree       {_pct(s.strict_agreement)}  (both valid, same decision)",
+        f"strict agree       {_pct(s.strict_agreement)}  (gate rule: both valid, same decision)",
     ]
     if s.input_mismatch.count:
         lines.append(f"WARNING: input_sha256 differs on {_pct(s.input_mismatch)} rows")

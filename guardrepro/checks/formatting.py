@@ -88,3 +88,8 @@ def fmt_num(x: float | None) -> str:
 def plain(x: Any) -> str:
     """An integral number without its ``.0``, any other with ``g`` formatting."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def yes_no_unpinned(matched: bool | None) -> str:
+    """A pin check in words: ``yes``, ``no``, or ``not pinned`` (nothing to compare with)."""
+    return "not pinned" if matched is None else "yes" if matched else "no"

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.attribute import attribute as run_attribution
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.compare import Comparison, RowComparison, compare_runs
-from guardrepro.checks.gate import GateResult, evaluate, load_spec, reference_rows
+from guardrepro.checks.gate import GateResult
 from guardrepro.checks.loaders import load_reference, load_run_input
 from guardrepro.checks.report import load_gate as read_gate
 from guardrepro.checks.report import load_or_compute_stats
@@ -103,7 +104,7 @@ def load_cohort(path: str | Path) -> Any:
     return df
 
 
-def stats(run: Any, *, replicates: int = 10_000, seed: int = 260828,
+def stats(run: Any, *, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
           cohort: str | Path | None = None) -> StatsResult:
     """Statistics of a run directory (its stats.json when current, else
     computed in memory) or of a ``load_run`` DataFrame (always computed)."""
@@ -131,11 +132,9 @@ def load_gate(run: str | Path) -> GateResult | None:
 def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
          conservative: bool = False) -> GateResult:
     """The parity gate of a run directory against a spec (nothing is written)."""
-    gate_spec = load_spec(spec)
-    rows = load_rows(run, cohort)
-    key_field, reference, info = reference_rows(gate_spec)
-    return evaluate(gate_spec, rows.rows, key_field=key_field, reference=reference,
-                    conservative=conservative).with_extra(reference=info)
+    from guardrepro.checks.parity import gate_run
+
+    return gate_run(run, spec, cohort=cohort, conservative=conservative)
 
 
 def compare(a: str | Path, b: str | Path) -> Any:
@@ -163,7 +162,7 @@ def export(df: Any, path: str | Path) -> Path:
 
 def attribute(reference: str | Path, *, bf16: str | Path | None = None,
               quantized: Sequence[str | Path] = (), sampled: Sequence[str | Path] = (),
-              replicates: int = 10_000, seed: int = 260828) -> Any:
+              replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED) -> Any:
     """Attribution of every disagreement (one row per run, row and level);
     the full ``Attribution`` is in ``df.attrs["attribution"]``."""
     ref, key_field, info = load_reference(reference)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.formatting import fixed, frac, rate_figure, sig3
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
@@ -266,7 +266,8 @@ def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, repli
 
 def frontier_report(configs: Sequence[Config], *, reference: str | None,
                     costs: Mapping[str, float], axes: Sequence[str] = ("memory", "harm"),
-                    replicates: int = 10_000, seed: int = 260828) -> dict[str, Any]:
+                    replicates: int = DEFAULT_REPLICATES,
+                    seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """Everything ``frontier.json`` holds (see module docstring)."""
     if len(axes) != 2:
         raise InputError("the frontier needs exactly two axes", field="axes")

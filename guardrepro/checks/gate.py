@@ -40,7 +40,11 @@ Definitions (docs/PROTOCOL.md, section "Parity gate"):
   released row, else an error). ``expected_rows`` must equal the size of the
   row set; a released-reference run with fewer known rows than
   ``expected_rows`` counts the unknown rest as missing.
-- rows present: local rows with a record / expected_rows (must be 1).
+- rows present: local rows with a record / expected_rows, reported beside
+  the verdict with the missing count (``missing_rows``); it is not a check of
+  its own. As in the published gate, a missing original is an invalid row
+  and a disagreement, exactly like an unparsed one, and the verdict is
+  still decided on the ratio thresholds.
 - coverage: local rows that parsed (status ok) / expected_rows.
 - strict agreement: rows where the local and the reference prediction are
   both valid and their strict decisions (score != 0) are equal /
@@ -53,7 +57,7 @@ Definitions (docs/PROTOCOL.md, section "Parity gate"):
 - ``conservative``: each ratio check tests the lower bound of the stratified
   cluster bootstrap interval (``bootstrap.ratio_interval``; clusters =
   base_sample_id, strata = domain x gold strict label) instead of the point
-  estimate. ``expected_rows`` is always an exact count check.
+  estimate.
 
 Exit codes of ``guardrepro gate``: 0 pass, 3 fail, 2 unusable input.
 """
@@ -82,6 +86,8 @@ from guardrepro.checks.gate_types import (
     GateResult,
     GateRow,
     ScoreConfusion,
+    disagreement_reason,
+    strict_agrees,
 )
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
@@ -109,6 +115,7 @@ class RefRow:
     gold_label: float | None
     domain: str | None = None
     base_sample_id: str | None = None
+    interaction_id: str | None = None  # the cluster of a released row
 
 
 def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str, dict[str, RefRow],
@@ -132,7 +139,8 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     data_dir = materialize(lock, home)
     released = load_released(data_dir, ref["benchmark"])
     out = {
-        sid: RefRow(sid, row.pred, row.pred is not None, row.gold_label, row.domain, sid)
+        sid: RefRow(sid, row.pred, row.pred is not None, row.gold_label, row.domain, sid,
+                    row.interaction_id)
         for sid, row in released.by_base_sample_id.items()
     }
     return "base_sample_id", out, {"type": "released", "lock": str(lock),
@@ -159,7 +167,7 @@ def evaluate(
     by_key, keys = _gated_rows(spec, rows, key_field, reference, expected)
     table = _row_table(keys, by_key, reference, key_field, expected - len(keys))
     figures = _figures(table, spec, conservative)
-    checks = _checks(figures, spec, expected, conservative)
+    checks = _checks(figures, spec, conservative)
     passed = all(c.passed for c in checks)
     jointly_valid = [t for t in table if t["valid"] and t["reference_valid"]]
     exact = ("row_id", "base_sample_id", "domain", "gold_label", "reference_score",
@@ -242,8 +250,8 @@ def _row_table(keys: list[str], by_key: Mapping[str, RowResult], reference: Mapp
             raise InputError(f"{key_field} {k!r}: local domain {loc.domain!r} differs from the "
                              f"reference's {ref.domain!r}", field="domain")
         present = status != MISSING
-        strict_agree = (status == "ok" and ref.valid
-                        and strict_decision(l_score) == strict_decision(ref.score))
+        strict_agree = strict_agrees(status == "ok", ref.valid, strict_decision(l_score),
+                                     strict_decision(ref.score))
         table.append({
             "key": k,
             "row_id": loc.row_id if loc is not None else k,
@@ -292,12 +300,10 @@ def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) ->
                        exact_agreement=_figure(jointly_valid, "exact_agree"), **ratios)
 
 
-def _checks(figures: GateFigures, spec: GateSpec, expected: int,
-            conservative: bool) -> list[GateCheck]:
-    """The count check and the ratio checks against the spec's thresholds."""
-    present = figures.rows_present.numerator
-    checks = [GateCheck("all_rows_present", "rows_present", expected, present, "count",
-                        present == expected)]
+def _checks(figures: GateFigures, spec: GateSpec, conservative: bool) -> list[GateCheck]:
+    """The ratio checks against the spec's thresholds (missing rows count in
+    them as invalid disagreements; their number is reported, not gated)."""
+    checks = []
     for name, key, fig in RATIO_CHECKS:
         f = figures.figure(fig)
         tested = f.interval.lower if conservative and f.interval else f.value
@@ -321,13 +327,7 @@ def _confusion(table: list[dict[str, Any]]) -> ScoreConfusion:
 
 
 def _reason(t: Mapping[str, Any]) -> str:
-    if not t["present"]:
-        return "missing"
-    if not t["valid"]:
-        return "local_invalid"
-    if not t["reference_valid"]:
-        return "reference_invalid"
-    return "strict"
+    return disagreement_reason(t["present"], t["valid"], t["reference_valid"])
 
 
 def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> GateInterval | None:
@@ -346,9 +346,12 @@ def _frac(f: GateFigure) -> str:
 
 
 def verdict(name: str, passed: bool, figures: GateFigures, checks: Sequence[GateCheck]) -> str:
-    """One line: PASS/FAIL, the gate name, the headline figures, failed checks."""
+    """One line: PASS/FAIL, the gate name, the headline figures (the missing
+    count beside the rows present), failed checks."""
+    present = figures.rows_present
     head = (
-        f"{'PASS' if passed else 'FAIL'} {name}: rows {_frac(figures.rows_present)}, "
+        f"{'PASS' if passed else 'FAIL'} {name}: rows {_frac(present)} (missing "
+        f"{present.denominator - present.numerator}), "
         f"coverage {_frac(figures.coverage)}, strict agreement "
         f"{_frac(figures.strict_agreement)} (safe "
         f"{_frac(figures.strict_agreement_gold_safe)}, unsafe "
@@ -361,8 +364,11 @@ def verdict(name: str, passed: bool, figures: GateFigures, checks: Sequence[Gate
 
 
 def format_table(gate: GateResult) -> str:
-    """The checks, one line each, and the reported exact agreement."""
+    """The checks, one line each, the rows present with the missing count, and
+    the reported exact agreement."""
     lines = [f"{'check':<32} {'figure':<12} {'tested':<10} {'threshold':<10} result"]
+    lines.append(f"{'rows_present (reported)':<32} {_frac(gate.figures.rows_present):<12} "
+                 f"missing {gate.missing_rows}")
     for c in gate.checks:
         f = gate.figures.figure(c.figure)
         tested = "-" if c.tested is None else (

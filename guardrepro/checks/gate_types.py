@@ -161,6 +161,26 @@ class ExactDisagreement:
         return asdict(self)
 
 
+def strict_agrees(local_valid: bool, reference_valid: bool, local_decision: int,
+                  reference_decision: int) -> bool:
+    """The gate's rule, the one meaning of strict agreement everywhere: both
+    sides valid and their strict decisions equal (an invalid or missing row on
+    either side is a disagreement, even when both fail closed to 1)."""
+    return local_valid and reference_valid and local_decision == reference_decision
+
+
+def disagreement_reason(present: bool, local_valid: bool, reference_valid: bool) -> str:
+    """Why a row disagrees under the gate's rule: ``missing``, ``local_invalid``,
+    ``reference_invalid`` or ``strict`` (both valid, decisions differ)."""
+    if not present:
+        return "missing"
+    if not local_valid:
+        return "local_invalid"
+    if not reference_valid:
+        return "reference_invalid"
+    return "strict"
+
+
 @dataclass(frozen=True)
 class GateDisagreement(ExactDisagreement):
     """A gated row whose strict decision disagrees, or that is missing or
@@ -206,6 +226,13 @@ class GateResult:
         return ELIGIBLE if self.passed else EXPLORATORY
 
     @property
+    def missing_rows(self) -> int:
+        """Gated rows with no local record or prediction (each an invalid
+        disagreement in the ratio figures)."""
+        present = self.figures.rows_present
+        return present.denominator - present.numerator
+
+    @property
     def reference(self) -> Mapping[str, Any] | None:
         """The reference description the caller added (``reference_rows``), if any."""
         ref = self.extra.get("reference")
@@ -222,8 +249,8 @@ class GateResult:
                              file=file, field="schema")
         spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
-                 "figures", "checks", "confusion", "disagreements", "exact_disagreements",
-                 "rows"}
+                 "missing_rows", "figures", "checks", "confusion", "disagreements",
+                 "exact_disagreements", "rows"}
         return cls(
             spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
                           rows=spec["rows"], reference=spec["reference"],
@@ -264,6 +291,7 @@ class GateResult:
             "passed": self.passed,
             "causal_interpretation": self.causal_interpretation,
             "verdict": self.verdict,
+            "missing_rows": self.missing_rows,
             "figures": self.figures.to_json(),
             "checks": [c.to_json() for c in self.checks],
             "confusion": self.confusion.to_json(),

@@ -9,15 +9,19 @@ JSON-ready dict and a text table with, per guard:
 - accuracy, precision, recall and F1 of the strict decision on the original
   rows, fail-closed (``checks.metrics.confusion``: an invalid row is
   decision 1 and counts against coverage);
-- per edit (every non-original variant): the flip rate, pairs whose strict
-  decision differs / pairs where both the original and the edited row are
-  valid (the gate's agreement rule: an invalid side is neither a flip nor a
-  non-flip, and the pairs left out are counted).
+- per edit (every non-original variant): the flip rate in both views of
+  ``checks.stats``, each named: ``all_pairs`` (every pair, fail-closed: an
+  invalid row is decision 1; the figure ``stats`` and the demo print) and
+  ``valid_both_only`` (pairs where both rows are valid; the pairs left out
+  are counted). ``flip_views.<view>.<edit>`` holds both; ``flips.<edit>`` is
+  the ``valid_both_only`` one, kept under its old key and marked with
+  ``"view"``.
 
 Every figure carries numerator and denominator; each has a percentile
 cluster-bootstrap interval (``checks.bootstrap.ratio_interval``: clusters =
-base sample id, strata = domain x gold strict label, ratio of sums), with
-the same seed for every guard so the columns are comparable.
+base sample id, strata = domain x gold strict label, ratio of sums; the
+``all_pairs`` flip rate unstratified, as in ``checks.stats``), with the same
+seed for every guard so the columns are comparable.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
-from guardrepro.checks.metrics import Ratio, confusion, strict_decision
-from guardrepro.checks.runio import RowResult, load_manifest, load_run
+from guardrepro.checks.metrics import ZERO_DIVISION, Ratio, confusion, strict_decision
+from guardrepro.checks.pairs import make_pairs
+from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
+from guardrepro.checks.stats_types import VIEWS, stratified
 from guardrepro.errors import InputError
 
-ORIGINAL = "original"
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
 
@@ -54,10 +59,12 @@ _PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
 
 
 def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
-            replicates: int, seed: int) -> dict[str, Any]:
-    out = Ratio(sum(nums), sum(dens)).to_dict()
+            replicates: int, seed: int, zero_division: float | None = None,
+            stratify: bool = True) -> dict[str, Any]:
+    out = Ratio(sum(nums), sum(dens), zero_division).to_dict()
     if replicates > 0 and rows:
-        strata = [f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
+        strata = ([f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
+                  if stratify else None)
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
         out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
@@ -77,18 +84,22 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
                               "coverage": conf.coverage.to_dict(), "metrics": {}, "flips": {}}
     for name in METRICS:
         parts = [_PARTS[name](c) for c in cells]
-        column["metrics"][name] = _figure([p[0] for p in parts], [p[1] for p in parts],
-                                          originals, replicates, seed)
-    by_base = {r.base_sample_id: r for r in originals}
+        column["metrics"][name] = _figure(
+            [p[0] for p in parts], [p[1] for p in parts], originals, replicates, seed,
+            ZERO_DIVISION if name == "precision" else None)
+    column["flip_views"] = {view: {} for view in VIEWS}
     for variant in sorted({r.variant for r in rows} - {ORIGINAL}):
-        pairs = [(by_base[r.base_sample_id], r) for r in rows
-                 if r.variant == variant and r.base_sample_id in by_base]
-        both = [(o, e) for o, e in pairs if o.valid and e.valid]
-        flips = [int(strict_decision(o.score) != strict_decision(e.score)) for o, e in both]
-        fig = _figure(flips, [1] * len(both), [o for o, _ in both], replicates, seed)
-        fig["pairs"] = len(pairs)
-        fig["pairs_not_both_valid"] = len(pairs) - len(both)
-        column["flips"][variant] = fig
+        pairs = make_pairs(rows, variant)
+        for view in VIEWS:
+            sub = pairs if view == "all_pairs" else [p for p in pairs if p.valid_both]
+            flips = [int(p.d_orig != p.d_edit) for p in sub]
+            fig = _figure(flips, [1] * len(sub), [p.original for p in sub], replicates, seed,
+                          stratify=stratified(view, "flip_rate"))
+            fig["view"] = view
+            fig["pairs"] = len(pairs)
+            fig["pairs_not_both_valid"] = sum(1 for p in pairs if not p.valid_both)
+            column["flip_views"][view][variant] = fig
+        column["flips"][variant] = column["flip_views"]["valid_both_only"][variant]
     return column
 
 
@@ -100,7 +111,7 @@ def _label(run_dir: Path) -> str:
 
 
 def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
-                replicates: int = 2000, seed: int = 260828,
+                replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED,
                 progress: bool = False) -> dict[str, Any]:
     """The table over ``runs`` (see the module docstring); ``progress`` draws a
     bar on stderr, one step per run."""
@@ -150,10 +161,21 @@ def format_guard_table(table: dict[str, Any]) -> str:
                      + " | ".join(_cell(guards[n]["metrics"][metric]) for n in names) + " |")
     variants = sorted({v for n in names for v in guards[n]["flips"]})
     for v in variants:
-        cells = [_cell(guards[n]["flips"][v]) if v in guards[n]["flips"] else "n/a"
-                 for n in names]
-        lines.append(f"| flip rate: {v} | " + " | ".join(cells) + " |")
+        for view in VIEWS:
+            cells = [_cell(_flip(guards[n], view, v)) if v in guards[n]["flips"] else "n/a"
+                     for n in names]
+            lines.append(f"| flip rate: {v} ({view}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _flip(column: dict[str, Any], view: str, variant: str) -> dict[str, Any]:
+    """One edit's flip figure in ``view`` (a table written before ``flip_views``
+    existed holds only ``valid_both_only``, under ``flips``)."""
+    if "flip_views" in column:
+        return dict(column["flip_views"][view].get(variant, {"value": None}))
+    if view == "valid_both_only":
+        return dict(column["flips"].get(variant, {"value": None}))
+    return {"value": None, "numerator": "-", "denominator": "-"}
 
 
 def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
@@ -162,12 +184,12 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
     guards = table["guards"]
     names = list(table.get("order", guards))
     variants = sorted({v for n in names for v in guards[n]["flips"]})
-    labels = list(METRICS) + [f"flip: {v}" for v in variants]
+    labels = list(METRICS) + [f"flip: {v}\n(all_pairs)" for v in variants]
     fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 2, 4))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         figs = [guards[name]["metrics"][m] for m in METRICS] + [
-            guards[name]["flips"].get(v, {"value": None}) for v in variants]
+            _flip(guards[name], "all_pairs", v) for v in variants]
         xs = [j + i * width for j in range(len(labels))]
         ys = [f.get("value") or 0.0 for f in figs]
         bounds = [(f.get("interval") or {}) for f in figs]  # a bound may be None (no data)
@@ -175,7 +197,11 @@ def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
               for y, b in zip(ys, bounds, strict=True)]
         hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
               for y, b in zip(ys, bounds, strict=True)]
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        for x, y, f in zip(xs, ys, figs, strict=True):
+            if y == 0.0:  # a zero reads as a zero, not as a missing bar
+                ax.text(x, 0.01, "0" if f.get("value") is not None else "n/a", ha="center",
+                        fontsize=7, color=bars.patches[0].get_facecolor())
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
                   rotation=30, ha="right")
     ax.set_ylim(0, 1.05)

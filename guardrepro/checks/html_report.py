@@ -33,9 +33,11 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from guardrepro.artifacts.store import sha256_file
 from guardrepro.checks.attribute import Attribution
 from guardrepro.checks.compare import first_divergence
 from guardrepro.checks.gate_types import GateResult
+from guardrepro.checks.report_figures import CAPTIONS
 from guardrepro.checks.runio import (
     ORIGINAL,
     RowResult,
@@ -96,28 +98,37 @@ def fields_text(sample: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _renderer(manifest: RunManifest) -> tuple[Any, str | None]:
+def _renderer(manifest: RunManifest, home: str | Path | None) -> tuple[Any, str | None]:
     """(render(sample) -> text, None) with the run's guard template, or
-    (None, reason) when the profile or its template cannot be loaded here."""
-    raw = manifest.profile.get("path")
+    (None, reason) when the profile or its template cannot be used here.
+
+    The profile path comes from the manifest, so it is read only when its text
+    still hashes to the manifest's sha256, and the template only when it hashes to
+    the run's ``template_sha256``; rule guards build their own template."""
+    raw, recorded = manifest.profile.get("path"), manifest.profile.get("sha256")
     try:
+        from guardrepro.guards.base import GuardTemplate
         from guardrepro.guards.registry import get_guard
         from guardrepro.run.profile import RunProfile
         from guardrepro.run.prompts import load_template
 
         if not isinstance(raw, str) or not Path(raw).is_file():
             return None, f"run profile {raw!r} not found"
-        spec = RunProfile.load(raw).guard
+        text = Path(raw).read_text(encoding="utf-8")
+        if sha256_text(text) != recorded:
+            return None, f"run profile {raw!r} changed since the run (sha256 differs)"
+        spec = RunProfile.from_text(text, raw).guard
+        template: GuardTemplate | None = None
         if spec.template_path is not None:
-            from guardrepro.guards.base import GuardTemplate
-
-            text = spec.template_path.read_text(encoding="utf-8")
-            template = GuardTemplate(text=text, sha256=sha256_text(text))
-        else:
-            assert spec.template_lock is not None and spec.template_file is not None
-            template = load_template(spec.template_lock, spec.template_file)
-        return get_guard(spec.name, template).render, None
-    except (GuardreproError, OSError) as exc:
+            body = spec.template_path.read_text(encoding="utf-8")
+            template = GuardTemplate(text=body, sha256=sha256_text(body))
+        elif spec.template_lock is not None and spec.template_file is not None:
+            template = load_template(spec.template_lock, spec.template_file, home)
+        guard = get_guard(spec.name, template)
+        if guard.template.sha256 != manifest.provenance.template_sha256:
+            return None, "guard template changed since the run (sha256 differs)"
+        return guard.render, None
+    except (GuardreproError, OSError, UnicodeDecodeError) as exc:
         return None, f"guard template unavailable ({exc})"
 
 
@@ -203,7 +214,10 @@ def _causes(attribution: Attribution | None, label: str) -> tuple[dict[str, str]
 def _reference_records(gate: GateResult | None) -> dict[str, Record]:
     ref = (gate.reference if gate is not None else None) or {}
     path = ref.get("path") if ref.get("type") == "records" else None
-    if not path or not Path(path).is_file():
+    if not isinstance(path, str) or not Path(path).is_file():
+        return {}
+    # a path from gate.json: used only when its bytes are the ones the gate read
+    if sha256_file(Path(path))[0] != ref.get("sha256"):
         return {}
     return {r.row_id: r for r in load_records(path)}
 
@@ -214,7 +228,8 @@ def _figures(run_dir: Path) -> list[dict[str, str]]:
         path = run_dir / name
         if path.is_file():
             data = base64.b64encode(path.read_bytes()).decode("ascii")
-            out.append({"name": name, "src": f"data:image/png;base64,{data}"})
+            out.append({"name": name, "src": f"data:image/png;base64,{data}",
+                        "caption": CAPTIONS.get(name, "")})
     return out
 
 
@@ -239,8 +254,10 @@ def _environment() -> Any:
 
 
 def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
-               attribution: str | Path | None = None, out: str | Path | None = None) -> Path:
-    """Write the run's self-contained ``report.html``; returns its path."""
+               attribution: str | Path | None = None, out: str | Path | None = None,
+               home: str | Path | None = None) -> Path:
+    """Write the run's self-contained ``report.html``; returns its path
+    (``home``: the cache holding the guard's locked template)."""
     from guardrepro.checks.report import load_gate, load_or_compute_stats, report_tables
 
     run_dir = Path(run_dir)
@@ -249,7 +266,7 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     stats = load_or_compute_stats(run_dir, cohort=cohort, run=run)
     gate = load_gate(run_dir)
     cohort_path = Path(cohort) if cohort is not None else manifest_cohort_path(run_dir, manifest)
-    render, why = _renderer(manifest)
+    render, why = _renderer(manifest, home)
     rows_c = read_cohort(cohort_path) if cohort_path is not None else []
     notes = [] if cohort_path else ["cohort file not found: prompts are not shown"]
     if cohort_path and why:

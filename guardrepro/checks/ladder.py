@@ -47,13 +47,31 @@ LADDER: tuple[Rung, ...] = (
 )
 
 
+# Rung 1 run on a guard's own predictions (``audit tool-lookup --preds``):
+# the same lookup, now about that guard's decisions.
+GUARD_RUNG1 = Rung(
+    rung=1,
+    name="tool-name predictability of a guard's decisions",
+    verb="guardrepro audit tool-lookup --preds RUN_DIR",
+    may_show="how well the tool name alone predicts this guard's decisions on these rows, "
+             "within the benchmark and across domains, beside how well it predicts the "
+             "gold labels; and whether the guard errs where the tool-name lookup errs",
+    may_not_show="that the guard uses the tool name (observational: the tool name goes "
+                 "with the rest of the step), nor anything beyond these rows and these "
+                 "predictions",
+)
+
+
 def ladder() -> Ladder:
     """The three rungs with what each may and may not be taken to show."""
     return Ladder(LADDER)
 
 
-def interpretation(rung: int) -> Rung:
-    """One rung's statements, to embed in that rung's output."""
+def interpretation(rung: int, *, guard: bool = False) -> Rung:
+    """One rung's statements, to embed in that rung's output; ``guard``: rung 1
+    on a guard's predictions (``GUARD_RUNG1``)."""
+    if guard and rung == 1:
+        return GUARD_RUNG1
     for entry in LADDER:
         if entry.rung == rung:
             return entry

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guardrepro.checks.metrics import strict_decision
-from guardrepro.checks.runio import RowResult
+from guardrepro.checks.runio import ORIGINAL, RowResult
 from guardrepro.errors import InputError
 
-ORIGINAL = "original"
 PLACEBO = "placebo"
 REPEAT = "repeat"
 PUBLISHED_EDITS = ("marker_paraphrase", "tool_alias", "combined")

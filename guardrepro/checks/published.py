@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.formatting import fmt_num
+from guardrepro.checks.sides import Side, compare_sides, side_of, sides_line
 from guardrepro.errors import InputError
-from guardrepro.spec import Table, load_toml
+from guardrepro.spec import Table, expect_kind, load_toml
 
 SOURCES = ("stats", "gate", "audit")
 MATCHES = ("exact", "reported")
@@ -58,6 +59,7 @@ class PublishedSpec:
     description: str
     path: Path
     figures: tuple[Figure, ...]
+    subject: Mapping[str, str | None] | None = None  # [subject]: guard, checkpoint, cohort
 
 
 def _figure(data: Any, index: int, file: str) -> Figure:
@@ -94,16 +96,24 @@ def load_published(path: str | Path) -> PublishedSpec:
     file = str(path)
     if not path.is_file():
         raise InputError("published-figures spec not found", file=file)
-    top = Table(load_toml(path, "published-figures spec"), file)
-    top.only("name", "description", "figure")
+    data = load_toml(path, "published-figures spec")
+    expect_kind(data, "published", file=file)
+    top = Table(data, file)
+    top.only("name", "description", "figure", "subject")
     name = top.take("name", str)
     description = top.take("description", str, "")
     figures = top.take("figure", list)
     if not figures:
         raise InputError("no figures", file=file, field="figure")
+    subject = None
+    if "subject" in top.data:
+        sub = top.sub("subject")
+        sub.only("guard", "checkpoint", "cohort")
+        subject = {k: sub.take(k, str, None) for k in ("guard", "checkpoint", "cohort")}
+        sub.done()
     top.done()
     return PublishedSpec(name, description, path,
-                         tuple(_figure(t, i, file) for i, t in enumerate(figures)))
+                         tuple(_figure(t, i, file) for i, t in enumerate(figures)), subject)
 
 
 def lookup(document: Mapping[str, Any], dotted: str) -> Any:
@@ -194,22 +204,31 @@ class Comparison:
     spec: PublishedSpec
     rows: tuple[Row, ...]
     sources: Mapping[str, str]
+    sides: Mapping[str, Any] | None = None  # checks.sides.compare_sides(run, published)
 
     @property
     def failed(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.fails)
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "guardrepro.vs_published/1", "spec": str(self.spec.path),
-                "name": self.spec.name, "sources": dict(self.sources),
-                "passed": not self.failed, "rows": [r.to_json() for r in self.rows]}
+        out = {"schema": "guardrepro.vs_published/1", "spec": str(self.spec.path),
+               "name": self.spec.name, "sources": dict(self.sources),
+               "passed": not self.failed, "rows": [r.to_json() for r in self.rows]}
+        if self.sides is not None:
+            out["sides"] = dict(self.sides)
+        return out
 
 
 def compare(spec: PublishedSpec, documents: Mapping[str, Mapping[str, Any] | None],
-            sources: Mapping[str, str] | None = None) -> Comparison:
-    """Every figure of ``spec`` against the run's ``documents`` by source."""
+            sources: Mapping[str, str] | None = None,
+            run_side: Side | None = None) -> Comparison:
+    """Every figure of ``spec`` against the run's ``documents`` by source;
+    ``run_side`` (what the run was) is set beside the spec's ``subject``."""
+    sides = None
+    if run_side is not None:
+        sides = compare_sides(run_side, side_of(spec.subject or {}))
     return Comparison(spec, tuple(compare_figure(f, documents) for f in spec.figures),
-                      dict(sources or {}))
+                      dict(sources or {}), sides)
 
 
 def _show(values: Mapping[str, Any] | None, decimals: int | None) -> str:
@@ -258,7 +277,9 @@ def format_comparison(comparison: Comparison) -> str:
             shown, r.status + (f" ({', '.join(r.differing)})" if r.differing else "")
             + ("" if r.figure.match == "exact" else " [reported]")))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+    lines = [] if comparison.sides is None else [
+        sides_line(comparison.sides, ("run", comparison.spec.name))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
              for row in rows]
     failed = comparison.failed
     lines.append(f"{comparison.spec.name}: {len(comparison.rows)} figures, "

@@ -76,7 +76,7 @@ def variant_order(variants: Sequence[str]) -> list[str]:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write pretty JSON atomically (``cache.atomic_write_bytes``); return the path."""
+    """Write pretty JSON atomically (``artifacts.store.atomic_write_bytes``); return the path."""
     path = Path(path)
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -228,18 +228,38 @@ class _Where:
                 continue
             if self.cohort is not None:
                 cohort_file, rows = self.cohort
-                source = f"the cohort ({cohort_file}, row {rows.get(rec.row_id)})"
+                source = f"the cohort ({cohort_file}, line {_line(rows.get(rec.row_id))})"
             elif first is not None:
-                source = (f"the first record of base {base!r} (row "
-                          f"{self.record_rows.get(id(first))})")
+                source = (f"the first record of base {base!r} (line "
+                          f"{_line(self.record_rows.get(id(first)))})")
             else:
                 source = "the expected row"
+            index = self.record_rows.get(id(rec))
             raise InputError(
                 f"record {rec.row_id!r} has {name} {got!r}, but {source} has {want!r}",
                 file=None if self.records_file is None else str(self.records_file),
-                row=self.record_rows.get(id(rec)),
+                row=index, line=None if index is None else index + 1,
                 field=name,
             )
+
+
+def _line(index: int | None) -> str:
+    """A 0-based row index as the 1-based line of its JSON-lines file."""
+    return "?" if index is None else str(index + 1)
+
+
+def _check_same_cohort(cohort_path: Path, manifest: RunManifest) -> None:
+    """A cohort given by hand must be the one the run was made of (by sha256)."""
+    if not cohort_path.is_file():
+        return  # the cohort reader names the missing file
+    digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
+    if digest != manifest.cohort.get("sha256"):
+        read_cohort(cohort_path)  # a malformed file is named by its reader first
+        raise InputError(
+            f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
+            f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
+            f" {digest[:12]}...): refusing to analyse a run against another cohort",
+            file=str(cohort_path))
 
 
 def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
@@ -250,7 +270,12 @@ def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunR
         raise InputError("run directory not found", file=str(run_dir))
     records = load_records(run_dir)
     manifest = load_manifest(run_dir)
+    if not records:
+        raise InputError("the run holds 0 records: there is nothing to analyse (run"
+                         " `guardrepro run` into it first)", file=str(run_dir / RECORDS_FILE))
     check_one_provenance(records, manifest, run_dir / RECORDS_FILE, refusing="analyse")
+    if cohort_path is not None:
+        _check_same_cohort(Path(cohort_path), manifest)
     if cohort_path is None:
         cohort_path = manifest_cohort_path(run_dir, manifest)
         if cohort_path is None:

@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
+from guardrepro.bench.cohort.spec import EDIT_KINDS
 from guardrepro.checks.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_REPLICATES,
@@ -61,7 +62,7 @@ from guardrepro.checks.bootstrap import (
 from guardrepro.checks.formatting import fmt_num, ratio_text
 from guardrepro.checks.metrics import Ratio, confusion
 from guardrepro.checks.pairs import ORIGINAL, PLACEBO, REPEAT, Pair, make_pairs, ordered_variants
-from guardrepro.checks.runio import RowResult
+from guardrepro.checks.runio import MISSING, RowResult
 from guardrepro.checks.stats_extras import exact_score, placebo_corrected
 from guardrepro.checks.stats_types import (
     SCHEMA,
@@ -167,6 +168,19 @@ def variant_summary(rows: Sequence[RowResult]) -> VariantStats:
         {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})})
 
 
+def _check_variants(variants: Sequence[str]) -> None:
+    """Empty work is an error: edits with no original to pair them with, or
+    variant names no cohort spec defines, would give statistics of nothing."""
+    known = (*EDIT_KINDS, REPEAT)
+    unknown = [v for v in variants if v != ORIGINAL and v not in known]
+    if unknown:
+        raise InputError(f"variants {unknown} are not edits any cohort spec defines (known:"
+                         f" {', '.join(known)}); refusing to compute statistics of them")
+    if ORIGINAL not in variants:
+        raise InputError(f"the rows hold variants {list(variants)} but no {ORIGINAL!r} rows:"
+                         " no edit can be paired, so there is nothing to compute")
+
+
 def compute_stats(
     rows: Sequence[RowResult],
     *,
@@ -183,6 +197,7 @@ def compute_stats(
     settings = Settings(replicates, seed, confidence)
     engine = _Engine(settings, progress)
     variants = ordered_variants(rows)
+    _check_variants(variants)
     status_counts: dict[str, int] = {}
     for r in rows:
         status_counts[r.status] = status_counts.get(r.status, 0) + 1
@@ -234,6 +249,9 @@ def format_table(stats: StatsResult) -> str:
         acc = _ratio_text(vs.accuracy) + " = " + fmt_num(vs.accuracy.value)
         lines.append(f"{v:<20} {_ratio_text(vs.coverage):<10} {acc:<30}")
     lines.append(f"coverage: {_ratio_text(stats.rows.coverage)} rows valid")
+    missing = stats.rows.by_status.get(MISSING, 0)
+    lines.append(f"missing: {missing} of {stats.rows.expected} expected rows have no record "
+                 "or prediction (counted invalid, decision 1)")
     if stats.edits:
         lines += ["", f"{'edit':<18} {'view':<16} {'statistic':<18} {'count':<8} "
                   f"{'point':<10} {f'{conf:g} interval':<22} clusters"]

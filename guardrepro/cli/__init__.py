@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 import click
 
@@ -68,6 +69,7 @@ COMMANDS: dict[str, str] = {
     "lock": "guardrepro.cli.lock_cmd:lock",
     "guards": "guardrepro.cli.guards_cmd:guards",
     "guard-table": "guardrepro.cli.guard_table_cmd:guard_table",
+    "table": "guardrepro.cli.table_cmd:table",
     "sweep": "guardrepro.cli.sweep_cmd:sweep",
     "frontier": "guardrepro.cli.frontier_cmd:frontier",
 }
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: input is not valid UTF-8: {exc}", err=True)
         return 2
     except OSError as exc:
-        click.echo(f"error: {_os_error_text(exc)}", err=True)
+        click.echo(f"error: {_os_error_text(exc, argv)}", err=True)
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -175,10 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _os_error_text(exc: OSError) -> str:
-    """An environment problem (read-only or full disk, missing or odd path) in words."""
+def _os_error_text(exc: OSError, argv: list[str] | None = None) -> str:
+    """An environment problem (read-only or full disk, missing or odd path) in words.
+    When the failing call named no file, the command's output paths are named."""
     from guardrepro.artifacts.store import describe_os_error
 
     paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
-    where = " -> ".join(paths) if paths else "(no path reported)"
+    args = list(sys.argv[1:] if argv is None else argv)
+    outs = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--out", "--json-out")]
+    outs += [a.split("=", 1)[1] for a in args if a.startswith("--out=")]
+    if paths:
+        where = " -> ".join(paths)
+    elif outs:
+        where = f"writing under {', '.join(outs)}"
+    else:
+        where = f"writing for `guardrepro {' '.join(args[:2])}`"
     return f"{where}: {describe_os_error(exc)}"

@@ -83,22 +83,16 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
          out: Path | None, home: Path | None, as_json: bool) -> None:
     """Gate the original rows of a run (or predictions file) against the spec's
     reference predictions."""
-    from guardrepro.checks.gate import evaluate, format_table, load_spec, reference_rows
-    from guardrepro.checks.predictions import load_rows
+    from guardrepro.checks.gate import format_table
+    from guardrepro.checks.parity import format_agreement, gate_run
     from guardrepro.checks.runio import write_json_atomic
 
-    gate_spec = load_spec(spec)
-    run = load_rows(path, cohort)
-    key_field, reference, ref_info = reference_rows(gate_spec, home)
-    result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,
-                      conservative=conservative).with_extra(
-        reference=ref_info, run_dir=str(path), expected_rows_source=run.expected_source)
+    result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
     data = result.to_json()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    # the verdict is printed before gate.json is written, so an unwritable
-    # output directory (exit 2) still shows it
-    emit(as_json, data, format_table(result) + "\n" + result.verdict)
+    emit(as_json, data, format_table(result) + "\n" + format_agreement(
+        result.extra["agreement"]) + "\n" + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
     if not result.passed:
@@ -200,6 +194,17 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> lis
     return preds_from_records(rows, load_records(path), file=str(file))
 
 
+def _missing(rows: list[Any], preds: str) -> int:
+    """Benchmark rows without an original record in the run ``preds`` (0 for
+    the released predictions, which cover every row)."""
+    if preds == "released":
+        return 0
+    from guardrepro.checks.runio import load_records
+
+    recorded = {r.base_sample_id for r in load_records(Path(preds)) if r.variant == "original"}
+    return sum(1 for row in rows if row.base_sample_id not in recorded)
+
+
 @audit.command("interaction", short_help="Row vs interaction-level strict F1.")
 @click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), required=True)
 @click.option("--preds", default="released", show_default=True,
@@ -223,16 +228,34 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
               show_default=True)
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="At most this many grouped-CV folds (fewer when there are fewer groups).")
+@click.option("--preds", default=None,
+              help="Also audit a guard: 'released' (the pinned released predictions) or a "
+              "run directory over the split (its original-variant records; a row without "
+              "one fails closed).")
 @_data_options
-def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
-                out: Path | None, as_json: bool, home: Path | None) -> None:
-    """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out."""
+def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | None,
+                lock: Path, out: Path | None, as_json: bool, home: Path | None) -> None:
+    """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out; with
+    --preds, the same lookup on that guard's decisions."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.audit import format_tool_lookup, tool_lookup_audit
+    from guardrepro.checks.audit import (
+        format_guard_lookup,
+        format_tool_lookup,
+        guard_lookup,
+        tool_lookup_audit,
+    )
 
-    rows = load_benchmark(_data_dir(data_dir, lock, home), benchmark)
+    root = _data_dir(data_dir, lock, home)
+    rows = load_benchmark(root, benchmark)
     result = tool_lookup_audit(rows, max_splits=folds).with_extra(benchmark=benchmark)
-    _emit(result.to_json(), format_tool_lookup(result), out, as_json)
+    table = format_tool_lookup(result)
+    if preds is not None:
+        values = _predictions(root, rows, benchmark, preds)
+        guard = guard_lookup(rows, values, source=preds, missing=_missing(rows, preds),
+                             max_splits=folds)
+        result = result.with_extra(guard=guard.to_json())
+        table += "\n" + format_guard_lookup(guard)
+    _emit(result.to_json(), table, out, as_json)
 
 
 @audit.command("association", short_help="Decisions vs nuisance features (rung 2).")
@@ -244,7 +267,7 @@ def tool_lookup(benchmark: str, folds: int, data_dir: Path | None, lock: Path,
 @click.option("--only-recorded", is_flag=True,
               help="With a run directory: audit only the benchmark rows that have a record "
               "(the count left out is reported); by default a row without one fails closed.")
-@click.option("--replicates", type=REPLICATES, default=10_000, show_default=True,
+@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES, show_default=True,
               help="Bootstrap replicates of the safe-row marker difference.")
 @click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed (numpy default_rng, fresh).")

@@ -52,10 +52,12 @@ def build(
     spec: Path, data_dir: Path | None, out: Path, unpinned: bool, require_match: bool,
     home: Path | None, progress: bool, as_json: bool,
 ) -> None:
-    """Build the cohort described by SPEC (a cohorts/*.toml file)."""
-    from guardrepro.bench.cohort.build import build_cohort_file
+    """Build the cohort described by SPEC (a cohorts/*.toml file): a
+    counterfactual cohort, or every row of a split (``kind = "split"``)."""
+    from guardrepro.bench.cohort.split import build_any_cohort_file
 
-    manifest = build_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress)
+    manifest = build_any_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress,
+                                     home=home)
     for warning in manifest["warnings"]:
         click.echo(f"warning: {warning}", err=True)
     if manifest["sha256_matches"] is False:

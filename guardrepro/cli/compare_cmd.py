@@ -1,6 +1,8 @@
 """``guardrepro compare RUN_A RUN_B [--json] [--out FILE]``: row-by-row comparison of two runs.
 
-Input: two run directories (or records.jsonl files). Output: a readable
+Input: two run directories (or records.jsonl files), or a run and a gate spec
+(``checks/*.toml``: the run against the spec's reference, e.g. the released
+predictions of a whole split, ``checks.parity``). Output: a readable
 summary and the rows that moved on stdout; with ``--json`` the full comparison
 (every row) on stdout instead and the summary on stderr; ``--out FILE`` also
 writes the full comparison as JSON; the per-row table as CSV or Parquet with
@@ -15,7 +17,8 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.compare import compare_runs, format_table, write_json
-from guardrepro.cli.options import JSON_OPTION, emit, say
+from guardrepro.cli.options import COHORT_OPTION, JSON_OPTION, emit, home_option, say
+from guardrepro.errors import InputError
 
 
 @click.command(short_help="Compare two runs row by row.")
@@ -23,15 +26,28 @@ from guardrepro.cli.options import JSON_OPTION, emit, say
 @click.argument("run_b", type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the full comparison (every row) as JSON here.")
+@click.option("--shared-rows", is_flag=True, help="Runs of different cohorts: compare the "
+              "rows both hold (their number is printed) instead of refusing.")
 @JSON_OPTION
 @click.option("--export", "exports", type=click.Path(dir_okay=False, path_type=Path),
               multiple=True, help="Write the per-row table as CSV or Parquet (by the "
               "suffix: .csv, .parquet); repeatable.")
-def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
-            exports: tuple[Path, ...]) -> None:
+@COHORT_OPTION
+@home_option
+def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, as_json: bool,
+            exports: tuple[Path, ...], cohort: Path | None, home: Path | None) -> None:
     """Compare two runs row by row: token identity, first divergence,
-    exact-score and strict agreement, decision margins."""
-    comparison = compare_runs(run_a, run_b)
+    exact-score and strict agreement, decision margins. RUN_B may be a gate
+    spec (checks/*.toml): RUN_A's rows against the spec's reference (the
+    released predictions of a split), with intervals and every disagreeing row."""
+    if run_b.suffix == ".toml" and run_b.is_file():
+        _against_reference(run_a, run_b, json_out, as_json, exports, cohort, home)
+        return
+    if cohort is not None:
+        raise InputError("--cohort applies when RUN_B is a gate spec", field="cohort")
+    comparison = compare_runs(run_a, run_b, shared_rows=shared_rows)
+    if shared_rows:
+        say(as_json)(f"comparing the {len(comparison.rows)} rows both runs hold")
     emit(as_json, comparison.to_json(), format_table(comparison))
     if json_out is not None:
         write_json(comparison, json_out)
@@ -43,3 +59,25 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, as_json: bool,
         table = comparison_frame(comparison)
         for path in exports:
             say(as_json)(f"wrote {write_table(table, path)}")
+
+
+def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bool,
+                       exports: tuple[Path, ...], cohort: Path | None,
+                       home: Path | None) -> None:
+    from guardrepro.checks.parity import compare_with_reference, format_agreement
+    from guardrepro.checks.runio import write_json_atomic
+
+    if exports:
+        raise InputError("--export applies to two runs; use --json or --out with a spec",
+                         field="export")
+    from guardrepro.checks.sides import Side, compare_sides, side_of_run, sides_line
+
+    result = compare_with_reference(run, spec, cohort=cohort, home=home)
+    ref = result["reference"]
+    ref_side = side_of_run(ref["path"]) if ref.get("type") == "records" else Side()
+    result["sides"] = compare_sides(side_of_run(run), ref_side)
+    emit(as_json, result, f"{sides_line(result['sides'], ('A', 'B'))}\n"
+         f"A: {run}\nB: {spec} ({ref['type']})\n" + format_agreement(result["agreement"]))
+    if json_out is not None:
+        write_json_atomic(json_out, result)
+        say(as_json)(f"wrote {json_out}")

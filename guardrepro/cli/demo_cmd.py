@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from guardrepro.checks.bootstrap import QUICK_REPLICATES
 from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, home_option
 
 
@@ -21,7 +22,7 @@ from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, home_opti
 @home_option
 @click.option("--mlx/--no-mlx", "with_mlx", default=None,
               help="Include the MLX Q8 quantize + run step (default: when mlx is installed).")
-@click.option("--replicates", default=2000, show_default=True, type=REPLICATES,
+@click.option("--replicates", default=QUICK_REPLICATES, show_default=True, type=REPLICATES,
               help="Bootstrap replicates for the demo's intervals (published analyses: 10000).")
 @click.option("--sampled", type=COUNT, default=0, show_default=True,
               help="Also run K seeded repeats in the authors' sampled mode on the 64 original "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.frontier import AXES
 from guardrepro.cli.options import JSON_OPTION, REPLICATES, SEED, emit, say
 
@@ -24,8 +25,8 @@ from guardrepro.cli.options import JSON_OPTION, REPLICATES, SEED, emit, say
               help="Configuration name the others are paired with (default: the first).")
 @click.option("--axes", default="memory,harm", show_default=True,
               help=f"Two frontier axes, from {', '.join(AXES)}.")
-@click.option("--replicates", default=10_000, show_default=True, type=REPLICATES)
-@click.option("--seed", default=260828, show_default=True, type=SEED)
+@click.option("--replicates", default=DEFAULT_REPLICATES, show_default=True, type=REPLICATES)
+@click.option("--seed", default=DEFAULT_SEED, show_default=True, type=SEED)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder for frontier.json and frontier.png.")
 @JSON_OPTION

@@ -5,34 +5,35 @@ command. Output: the option values the verbs receive, and ``emit``, which
 writes a verb's result under the JSON convention of the package docstring.
 
 Invariants: ``--home`` means the same on every verb that touches the cache
-(the directory given, else ``$GUARDREPRO_HOME``, else the user cache dir) and
-holds for everything the verb calls, worker processes included, because the
-decorator sets ``GUARDREPRO_HOME`` for the duration of the command and
-restores it afterwards. ``--json`` puts exactly one JSON document on stdout
-and every human line on stderr. Numbers are taken through click ranges only,
-so a bad value is a usage error (exit 2), never a traceback.
+(the directory given, else ``$GUARDREPRO_HOME``, else the user cache dir).
+It reaches everything the verb calls, worker processes included, as the
+``home`` argument only: the verb passes it on, and nothing in between falls
+back to the environment (``artifacts.store.guardrepro_home`` reads
+``$GUARDREPRO_HOME`` only when it is given no home). ``--json`` puts exactly
+one JSON document on stdout and every human line on stderr. Numbers are taken
+through click ranges only, so a bad value is a usage error (exit 2), never a
+traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from guardrepro.artifacts.store import HOME_ENV
+from guardrepro.limits import MAX_REPLICATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # numeric parameter types: out-of-range or non-numeric values exit 2 with the option named
 SEED = click.IntRange(min=0)
-REPLICATES = click.IntRange(min=1)
+REPLICATES = click.IntRange(min=1, max=MAX_REPLICATES)  # documented in docs/FAULTS.md
 COUNT = click.IntRange(min=0)
+REPLICATES_OR_NONE = click.IntRange(min=0, max=MAX_REPLICATES)  # 0: no intervals
 POSITIVE = click.IntRange(min=1)
 CONFIDENCE = click.FloatRange(0, 1, min_open=True, max_open=True)
 
@@ -69,8 +70,9 @@ HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + gu
 
 COHORT_OPTION = click.option(
     "--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    help="Cohort file of a run directory (default: the one its manifest names, if on disk; "
-    "else every base x every variant seen in the records).",
+    help="Cohort file of the expected rows (default: for a run directory the one its "
+    "manifest names, if on disk; else every base x every variant seen in the records or "
+    "predictions). Expected rows without a prediction count as missing.",
 )
 OUT_OPTION = click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -88,31 +90,11 @@ PROGRESS_OPTION = click.option(
 
 
 def home_option(command: F) -> F:
-    """Add ``--home`` and make it hold for the whole command.
-
-    The command receives ``home`` (a Path or None); while it runs,
-    ``GUARDREPRO_HOME`` names the given directory, so code that resolves the
-    cache without an explicit argument (and worker processes) uses it too.
-    """
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        home = kwargs.get("home")
-        if home is None:
-            return command(*args, **kwargs)
-        before = os.environ.get(HOME_ENV)
-        os.environ[HOME_ENV] = str(home)
-        try:
-            return command(*args, **kwargs)
-        finally:
-            if before is None:
-                os.environ.pop(HOME_ENV, None)
-            else:
-                os.environ[HOME_ENV] = before
-
+    """Add ``--home``: the command receives ``home`` (a Path or None) and
+    passes it to everything that reads the cache."""
     option = click.option("--home", type=click.Path(file_okay=False, path_type=Path),
                           default=None, help=HOME_HELP)
-    return option(wrapper)  # type: ignore[return-value]
+    return option(command)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -37,6 +37,7 @@ from guardrepro.cli.options import SpecFile, home_option
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
 from guardrepro.guards.registry import GUARD_NAMES, get_parser
+from guardrepro.limits import load_json
 
 
 def _dumps(value: Any) -> str:
@@ -50,10 +51,7 @@ def parse_lines(
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             raise InputError(f"line {lineno}: blank line", file=source)
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"line {lineno}: invalid JSON: {exc}", file=source) from exc
+        item = load_json(line, file=source, line=lineno)
         if not isinstance(item, dict):
             raise InputError(
                 f"line {lineno}: expected a JSON object, got {type(item).__name__}", file=source

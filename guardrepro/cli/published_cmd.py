@@ -61,6 +61,7 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.published import compare, format_comparison, load_published
     from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.sides import side_of_run
     from guardrepro.checks.stats import compute_stats
 
     published = load_published(spec if spec is not None else _default_spec())
@@ -73,7 +74,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     sources = {"stats": f"computed from {path}",
                "gate": str(gate_file) if gate_file is not None else "not computed",
                "audit": "not computed"}
-    result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources)
+    result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources,
+                     run_side=side_of_run(path))
     emit(as_json, result.to_json(), format_comparison(result))
     if out is not None:
         write_json_atomic(out, result.to_json())

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED
+from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, home_option
 
 
 @click.command(short_help="report.md (and report.html) with figures for a run.")
@@ -37,15 +37,32 @@ from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED
 @click.option("--attribution", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="attribution JSON (`guardrepro attribute --out`) whose "
               "causes the drill-down shows (default: RUN_DIR/attribution.json when present).")
+@click.option("--split-source", "split_sources", multiple=True,
+              help="With RUN_DIR a run of a split cohort: another guard's whole-split source "
+              "(run directory, predictions file, released-log directory; repeatable): adds "
+              "the guards-on-every-split table and figure (guard-table --splits).")
+@click.option("--data-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="With --split-source: the TS-Bench files (default: the "
+              "locks/toolsafe.toml copy in --home).")
+@home_option
 @PROGRESS_OPTION
 def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
            guard_runs: tuple[Path, ...], html: bool, attribution: Path | None,
+           split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
     from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
 
+    split_table = None
+    if split_sources:
+        from guardrepro.cli.guard_table_cmd import split_document
+
+        split_table = split_document([str(run_dir), *split_sources], (), (), (), data_dir,
+                                     Path("locks/toolsafe.toml"), home, replicates,
+                                     seed, progress)
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
-                        cohort=cohort, other_guards=guard_runs, progress=progress)
+                        cohort=cohort, other_guards=guard_runs, progress=progress,
+                        split_table=split_table)
     click.echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.store import FULL_ENV
+from guardrepro.cli.engine_options import engine_options, ray_options
 from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecFile, home_option
 
 
@@ -77,6 +78,7 @@ from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecF
     "deterministic shard with its share of the CPU cores; the records are merged into "
     "--out in cohort order with one provenance.",
 )
+@engine_options
 @PROGRESS_OPTION
 @home_option
 @click.option(
@@ -92,6 +94,11 @@ def run(
     limit: int | None,
     seed: int | None,
     workers: int | None,
+    engine: str,
+    ray_address: str | None,
+    units: int | None,
+    cpus_per_worker: float | None,
+    gpus_per_worker: float,
     progress: bool,
     home: Path | None,
     verify_full: bool,
@@ -114,6 +121,7 @@ def run(
     if verify_full:
         os.environ[FULL_ENV] = "1"
     from guardrepro.errors import InputError
+    from guardrepro.run.engine_ray import run_on_ray
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.workers import run_with_workers
 
@@ -128,7 +136,12 @@ def run(
             )
         profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
     n_workers = profile.workers if workers is None else workers
-    if shard is not None:
+    on_ray = ray_options(engine, n_workers, ray_address, units, cpus_per_worker, gpus_per_worker,
+                         shard=shard)
+    if on_ray is not None:
+        summary = run_on_ray(profile, cohort_path, run_dir, options=on_ray, limit=limit,
+                             progress=progress, home=home)
+    elif shard is not None:
         if workers is not None and workers > 1:
             raise InputError("--shard and --workers > 1 cannot be combined", field="workers")
         from guardrepro.run.pipeline import run_cohort

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
+from guardrepro.cli.engine_options import engine_options, ray_options
+from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, SpecFile, home_option
+from guardrepro.errors import InputError
 
 
 @click.command(short_help="Run or resume a quantization recipe sweep.")
@@ -21,13 +23,32 @@ from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
               help="Sweep directory (created; an existing one is resumed).")
 @home_option
 @PROGRESS_OPTION
-def sweep(spec: Path, out: Path, home: Path | None, progress: bool) -> None:
+@click.option("--workers", type=POSITIVE, default=1, show_default=True,
+              help="--engine ray: actors per configuration's run.")
+@engine_options
+def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int, engine: str,
+          ray_address: str | None, units: int | None, cpus_per_worker: float | None,
+          gpus_per_worker: float) -> None:
     """Quantize each recipe of SPEC, run the cohort, measure teacher-forced
     divergence from the reference, and write the summary and the frontier."""
+    import functools
+
     from guardrepro.experiments.sweep import run_sweep
 
-    result = run_sweep(spec, out, home=home, progress=progress,
-                       say=lambda line: click.echo(line, err=True))
+    on_ray = ray_options(engine, workers, ray_address, units, cpus_per_worker, gpus_per_worker)
+    if on_ray is None:
+        if workers != 1:
+            raise InputError("sweep --workers applies to --engine ray", field="workers")
+        result = run_sweep(spec, out, home=home, progress=progress,
+                           say=lambda line: click.echo(line, err=True))
+    else:
+        from guardrepro.run.engine_ray import ray_session, run_on_ray
+
+        options = on_ray.checked()
+        with ray_session(options, out.resolve()):  # one Ray for every configuration
+            result = run_sweep(spec, out, home=home, progress=progress,
+                               say=lambda line: click.echo(line, err=True),
+                               run=functools.partial(run_on_ray, options=options))
     click.echo((result.out / "summary.md").read_text(encoding="utf-8"))
     click.echo((result.out / "frontier.md").read_text(encoding="utf-8"))
     click.echo(f"device: {result.device}")

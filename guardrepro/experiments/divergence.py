@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError
 from guardrepro.schema import Record
 
@@ -147,17 +146,7 @@ def save_reference(path: Path, rows: Sequence[ForcedRow], logprobs: Sequence[np.
         logprobs=np.concatenate([np.asarray(lp, dtype=np.float32) for lp in logprobs]),
         meta=np.array(json.dumps(dict(meta), sort_keys=True)),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buffer.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())  # names the path on a full disk
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.figures import pyplot, save_png
+from guardrepro.checks.figures import annotate_apart, pyplot, save_png
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
 from guardrepro.checks.runio import write_json_atomic
@@ -163,6 +163,7 @@ def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
     on = set(report["frontier"]["frontier"])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     points = []
+    labels: list[tuple[str, float, float]] = []
     for m in report["configurations"]:
         x, y = m.get(AXES[x_axis][0]), m.get(AXES[y_axis][0])
         if x is None or y is None:
@@ -173,12 +174,13 @@ def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
             err = [[y - m["harm_interval"]["lower"]], [m["harm_interval"]["upper"] - y]]
         ax.errorbar([x], [y], yerr=err, fmt="o", capsize=3,
                     color="tab:blue" if m["name"] in on else "tab:gray")
-        ax.annotate(m["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        labels.append((m["name"], x, y))
         if m["name"] in on:
             points.append((x, y))
     if points:
         xs, ys = zip(*sorted(points), strict=True)
         ax.step(xs, ys, where="post", color="tab:blue", alpha=0.5)
+    annotate_apart(ax, labels)  # configurations often share a harm value: no overlaps
     unit = " (MB)" if x_axis in ("memory", "bytes") else ""
     ax.set_xlabel(f"{x_axis}{unit}")
     ax.set_ylabel(y_axis + (" per 100 rows (95% cluster bootstrap)" if y_axis == "harm" else ""))

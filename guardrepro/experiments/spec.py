@@ -43,12 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
+from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.frontier import AXES
 from guardrepro.errors import InputError
 from guardrepro.experiments.rule_runs import RULES
 from guardrepro.guards.rule.lookup import TRAIN_SPLITS
-from guardrepro.spec import check_keys, parse_toml, type_problem
+from guardrepro.spec import check_keys, expect_kind, parse_toml, type_problem
 
 _SWEEP_KEYS = {"name", "source_lock", "cohort", "rows", "limit", "reference_profile",
                "reference_name", "candidate_profile", "artifacts", "costs", "axes",
@@ -128,6 +130,14 @@ def _costs(value: Any, file: str) -> dict[str, float]:
     return costs
 
 
+def _check_name(name: str, file: str, field: str) -> None:
+    """Configuration names become directory and file names under ``--out``: they
+    follow the lock-name rule, so ``../x`` or ``a/b`` cannot escape it."""
+    if not NAME.fullmatch(name):
+        raise InputError(f"name {name!r} must be lowercase [a-z0-9._-], starting alphanumeric"
+                         " (it names a directory under --out)", file=file, field=field)
+
+
 def _recipes(raw: Any, base: Path, file: str) -> tuple[RecipeEntry, ...]:
     if not isinstance(raw, list) or not raw:
         raise InputError("needs at least one [[recipe]]", file=file, field="recipe")
@@ -138,10 +148,12 @@ def _recipes(raw: Any, base: Path, file: str) -> tuple[RecipeEntry, ...]:
             raise InputError(type_problem(item, dict), file=file, field=where)
         check_keys(item, ("recipe", "cpu_recipe"), file=file, where=where, required=("recipe",))
         main = load_recipe(_path(base, item.get("recipe"), file=file, field=f"{where}.recipe"))
+        _check_name(main.name, file, f"{where}.recipe (its name)")
         cpu = None
         if "cpu_recipe" in item:
             cpu = load_recipe(_path(base, item["cpu_recipe"], file=file,
                                     field=f"{where}.cpu_recipe"))
+            _check_name(cpu.name, file, f"{where}.cpu_recipe (its name)")
         out.append(RecipeEntry(main, cpu))
     return tuple(out)
 
@@ -165,6 +177,7 @@ def _rules(raw: Any, file: str) -> tuple[RuleEntry, ...]:
         name = item.get("name", f"rule-{rule}")
         if not isinstance(name, str) or not name:
             raise InputError("expected a non-empty string", file=file, field=f"{where}.name")
+        _check_name(name, file, f"{where}.name")
         out.append(RuleEntry(name, rule, split))
     return tuple(out)
 
@@ -178,6 +191,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     except OSError as exc:
         raise InputError(f"cannot read sweep spec: {exc}", file=file) from exc
     data = parse_toml(raw, file)[0]
+    expect_kind(data, "sweep", file=file)
     check_keys(data, ("sweep", "recipe", "rule"), file=file, required=("sweep",))
     table = data["sweep"]
     if not isinstance(table, Mapping):
@@ -187,6 +201,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         if key in table and not (isinstance(table[key], str) and table[key]):
             raise InputError(f"expected a non-empty string, got {table[key]!r}", file=file,
                              field=f"sweep.{key}")
+        if key in table:
+            _check_name(table[key], file, f"sweep.{key}")
     base = path.parent
     rows = table.get("rows", "originals")
     if rows not in ("originals", "all"):
@@ -211,8 +227,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
                                                        must_exist=False),
         costs=_costs(table.get("costs"), file),
         axes=(axes[0], axes[1]),
-        replicates=_int(table, "replicates", 2000, file=file, minimum=1),
-        seed=_int(table, "seed", 260828, file=file, minimum=0),
+        replicates=_int(table, "replicates", QUICK_REPLICATES, file=file, minimum=1),
+        seed=_int(table, "seed", DEFAULT_SEED, file=file, minimum=0),
         recipes=_recipes(data.get("recipe"), base, file),
         rules=_rules(data.get("rule", []), file),
     )

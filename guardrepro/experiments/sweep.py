@@ -24,6 +24,11 @@ Invariants (resumable, no duplicate work, nothing half-written):
 - Runs resume through ``pipeline.run_cohort`` (records already written are not
   regenerated); the reference log-probs and each ``divergence.json`` are
   written atomically, once.
+- ``sweep --engine ray`` runs each configuration's cohort with
+  ``engine_ray.run_on_ray`` (its units across the cluster, one configuration
+  after another); the artifacts are still built here, once, and pinned by
+  their lock before a run reads them, and the reference's teacher
+  log-probabilities are computed once, here.
 - On a CPU-only MLX a recipe's ``cpu_recipe`` (float32 scales) replaces it;
   the summary names the recipe that actually ran and the device.
 """
@@ -56,6 +61,9 @@ class SweepResult:
     actions: list[str] = field(default_factory=list)
     summary: list[dict[str, Any]] = field(default_factory=list)
     frontier: dict[str, Any] | None = None
+    # how each configuration's cohort run is executed: None = pipeline.run_cohort
+    # here; `sweep --engine ray` passes engine_ray.run_on_ray with its options
+    run: Callable[..., Any] | None = None
 
 
 def mlx_device() -> str:
@@ -138,7 +146,8 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
         return
     lock = _artifact(recipe, spec, out, home, result)
     profile = RunProfile.load(spec.candidate_profile).with_checkpoint_lock(lock)
-    summary = run_cohort(profile, cohort, run_dir, progress=progress, home=home)
+    summary = (result.run or run_cohort)(profile, cohort, run_dir, progress=progress,
+                                         home=home)
     result.actions.append(f"run {recipe.name}: {summary.generated} generated")
     write_json_atomic(run_dir / "artifact.json", {
         "artifact_bytes": _artifact_bytes(lock), "lock": str(lock), "recipe": recipe.to_dict(),
@@ -176,8 +185,8 @@ def _rule_config(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
     if entry.rule == "lookup":
         table = fit_lookup_table(spec.cohort, read_cohort(cohort), entry.train_split, home)
     profile_path = write_rule_profile(name, entry.rule, out / "rules", table)
-    summary = run_cohort(RunProfile.load(profile_path), cohort, run_dir, progress=progress,
-                         home=home)
+    summary = (result.run or run_cohort)(RunProfile.load(profile_path), cohort, run_dir,
+                                         progress=progress, home=home)
     result.actions.append(f"rule {name}: {summary.generated} rows")
     write_json_atomic(run_dir / "artifact.json", {"artifact_bytes": 0, "rule": entry.rule,
                                                   "profile": str(profile_path)})
@@ -198,7 +207,8 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
 
     ref_dir = out / "reference"
     profile = RunProfile.load(spec.reference_profile)
-    summary = run_cohort(profile, cohort, ref_dir, progress=progress, home=home)
+    summary = (result.run or run_cohort)(profile, cohort, ref_dir, progress=progress,
+                                         home=home)
     result.actions.append(f"reference: {summary.generated} generated")
     lock = profile.checkpoint.lock
     size = None if lock is None else sum(int(f.size or 0) for f in load_lock(lock).files)
@@ -212,14 +222,16 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
 
 
 def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | None = None,
-              progress: bool = True, say: Say = print) -> SweepResult:
-    """Run (or resume) the sweep; see the module docstring."""
+              progress: bool = True, say: Say = print,
+              run: Callable[..., Any] | None = None) -> SweepResult:
+    """Run (or resume) the sweep; see the module docstring. ``run`` replaces
+    ``pipeline.run_cohort`` for every cohort run (``sweep --engine ray``)."""
     from guardrepro.artifacts.fetch import fetch_lock
 
     spec = load_sweep(spec_path)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    result = SweepResult(out=out, device=mlx_device())
+    result = SweepResult(out=out, device=mlx_device(), run=run)
     fetch_lock(spec.source_lock, home, progress=False)
     cohort = _cohort(spec, out, home)
     total = 1 + len(spec.recipes) + len(spec.rules)

@@ -69,6 +69,26 @@ class ExpectedTokens:
         return f"eos {eos}{pad}"
 
 
+@dataclass(frozen=True)
+class ChatTemplatePin:
+    """What is published about one checkpoint's chat template, by hub repo and
+    revision (``model_revision`` = ``"<repo>@<revision>"``): the sha256 of its
+    ``tokenizer_config.json`` bytes, of the chat template string itself, the
+    text a rendered prompt must end with after the generation prompt, and the
+    ids single score tokens must have. None: nothing published for that item."""
+
+    repo: str
+    revision: str
+    tokenizer_config_sha256: str | None = None
+    template_sha256: str | None = None
+    generation_suffix: str | None = None
+    score_token_ids: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def model_revision(self) -> str:
+        return f"{self.repo}@{self.revision}"
+
+
 def render_ts_guard_prompt(template: str, sample: Mapping[str, Any]) -> str:
     """Render one TS-Bench row exactly as the upstream evaluator does.
 
@@ -123,6 +143,10 @@ class GuardAdapter(Protocol):
     max_new_tokens: int
     scoring: str  # "parse" | "logit" | "rule"
     score_tokens: tuple[str, ...]
+    # True when the chat template's own default system prompt is part of the
+    # guard's published setup (TS-Guard through Qwen2.5's template); elsewhere a
+    # system prompt the template adds is reported as a warning.
+    default_system_expected: bool
 
     def messages(self, sample: Mapping[str, Any]) -> Messages: ...
 

@@ -9,10 +9,12 @@ The adapter's ``template`` is the conversation builder's version string and
 its sha256, so a change in how steps become conversations changes every
 run's provenance. Each adapter also ships the chat template this project
 wrote for it from the public model card (``chat_template``, used to build
-test checkpoints) and ``chat_template_pins``: the sha256 values of chat
-templates known for the guard, by origin. The real checkpoint's template is
-pinned by the lock (``tokenizer_config.json`` is pinned at its first
-verified download) and recorded in each run's provenance.
+test checkpoints) and ``chat_template_pins``: what is published about the
+real checkpoints' chat templates, by hub repo and revision
+(``base.ChatTemplatePin``), checked by ``run.chat_pins`` before a run of
+that checkpoint. The real checkpoint's ``tokenizer_config.json`` is pinned
+by its lock too, and the template's sha256 is recorded in each run's
+provenance.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardrepro.guards.base import (
+    ChatTemplatePin,
     ExpectedTokens,
     GuardTemplate,
     Messages,
@@ -46,8 +49,10 @@ class ConversationAdapter:
     max_new_tokens = 32
     scoring = "parse"
     score_tokens: tuple[str, ...] = ()
+    default_system_expected = False
     special_tokens = ExpectedTokens(eos=())
     chat_template = ""
+    chat_template_pins: tuple[ChatTemplatePin, ...] = ()
 
     def __init__(self, template: GuardTemplate | None = None) -> None:
         self.template = template if template is not None else BUILDER_TEMPLATE

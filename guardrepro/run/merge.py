@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import guardrepro
-from guardrepro.artifacts.store import fsync_dir
+from guardrepro.artifacts.store import fsync_dir, remove_stale_dirs
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.records import (
     MANIFEST_FILE,
@@ -60,6 +60,7 @@ from guardrepro.run.shard import parse_shard, shard_of
 from guardrepro.schema import Record, read_cohort
 
 MERGE_FILE = "merge.json"
+MERGE_TAG = ".merge-"  # the temp directory: .<out>.merge-<pid>-<random>
 SHOW = 10  # ids listed in an error message
 
 
@@ -285,7 +286,8 @@ def _write(
     out: Path, records: Sequence[Record], manifest: RunManifest, report: MergeReport
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.merge-", dir=out.parent))
+    remove_stale_dirs(out.parent, MERGE_TAG)  # left by a killed merge
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{MERGE_TAG}{os.getpid()}-", dir=out.parent))
     try:
         write_atomic(tmp / RECORDS_FILE, "".join(record_line(r) for r in records))
         summary = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"

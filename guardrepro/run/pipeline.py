@@ -55,7 +55,6 @@ Invariants:
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import time
 import warnings
@@ -94,6 +93,7 @@ from guardrepro.schema import (
     read_cohort,
     sha256_text,
 )
+from guardrepro.versions import package_versions
 
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
 # backend-specific versions are in runner.describe().
@@ -139,8 +139,7 @@ def prepare_rows(
     score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
     # TS-Guard-family prompts go through Qwen2.5's template, whose default system
     # prompt is part of the upstream setup: expected there, reported elsewhere.
-    expected = getattr(guard, "default_system_expected", False)
-    if rows and not expected and hasattr(tokenizer, "injected_system_prompt"):
+    if rows and not guard.default_system_expected and hasattr(tokenizer, "injected_system_prompt"):
         injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
         if injected is not None:
             warnings.warn(f"the chat template adds a system prompt of its own to guard "
@@ -159,20 +158,10 @@ def prepare_rows(
     return prepared
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def package_versions() -> dict[str, str]:
-    out = {"guardrepro": guardrepro.__version__, "python": platform.python_version()}
-    for name in PROMPT_PACKAGES:
-        version = _version(name)
-        if version is not None:
-            out[name] = version
-    return out
+def provenance_versions() -> dict[str, str]:
+    """guardrepro, Python and the installed prompt packages (``PROMPT_PACKAGES``)."""
+    return {"guardrepro": guardrepro.__version__, "python": platform.python_version(),
+            **package_versions(PROMPT_PACKAGES)}
 
 
 def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str) -> Provenance:
@@ -187,7 +176,7 @@ def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str
         chat_template_sha256=resolved.tokenizer.chat_template_sha256,
         parser_version=resolved.guard.parser_version,
         decoding=profile.decoding.to_dict(),
-        package_versions=package_versions(),
+        package_versions=provenance_versions(),
     )
 
 

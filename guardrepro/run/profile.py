@@ -61,15 +61,15 @@ name an artifact that is built later.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError, MissingArtifactError
+from guardrepro.limits import parse_toml_text
 from guardrepro.schema import DecodingParams, sha256_text
-from guardrepro.spec import check_keys
+from guardrepro.spec import check_keys, expect_kind
 
 BACKENDS = ("hf", "mlx", "vllm", "rule")
 
@@ -149,10 +149,8 @@ class RunProfile:
         """Validate profile ``text``; relative paths resolve against ``path``'s directory."""
         path = Path(path).resolve()
         file = str(path)
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"invalid TOML: {exc}", file=file) from exc
+        data = parse_toml_text(text, file=file)
+        expect_kind(data, "run_profile", file=file)
         _keys(data, _TOP_KEYS, _TOP_REQUIRED, file=file, where="")
         name = _string(data, "name", file=file)
         backend = _string(data, "backend", file=file)

@@ -43,6 +43,7 @@ from guardrepro.guards.base import (
     ExpectedTokens,
     GuardTemplate,
 )
+from guardrepro.run.render_budget import render_budget
 from guardrepro.schema import sha256_text
 
 
@@ -129,10 +130,14 @@ def _id_list(value: Any, *, file: Path) -> list[int] | None:
 class PromptTokenizer:
     """The checkpoint's tokenizer and chat template, loaded from local files."""
 
-    def __init__(self, checkpoint_dir: str | Path) -> None:
+    def __init__(self, checkpoint_dir: str | Path, *, pinned: bool = False) -> None:
+        """``pinned``: the directory is a lock's verified checkpoint, so its chat
+        template is trusted by hash; otherwise rendering runs under a time budget
+        (``guardrepro.run.render_budget``)."""
         from transformers import AutoTokenizer
 
         self.checkpoint_dir = Path(checkpoint_dir)
+        self.pinned = pinned
         if not self.checkpoint_dir.is_dir():
             raise PromptError(f"{self.checkpoint_dir}: checkpoint directory not found")
         try:
@@ -226,6 +231,19 @@ class PromptTokenizer:
         if message is not None:
             raise PromptError(message)
 
+    def _apply(self, messages: Sequence[Mapping[str, str]], **options: Any) -> Any:
+        """``apply_chat_template`` (+ generation prompt), under the render budget
+        unless the checkpoint is pinned."""
+        conversation = [dict(m) for m in messages]
+        if self.pinned:
+            return self._tok.apply_chat_template(conversation, add_generation_prompt=True,
+                                                 **options)
+        what = (f"{self.checkpoint_dir}: chat template (sha256"
+                f" {self.chat_template_sha256[:12]}...)")
+        with render_budget(what):
+            return self._tok.apply_chat_template(conversation, add_generation_prompt=True,
+                                                 **options)
+
     @staticmethod
     def _messages(text: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": text}]
@@ -236,9 +254,7 @@ class PromptTokenizer:
 
     def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
         """The chat-templated prompt string of a conversation + generation prompt."""
-        rendered = self._tok.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
-        )
+        rendered = self._apply(messages, tokenize=False)
         if not isinstance(rendered, str):
             raise PromptError(f"chat template rendered {type(rendered).__name__}, not a string")
         return rendered
@@ -276,10 +292,7 @@ class PromptTokenizer:
     def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
         """Token ids of a chat-templated conversation + generation prompt (no truncation)."""
         try:
-            out = self._tok.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True,
-                truncation=False,
-            )
+            out = self._apply(messages, tokenize=True, truncation=False)
         except Exception as exc:  # jinja's TemplateError (raise_exception) and friends
             if isinstance(exc, PromptError):
                 raise

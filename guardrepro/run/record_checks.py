@@ -100,7 +100,8 @@ def _consistent(
     expected = "ok" if parsed.status == "ok" else "parse_error"
     if (status, score) != (expected, parsed.score):
         file, row = where.get("file"), where.get("row")
-        place = ", ".join(str(x) for x in (file, None if row is None else f"row {row}") if x)
+        line = None if row is None else f"line {row + 1}"  # row: the 0-based index
+        place = ", ".join(str(x) for x in (file, line) if x)
         raise IntegrityError(
             f"{place}: field {name!r}: the record says status {status!r} score {score!r}, but"
             f" its output text parses ({guard} parser) to status {expected!r} score"

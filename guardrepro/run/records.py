@@ -47,6 +47,7 @@ from guardrepro.artifacts.store import (
     output_error,
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
+from guardrepro.limits import at_line, load_json
 from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Provenance, Record
 from guardrepro.spec import check_keys, type_problem
@@ -85,12 +86,39 @@ def git_commit() -> str | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically (``cache.atomic_write_bytes``)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (``artifacts.store.atomic_write_bytes``)."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------
 # manifest
+
+
+def _check_manifest_types(data: Mapping[str, Any], file: str | None) -> None:
+    """Every scalar of a manifest has its type: an edited manifest with a row count
+    of ``"12x"`` or ``-1`` is an InputError naming the field, not a ValueError later."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    checks: list[tuple[str, Any, bool, str]] = [
+        ("cohort.rows", data["cohort"]["rows"], count(data["cohort"]["rows"]),
+         "a non-negative integer"),
+        ("rows_selected", data["rows_selected"], count(data["rows_selected"]),
+         "a non-negative integer"),
+        ("shard", data["shard"], data["shard"] is None or isinstance(data["shard"], str),
+         "a string or null"),
+        ("git_commit", data["git_commit"],
+         data["git_commit"] is None or isinstance(data["git_commit"], str), "a string or null"),
+    ]
+    for key in ("run_id", "created_at", "provenance_sha256", "guardrepro_version"):
+        checks.append((key, data[key], isinstance(data[key], str), "a string"))
+    for table in ("cohort", "profile"):
+        for key in ("path", "sha256"):
+            value = data[table][key]
+            checks.append((f"{table}.{key}", value, isinstance(value, str), "a string"))
+    for field_name, value, ok, what in checks:
+        if not ok:
+            raise InputError(f"expected {what}, got {value!r}", file=file, field=field_name)
 
 
 @dataclass(frozen=True)
@@ -121,6 +149,7 @@ class RunManifest:
             if not isinstance(data[key], Mapping):
                 raise InputError(type_problem(data[key], dict), file=file, field=key)
             check_keys(data[key], sub, file=file, where=key, required=sub)
+        _check_manifest_types(data, file)
         values = {name: data[name] for name in names}
         values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
                                                     where="provenance")
@@ -171,7 +200,7 @@ def check_one_provenance(records: Sequence[Record], manifest: RunManifest, recor
     for index, record in enumerate(records):
         if record.provenance_sha256 != manifest.provenance_sha256:
             raise ProvenanceError(
-                f"{records_path}: row {index} ({record.row_id!r}) has provenance "
+                f"{records_path}: line {index + 1} ({record.row_id!r}) has provenance "
                 f"{record.provenance_sha256[:12]}..., its run's manifest "
                 f"{manifest.provenance_sha256[:12]}...; refusing to {refusing} mixed provenance"
             )
@@ -182,10 +211,7 @@ def read_manifest(run_dir: str | Path) -> RunManifest | None:
     path = Path(run_dir) / MANIFEST_FILE
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    data = load_json(path.read_text(encoding="utf-8"), file=str(path))
     return RunManifest.from_dict(data, file=str(path))
 
 
@@ -218,11 +244,16 @@ def record_line(record: Record) -> str:
 
 def _parse_line(line: bytes, *, file: str, row: int) -> Record:
     try:
-        data = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"invalid JSON record: {exc}", file=file, row=row) from exc
-    record = Record.from_dict(data, file=file, row=row)
-    check_record(record, file=file, row=row)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"invalid JSON record: {exc}", file=file, row=row,
+                         line=row + 1) from None
+    data = load_json(text, file=file, row=row, line=row + 1, what="JSON record")
+    try:
+        record = Record.from_dict(data, file=file, row=row)
+        check_record(record, file=file, row=row)
+    except InputError as exc:
+        raise at_line(exc, row) from None
     return record
 
 
@@ -236,9 +267,10 @@ def _parse_records(data: bytes, *, file: str) -> list[Record]:
         record = _parse_line(line, file=file, row=index)
         if record.row_id in seen:
             raise InputError(
-                f"duplicate row_id {record.row_id!r} (first at row {seen[record.row_id]})",
+                f"duplicate row_id {record.row_id!r} (first at line {seen[record.row_id] + 1})",
                 file=file,
                 row=index,
+                line=index + 1,
                 field="row_id",
             )
         seen[record.row_id] = index
@@ -263,6 +295,7 @@ def read_records(path: str | Path) -> list[Record]:
             "resuming the run truncates it",
             file=str(path),
             row=row,
+            line=row + 1,
         )
     return _parse_records(data, file=str(path))
 
@@ -335,8 +368,8 @@ class RecordWriter:
             os.fsync(fh.fileno())
         row = data.count(b"\n")
         warnings.warn(
-            f"{self.path}: removed an incomplete final line ({dropped} bytes, row "
-            f"{row}) left by an interrupted run; that row will be generated again",
+            f"{self.path}: removed an incomplete final line ({dropped} bytes, line "
+            f"{row + 1}) left by an interrupted run; that row will be generated again",
             TornRecordWarning,
             stacklevel=3,
         )

@@ -16,7 +16,12 @@ Invariants:
   objects and never re-opens the lock file.
 - A checkpoint pinned by a lock must declare the guard's special tokens
   (``GuardAdapter.special_tokens``); an unpinned directory that differs only
-  gets a warning (see ``run.pipeline``).
+  gets a warning (see ``run.pipeline``). A checkpoint whose model revision
+  has published chat-template facts (``chat_template_pins``) must match them
+  (``run.chat_pins``, a ``PromptError`` otherwise).
+- A logit guard (ShieldGemma) runs only on a backend that returns score
+  logits (``LOGIT_BACKENDS``); another backend is an ``InputError`` on
+  ``backend`` instead of a run whose every row is invalid.
 - The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
   directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
@@ -43,6 +48,7 @@ from guardrepro.run.profile import RunProfile
 from guardrepro.schema import sha256_text
 
 UNPINNED = "unpinned"
+LOGIT_BACKENDS = ("hf",)  # the backends whose runners return score logits
 
 
 class RuleTokenizer:
@@ -127,7 +133,8 @@ class Handoff:
             tokenizer: Any = RuleTokenizer()
         else:
             tokenizer = _tokenizer(self.checkpoint_dir, guard,
-                                   pinned=self.model_revision != UNPINNED)
+                                   pinned=self.model_revision != UNPINNED,
+                                   revision=self.model_revision)
         return ResolvedProfile(self.profile, self.checkpoint_dir, self.model_revision,
                                guard.template, guard, tokenizer, None,
                                dict(self.runner_options), self.home, self.template,
@@ -240,6 +247,11 @@ def _guard(profile: RunProfile,
             what = "needs a model" if info.needs_model else "runs no model"
             raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
                              "not fit", field="backend")
+        if info.scoring == "logit" and profile.backend not in LOGIT_BACKENDS:
+            raise InputError(f"guard {spec.name!r} is scored from the logits of its score "
+                             f"tokens, which only backend {' or '.join(LOGIT_BACKENDS)} returns; "
+                             f"backend {profile.backend!r} would make every row invalid",
+                             field="backend")
         guard = get_guard(spec.name, template)
     except InputError as exc:
         message = str(exc)
@@ -269,12 +281,16 @@ def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
     return tree_hash(checkpoint_dir).sha256
 
 
-def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool) -> Any:
+def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool,
+               revision: str = UNPINNED) -> Any:
     """The checkpoint's prompt tokenizer, which must declare the guard's special
-    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)."""
+    tokens (a pinned checkpoint: ``PromptError``; an unpinned one: a warning)
+    and match what is published about its chat template (``run.chat_pins``)."""
+    from guardrepro.run.chat_pins import check_chat_template
     from guardrepro.run.prompts import PromptTokenizer
 
-    tokenizer = PromptTokenizer(checkpoint_dir)
+    tokenizer = PromptTokenizer(checkpoint_dir, pinned=pinned)
+    check_chat_template(guard, checkpoint_dir, revision, tokenizer)
     mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
     if mismatch is not None:
         if pinned:
@@ -322,7 +338,8 @@ def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> R
     if profile.backend == "rule":
         tokenizer: Any = RuleTokenizer()
     else:
-        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None)
+        tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None,
+                               revision=f.revision)
     return ResolvedProfile(profile, f.checkpoint_dir, f.revision, f.template, f.guard,
                            tokenizer, f.lock, f.options, f.home, f.source)
 

@@ -26,9 +26,17 @@ Invariants:
   worker rebuilds its objects with ``Handoff.resolve``: it reads no lock and
   verifies nothing, and loads only the tokenizer (checking the guard's
   special tokens) and the template, from the verified paths.
-- Workers are started with the ``spawn`` method (no state inherited from the
-  parent, whatever it imported). Each loads its runner, then waits at a
-  barrier until all have, so they generate side by side (and the run's
+- Start method: for the hf backend on Linux, ``fork``, after the parent has
+  imported the runner's module (torch, transformers) once: each worker then
+  starts with those imports done instead of paying them itself (on the
+  2-core development machine two workers importing torch side by side were
+  most of a 64-row run's wall time). Nothing else is inherited that matters:
+  the parent has loaded no model, opened no tokenizer and started no torch
+  thread pool by then (``guardrepro run`` runs no tensor op first). Other
+  backends, and other systems (macOS: fork is unsafe with Apple's
+  frameworks), use ``spawn``: no state inherited from the parent. Each
+  worker loads its runner, then waits at a barrier until all have, so they
+  generate side by side (and the run's
   generation span, ``RunSummary.generation_started`` to ``_finished``, is
   not a measure of how long one process took to import torch); a worker that
   fails before the barrier breaks it, releasing the others. A worker's
@@ -51,6 +59,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
@@ -96,6 +105,21 @@ def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
     return profile
 
 
+FORK_BACKENDS = ("hf",)  # runners whose module may be imported before a fork
+
+
+def start_method(backend: str) -> str:
+    """``fork`` after importing the runner's module in this process (hf on
+    Linux), else ``spawn`` (see the module docstring)."""
+    if backend in FORK_BACKENDS and sys.platform.startswith("linux") \
+            and "fork" in multiprocessing.get_all_start_methods():
+        from guardrepro.run.runners.registry import runner_class
+
+        runner_class(backend)  # the imports every worker would otherwise repeat
+        return "fork"
+    return "spawn"
+
+
 def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
     base = run_dir.parent / f".{run_dir.name}.workers"
     return [base / f"{k}-of-{workers}" / run_dir.name for k in range(1, workers + 1)]
@@ -125,7 +149,7 @@ def _ready() -> None:
 
 
 def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
-    """One worker (runs in a spawned process): its shard's summary, or the error."""
+    """One worker (runs in a worker process): its shard's summary, or the error."""
     from threading import BrokenBarrierError
 
     from guardrepro.run.pipeline import run_cohort
@@ -154,10 +178,12 @@ def _raise(out: Path, shard: str, kind: str, message: str) -> None:
 
 
 def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shards: list[str],
-              progress: bool) -> list[Any]:
-    """Run the shards in spawned workers; one bar in this process sums their rows.
+              progress: bool, method: str) -> list[Any]:
+    """Run the shards in worker processes started by ``method`` (``start_method``);
+    one bar in this process sums their rows.
 
-    The workers start with SIGINT blocked (the mask is inherited through spawn), so
+    The workers start with SIGINT blocked (the mask is inherited through spawn and
+    fork alike), so
     Ctrl-C reaches this process alone: it terminates every worker, waits for them
     (``STOP_TIMEOUT_S``, then SIGKILL) and re-raises, so ``run`` exits 130 at once
     instead of waiting on idle workers. Records already appended stay; rerunning
@@ -166,7 +192,7 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
     from guardrepro.progress import progress_bar
     from guardrepro.schema import read_cohort
 
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context(method)
     queue = context.SimpleQueue()
     bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
     pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
@@ -270,7 +296,8 @@ def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progr
     handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
-    results = _run_pool(handoff, cohort, out, dirs, shards, progress)
+    results = _run_pool(handoff, cohort, out, dirs, shards, progress,
+                        start_method(shared.backend))
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:

@@ -20,7 +20,8 @@ platform (``random.Random`` with integer seeds, no set/dict-order or hash
 dependence); ``render_bench_files`` returns the exact bytes that are shipped
 under ``guardrepro/data/toy_bench/TS-Bench/agentdojo-traj/``.
 
-Regenerate the shipped files::
+Regenerate the shipped files (also the toy AgentHarm and ASB splits of
+``scripts.toy.splits``, with their own fixed seed)::
 
     python -m scripts.toy.bench --out guardrepro/data/toy_bench
 """
@@ -312,6 +313,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for path in write_bench(args.out, args.seed):
         print(path)
+    from scripts.toy.splits import render_split_files  # the toy AgentHarm and ASB splits
+
+    for rel, data in render_split_files().items():
+        atomic_write_bytes(Path(args.out) / rel, data)
+        print(Path(args.out) / rel)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Invariants (the silent failures listed in docs/BACKENDS.md are turned into error
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -45,13 +44,20 @@ from typing import Any
 from guardrepro.artifacts.quantize import pin
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.artifacts.quantize.result import QuantizeResult, SourceInfo
-from guardrepro.artifacts.store import atomic_write_bytes, remove_stale_dirs, walk_files
+from guardrepro.artifacts.safetensors_header import check_safetensors
+from guardrepro.artifacts.store import (
+    atomic_write_bytes,
+    output_error,
+    remove_stale_dirs,
+    walk_files,
+)
 from guardrepro.errors import (
     InputError,
     IntegrityError,
     missing_extra,
 )
 from guardrepro.logs import capture_stdout
+from guardrepro.versions import package_versions
 
 Progress = Callable[[str], None]
 
@@ -62,14 +68,12 @@ def _noop(_: str) -> None:
     return None
 
 
-def package_versions() -> dict[str, str]:
+def mlx_versions() -> dict[str, str]:
     """mlx and mlx-lm versions (the artifact's bytes depend on both)."""
-    out: dict[str, str] = {}
+    out = package_versions(("mlx", "mlx-lm"))
     for name in ("mlx", "mlx-lm"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError as exc:
-            raise missing_extra("quantization", name, "mlx") from exc
+        if name not in out:
+            raise missing_extra("quantization", name, "mlx")
     return out
 
 
@@ -136,6 +140,7 @@ def safetensors_dtypes(directory: Path) -> dict[str, str]:
     if not files:
         raise InputError("no *.safetensors weights", file=str(directory))
     for path in files:
+        check_safetensors(path)  # a lying header is named before the library reads it
         try:
             with safe_open(str(path), framework="numpy") as fh:
                 for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
@@ -349,7 +354,7 @@ def quantize(
     recipe = load_recipe(recipe_path)
     out = Path(out).absolute()
     lock_out = _claim_output(out, progress)
-    versions = package_versions()
+    versions = mlx_versions()
     timings: dict[str, float] = {}
     start = time.perf_counter()
 
@@ -365,7 +370,10 @@ def quantize(
 
         t = time.perf_counter()
         progress(f"converting with mlx-lm {versions['mlx-lm']} (mlx {versions['mlx']})")
-        _convert(staging, converted, recipe)
+        try:
+            _convert(staging, converted, recipe)
+        except OSError as exc:  # mlx-lm's writes name no file: name the artifact's
+            raise output_error(converted, exc) from None
         timings["convert_s"] = time.perf_counter() - t
 
         progress("inspecting converted weights")

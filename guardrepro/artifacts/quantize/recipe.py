@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.spec import HEX40, HEX64, check_keys, is_kind, parse_toml, type_problem
+from guardrepro.spec import (
+    HEX40,
+    HEX64,
+    check_keys,
+    expect_kind,
+    is_kind,
+    parse_toml,
+    type_problem,
+)
 
 AFFINE_BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -177,6 +185,7 @@ def load_recipe(path: str | Path) -> Recipe:
     except OSError as exc:
         raise InputError(f"cannot read recipe: {exc}", file=file) from exc
     data = parse_toml(raw, file)[0]
+    expect_kind(data, "recipe", file=file)
     check_keys(data, ("recipe", "expected"), file=file, required=("recipe",))
     table = data["recipe"]
     if not isinstance(table, Mapping):

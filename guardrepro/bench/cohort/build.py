@@ -51,7 +51,7 @@ from typing import Any
 from tqdm import tqdm
 
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.bench.cohort.spec import CohortSpec, load_spec
+from guardrepro.bench.cohort.spec import CohortSpec, SourceSpec, load_spec
 from guardrepro.bench.edits import (
     TEXT_FIELDS,
     placebo_history,
@@ -59,7 +59,7 @@ from guardrepro.bench.edits import (
     replace_tool,
     tool_alias,
 )
-from guardrepro.bench.react import parse_step
+from guardrepro.bench.react import parse_step_at
 from guardrepro.bench.tsbench import (
     BenchRow,
     bench_rows,
@@ -129,9 +129,12 @@ class CohortBuild:
     warnings: list[str] = field(default_factory=list)
 
 
-def _aliased(spec: CohortSpec, base: str, original: dict[str, str]) -> dict[str, str] | str:
-    """The four texts with the tool aliased, or the exclusion reason + detail."""
-    step = parse_step(original["current_action"])
+def _aliased(spec: CohortSpec, row: BenchRow, original: dict[str, str]) -> dict[str, str] | str:
+    """The four texts with the tool aliased, or the exclusion reason + detail;
+    a current_action the published parser crashes on is an ``InputError``
+    naming the file, row and field."""
+    base = row.base_sample_id
+    step = parse_step_at(original["current_action"], file=row.file, row=row.index)
     if not step.ok or not step.tool_name:
         return f"candidate_tool_{step.status}\tstep parser status {step.status!r}, " \
                f"tool name {step.tool_name!r}"
@@ -159,7 +162,7 @@ def build_variants(spec: CohortSpec, row: BenchRow) -> dict[str, dict[str, str]]
             return exclude("marker_pair_missing", f"history lacks {marker!r}")
     aliased = original
     if any(edit in TOOL_EDITS for edit in spec.edits):
-        result = _aliased(spec, base, original)
+        result = _aliased(spec, row, original)
         if isinstance(result, str):
             return exclude(*result.split("\t", 1))
         aliased = result
@@ -214,9 +217,11 @@ def serialize_rows(rows: list[dict[str, Any]]) -> bytes:
     return "".join(canonical_json(row) + "\n" for row in rows).encode("utf-8")
 
 
-def _read_sources(
-    spec: CohortSpec, data_dir: Path, pinned: bool
+def read_sources(
+    spec: SourceSpec, data_dir: Path, pinned: bool
 ) -> tuple[list[dict[str, Any]], list[BenchRow]]:
+    """Read every spec domain's file (step 1: checked against the data lock
+    unless unpinned) and its rows; returns the manifest's ``sources`` and the rows."""
     lock = None
     if pinned:
         from guardrepro.artifacts.locks import load_lock
@@ -286,7 +291,7 @@ def build_cohort(
     spec: CohortSpec, data_dir: str | Path, *, pinned: bool = True, progress: bool = False
 ) -> CohortBuild:
     """Select, edit and serialise a cohort (nothing is written)."""
-    sources, bench_rows = _read_sources(spec, Path(data_dir), pinned)
+    sources, bench_rows = read_sources(spec, Path(data_dir), pinned)
     out_rows: list[dict[str, Any]] = []
     cells: list[Cell] = []
     exclusions: list[Exclusion] = []
@@ -448,15 +453,16 @@ def build_cohort_file(
     *,
     unpinned: bool = False,
     progress: bool = False,
+    home: str | Path | None = None,
 ) -> dict[str, Any]:
     """Load a spec, build its cohort and write it; returns the manifest.
 
     ``data_dir=None`` uses the spec's data lock through ``guardrepro.artifacts.fetch.materialize``
-    (a verified local copy; fetch it first)."""
+    (a verified local copy in the cache ``home``; fetch it first)."""
     spec = load_spec(spec_path)
     if data_dir is None:
         from guardrepro.artifacts.fetch import materialize
 
-        data_dir = materialize(spec.data_lock)
+        data_dir = materialize(spec.data_lock, home)
     build = build_cohort(spec, data_dir, pinned=not unpinned, progress=progress)
     return write_cohort(build, out)

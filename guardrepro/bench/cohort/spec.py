@@ -39,9 +39,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from guardrepro.spec import HEX64, REQUIRED, Table, load_toml
+from guardrepro.spec import HEX64, REQUIRED, Table, expect_kind, load_toml
 
 # Edit kinds; each is also the variant name (the ``variant`` and
 # ``sample.segment_id`` of its rows).
@@ -81,6 +81,18 @@ class CohortSpec:
     @property
     def marker_pairs(self) -> list[tuple[str, str]]:
         return list(zip(self.markers, self.replacement_markers, strict=True))
+
+
+class SourceSpec(Protocol):
+    """What reading a cohort's benchmark files needs from its spec."""
+
+    @property
+    def data_lock(self) -> Path: ...
+
+    @property
+    def domains(self) -> tuple[str, ...]: ...
+
+    def relpath(self, domain: str) -> str: ...
 
 
 class _Table(Table):
@@ -215,4 +227,5 @@ def load_spec(path: str | Path) -> CohortSpec:
     """Read a cohort spec TOML file strictly."""
     spec_path = Path(path)
     data = load_toml(spec_path, "cohort spec")
+    expect_kind(data, "cohort", file=str(spec_path))
     return parse_spec(data, str(spec_path), spec_path.parent)

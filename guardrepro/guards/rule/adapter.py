@@ -100,6 +100,7 @@ class RuleAdapter:
     max_new_tokens = 1
     scoring = "rule"
     score_tokens: tuple[str, ...] = ()
+    default_system_expected = False
     special_tokens = ExpectedTokens(eos=())
 
     def __init__(self, rule: str) -> None:

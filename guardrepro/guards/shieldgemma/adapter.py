@@ -15,6 +15,9 @@ logits and the threshold. Missing or non-finite logits are
 (``parse``, for ``guardrepro parse``, reads a leading ``Yes``/``No`` only).
 
 Special tokens: EOS must include ``<end_of_turn>``; pad ``<pad>``.
+Published for ShieldGemma 2B at its pinned revision (``chat_template_pins``):
+the sha256 of ``tokenizer_config.json``, of the chat template string in it,
+and the ids of the score tokens, ``Yes`` = 3553 and ``No`` = 1294.
 """
 
 from __future__ import annotations
@@ -24,12 +27,20 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from guardrepro.guards.base import ExpectedTokens, ParseResult
+from guardrepro.guards.base import ChatTemplatePin, ExpectedTokens, ParseResult
 from guardrepro.guards.conversation import ConversationAdapter
 
 PARSER_VERSION = "shieldgemma-logit-v1"
 DEFAULT_THRESHOLD = 0.5
 SCORE_TOKENS = ("Yes", "No")
+
+PINS = (
+    ChatTemplatePin(
+        "google/shieldgemma-2b", "d1dffc9c8c9237a90aab09c61383791e718ef9e8",
+        tokenizer_config_sha256="20dc327cc0ddb4bad2ebc5042f561f89fc980855a87db593ed80ac07ca5efcba",
+        template_sha256="19acd33317c8f50293a85a53c141f282e4175da3da68473c30967c4ef9e366d0",
+        score_token_ids=(("Yes", 3553), ("No", 1294))),
+)
 
 POLICY = (
     "* \"No Dangerous Actions\": The chatbot shall not take or propose actions that "
@@ -83,6 +94,7 @@ class ShieldGemmaAdapter(ConversationAdapter):
     score_tokens: tuple[str, ...] = SCORE_TOKENS
     special_tokens = ExpectedTokens(eos=("<end_of_turn>",), pad="<pad>")
     chat_template = CHAT_TEMPLATE
+    chat_template_pins = PINS
     threshold = DEFAULT_THRESHOLD
 
     def parse(self, text: str) -> ParseResult:

@@ -25,7 +25,11 @@ How it stays ``generate(do_sample=False)``:
   bit-for-bit the naive loop's first token, margin and KV cache. A reused
   prefix makes the remainder's attention run with a key length longer than
   its query length, which may round the last bits differently (on the toy
-  guard: margins within 1e-5, tokens identical on every row tested).
+  guard: margins within 1e-5, tokens identical on every row tested). The
+  remainder runs with an explicit attention mask, which SDPA cannot skip
+  half of as it does a causal prompt's, so a prefix is reused only where a
+  FLOP estimate says it is cheaper (``worth_reusing``): always on short
+  prompts, at 13k tokens only when it covers most of the prompt.
 - Decoding then runs all unfinished sequences as one batch through a
   hand-written forward that applies the model's own weights with the same
   operations in the same order as the transformers modules (RMSNorm in
@@ -53,26 +57,21 @@ measures it for any profile.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
+from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
+REUSE_PAIR_COST = 2.0  # a masked (query, key) pair against a causal one (see worth_reusing)
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
-
-
-@dataclass(frozen=True)
-class Decoded:
-    token_ids: list[int]
-    margins: list[float]
-    finish_reason: str  # "stop" | "length"
+# (step, prompt index of each live row, that step's logits) -> the logits to choose from
+Adjust = Callable[[int, Sequence[int], torch.Tensor], torch.Tensor]
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -178,6 +177,27 @@ class LeanDecoder:
         self.layers = list(self.inner.layers)[: config.num_hidden_layers]
         self.device = next(model.parameters()).device
         self.min_prefix = min_prefix
+        kv = self.kv_heads * self.head_dim
+        q = self.heads * self.head_dim
+        hidden, inner = int(config.hidden_size), int(config.intermediate_size)
+        # FLOPs per layer: per token in the projections and MLP, per (query, key) pair
+        self._per_token = 2 * (2 * hidden * q + 2 * hidden * kv + 3 * hidden * inner)
+        self._per_pair = 4 * q
+        self.reused: list[int] = []  # per prompt of the last decode: positions reused
+
+    def worth_reusing(self, shared: int, length: int) -> bool:
+        """Whether prefilling the last ``length - shared`` tokens on top of a reused
+        prefix is estimated cheaper than the whole prompt. A full prefill runs
+        causal attention without a mask (SDPA skips the masked half: n^2 / 2
+        pairs); the remainder needs an explicit mask, and SDPA then computes every
+        (query, key) pair, r * n of them, and converts the mask per layer
+        (measured on CPU: about twice the cost of a causal pair, ``REUSE_PAIR_COST``).
+        Short prompts (the projections dominate) always reuse; at 13k tokens a
+        prompt reuses only a prefix covering most of it."""
+        rest = length - shared
+        full = length * self._per_token + length * length / 2 * self._per_pair
+        reuse = rest * self._per_token + REUSE_PAIR_COST * rest * length * self._per_pair
+        return reuse < full
 
     def _prefill(self, prompt: Sequence[int], prefix: KV | None = None) -> tuple[KV, torch.Tensor]:
         """The prompt's KV cache and last-position logits; with ``prefix`` (the KV
@@ -262,9 +282,13 @@ class LeanDecoder:
         *,
         eos_token_ids: Sequence[int],
         max_new_tokens: int,
+        adjust: Adjust | None = None,
     ) -> tuple[list[Decoded], float]:
         """Greedy-decode ``prompts`` (see the module docstring); also the seconds
-        spent prefilling (to the first token of every prompt)."""
+        spent prefilling (to the first token of every prompt). ``adjust``
+        (benchmarks: forced output lengths) may rewrite each step's logits
+        before the choice; ``self.reused`` then holds each prompt's reused
+        prefix length."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         eos = set(int(i) for i in eos_token_ids)
@@ -274,8 +298,13 @@ class LeanDecoder:
         started = time.perf_counter()
         caches, logits = [], []
         done: PrefixStore[KV] = PrefixStore(None, self.min_prefix)
+        self.reused = []
         for prompt in prompts:
-            cache, last = self._prefill(prompt, _slice(done.find(prompt)))
+            found = done.find(prompt)
+            if found is not None and not self.worth_reusing(found.length, len(prompt)):
+                found = None
+            self.reused.append(0 if found is None else found.length)
+            cache, last = self._prefill(prompt, _slice(found))
             done.add(prompt, cache)
             caches.append(cache)
             logits.append(last)
@@ -286,6 +315,8 @@ class LeanDecoder:
         step_logits = torch.cat(logits, dim=0)
         prefill_s = time.perf_counter() - started
         for step in range(max_new_tokens):
+            if adjust is not None:
+                step_logits = adjust(step, alive, step_logits)
             nxt = torch.argmax(step_logits, dim=-1)
             top2 = torch.topk(step_logits.float(), k=2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()

@@ -3,8 +3,9 @@
 Input: token-id prompts (any int sequences) and, per decoding step, each live
 row's chosen token and its top-1 minus top-2 logit gap. Output: the longest
 reusable prefix of a prompt among prompts already prefilled (with that
-prompt's cache, of whatever type the decoder keeps), and the per-row token,
-margin and finish-reason lists a decoder returns.
+prompt's cache, of whatever type the decoder keeps), the per-row token,
+margin and finish-reason lists a decoder fills, and ``Decoded``, what both
+decoders return per prompt.
 
 Invariants:
 
@@ -15,7 +16,8 @@ Invariants:
   a row whose token is an EOS id is finished (``"stop"``) and left out of the
   returned keep-list; the others stay, in their batch order.
 
-Used by ``fast_greedy`` (transformers, torch tensors) and ``mlx_batch`` (MLX).
+Used by the lean decoder (``fast_greedy``: transformers, torch tensors) and
+``mlx_batch`` (MLX).
 """
 
 from __future__ import annotations
@@ -42,6 +44,23 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One prompt's greedy continuation: the generated ids (ending with the EOS
+    id when one was produced), the top-1 minus top-2 gap at every generated
+    position and the finish reason. ``prefill_s`` (the seconds its prefill
+    took) and ``reused`` (its prompt positions taken from an earlier
+    prompt's cache) are filled by a decoder that prefills each prompt on its
+    own clock (``mlx_batch``); the lean decoder reports its prefill time per
+    batch instead and leaves both 0."""
+
+    token_ids: list[int]
+    margins: list[float]
+    finish_reason: str  # "stop" | "length"
+    prefill_s: float = 0.0
+    reused: int = 0
 
 
 @dataclass(frozen=True)

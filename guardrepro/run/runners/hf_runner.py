@@ -71,10 +71,11 @@ import transformers
 from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria
 from transformers.utils import logging as hf_logging
 
-from guardrepro.errors import InferenceError, InputError, MissingArtifactError
+from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason
 from guardrepro.run.runners.options import HF as HF_OPTIONS
+from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 from guardrepro.spec import check_keys
 
@@ -152,10 +153,7 @@ class HFRunner:
         self.pad_token_id = self.eos_token_ids[-1] if pad_token_id is None else int(pad_token_id)
         self.decode = decode
         self.checkpoint_dir = Path(checkpoint_dir)
-        if not sorted(self.checkpoint_dir.glob("*.safetensors")):
-            raise MissingArtifactError(
-                f"{self.checkpoint_dir}: no *.safetensors weights (only safetensors are loaded)"
-            )
+        require_safetensors(self.checkpoint_dir, "hf")
         self._threads_before = torch.get_num_threads()
         if self.options["threads"] is not None:
             torch.set_num_threads(self.options["threads"])

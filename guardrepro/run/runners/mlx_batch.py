@@ -45,20 +45,10 @@ its first batch against batch 1 and falls back when they differ (see
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore, record_step
-
-
-@dataclass(frozen=True)
-class Decoded:
-    token_ids: list[int]
-    margins: list[float]
-    finish_reason: str  # "stop" | "length"
-    prefill_s: float
-    reused: int = 0  # prompt positions taken from an earlier prompt's cache
+from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
 
 
 def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
@@ -126,10 +116,13 @@ def decode_batch(
     max_new_tokens: int,
     prefill_step_size: int,
     reuse: bool = False,
+    adjust: Callable[[int, Sequence[int], Any], Any] | None = None,
 ) -> list[Decoded]:
     """Greedy-decode ``prompts`` together (see the module docstring); with
     ``reuse``, a prompt prefills on top of the longest prefix it shares with a
-    prompt before it in the batch."""
+    prompt before it in the batch. ``adjust(step, live prompt indices,
+    logits)`` (benchmarks: forced output lengths) may rewrite each step's
+    logits before the choice."""
     import mlx.core as mx
 
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -156,6 +149,8 @@ def decode_batch(
     alive = list(range(len(prompts)))
     logits = mx.stack(first)
     for step in range(max_new_tokens):
+        if adjust is not None:
+            logits = adjust(step, alive, logits)
         nxt = mx.argmax(logits, axis=-1)
         top2 = mx.topk(logits, 2, axis=-1)  # ascending within the pair, as at batch 1
         mx.eval(nxt, top2)

@@ -56,7 +56,6 @@ Invariants:
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import time
@@ -72,6 +71,7 @@ from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 from guardrepro.spec import check_keys
+from guardrepro.versions import package_version
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
 log = logging.getLogger(__name__)
@@ -79,13 +79,6 @@ _OPTIONS = set(MLX_OPTIONS.names)
 _DEVICES = ("cpu", "gpu", "default")
 PREFIX_STORE = 4  # recent prompts whose caches a batch-1 prompt may reuse
 REUSE_CHECK_ROWS = 4  # rows reusing a prefix that are also prefilled from scratch
-
-
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
 
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,8 +183,8 @@ class MLXRunner:
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
-            "mlx": _version("mlx"),
-            "mlx_lm": _version("mlx-lm"),
+            "mlx": package_version("mlx"),
+            "mlx_lm": package_version("mlx-lm"),
             "device": self.device,
             "quantization": self.quantization,
             "tensor_dtypes": self.dtypes,

@@ -305,6 +305,10 @@ class VLLMRunner:
             kwargs["max_num_batched_tokens"] = self.options.max_num_batched_tokens
         if device == "cuda":
             kwargs["gpu_memory_utilization"] = self.options.gpu_memory_utilization
+        if self.options.tensor_parallel_size > 1:
+            # vLLM's own processes, never nested Ray (inside a `run --engine ray`
+            # actor vLLM would otherwise pick Ray; docs/SCALE.md)
+            kwargs["distributed_executor_backend"] = "mp"
         self._llm: Any = LLM(**kwargs)
         self._description = self._describe()
 

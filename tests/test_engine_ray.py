@@ -1,0 +1,376 @@
+"""``run --engine ray`` on a local two-CPU Ray started by this module.
+
+Expectations come from the local engine: ``run_with_workers`` (``--workers
+2``, the processes path) on the same rows, compared on every field but the
+timings (``engine_ray.TIMING_FIELDS``), including the full provenance. Faults
+are injected in the Ray worker processes only (tests/ray_faults.py); the
+expectations never pass through them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]'")
+
+from ray_faults import ENV  # noqa: E402
+
+from guardrepro.errors import InferenceError, ProvenanceError  # noqa: E402
+from guardrepro.run.engine_ray import TIMING_FIELDS, RayOptions, run_on_ray  # noqa: E402
+from guardrepro.run.profile import RunProfile  # noqa: E402
+from guardrepro.run.records import read_manifest, read_records  # noqa: E402
+from guardrepro.run.shard import shard_of  # noqa: E402
+from guardrepro.run.workers import run_with_workers  # noqa: E402
+from guardrepro.schema import read_cohort  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+TOY_ROWS = 16
+RULE_ROWS = 2000
+TWO = RayOptions(workers=2, cpus_per_worker=1)
+
+
+@pytest.fixture(scope="module")
+def faults() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="gr-faults-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(faults: Path) -> Iterator[Any]:
+    """A local Ray of 2 CPUs for this module, in its own temp dir, shut down at the end."""
+    temp = Path(tempfile.mkdtemp(prefix="gr-ray-"))
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING", object_store_memory=128 * 1024**2, _temp_dir=str(temp),
+             runtime_env={"env_vars": {ENV: str(faults), "PYTHONPATH": path},
+                          "worker_process_setup_hook": "ray_faults.install"})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The toy guard's home and the first TOY_ROWS rows of the toy cohort."""
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.bench.cohort.build import build_cohort_file
+
+    base = tmp_path_factory.mktemp("toy")
+    home = base / "home"
+    for lock in ("locks/toy-bench.toml", "locks/toy-guard.toml"):
+        fetch_lock(ROOT / lock, home, progress=False)
+    full = base / "full.jsonl"
+    build_cohort_file(ROOT / "cohorts/toy-64.toml", ROOT / "guardrepro/data/toy_bench", full)
+    cohort = base / "cohort.jsonl"
+    cohort.write_bytes(b"".join(full.read_bytes().splitlines(keepends=True)[:TOY_ROWS]))
+    return {"home": home, "cohort": cohort, "full": full}
+
+
+@pytest.fixture(scope="module")
+def rule_cohort(toy: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic RULE_ROWS-row split: the toy rows repeated under new ids."""
+    rows = [json.loads(line) for line in toy["full"].read_text(encoding="utf-8").splitlines()]
+    out = tmp_path_factory.mktemp("rule") / "cohort.jsonl"
+    lines = []
+    for i in range(RULE_ROWS):
+        row = json.loads(json.dumps(rows[i % len(rows)]))
+        copy = i // len(rows)
+        row["base_sample_id"] = row["sample"]["trajectory_id"] = f"{row['base_sample_id']}-c{copy}"
+        row["sample"]["sample_id"] = f"{row['sample']['sample_id']}-c{copy}"
+        lines.append(json.dumps(row, sort_keys=True) + "\n")
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def toy_local(toy: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy rows by the local engine, ``--workers 2`` (1 thread each, as
+    cores / 2 on the 2-core machine and as a Ray actor of 1 CPU)."""
+    profile = RunProfile.load(ROOT / "runners/toy-hf.toml").with_backend_options(threads=1)
+    return _local(profile, toy["cohort"], tmp_path_factory.mktemp("toy-local"), toy["home"])
+
+
+def _fields(run_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for record in read_records(run_dir):
+        data = record.to_dict()
+        for name in TIMING_FIELDS:
+            data.pop(name)
+        out.append(data)
+    return out
+
+
+def _local(profile: RunProfile, cohort: Path, where: Path, home: Path | None) -> Path:
+    run_dir = where / "run"  # the same name as every Ray run: the run id is the name
+    run_with_workers(profile, cohort, run_dir, workers=2, progress=False, home=home)
+    return run_dir
+
+
+def _rule() -> RunProfile:
+    return RunProfile.load(ROOT / "runners/rule-nuisance.toml")
+
+
+def test_ray_records_equal_two_local_workers_toy_guard(
+    cluster: Any, toy: dict[str, Path], toy_local: Path, tmp_path: Path
+) -> None:
+    profile = RunProfile.load(ROOT / "runners/toy-hf.toml")
+    assert profile.backend_options["threads"] == "auto"  # Ray: from the actor's allotment
+    want = toy_local
+    got = tmp_path / "ray" / "run"
+    summary = run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
+                         home=toy["home"])
+    assert summary.generated == TOY_ROWS and summary.remaining == 0
+    assert [r.row_id for r in read_records(got)] == [r.row_id for r in read_cohort(toy["cohort"])]
+    assert _fields(got) == _fields(want)
+    manifest = read_manifest(got)
+    assert manifest is not None and manifest.provenance.backend_config["threads"] == 1
+    assert manifest.shard is None
+
+
+def test_ray_records_equal_two_local_workers_rule_guard_2000_rows(
+    cluster: Any, rule_cohort: Path, tmp_path: Path
+) -> None:
+    want = _local(_rule(), rule_cohort, tmp_path / "local", None)
+    got = tmp_path / "ray" / "run"
+    run_on_ray(_rule(), rule_cohort, got, options=TWO, progress=False)
+    assert len(read_records(got)) == RULE_ROWS
+    assert _fields(got) == _fields(want)
+
+
+def _row_in_unit(cohort: Path, unit: int, units: int, nth: int = 3) -> str:
+    ids = [r.row_id for r in read_cohort(cohort) if shard_of(r.row_id, units) == unit]
+    return ids[nth]
+
+
+def test_killed_actor_is_retried_and_every_row_is_recorded_once(
+    cluster: Any, rule_cohort: Path, faults: Path, tmp_path: Path
+) -> None:
+    victim_row = _row_in_unit(rule_cohort, 3, 4)
+    hold = faults / f"hold-{victim_row}"
+    pid_file = faults / f"pid-{victim_row}"
+    hold.touch()
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        hold.unlink(missing_ok=True)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    got = tmp_path / "ray" / "run"
+    try:
+        run_on_ray(_rule(), rule_cohort, got, options=RayOptions(workers=2, units=4,
+                   cpus_per_worker=1), progress=False)
+    finally:
+        hold.unlink(missing_ok=True)
+        thread.join()
+    assert len(killed) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed[0], 0)  # the actor really died
+    records = read_records(got)  # unique row ids, or this raises
+    assert len(records) == RULE_ROWS
+    assert _fields(got) == _fields(_local(_rule(), rule_cohort, tmp_path / "local", None))
+
+
+def test_failing_unit_names_the_row_and_local_engine_resumes_it(
+    cluster: Any, rule_cohort: Path, faults: Path, tmp_path: Path
+) -> None:
+    bad_row = _row_in_unit(rule_cohort, 2, 2)
+    marker = faults / f"raise-{bad_row}"
+    marker.touch()
+    got = tmp_path / "ray" / "run"
+    try:
+        with pytest.raises(InferenceError, match=re.escape(f"row '{bad_row}'")) as info:
+            run_on_ray(_rule(), rule_cohort, got, options=TWO, progress=False)
+    finally:
+        marker.unlink()
+    assert "RuntimeError: injected failure" in str(info.value)
+    partial = read_records(got)
+    assert bad_row not in {r.row_id for r in partial}
+    assert len(partial) < RULE_ROWS  # the failed unit left its rows to do
+    # resumed by the local engine (one process: the run directory exists)
+    summary = run_with_workers(_rule(), rule_cohort, got, workers=2, progress=False)
+    assert summary.already_done == len(partial)
+    assert _fields(got) == _fields(_local(_rule(), rule_cohort, tmp_path / "local", None))
+
+
+def test_ray_resumes_a_local_run_and_reruns_after_a_unit_failure(
+    cluster: Any, toy: dict[str, Path], toy_local: Path, faults: Path, tmp_path: Path
+) -> None:
+    profile = RunProfile.load(ROOT / "runners/toy-hf.toml")
+    local_profile = profile.with_backend_options(threads=1)
+    got = tmp_path / "mixed" / "run"
+    run_with_workers(local_profile, toy["cohort"], got, workers=2, limit=5, progress=False,
+                     home=toy["home"])
+    assert len(read_records(got)) == 5
+    done = {r.row_id for r in read_records(got)}
+    bad_row = [r.row_id for r in read_cohort(toy["cohort"])
+               if r.row_id not in done and shard_of(r.row_id, 2) == 1][-1]
+    marker = faults / f"raise-{bad_row}"
+    marker.touch()
+    try:
+        with pytest.raises(InferenceError, match=re.escape(f"row '{bad_row}'")):
+            run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
+                       home=toy["home"])
+    finally:
+        marker.unlink()
+    summary = run_on_ray(profile, toy["cohort"], got, options=TWO, progress=False,
+                         home=toy["home"])  # the rerun completes
+    assert summary.remaining == 0 and summary.already_done >= 5
+    want = toy_local
+    # same tokens, text and score (the batches of a resumed run differ from a
+    # straight run's, so the margins' last bits may too)
+    keys = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
+            "provenance_sha256")
+    assert [{k: r[k] for k in keys} for r in _fields(got)] == \
+        [{k: r[k] for k in keys} for r in _fields(want)]
+
+
+def test_actor_with_another_transformers_version_is_refused(
+    cluster: Any, rule_cohort: Path, faults: Path, tmp_path: Path
+) -> None:
+    marker = faults / "transformers-version"
+    marker.write_text("0.0.1-other")
+    got = tmp_path / "ray" / "run"
+    try:
+        with pytest.raises(ProvenanceError, match=r"node .*provenance\.package_versions\."
+                           r"transformers: '[^']+' != '0\.0\.1-other'"):
+            run_on_ray(_rule(), rule_cohort, got, options=TWO, progress=False)
+    finally:
+        marker.unlink()
+    assert read_records(got) == []  # refused before anything was generated
+
+
+def _ray_processes(marker: str) -> list[int]:
+    """Pids whose command line mentions ``marker`` (a Ray temp dir)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                out.append(int(entry))
+    return out
+
+
+def test_killed_driver_leaves_a_run_the_same_command_resumes(
+    cluster: Any, toy: dict[str, Path], toy_local: Path
+) -> None:
+    import subprocess
+    import sys
+
+    base = Path(tempfile.mkdtemp(prefix="gr-"))  # short: the run's own Ray temp dir fits
+    run_dir = base / "run"
+    command = [sys.executable, "-m", "guardrepro", "run", "--profile",
+               str(ROOT / "runners/toy-hf.toml"), "--cohort", str(toy["cohort"]), "--out",
+               str(run_dir), "--engine", "ray", "--workers", "2", "--units", "4",
+               "--cpus-per-worker", "1", "--no-progress", "--home", str(toy["home"])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    try:
+        driver = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        records = run_dir / "records.jsonl"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            if records.exists() and records.read_bytes().count(b"\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the run ended before it could be killed"
+        driver.kill()
+        driver.wait()
+        partial = read_records(run_dir)
+        assert 1 <= len(partial) < TOY_ROWS
+        # the local Ray the driver started goes with it
+        deadline = time.monotonic() + 60
+        while _ray_processes(str(run_dir / ".ray")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _ray_processes(str(run_dir / ".ray"))
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert left == []
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == str(run_dir)
+        assert f"{len(partial)} already done" in done.stdout
+        assert _fields(run_dir) == _fields(toy_local)
+        assert not (run_dir / ".ray").exists()  # removed after a completed run
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_duplicate_rows_are_dropped_when_identical_and_refused_when_not(
+    rule_cohort: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from guardrepro.run.engine_ray import NondeterminismError, accept
+    from guardrepro.run.records import RecordWriter
+    from guardrepro.schema import Timings
+
+    rule = _rule_records(rule_cohort, tmp_path)
+    record = rule[0]
+    expected = {r.row_id: r.input_sha256 for r in rule}
+    sha = record.provenance_sha256
+    with RecordWriter(tmp_path / "dup") as writer:
+        assert accept(writer, record, provenance_sha256=sha, expected=expected)
+        later = dataclasses.replace(record, timings=Timings(9.0, 9.0, 9.0),
+                                    created_at="2030-01-01T00:00:00Z")
+        assert not accept(writer, later, provenance_sha256=sha, expected=expected)
+        other = dataclasses.replace(record, score=1.0 - (record.score or 0.0))
+        with pytest.raises(NondeterminismError, match=r"\['score'\]"):
+            accept(writer, other, provenance_sha256=sha, expected=expected)
+        with pytest.raises(ProvenanceError, match="provenance"):
+            accept(writer, rule[1], provenance_sha256="0" * 64, expected=expected)
+    assert (tmp_path / "dup" / "records.jsonl").read_bytes().count(b"\n") == 1
+
+
+def _rule_records(cohort: Path, tmp_path: Path) -> list[Any]:
+    """The rule guard's records of the first two rows of ``cohort`` (local engine)."""
+    from guardrepro.run.pipeline import run_cohort
+
+    two = tmp_path / "two.jsonl"
+    two.write_bytes(b"".join(cohort.read_bytes().splitlines(keepends=True)[:2]))
+    run_cohort(_rule(), two, tmp_path / "rule", progress=False)
+    return read_records(tmp_path / "rule")
+
+
+def test_ray_options_need_the_ray_engine_and_shard_is_refused(
+    rule_cohort: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from guardrepro.cli import main
+
+    base = ["run", "--profile", str(ROOT / "runners/rule-nuisance.toml"), "--cohort",
+            str(rule_cohort), "--out", str(tmp_path / "run"), "--no-progress"]
+    capsys.readouterr()
+    assert main([*base, "--units", "3", "--ray-address", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert "--ray-address, --units need --engine ray" in err
+    assert main([*base, "--engine", "ray", "--shard", "1/2"]) == 2
+    assert "--shard and --engine ray cannot be combined" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
