@@ -210,3 +210,22 @@ def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path
     assert all(f[4] for f in result["files"])  # all three pinned now
     pins = with_cached_pins(load_lock(lock), tmp_path / "home")
     assert pins.file("model.safetensors").sha256 == sha(WEIGHTS)
+
+
+def test_size_contradicting_a_cached_blob_is_a_lock_error_and_keeps_the_blob(hub, tmp_path):
+    lock = write_lock(tmp_path / "tiny.toml", FILES)
+    pinned = tmp_path / "pinned.toml"
+    assert run_fetch(hub, lock, tmp_path / "home", tmp_path, out=pinned)["ok"]
+    # the weights' sha256 is right, its size one byte short: the lock is wrong
+    text = pinned.read_text().replace(f"size = {len(WEIGHTS)}\n", f"size = {len(WEIGHTS) - 1}\n")
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(text)
+    assert load_lock(wrong).file("model.safetensors").size == len(WEIGHTS) - 1
+    count = len(hub.requests)
+    result = run_fetch(hub, wrong, tmp_path / "home-2", tmp_path)
+    assert not result["ok"] and result["type"] == "LockError", result
+    assert "'tiny-guard'" in result["msg"] and "model.safetensors" in result["msg"]
+    assert f"size = {len(WEIGHTS) - 1}" in result["msg"] and sha(WEIGHTS) in result["msg"]
+    assert len(hub.requests) == count  # refused from the cache, nothing asked of the hub
+    blob = tmp_path / "hf-home/hub/models--Org--Tiny-Guard/blobs" / sha(WEIGHTS)
+    assert blob.read_bytes() == WEIGHTS  # the shared blob was kept

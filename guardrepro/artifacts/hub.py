@@ -13,6 +13,9 @@ report the pinned revision as the commit it served; for an LFS file the hub's sh
 agree with the hub and the lock. Downloads go to the HF cache that
 ``guardrepro.artifacts.hf_cache.hub_cache_dir`` names (``HF_HUB_CACHE`` / ``HF_HOME``
 read at call time), never to a second copy.
+A cached file whose bytes hash to the lock's sha256 but whose size is not the
+lock's raises LockError naming the lock and file; that blob is kept (it is the
+hub's content, which other locks may share).
 Network and server trouble that huggingface_hub did not overcome raises
 TransientFetchError (exit 4); a full or read-only local disk raises OutputError.
 """
