@@ -12,6 +12,7 @@ The Python API (``import guardrepro as gr``) is loaded lazily from
 - ``gr.attribute(reference, bf16=..., quantized=[...], sampled=[...])``: DataFrame,
   one row per disagreement with its cause.
 - ``gr.export(df, path)``: any of these DataFrames as CSV or Parquet (by suffix).
+- ``gr.last_demo_run()``: the transformers run of the last finished ``guardrepro demo``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ __version__ = "0.1.0"
 
 API = ("load_run", "load_cohort", "stats", "gate", "load_gate", "compare", "attribute",
        "export", "StatsResult", "GateResult")
-__all__ = ["__version__", *API]
+__all__ = ["__version__", *API, "last_demo_run"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "last_demo_run":  # the notebooks' default run: the last `guardrepro demo`
+        from guardrepro.demo import last_demo_run
+
+        return last_demo_run
     if name in API:
         from guardrepro.checks import frames
 

@@ -1,5 +1,10 @@
-"""``python -m guardrepro``: the console script."""
+"""``python -m guardrepro``: the console script (Ctrl-C while it starts is exit 130 too)."""
 
-from guardrepro.cli import main
+try:
+    from guardrepro.cli import main
 
-raise SystemExit(main())
+    code = main()
+except KeyboardInterrupt:
+    code = 130
+
+raise SystemExit(code)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import guardrepro
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
@@ -36,14 +35,11 @@ Say = Callable[[str], None]
 
 
 def repo_root() -> Path:
-    """The source checkout holding the spec folders (``runners/``, ``cohorts/`` ...)."""
-    root = Path(guardrepro.__file__).resolve().parent.parent
-    if not (root / "runners").is_dir() or not (root / "locks").is_dir():
-        raise InputError(
-            "the demo needs the spec folders of a source checkout (runners/, locks/, "
-            f"cohorts/, checks/, quantize/) next to the package; not found under {root}"
-        )
-    return root
+    """The directory holding the spec folders (``runners/``, ``cohorts/`` ...): the
+    source checkout, or the copy a wheel ships (``guardrepro.spec_dirs.spec_root``)."""
+    from guardrepro.spec_dirs import spec_root
+
+    return spec_root()
 
 
 @dataclass
@@ -169,7 +165,37 @@ def run_demo(
     from guardrepro.checks.html_report import build_html
 
     result.html = build_html(hf_dir, home=home)
+    _record_last(hf_dir, home)
     return result
+
+
+LAST_DEMO = "state/last-demo.json"
+
+
+def _record_last(hf_dir: Path, home: str | Path | None) -> None:
+    """Remember the demo's transformers run (the notebooks' default run)."""
+    from guardrepro.artifacts.store import atomic_write_bytes, ensure_dir, guardrepro_home
+
+    cache = guardrepro_home(home)
+    ensure_dir(cache, "state")
+    atomic_write_bytes(cache / LAST_DEMO, json.dumps({"run_dir": str(hf_dir)}).encode())
+
+
+def last_demo_run(home: str | Path | None = None) -> Path:
+    """The transformers run directory of the last finished ``guardrepro demo`` (as
+    recorded under the cache home); InputError when there is none on disk."""
+    from guardrepro.artifacts.store import guardrepro_home
+
+    state = guardrepro_home(home) / LAST_DEMO
+    try:
+        run_dir = Path(json.loads(state.read_text())["run_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"no finished demo recorded ({state}): run `guardrepro demo`, or"
+                         " set GUARDREPRO_RUN_DIR to a run directory") from None
+    if not (run_dir / "records.jsonl").is_file():
+        raise InputError(f"the last demo's run {run_dir} is gone: run `guardrepro demo`, or"
+                         " set GUARDREPRO_RUN_DIR to a run directory", file=str(state))
+    return run_dir
 
 
 def _verify_and_build(root: Path, result: DemoResult, steps: _Steps,
@@ -242,7 +268,10 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     mlx_dir = out / "mlx-q8"
     run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
     result.runs["mlx-q8"] = mlx_dir
-    result.comparison = compare_runs(result.runs["hf-fp32"], mlx_dir)
+    # on the originals subset the two runs' cohorts differ by design: compare the
+    # rows they share (the 64 originals)
+    result.comparison = compare_runs(result.runs["hf-fp32"], mlx_dir,
+                                     shared_rows=plan.rows == "originals")
     write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison.to_json())
     steps.mark("run_mlx")
 

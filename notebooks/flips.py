@@ -14,18 +14,16 @@
 # %% [markdown]
 # # Decision flips under counterfactual edits
 #
-# Reads one run directory (environment variable `GUARDREPRO_RUN_DIR`) through
-# the Python API (`import guardrepro as gr`) and reproduces the report's flip
-# figures, each from a DataFrame of the data it draws (`flip_data`,
-# `domain_data`, `margin_data`). The run's `stats.json` is used when present;
-# otherwise the statistics are computed here in memory
-# (`GUARDREPRO_REPLICATES`, default 10,000; seed 260828) and nothing is written
-# to the run directory. Figures go to `GUARDREPRO_FIGURES_DIR` (default: a
-# temporary directory).
+# Reads one run directory (`GUARDREPRO_RUN_DIR`, default: the last `guardrepro
+# demo`'s transformers run) through the Python API (`import guardrepro as gr`)
+# and reproduces the report's flip figures, each from a DataFrame of the data it
+# draws (`flip_data`, `domain_data`, `margin_data`). The run's `stats.json` is
+# used when present; otherwise the statistics are computed here in memory
+# (`GUARDREPRO_REPLICATES`, default 10,000; seed 260828), not written. Figures go
+# to `GUARDREPRO_FIGURES_DIR` (default: `figures/` inside the run directory).
 
 # %%
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -41,8 +39,11 @@ from guardrepro.checks.report import (
 )
 from guardrepro.checks.runio import load_run
 
-RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
-FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
+# parameters: the run (default: the last `guardrepro demo`) and where figures go
+# (default: a `figures` folder inside the run directory)
+RUN_DIR = Path(os.environ.get("GUARDREPRO_RUN_DIR") or gr.last_demo_run())
+FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or RUN_DIR / "figures")
+FIG_DIR.mkdir(parents=True, exist_ok=True)
 REPLICATES = int(os.environ.get("GUARDREPRO_REPLICATES", "10000"))
 runs = gr.load_run(RUN_DIR)
 print(f"{len(runs)} expected rows ({runs.attrs['expected_source']}), "

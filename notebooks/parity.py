@@ -18,11 +18,10 @@
 # by `guardrepro gate RUN_DIR --spec checks/...toml`) through the Python API
 # and shows the reference-vs-local score confusion (the figure's data as the
 # DataFrame `confusion`) and the disagreeing rows.
-# Figures go to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory).
+# Figures go to `GUARDREPRO_FIGURES_DIR` (default: `figures/` inside the run directory).
 
 # %%
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -31,8 +30,11 @@ from IPython.display import Image, display
 import guardrepro as gr
 from guardrepro.checks.report import plot_score_confusion
 
-RUN_DIR = Path(os.environ["GUARDREPRO_RUN_DIR"])
-FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
+# parameters: the run (default: the last `guardrepro demo`) and where figures go
+# (default: a `figures` folder inside the run directory)
+RUN_DIR = Path(os.environ.get("GUARDREPRO_RUN_DIR") or gr.last_demo_run())
+FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or RUN_DIR / "figures")
+FIG_DIR.mkdir(parents=True, exist_ok=True)
 gate = gr.load_gate(RUN_DIR)
 if gate is None:
     print("no gate.json in this run: run `guardrepro gate` first")

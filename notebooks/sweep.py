@@ -19,13 +19,12 @@
 # guardrepro's own functions: the cost-harm frontier with its bootstrap
 # whiskers, the teacher-forced KL per recipe, and each row's decision margin
 # against whether the recipe flipped the reference's strict decision.
-# Figures go to `GUARDREPRO_FIGURES_DIR` (default: a temporary directory);
-# nothing is written to the sweep directory.
+# Figures go to `GUARDREPRO_FIGURES_DIR` (default: `figures/` inside the sweep
+# directory); nothing else is written there.
 
 # %%
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from IPython.display import Image, display
@@ -33,8 +32,13 @@ from IPython.display import Image, display
 from guardrepro.checks.frontier import format_frontier
 from guardrepro.experiments.outputs import flips, frontier_figure, kl_figure, summary_table
 
+# parameters: the sweep directory (required: the demo runs no sweep) and where figures
+# go (default: a `figures` folder inside the sweep directory)
+if not os.environ.get("GUARDREPRO_SWEEP_DIR"):
+    raise SystemExit("set GUARDREPRO_SWEEP_DIR to a `guardrepro sweep` directory")
 SWEEP_DIR = Path(os.environ["GUARDREPRO_SWEEP_DIR"])
-FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or tempfile.mkdtemp(prefix="figs-"))
+FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or SWEEP_DIR / "figures")
+FIG_DIR.mkdir(parents=True, exist_ok=True)
 frontier = json.loads((SWEEP_DIR / "frontier.json").read_text(encoding="utf-8"))
 summary = json.loads((SWEEP_DIR / "summary.json").read_text(encoding="utf-8"))
 print(f"sweep {frontier['sweep']['name']} on {frontier['sweep']['device']}: "

@@ -9,7 +9,8 @@ Hub's resolve protocol for ``huggingface_hub.hf_hub_download``: ``HEAD``/``GET
 /{repo}/resolve/{revision}/{filename}`` answering with ``X-Repo-Commit``, ``ETag``
 (the git blob sha1 for regular files), and for LFS files a 302 to a "CDN" URL on a
 different host name (``localhost``) carrying ``X-Linked-Etag`` (the sha256) and
-``X-Linked-Size``, as the real hub does; unknown files get 404 with
+``X-Linked-Size``, as the real hub does, and ``GET /api/models/{repo}/tree/{revision}``
+(the listing ``snapshot_download`` and ``list_repo_tree`` read); unknown files get 404 with
 ``X-Error-Code: EntryNotFound``, unknown revisions ``RevisionNotFound``.
 
 No network beyond loopback; each server runs in a daemon thread and is stopped by
@@ -19,6 +20,7 @@ leaving its ``with`` block.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -356,6 +358,9 @@ class HubServer(LoopbackServer):
 
     def resolve(self, h: _RequestHandler, path: str) -> Handler | None:
         repo = self.repo
+        tree = f"/api/models/{repo.repo}/tree/"
+        if path.startswith(tree):  # list_repo_tree (snapshot_download, lock --hub)
+            return self._tree(path[len(tree) :].split("?", 1)[0])
         prefix = f"/{repo.repo}/resolve/"
         if path.startswith("/cdn/"):
             name = unquote(path[len("/cdn/") :])
@@ -392,3 +397,23 @@ class HubServer(LoopbackServer):
             "Content-Length": "0",
         }
         return lambda hh: _send(hh, 302, headers)
+
+    def _tree(self, revision: str) -> Handler:
+        repo = self.repo
+        if revision not in (repo.commit, "main"):
+            return lambda hh: _send(
+                hh, 404, {"X-Error-Code": "RevisionNotFound", "Content-Length": "0"}
+            )
+        items = []
+        for name, hub_file in sorted(repo.files.items()):
+            item: dict[str, Any] = {"type": "file", "path": name, "size": len(hub_file.data)}
+            if hub_file.lfs:
+                sha = hub_file.advertised_sha256 or hashlib.sha256(hub_file.data).hexdigest()
+                item["oid"] = git_blob_sha1(b"pointer " + sha.encode())
+                item["lfs"] = {"oid": sha, "size": len(hub_file.data), "pointerSize": 130}
+            else:
+                item["oid"] = git_blob_sha1(hub_file.data)
+            items.append(item)
+        body = json.dumps(items).encode()
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        return lambda hh: _send(hh, 200, headers, body)

@@ -28,6 +28,7 @@ from loopback import (
 )
 
 from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.cli import main
 
 pytestmark = pytest.mark.faults
@@ -103,7 +104,8 @@ def test_body_with_content_length_is_pinned(server, env, tmp_path, capsys):
     code, out, err = cli(capsys, "fetch", str(lock), "--no-progress")
     assert code == 0, err
     assert "pinned now" in out
-    entry = load_lock(lock).file("w.bin")
+    assert load_lock(lock).file("w.bin").pending  # the lock file is never rewritten
+    entry = with_cached_pins(load_lock(lock), env).file("w.bin")  # the cache's pin
     assert (entry.sha256, entry.size) == (sha(OLD), len(OLD))
 
 
@@ -116,7 +118,7 @@ def test_resume_across_a_server_change_restarts_with_if_range(server, env, tmp_p
     assert len(requests) == 2
     assert requests[1].headers.get("Range") == "bytes=3000-"
     assert requests[1].headers.get("If-Range") == '"v1"'
-    entry = load_lock(lock).file("w.bin")
+    entry = with_cached_pins(load_lock(lock), env).file("w.bin")
     # the pin is the new file, not OLD[:3000] + NEW[3000:]
     assert (entry.sha256, entry.size) == (sha(NEW), len(NEW))
     assert sha(OLD[:3000] + NEW[3000:]) != sha(NEW)
@@ -180,13 +182,16 @@ def test_trickle_below_minimum_rate_is_retried_then_reported(
 def test_concurrent_first_downloads_cannot_both_pin(server, env, tmp_path):
     server.route(media("w.bin"), serve_racing([OLD, NEW]))
     lock = write_lock(tmp_path / "l.toml", None)
+    before = lock.read_text()
+    shared = tmp_path / "pinned.toml"  # both record their pins here (`fetch --out`)
     procs = []
     for i in range(2):
         run_env = {**os.environ, "GUARDREPRO_HOME": str(tmp_path / f"home{i}")}
         run_env["PYTHONPATH"] = str(ROOT) + os.pathsep + run_env.get("PYTHONPATH", "")
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "guardrepro", "fetch", str(lock), "--no-progress"],
+                [sys.executable, "-m", "guardrepro", "fetch", str(lock), "--no-progress",
+                 "--out", str(shared)],
                 env=run_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -200,6 +205,7 @@ def test_concurrent_first_downloads_cannot_both_pin(server, env, tmp_path):
     loser = next(err for code, _, err in results if code == 2)
     assert "pinned now" in winner
     assert "pinned meanwhile" in loser and "refused" in loser and "w.bin" in loser
-    entry = load_lock(lock).file("w.bin")
+    assert lock.read_text() == before
+    entry = load_lock(shared).file("w.bin")
     served = OLD if sha(OLD) in winner else NEW
     assert (entry.sha256, entry.size) == (sha(served), len(served))

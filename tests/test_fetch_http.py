@@ -249,16 +249,23 @@ def test_first_download_pin_is_recorded_then_enforced(server, env, tmp_path):
     lock = write_lock(tmp_path / "t.toml", [entry("a.json", DATA_A), extract_entry()])
     report = fetch_lock(lock, env, progress=False)
     assert report.lock_updated and report.pinned_now == ("src/agent/prompts.py",)
-    pinned = load_lock(lock).file("src/agent/prompts.py")
+    assert load_lock(lock).file("src/agent/prompts.py").pending  # LOCK is not rewritten
+    assert report.pins_file is not None and report.pins_file.is_relative_to(env)
+    pinned = load_lock(report.pins_file).file("src/agent/prompts.py")
     assert (pinned.sha256, pinned.size) == (sha(PROMPTS_PY), len(PROMPTS_PY))
     assert pinned.pinned_by == "first-download"
     assert pinned.pinned_at == dt.datetime.now(dt.UTC).date()
     assert lock.read_text().startswith("# test lock\n")
     assert (report.directory / "src/agent/prompts.py").read_bytes() == PROMPTS_PY
+    # `--out`: the pinned lock written to a file to commit
+    committed = tmp_path / "pinned.toml"
+    again = fetch_lock(lock, env, progress=False, out=committed)
+    assert again.pins_file == committed and [f.action for f in again.files] == ["cached"] * 2
+    assert load_lock(committed).file("src/agent/prompts.py") == pinned
     # upstream bytes change (same extracted string): a fresh cache refuses them
     server.route(raw("src/agent/prompts.py"), serve_bytes(PROMPTS_PY + b"# changed\n"))
     with pytest.raises(IntegrityError, match=sha(PROMPTS_PY)):
-        fetch_lock(lock, tmp_path / "home2", progress=False)
+        fetch_lock(committed, tmp_path / "home2", progress=False)
 
 
 def test_first_download_refused_when_extracted_string_differs(server, env, tmp_path):

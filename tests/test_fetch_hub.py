@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from loopback import HubFile, HubRepo, HubServer, sha
+from loopback import HubFile, HubRepo, HubServer, git_blob_sha1, sha
 
 from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.pins import with_cached_pins
 
 REVISION = "ad2f82df3ae3e0dcdaed7b7c71e8b7f0b16ead7a"
 CONFIG = b'{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 128}\n'
@@ -26,7 +27,8 @@ SCRIPT = """
 import json, sys
 from guardrepro.artifacts.fetch import fetch_lock
 try:
-    r = fetch_lock(sys.argv[1], sys.argv[2], progress=False)
+    out_file = sys.argv[3] if len(sys.argv) > 3 else None
+    r = fetch_lock(sys.argv[1], sys.argv[2], progress=False, out=out_file)
     out = {"ok": True, "dir": str(r.directory), "updated": r.lock_updated,
            "files": [[f.path, f.sha256, f.size, f.action, f.pinned_now] for f in r.files]}
 except Exception as e:
@@ -63,17 +65,18 @@ revision = "{REVISION}"
     return path
 
 
-def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path) -> dict:
+def run_fetch(server: HubServer, lock: Path, home: Path, tmp_path: Path,
+              hf_home: str = "hf-home", out: Path | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(
         HF_ENDPOINT=server.url,
-        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HOME=str(tmp_path / hf_home),
         HF_HUB_OFFLINE="0",
         HF_HUB_DISABLE_TELEMETRY="1",
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(lock), str(home)],
+        [sys.executable, "-c", SCRIPT, str(lock), str(home), *([str(out)] if out else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -102,10 +105,15 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
         [rel, sha(data), len(data), "downloaded", True] for rel, data in expected.items()
     ]
     directory = Path(result["dir"])
+    snapshot = tmp_path / "hf-home/hub/models--Org--Tiny-Guard/snapshots" / REVISION
     for rel, data in expected.items():
         assert (directory / rel).read_bytes() == data
         assert not (directory / rel).is_symlink()
-    recorded = load_lock(lock)
+        # stored once: the lock's directory hardlinks the HF cache's blob
+        assert os.stat(directory / rel).st_ino == os.stat(snapshot / rel).st_ino
+    assert not list((tmp_path / "home").glob("blobs/sha256/*"))
+    before = lock.read_text()
+    recorded = with_cached_pins(load_lock(lock), tmp_path / "home")  # the cache's pin file
     for rel, data in expected.items():
         entry = recorded.file(rel)
         assert (entry.sha256, entry.size, entry.pinned_by) == (
@@ -114,21 +122,26 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
             "first-download",
         )
         assert entry.pinned_at is not None
-    assert lock.read_text().startswith("# checkpoint lock for tests")
+    assert load_lock(lock).pending  # the lock file itself is never rewritten
     # every listed file resolved (HEAD) before the first byte was downloaded
     methods = [r.method for r in hub.requests if "/resolve/" in r.path or "/cdn/" in r.path]
     assert methods[:3] == ["HEAD"] * 3
     assert any(r.path == "/cdn/model.safetensors" for r in hub.requests)
 
-    # already cached: nothing is asked of the hub
+    # already cached: nothing is asked of the hub; --out writes the pinned lock to commit
     count = len(hub.requests)
-    again = run_fetch(hub, lock, tmp_path / "home", tmp_path)
+    pinned = tmp_path / "pinned.toml"
+    again = run_fetch(hub, lock, tmp_path / "home", tmp_path, out=pinned)
     assert again["ok"] and [f[3] for f in again["files"]] == ["cached"] * 3
     assert len(hub.requests) == count
+    assert load_lock(pinned).files == recorded.files
+    assert pinned.read_text().startswith("# checkpoint lock for tests")
+    assert lock.read_text() == before
+    lock = pinned
 
     # the hub now serves other weights (and says so in its LFS sha256): refused up front
     hub.repo.files["model.safetensors"] = HubFile(WEIGHTS[:-1] + b"\x00", lfs=True)
-    refused = run_fetch(hub, lock, tmp_path / "fresh-home", tmp_path)
+    refused = run_fetch(hub, lock, tmp_path / "fresh-home", tmp_path, "hf-2")
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(WEIGHTS) in refused["msg"] and "model.safetensors" in refused["msg"]
     assert load_lock(lock) == recorded  # pins untouched
@@ -137,10 +150,12 @@ def test_first_download_records_hub_sha256_then_refuses_mismatch(hub, tmp_path):
     hub.repo.files["model.safetensors"] = HubFile(WEIGHTS, lfs=True)
     changed = CONFIG.replace(b"128", b"256")  # same size, other bytes
     hub.repo.files["config.json"] = HubFile(changed, lfs=False)
-    refused = run_fetch(hub, lock, tmp_path / "fresh-home-2", tmp_path)
+    refused = run_fetch(hub, lock, tmp_path / "fresh-home-2", tmp_path, "hf-3")
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(CONFIG) in refused["msg"] and sha(changed) in refused["msg"]
-    assert not (tmp_path / "fresh-home-2/blobs/sha256" / sha(changed)).exists()
+    blobs = tmp_path / "hf-3/hub/models--Org--Tiny-Guard/blobs"
+    assert not (blobs / git_blob_sha1(changed)).exists()  # discarded from the HF cache
+    assert (blobs / sha(WEIGHTS)).is_file()
 
 
 def test_hub_lacking_a_listed_file_fails_before_any_download(hub, tmp_path):
@@ -178,17 +193,39 @@ def test_failed_first_fetch_keeps_verified_lfs_blobs_for_the_retry(hub, tmp_path
     lock = write_lock(tmp_path / "tiny.toml", FILES)
     failed = run_fetch(hub, lock, tmp_path / "home", tmp_path)
     assert not failed["ok"] and "tokenizer.json" in failed["msg"]
-    assert load_lock(lock).pending  # nothing recorded from a failed fetch
+    assert with_cached_pins(load_lock(lock), tmp_path / "home").pending  # nothing recorded
     hub.repo.files["tokenizer.json"].advertised_sha256 = None
     hub.requests.clear()
     result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
     assert result["ok"], result
     actions = {f[0]: f[3] for f in result["files"]}
+    # the verified files stayed in the HF cache: only the bad one is asked for again
     assert actions == {
-        "config.json": "downloaded",
+        "config.json": "cached",
         "model.safetensors": "cached",
         "tokenizer.json": "downloaded",
     }
     assert not hub.requests_for("/cdn/model.safetensors")
+    assert not [r for r in hub.requests if r.path.endswith("/config.json")]
     assert all(f[4] for f in result["files"])  # all three pinned now
-    assert load_lock(lock).file("model.safetensors").sha256 == sha(WEIGHTS)
+    pins = with_cached_pins(load_lock(lock), tmp_path / "home")
+    assert pins.file("model.safetensors").sha256 == sha(WEIGHTS)
+
+
+def test_size_contradicting_a_cached_blob_is_a_lock_error_and_keeps_the_blob(hub, tmp_path):
+    lock = write_lock(tmp_path / "tiny.toml", FILES)
+    pinned = tmp_path / "pinned.toml"
+    assert run_fetch(hub, lock, tmp_path / "home", tmp_path, out=pinned)["ok"]
+    # the weights' sha256 is right, its size one byte short: the lock is wrong
+    text = pinned.read_text().replace(f"size = {len(WEIGHTS)}\n", f"size = {len(WEIGHTS) - 1}\n")
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(text)
+    assert load_lock(wrong).file("model.safetensors").size == len(WEIGHTS) - 1
+    count = len(hub.requests)
+    result = run_fetch(hub, wrong, tmp_path / "home-2", tmp_path)
+    assert not result["ok"] and result["type"] == "LockError", result
+    assert "'tiny-guard'" in result["msg"] and "model.safetensors" in result["msg"]
+    assert f"size = {len(WEIGHTS) - 1}" in result["msg"] and sha(WEIGHTS) in result["msg"]
+    assert len(hub.requests) == count  # refused from the cache, nothing asked of the hub
+    blob = tmp_path / "hf-home/hub/models--Org--Tiny-Guard/blobs" / sha(WEIGHTS)
+    assert blob.read_bytes() == WEIGHTS  # the shared blob was kept

@@ -15,6 +15,7 @@ from loopback import HubFile, HubRepo, HubServer, sha
 from test_fetch_hub import run_fetch
 
 from guardrepro.artifacts.locks import HfSource, LockedFile, load_lock, parse_lock
+from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.cli import main
 from guardrepro.errors import LockError
 
@@ -218,7 +219,8 @@ def test_fetch_of_a_guard_lock_pins_every_first_download_file(tmp_path: Path) ->
     assert result["ok"], result
     assert {f[0]: (f[1], f[2], f[3], f[4]) for f in result["files"]} == {
         path: (sha(f.data), len(f.data), "downloaded", True) for path, f in repo.files.items()}
-    recorded = load_lock(lock)
+    assert load_lock(lock).pending  # the lock file is never rewritten: the cache's pin file
+    recorded = with_cached_pins(load_lock(lock), tmp_path / "home")
     assert recorded.source.revision == "6ec42827da0c1ff11e7a49dc269d2e810d27e108"
     assert not recorded.pending
     for entry in recorded.files:
@@ -257,16 +259,17 @@ def test_fetch_records_the_size_of_a_file_whose_sha256_is_published(tmp_path: Pa
     repo = HubRepo("Qwen/Qwen3Guard-Gen-0.6B", "fada3b2f" + "0" * 32,
                    {"config.json": HubFile(config, lfs=False),
                     "model.safetensors": HubFile(weights, lfs=True)})
+    committed = tmp_path / "mixed.pinned.toml"  # `fetch --out`: the pinned lock to commit
     with HubServer(repo) as hub:
-        result = run_fetch(hub, lock, tmp_path / "home", tmp_path)
+        result = run_fetch(hub, lock, tmp_path / "home", tmp_path, out=committed)
         assert result["ok"], result
-        pinned = load_lock(lock)
+        pinned = load_lock(committed)
         assert (pinned.file("config.json").sha256, pinned.file("config.json").size) == (
             sha(config), len(config))
         assert pinned.file("model.safetensors").sha256 == sha(weights)
         # later bytes that differ are refused against what was recorded
         repo.files["model.safetensors"] = HubFile(weights[::-1], lfs=True)
-        refused = run_fetch(hub, lock, tmp_path / "home-2", tmp_path)
+        refused = run_fetch(hub, committed, tmp_path / "home-2", tmp_path, "hf-home-2")
     assert not refused["ok"] and refused["type"] == "IntegrityError"
     assert sha(weights) in refused["msg"]
 

@@ -53,6 +53,10 @@ def test_lock_local_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     lock = load_lock(out)
     assert lock.name == "mine" and lock.kind == "checkpoint"
     assert isinstance(lock.source, LocalSource) and lock.local_dir().resolve() == tiny.resolve()
+    moved = tmp_path / "elsewhere" / "deeper" / "mine.toml"  # the lock survives a move
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(out.read_bytes())
+    assert load_lock(moved).local_dir().resolve() == tiny.resolve()
     expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                 for p in tiny.iterdir() if p.is_file()}
     assert {f.path: f.sha256 for f in lock.files} == expected
@@ -112,9 +116,12 @@ def test_hub_lock_lists_then_pins_at_first_download(tmp_path: Path) -> None:
         lock = load_lock(out)
         assert [f.path for f in lock.files] == ["config.json", "model.safetensors"]
         assert all(f.pending and f.pinned_by == "first-download" for f in lock.files)
-        fetched = _cli(["fetch", str(out)], env)
+        before = out.read_text()
+        committed = tmp_path / "guard.pinned.toml"
+        fetched = _cli(["fetch", str(out), "--out", str(committed)], env)
         assert fetched.returncode == 0, fetched.stderr
-    pinned = {f.path: f.sha256 for f in load_lock(out).files}
+    assert out.read_text() == before  # pins go to --out, never into LOCK
+    pinned = {f.path: f.sha256 for f in load_lock(committed).files}
     assert pinned == {name: hashlib.sha256(f.data).hexdigest() for name, f in files.items()}
 
 

@@ -142,3 +142,33 @@ def _check_flips_by_hand(run_dir: Path, frames: dict[str, Any]) -> None:
         ("agrees with reference", 2.0), ("agrees with reference", 3.0),
         ("agrees with reference", 4.0), ("disagrees with reference", 0.5)]
     assert not (run_dir / "stats.json").exists()  # computed in memory only
+
+
+def test_parity_defaults_to_the_last_demo_and_draws_next_to_the_run(
+        run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened as is (no environment variables): the run of the last finished demo,
+    figures in its ``figures/`` folder."""
+    import json
+    import shutil
+
+    from guardrepro.demo import LAST_DEMO
+
+    run = tmp_path / "demo" / "hf-fp32"
+    shutil.copytree(run_dir, run)
+    home = tmp_path / "home"
+    (home / LAST_DEMO).parent.mkdir(parents=True)
+    (home / LAST_DEMO).write_text(json.dumps({"run_dir": str(run)}))
+    for name in ("GUARDREPRO_RUN_DIR", "GUARDREPRO_FIGURES_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GUARDREPRO_HOME", str(home))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", str(root))  # the kernel imports this checkout's package
+    nb = jupytext.read(root / "notebooks" / "parity.py")
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    has_gate = (run / "gate.json").is_file()
+    assert sorted(p.name for p in (run / "figures").glob("*.png")) == (
+        ["score_confusion.png"] if has_gate else [])
+    assert not list(tmp_path.glob("*.png"))

@@ -96,7 +96,7 @@ def test_cli_on_predictions_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["stats", str(path), "--out", str(tmp_path / "out"),
                  "--replicates", str(REPLICATES)]) == 0
     out = capsys.readouterr().out
-    data = json.loads((tmp_path / "out" / "stats.json").read_text())
+    data = json.loads((tmp_path / "out" / "preds.stats.json").read_text())
     flip = data["edits"]["combined"]["all_pairs"]["flip_rate"]
     assert cd(flip) == (6, 64)
     assert data["settings"]["expected_rows"] == f"predictions:{path}"
@@ -150,4 +150,15 @@ def test_bad_predictions_file_exit_2(tmp_path: Path, lines: list[str | bytes],
         assert where in err
     if field is not None:
         assert f"field {field!r}" in err
+    assert not (tmp_path / "stats.json").exists()
+    assert not (tmp_path / "preds.stats.json").exists()
+
+
+def test_two_predictions_files_in_one_folder_keep_their_own_stats(tmp_path: Path) -> None:
+    first = write_predictions(tmp_path / "a.jsonl")
+    second = tmp_path / "b.jsonl"
+    second.write_bytes(first.read_bytes())
+    for path in (first, second):
+        assert main(["stats", str(path), "--replicates", "10"]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["a.stats.json", "b.stats.json"]
     assert not (tmp_path / "stats.json").exists()

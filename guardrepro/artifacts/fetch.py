@@ -6,22 +6,27 @@ materialized directory); ``materialize`` -> that directory, checked, without net
 
 Per source: "github" files come over HTTP from the LFS media URL or the raw URL at the
 pinned commit (base URLs overridable by ``GUARDREPRO_GITHUB_MEDIA_URL`` /
-``GUARDREPRO_GITHUB_RAW_URL``); "hf" files through huggingface_hub at the pinned
-revision (``HF_ENDPOINT`` honoured); "package" files are copied from inside the
+``GUARDREPRO_GITHUB_RAW_URL``) into the blob store; "hf" files live in the user's
+Hugging Face cache (``guardrepro.artifacts.hf_cache``): ``snapshot_download`` at the
+pinned revision fetches what is missing (``HF_ENDPOINT``, ``HF_HOME``,
+``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` honoured), every file is verified in place
+there, and the lock's directory holds hardlinks to those blobs (a copy, with a
+warning, only across filesystems); "package" files are copied from inside the
 guardrepro package; "local" directories are verified in place and never copied.
 
 Invariants: a file enters the blob store only after its bytes hashed to the pin (or,
 for a first-download pin, to the hub's LFS sha256 when there is one); a pending pin is
-recorded in the lock file (``pinned_by = "first-download"``, ``pinned_at`` = today)
-only after every file of the lock verified, and later fetches refuse any other bytes;
+recorded (``pinned_by = "first-download"``, ``pinned_at`` = today) in the cache's pin
+file (``guardrepro.artifacts.pins``; or ``out``), never in the lock file itself, only
+after every file of the lock verified, and later fetches refuse any other bytes;
 the materialized directory holds exactly the lock's files as hardlinks (or copies) of
 blobs, is rebuilt in a temp dir and swapped in, and never contains a symlink; a
 corrupt blob found in the cache (cheap stamp check: inode, size, mtime, ctime and
 sampled blocks; else a full hash) is deleted with every hardlink to it under
 ``artifacts/`` and fetched again ("repaired"). One fetch per lock name and home at a
 time (inter-process file lock); first-download pins are recorded under an flock of
-the lock file's directory after re-reading the lock file, so two concurrent first
-downloads cannot both pin: the second refuses bytes that differ.
+the pin file's directory after re-reading the pins, so two concurrent first downloads
+into one cache cannot both pin: the second refuses bytes that differ.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +46,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from guardrepro.artifacts import hf_cache
 from guardrepro.artifacts import http as fetch_http
 from guardrepro.artifacts import hub as fetch_hub
 from guardrepro.artifacts.locks import (
@@ -53,6 +60,7 @@ from guardrepro.artifacts.locks import (
     save_lock,
 )
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint, package_file
+from guardrepro.artifacts.pins import merge_pins, pin_file, with_cached_pins
 from guardrepro.artifacts.store import (
     add_blob,
     blob_path,
@@ -65,7 +73,7 @@ from guardrepro.artifacts.store import (
     write_stamp,
 )
 from guardrepro.artifacts.template import extract_template
-from guardrepro.artifacts.verify import check_lock
+from guardrepro.artifacts.verify import VerifyReport, check_lock
 from guardrepro.errors import (
     IntegrityError,
     LockError,
@@ -99,7 +107,8 @@ class FetchReport:
     lock_path: Path
     directory: Path
     files: tuple[FetchedFile, ...]
-    lock_updated: bool
+    lock_updated: bool  # pins recorded: in ``pins_file`` (the lock file is never rewritten)
+    pins_file: Path | None = None
 
     @property
     def pinned_now(self) -> tuple[str, ...]:
@@ -151,10 +160,6 @@ def _blob_state(home: Path, entry: LockedFile, lock: Lock | None = None) -> str:
     _purge_links(home, blob)
     blob.unlink()  # corrupt cache entry: fetch again
     return "corrupt"
-
-
-def _blob_ok(home: Path, entry: LockedFile, lock: Lock | None = None) -> bool:
-    return _blob_state(home, entry, lock) == "ok"
 
 
 def _purge_links(home: Path, blob: Path) -> None:
@@ -227,55 +232,46 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
     return sha, size
 
 
-def _obtain_hub(
-    home: Path, lock: Lock, entries: list[LockedFile], progress: bool
-) -> dict[str, tuple[str, int, str]]:
-    """Resolve every entry on the hub first, then download; returns path -> (sha, size, action).
-
-    An LFS file whose hub sha256 is already a verified blob is not downloaded again
-    (e.g. after an earlier fetch failed on a later file, before pins were recorded).
-    """
-    source = lock.source
-    assert isinstance(source, HfSource)
-    resolved = [fetch_hub.resolve(source, entry) for entry in entries]  # all before any GET
-    staging = ensure_dir(home, f"staging/{lock.name}/{source.revision}")
-    got: dict[str, tuple[str, int, str]] = {}
-    for entry, hub_file in zip(entries, resolved, strict=True):
-        known = LockedFile(entry.path, hub_file.lfs_sha256, hub_file.size)
-        if known.sha256 is not None and known.size is not None and _blob_ok(home, known, lock):
-            if entry.extract is not None and entry.pending:
-                _check_extract(blob_path(home, known.sha256), entry)
-            got[entry.path] = (known.sha256, known.size, "cached")
-            continue
-        done = fetch_hub.download(source, entry, hub_file, staging, progress=progress)
+def _fetch_hub(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
+    """An ``hf`` lock's files verified in place in the user's HF cache (no copy)."""
+    files = []
+    for got in fetch_hub.fetch_to_cache(home, lock, progress=progress):
+        entry = lock.file(got.path)
         if entry.extract is not None and entry.pending:
-            _check_extract(done.local, entry)
-        add_blob(home, done.local, done.sha256, move=True)
-        got[entry.path] = (done.sha256, done.size, "downloaded")
-    shutil.rmtree(staging, ignore_errors=True)
-    return got
+            _check_extract(got.location, entry)
+        files.append(FetchedFile(got.path, got.sha256, got.size, got.action, entry.pending))
+    return files
+
+
+def _unlinked(report: VerifyReport) -> bool:
+    """True when some file verified outside the lock's directory (in the HF cache)."""
+    directory = report.directory
+    return directory is not None and any(
+        f.location is None or directory not in f.location.parents for f in report.files
+    )
 
 
 def _build_directory(home: Path, lock: Lock) -> Path:
     """(Re)build the lock's materialized directory from blobs; return it."""
     target = artifact_dir(home, lock)
     parent = ensure_dir(home, f"artifacts/{lock.name}")
+    sources = hf_cache.lock_sources(lock) if isinstance(lock.source, HfSource) else {}
     # linking and unlinking move a blob's ctime; blobs trusted now are re-stamped
     # afterwards, so a rebuild does not cost a full re-hash of every checkpoint file
     trusted = [
         entry
         for entry in lock.files
         if entry.sha256 is not None
-        and stamp_matches(home, blob_path(home, entry.sha256), entry.sha256, entry.size)
+        and stamp_matches(home, _source_of(home, entry, sources), entry.sha256, entry.size)
     ]
+    copied = []
     tmp = safe_join(parent, f".tmp-{target.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
         for entry in lock.files:
-            assert entry.sha256 is not None
-            blob = blob_path(home, entry.sha256)
+            blob = _source_of(home, entry, sources)
             if blob.is_symlink():
                 raise UnsafePathError(f"{blob} is a symlink (refused in the cache)")
             if not blob.exists():
@@ -285,8 +281,8 @@ def _build_directory(home: Path, lock: Lock) -> Path:
                 )
             dest = safe_join(tmp, entry.path)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            safe_join(tmp, entry.path)
-            link_or_copy(blob, dest)
+            if link_or_copy(blob, dest) == "copy" and sources:
+                copied.append(entry.path)
         old = safe_join(parent, f".old-{target.name}-{os.getpid()}")
         if target.exists():
             os.replace(target, old)
@@ -298,14 +294,30 @@ def _build_directory(home: Path, lock: Lock) -> Path:
     for entry in trusted:
         assert entry.sha256 is not None
         with contextlib.suppress(OSError):
-            write_stamp(home, blob_path(home, entry.sha256), entry.sha256)
+            write_stamp(home, _source_of(home, entry, sources), entry.sha256)
+    if copied:
+        print(f"warning: {len(copied)} file(s) of lock {lock.name!r} were copied, not"
+              f" hardlinked, from the HF cache into {target} (another filesystem); set"
+              f" GUARDREPRO_HOME on the filesystem of the HF cache to avoid the copy",
+              file=sys.stderr)
     return target
+
+
+def _source_of(home: Path, entry: LockedFile, sources: dict[str, Path]) -> Path:
+    """The file a lock entry's directory entry is linked from."""
+    if entry.path in sources:
+        return sources[entry.path]
+    assert entry.sha256 is not None
+    return blob_path(home, entry.sha256)
 
 
 def _checked_directory(home: Path, lock: Lock) -> Path:
     """The lock's directory after a stamp-trusting check; rebuilt from blobs if needed."""
     for attempt in range(2):
         report = check_lock(lock, home, full=False)
+        if report.ok and _unlinked(report):
+            with _state_lock(home, lock):
+                return _build_directory(home, lock)
         if report.ok:
             assert report.directory is not None
             return report.directory
@@ -336,7 +348,8 @@ def materialize(
 
 def materialize_lock(lock: Lock, home: str | os.PathLike[str] | None = None) -> Path:
     """``materialize`` for a lock already read (``lock.path`` set by ``load_lock``)."""
-    return _checked_directory(guardrepro_home(home), lock)
+    home_dir = guardrepro_home(home)
+    return _checked_directory(home_dir, with_cached_pins(lock, home_dir))
 
 
 def _fetch_local(home: Path, lock: Lock) -> list[FetchedFile]:
@@ -370,22 +383,29 @@ def _lock_file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[FetchedFile], bool]:
-    """Record first-download pins: the lock file is re-read under the lock-file lock,
-    and bytes that differ from a pin another fetch recorded meanwhile are refused."""
-    if not lock.pending:
-        return lock, files, False
+def _record_pins(
+    home: Path, lock: Lock, files: list[FetchedFile], out: Path | None
+) -> tuple[Lock, list[FetchedFile], Path | None]:
+    """Record first-download pins in the cache's pin file (``pins.pin_file``), or in
+    ``out``; the lock file itself is never rewritten. The pins are re-read under a
+    lock of their folder, and bytes that differ from a pin another fetch recorded
+    meanwhile are refused. Returns the pinned lock, the files and where pins went."""
+    if not lock.pending and out is None:
+        return lock, files, None
     assert lock.path is not None
+    target = out if out is not None else pin_file(home, lock)
+    if out is None:
+        ensure_dir(home, "pins")
     today = dt.datetime.now(dt.UTC).date()
-    with _lock_file_lock(lock.path):
-        current = load_lock(lock.path)
+    with _lock_file_lock(target):
+        current = merge_pins(with_cached_pins(load_lock(lock.path), home), target)
         if [e.path for e in current.files] != [e.path for e in lock.files]:
             raise LockError("the lock's file list changed during the fetch", file=str(lock.path))
-        entries, out = [], []
+        entries, got_files = [], []
         for entry, got in zip(current.files, files, strict=True):
             if entry.pending:
                 entries.append(entry.recorded(got.sha256, got.size, today))
-                out.append(got)
+                got_files.append(got)
                 continue
             if (entry.sha256, entry.size) != (got.sha256, got.size):
                 raise IntegrityError(
@@ -394,12 +414,12 @@ def _record_pins(lock: Lock, files: list[FetchedFile]) -> tuple[Lock, list[Fetch
                     f" (sha256 {got.sha256} size {got.size}) and are refused"
                 )
             entries.append(entry)
-            out.append(dataclasses.replace(got, pinned_now=False))
+            got_files.append(dataclasses.replace(got, pinned_now=False))
         new = current.with_files(tuple(entries))
-        updated = new != current
-        if updated:
-            save_lock(new)
-    return new, out, updated
+        written = out is not None or new != current
+        if written:
+            save_lock(new, target)
+    return new, got_files, target if written else None
 
 
 def fetch_lock(
@@ -407,30 +427,36 @@ def fetch_lock(
     home: str | os.PathLike[str] | None = None,
     *,
     progress: bool = True,
+    out: str | os.PathLike[str] | None = None,
 ) -> FetchReport:
     """Bring every file of the lock into the cache, verified; record first-download pins.
 
+    First-download pins go to the cache's pin file (``pins.pin_file``), or with
+    ``out`` to that file (the whole lock, pinned); ``lock_path`` is never rewritten.
     Returns the per-file outcome and the materialized directory. Raises FetchError
     (network/HTTP/hub trouble), IntegrityError (wrong bytes or size, naming file, URL,
     expected and observed), UnsafePathError (symlinks, escaping paths).
     """
-    lock = load_lock(lock_path)
     home_dir = guardrepro_home(home)
+    lock = with_cached_pins(load_lock(lock_path), home_dir)
     ensure_dir(home_dir, "blobs/sha256")
     with _state_lock(home_dir, lock):
         if isinstance(lock.source, LocalSource):
             files = _fetch_local(home_dir, lock)
+        elif isinstance(lock.source, HfSource):
+            files = _fetch_hub(home_dir, lock, progress)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
-        lock, files, updated = _record_pins(lock, files)
-        if (
+        target = None if out is None else Path(out)
+        lock, files, pins = _record_pins(home_dir, lock, files, target)
+        if isinstance(lock.source, HfSource) or (
             not isinstance(lock.source, LocalSource)
             and not check_lock(lock, home_dir, full=False).ok
         ):
             _build_directory(home_dir, lock)
     directory = _checked_directory(home_dir, lock)
     assert lock.path is not None
-    return FetchReport(lock.name, lock.path, directory, tuple(files), updated)
+    return FetchReport(lock.name, lock.path, directory, tuple(files), pins is not None, pins)
 
 
 def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
@@ -446,19 +472,15 @@ def _fetch_into_cache(home: Path, lock: Lock, progress: bool) -> list[FetchedFil
             if state == "corrupt":
                 corrupt.add(entry.path)
             todo.append(entry)
-    if isinstance(lock.source, HfSource) and todo:
-        for path, (sha, size, action) in _obtain_hub(home, lock, todo, progress).items():
-            results[path] = FetchedFile(path, sha, size, action, lock.file(path).pending)
-    else:
-        for entry in todo:
-            if isinstance(lock.source, GithubSource):
-                sha, size = _obtain_github(home, lock, entry, progress)
-                action = "downloaded"
-            else:
-                assert isinstance(lock.source, PackageSource)
-                sha, size = _obtain_package(home, lock, entry)
-                action = "copied"
-            results[entry.path] = FetchedFile(entry.path, sha, size, action, entry.pending)
+    for entry in todo:
+        if isinstance(lock.source, GithubSource):
+            sha, size = _obtain_github(home, lock, entry, progress)
+            action = "downloaded"
+        else:
+            assert isinstance(lock.source, PackageSource)
+            sha, size = _obtain_package(home, lock, entry)
+            action = "copied"
+        results[entry.path] = FetchedFile(entry.path, sha, size, action, entry.pending)
     for entry in lock.files:
         with contextlib.suppress(OSError):
             write_stamp(

@@ -50,6 +50,7 @@ from guardrepro.artifacts.store import fsync_dir, output_error, sha256_file
 from guardrepro.artifacts.watchdog import Watchdog, opener
 from guardrepro.errors import (
     FetchError,
+    GuardreproError,
     IntegrityError,
     TransientFetchError,
 )
@@ -356,28 +357,33 @@ def _receive(
         out = open(part, "r+b" if start and part.exists() else "wb")  # noqa: SIM115
     except OSError as exc:
         raise output_error(part, exc) from None
-    with (
-        out,
-        tqdm(total=limit, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-             desc=label[-40:], file=sys.stderr, disable=not progress, leave=False) as bar,
-    ):
-        out.seek(start)
-        out.truncate()
-        try:
-            received = _copy_body(response, out, clock, dog, (what, part, bar), start, limit)
-        except _TooLong as exc:
-            out.close()
-            _discard(part, meta_path)
-            kind = "pinned" if expected_size is not None else "attested"
-            raise TransientFetchError(
-                f"{what}: the server sent more than the {exc.limit} {kind} bytes (at least"
-                f" {exc.seen}); writing stopped at {exc.limit} bytes and the partial file"
-                " was discarded"
-            ) from None
-        finally:
-            if not out.closed:
-                out.flush()
-                os.fsync(out.fileno())
+    try:  # a full disk also fails the flush on the way out: name the .part either way
+        with (
+            out,
+            tqdm(total=limit, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
+                 desc=label[-40:], file=sys.stderr, disable=not progress, leave=False) as bar,
+        ):
+            out.seek(start)
+            out.truncate()
+            try:
+                received = _copy_body(response, out, clock, dog, (what, part, bar), start, limit)
+            except _TooLong as exc:
+                out.close()
+                _discard(part, meta_path)
+                kind = "pinned" if expected_size is not None else "attested"
+                raise TransientFetchError(
+                    f"{what}: the server sent more than the {exc.limit} {kind} bytes (at least"
+                    f" {exc.seen}); writing stopped at {exc.limit} bytes and the partial file"
+                    " was discarded"
+                ) from None
+            finally:
+                if not out.closed:
+                    out.flush()
+                    os.fsync(out.fileno())
+    except GuardreproError:
+        raise  # FetchError and OutputError are OSErrors too, already in words
+    except OSError as exc:
+        raise output_error(part, exc) from None
     if body_size is not None and received != body_size:
         raise _Retry(f"{what}: the body ended after {received} of {body_size} announced bytes")
 

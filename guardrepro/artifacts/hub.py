@@ -1,16 +1,21 @@
 """Hugging Face Hub download of pinned checkpoint files through huggingface_hub.
 
-Input: an ``hf`` lock source (repo + 40-hex revision), the file entries to get, a
-staging directory under the guardrepro home. Output: for each file, a real file in
-the staging directory, its observed sha256 and size, and what the hub claimed.
+Input: an ``hf`` lock source (repo + 40-hex revision) and the file entries to get.
+Output: what the hub claims for each file (``resolve``), and the files themselves in
+the user's Hugging Face cache (``snapshot_fetch``, through ``snapshot_download``),
+where ``guardrepro.artifacts.fetch`` verifies them in place.
 
 Invariants: ``HF_ENDPOINT`` is read at call time and passed explicitly, so it need not
 be set before huggingface_hub is imported; every listed file is resolved (HEAD) before
 any byte is downloaded, so a file the hub lacks fails the fetch up front; the hub must
 report the pinned revision as the commit it served; for an LFS file the hub's sha256
 (its ETag) must equal the hash of the local bytes and any pin in the lock; sizes must
-agree with the hub and the lock. Downloads go to ``local_dir`` (real files, never
-symlinks into the hub cache); a bad file is deleted before the error is raised.
+agree with the hub and the lock. Downloads go to the HF cache that
+``guardrepro.artifacts.hf_cache.hub_cache_dir`` names (``HF_HUB_CACHE`` / ``HF_HOME``
+read at call time), never to a second copy.
+A cached file whose bytes hash to the lock's sha256 but whose size is not the
+lock's raises LockError naming the lock and file; that blob is kept (it is the
+hub's content, which other locks may share).
 Network and server trouble that huggingface_hub did not overcome raises
 TransientFetchError (exit 4); a full or read-only local disk raises OutputError.
 """
@@ -18,14 +23,31 @@ TransientFetchError (exit 4); a full or read-only local disk raises OutputError.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.locks import HfSource, LockedFile
-from guardrepro.artifacts.store import check_relpath, output_error, safe_join, sha256_file
-from guardrepro.errors import FetchError, IntegrityError, TransientFetchError, UnsafePathError
+from guardrepro.artifacts import hf_cache
+from guardrepro.artifacts.locks import HfSource, Lock, LockedFile
+from guardrepro.artifacts.store import check_relpath, output_error
+from guardrepro.artifacts.verify import (
+    CORRUPT,
+    MISMATCH,
+    UNPINNED,
+    UNSAFE,
+    FileStatus,
+    check_hf_entry,
+)
+from guardrepro.errors import (
+    FetchError,
+    IntegrityError,
+    LockError,
+    MissingArtifactError,
+    TransientFetchError,
+    UnsafePathError,
+)
 from guardrepro.spec import HEX64
 
 
@@ -38,17 +60,6 @@ class HubFile:
     etag: str
     size: int | None
     lfs_sha256: str | None  # the ETag when it is a sha256 (an LFS file), else None
-
-
-@dataclass(frozen=True)
-class HubDownload:
-    """A verified file in the staging dir."""
-
-    path: str
-    local: Path
-    sha256: str
-    size: int
-    lfs_sha256: str | None
 
 
 # errors of the local disk during a hub download: exit 2 with the path, not 4
@@ -129,43 +140,153 @@ def _quiet_tqdm() -> type:
     return Quiet
 
 
-def download(
-    source: HfSource, entry: LockedFile, hub_file: HubFile, staging: Path, *, progress: bool
-) -> HubDownload:
-    """hf_hub_download one resolved file into ``staging`` and check its bytes."""
+def snapshot_fetch(source: HfSource, entries: list[LockedFile], *, progress: bool) -> Path:
+    """``snapshot_download`` the entries at the pinned revision into the user's HF cache.
+
+    Returns the snapshot folder (``hf_cache.snapshot_dir``); the caller checks every
+    file in place. The cache root is read from the environment now, not when
+    huggingface_hub was imported.
+    """
     hub = _hub()
-    where = _where(source, entry.path)
-    check_relpath(entry.path)
+    cache = hf_cache.hub_cache_dir()
+    expected = hf_cache.snapshot_dir(source, cache)
+    paths = [entry.path for entry in entries]
+    for rel in paths:
+        check_relpath(rel)
     try:
-        returned = hub.hf_hub_download(
+        returned = hub.snapshot_download(
             source.repo,
-            entry.path,
             repo_type=source.repo_type,
             revision=source.revision,
-            local_dir=staging,
+            cache_dir=cache,
+            allow_patterns=[glob.escape(rel) for rel in paths],
             endpoint=_endpoint(),
             tqdm_class=None if progress else _quiet_tqdm(),
         )
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:
-            raise output_error(staging, exc) from None  # our disk, not the hub
+            raise output_error(cache, exc) from None  # our disk, not the hub
         raise TransientFetchError(
-            f"{where}: download failed: {type(exc).__name__}: {exc}"
+            f"hf://{source.repo}@{source.revision}: download into the HF cache {cache}"
+            f" failed: {type(exc).__name__}: {exc}"
         ) from None
-    local = safe_join(staging, entry.path)
-    if Path(returned).resolve() != local.resolve():
-        raise UnsafePathError(f"{where}: huggingface_hub wrote {returned}, expected {local}")
-    sha, size = sha256_file(local)  # refuses a symlink
+    if Path(returned).resolve() != expected.resolve():
+        raise UnsafePathError(
+            f"hf://{source.repo}@{source.revision}: huggingface_hub returned {returned},"
+            f" expected {expected}"
+        )
+    return expected
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """A lock entry verified in place in the HF cache; ``location`` holds its bytes."""
+
+    path: str
+    sha256: str
+    size: int
+    action: str  # "cached", "downloaded" or "repaired"
+    location: Path
+
+
+def _usable(status: FileStatus) -> bool:
+    """Verified bytes: pinned and matching, or a pending pin with observed bytes."""
+    return status.ok or (status.status == UNPINNED and status.observed_sha256 is not None)
+
+
+def _discard(status: FileStatus, snapshot: Path) -> None:
+    """Remove a corrupt blob and its snapshot entry so huggingface_hub fetches it again."""
+    link = snapshot / status.path
+    for path in (status.location, link):
+        if path is not None and (path.is_symlink() or path.exists()):
+            path.unlink()
+
+
+def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile]:
+    """Every file of an ``hf`` lock, verified in place in the user's HF cache.
+
+    Files already there and intact are not asked of the hub (no network at all when
+    the snapshot is complete, offline mode or not). The others are resolved (HEAD)
+    first, all of them, then fetched with ``snapshot_download``; a corrupt cached
+    blob is removed and fetched again ("repaired"). With ``HF_HUB_OFFLINE`` set, a
+    missing file is a MissingArtifactError naming it.
+    """
+    source = lock.source
+    assert isinstance(source, HfSource)
+    snapshot = hf_cache.snapshot_dir(source)
+    states = {e.path: check_hf_entry(home, source, e, full=False) for e in lock.files}
+    todo, repaired = [], set()
+    for entry in lock.files:
+        status = states[entry.path]
+        if _usable(status):
+            continue
+        if status.status == UNSAFE:
+            raise UnsafePathError(status.describe())
+        if status.status == MISMATCH:
+            _refuse_wrong_size(lock, entry, status)
+            if not status.detail.startswith(CORRUPT):  # intact hub bytes, other pin
+                raise IntegrityError(
+                    f"{_where(source, entry.path)}: the HF cache holds the hub's bytes of this"
+                    f" revision and they differ from the lock: {status.describe()}"
+                )
+            _discard(status, snapshot)
+            repaired.add(entry.path)
+        todo.append(entry)
+    if todo and hf_cache.offline():
+        names = ", ".join(entry.path for entry in todo[:5])
+        raise MissingArtifactError(
+            f"lock {lock.name!r}: HF_HUB_OFFLINE is set and the HF cache {snapshot} lacks"
+            f" {len(todo)} file(s) ({names}); unset HF_HUB_OFFLINE to download them"
+        )
+    if todo:
+        resolved = [resolve(source, entry) for entry in todo]  # all before any GET
+        snapshot_fetch(source, todo, progress=progress)
+        for entry, hub_file in zip(todo, resolved, strict=True):
+            states[entry.path] = _checked_download(home, source, entry, hub_file, snapshot)
+    out = []
+    for entry in lock.files:
+        status = states[entry.path]
+        assert status.observed_sha256 is not None and status.observed_size is not None
+        assert status.location is not None
+        action = "repaired" if entry.path in repaired else (
+            "downloaded" if entry in todo else "cached")
+        out.append(CachedFile(entry.path, status.observed_sha256, status.observed_size,
+                              action, status.location))
+    return out
+
+
+def _refuse_wrong_size(lock: Lock, entry: LockedFile, status: FileStatus) -> None:
+    """A cached blob that hashes to the pinned sha256 but has another size than the
+    lock states: the lock is wrong (LockError naming it); the blob, shared content of
+    the HF cache, is kept."""
+    if (entry.sha256 is not None and status.observed_sha256 == entry.sha256
+            and entry.size is not None and status.observed_size != entry.size
+            and not status.detail.startswith(CORRUPT)):
+        raise LockError(
+            f"lock {lock.name!r}: {entry.path}: size = {entry.size} contradicts sha256"
+            f" {entry.sha256}, whose bytes in the HF cache ({status.location}) were just"
+            f" verified at {status.observed_size} bytes; fix the size in the lock (the"
+            " cached blob is shared content and was kept)",
+            file=str(lock.path) if lock.path is not None else None,
+        )
+
+
+def _checked_download(
+    home: Path, source: HfSource, entry: LockedFile, hub_file: HubFile, snapshot: Path
+) -> FileStatus:
+    """Full check of a file huggingface_hub just put in the cache; a bad one is removed."""
+    where = _where(source, entry.path)
+    status = check_hf_entry(home, source, entry, full=True)
     problem = None
-    if hub_file.lfs_sha256 is not None and sha != hub_file.lfs_sha256:
-        problem = f"hub LFS sha256 {hub_file.lfs_sha256}, observed {sha}"
-    elif entry.sha256 is not None and sha != entry.sha256:
-        problem = f"expected sha256 {entry.sha256}, observed {sha}"
-    elif hub_file.size is not None and size != hub_file.size:
-        problem = f"hub size {hub_file.size}, observed {size} bytes"
-    elif entry.size is not None and size != entry.size:
-        problem = f"expected size {entry.size}, observed {size} bytes"
+    if status.status == UNSAFE:
+        raise UnsafePathError(f"{where}: {status.detail}")
+    if not _usable(status):
+        problem = status.detail or f"{status.status} after the download ({status.describe()})"
+    elif hub_file.lfs_sha256 is not None and status.observed_sha256 != hub_file.lfs_sha256:
+        problem = f"hub LFS sha256 {hub_file.lfs_sha256}, observed {status.observed_sha256}"
+    elif hub_file.size is not None and status.observed_size != hub_file.size:
+        problem = f"hub size {hub_file.size}, observed {status.observed_size} bytes"
     if problem is not None:
-        local.unlink()
-        raise IntegrityError(f"{where}: {problem}; the download was discarded")
-    return HubDownload(entry.path, local, sha, size, hub_file.lfs_sha256)
+        _discard(status, snapshot)
+        raise IntegrityError(f"{where}: {problem}; the download was discarded from the HF cache")
+    return status

@@ -392,9 +392,8 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
                    description: str | None = None, header: str = "",
                    progress: bool = False) -> Lock:
     """A ``kind = "checkpoint"``, ``type = "local"`` lock pinning every file of
-    ``directory`` by sha256 and size (path relative to the lock's directory
-    when it lies below it, else absolute); ``progress``: a bar on stderr of
-    the bytes hashed."""
+    ``directory`` by sha256 and size (its absolute path, so moving the lock
+    file breaks nothing); ``progress``: a bar on stderr of the bytes hashed."""
     import hashlib
 
     from tqdm import tqdm
@@ -423,12 +422,8 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
                                       size=path.stat().st_size))
     if not entries:
         raise LockError(f"{root}: no files to lock")
-    base = lock_path.resolve().parent
-    try:
-        where = os.path.relpath(root, base)
-    except ValueError:
-        where = str(root)
-    return Lock(name=name, kind="checkpoint", source=LocalSource(path=where),
+    # absolute: the lock stays valid wherever the lock file is moved or copied
+    return Lock(name=name, kind="checkpoint", source=LocalSource(path=str(root)),
                 files=tuple(entries), description=description, header=header, path=lock_path)
 
 

@@ -31,6 +31,8 @@ from guardrepro.artifacts.verify import MISSING, UNPINNED, VerifyReport
 PUBLISHED, PINNED, RECORDED, FIRST_DOWNLOAD, PARTLY_PUBLISHED, CACHED, IN_PLACE = (
     "published", "pinned", "recorded", "first-download", "partly-published", "cached",
     "in-place")
+# where first-download pins go (``guardrepro.artifacts.pins``): the lock is not rewritten
+PIN_PLACE = "the cache's pin file (or `fetch --out FILE`)"
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,13 @@ def _check(lock: Lock, entry: LockedFile) -> tuple[str, str]:
     later = "; any other bytes are refused afterwards"
     if entry.sha256 is None and entry.size is None:
         return FIRST_DOWNLOAD, (f"no hash is pinned yet: fetch records {rule} and the size in"
-                                f" the lock at this first verified download{later}")
+                                f" {PIN_PLACE} at this first verified download{later}")
     if entry.sha256 is None:
         return PARTLY_PUBLISHED, (f"checked against the published size {entry.size} bytes;"
-                                  f" fetch records {rule} in the lock{later}")
+                                  f" fetch records {rule} in {PIN_PLACE}{later}")
     if entry.size is None:
         return PARTLY_PUBLISHED, (f"verified against the published sha256 {entry.sha256};"
-                                  f" fetch records its size in the lock{later}")
+                                  f" fetch records its size in {PIN_PLACE}{later}")
     if entry.pinned_at is not None:
         return RECORDED, (f"verified against sha256 {entry.sha256} ({entry.size} bytes),"
                           f" recorded at its first download on {entry.pinned_at.isoformat()}")

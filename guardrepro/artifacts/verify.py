@@ -36,8 +36,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from guardrepro.artifacts.locks import LocalSource, Lock, LockedFile, load_lock
+from guardrepro.artifacts import hf_cache
+from guardrepro.artifacts.locks import HfSource, LocalSource, Lock, LockedFile, load_lock
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint
+from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.artifacts.store import (
     CHUNK,
     atomic_write_bytes,
@@ -61,6 +63,7 @@ OK, MISMATCH, MISSING, UNPINNED, UNEXPECTED, UNSAFE = (
     "unexpected",
     "unsafe",
 )
+CORRUPT = "corrupt in the HF cache"  # detail prefix: the blob's bytes do not match its name
 
 
 @dataclass(frozen=True)
@@ -342,6 +345,12 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
         if directory.is_dir():
             statuses.extend(_extras(directory, lock))
         tree = check_tree(home, lock, full=full)
+    elif isinstance(lock.source, HfSource):
+        directory = None if lock.pending else artifact_dir(home, lock)
+        statuses = [_check_hf(home, lock.source, directory, entry, full=full)
+                    for entry in _entries(lock, progress)]
+        if directory is not None and directory.is_dir():
+            statuses.extend(_extras(directory, lock))
     elif lock.pending:
         directory = None  # no directory until every pin is recorded: check blobs
         for entry in _entries(lock, progress):
@@ -371,6 +380,40 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
         if directory.is_dir():
             statuses.extend(_extras(directory, lock))
     return VerifyReport(lock.name, lock.path, directory, tuple(statuses), tree)
+
+
+def check_hf_entry(home: Path, source: HfSource, entry: LockedFile, *, full: bool) -> FileStatus:
+    """Status of one file of an ``hf`` lock in the user's HF cache, checked in place
+    (``location``: the blob its snapshot entry points to). A blob whose bytes do not
+    match its cache name is a mismatch whose detail starts with ``CORRUPT``."""
+    snapshot = hf_cache.snapshot_dir(source)
+    base = FileStatus(entry.path, OK, entry.sha256, None, entry.size, None, snapshot / entry.path)
+    try:
+        target = hf_cache.resolve_entry(snapshot, entry.path)
+    except UnsafePathError as exc:
+        return _with(base, UNSAFE, detail=str(exc))
+    if target is None:
+        return _with(base, UNPINNED if entry.pending else MISSING,
+                     detail=f"not in the HF cache {snapshot}")
+    status = check_file(home, target, entry, full=full)
+    observed = status.observed_sha256
+    if observed is not None and (full or entry.pending or status.status != OK
+                                 or observed != entry.sha256):
+        problem = hf_cache.blob_identity_problem(target, observed)
+        if problem is not None:
+            return _with(status, MISMATCH, detail=f"{CORRUPT}: {target}: {problem}")
+    return status
+
+
+def _check_hf(home: Path, source: HfSource, directory: Path | None, entry: LockedFile,
+              *, full: bool) -> FileStatus:
+    """An ``hf`` lock's file: its linked copy in the lock's directory when there is
+    one, else its bytes in the HF cache (OK there means "linked on first use")."""
+    if directory is not None:
+        linked = _check_at(home, directory, entry, full=full)
+        if linked.status != MISSING:
+            return linked
+    return check_hf_entry(home, source, entry, full=full)
 
 
 def _unsafe(entry: LockedFile, location: Path, exc: UnsafePathError) -> FileStatus:
@@ -415,5 +458,6 @@ def verify_lock(
 ) -> VerifyReport:
     """Re-hash every file the lock pins (no stamps trusted); never raises on a bad
     file. ``progress``: a bar on stderr."""
-    return check_lock(load_lock(lock_path), guardrepro_home(home), full=True,
+    home_dir = guardrepro_home(home)
+    return check_lock(with_cached_pins(load_lock(lock_path), home_dir), home_dir, full=True,
                       progress=progress)

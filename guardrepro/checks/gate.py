@@ -10,7 +10,7 @@ Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
     lock = "../locks/toolsafe.toml" #   guardrepro.bench.released (key: base_sample_id)
     benchmark = "agentdojo"
     # type = "records"              #   another run's records (key: row_id)
-    # path = "../guardrepro/data/toy_reference/records.jsonl"
+    # path = "package:data/toy_reference/records.jsonl"  # or relative to this file
     [thresholds]
     expected_rows = 64
     min_coverage = 0.95

@@ -33,6 +33,8 @@ THRESHOLD_KEYS = (
 )
 
 
+PACKAGE_PREFIX = "package:"
+
 # ``expected_rows = "reference"`` (released references only): the gated split's
 # row count as the released files hold it, for splits whose published counts
 # disagree (ASB: 5,237 in the paper, 5,231 in the files).
@@ -52,6 +54,14 @@ class GateSpec:
     confidence: float = DEFAULT_CONFIDENCE
 
     def resolve(self, relative: str) -> Path:
+        """A path of the spec: relative to the spec file, or ``package:REL`` for a
+        file shipped inside the guardrepro package (found in a checkout and in a
+        wheel alike)."""
+        if relative.startswith(PACKAGE_PREFIX):
+            from guardrepro.artifacts.paths import package_root
+            from guardrepro.artifacts.store import safe_join
+
+            return safe_join(package_root(), relative[len(PACKAGE_PREFIX):])
         return (self.path.parent / relative).resolve()
 
     def to_dict(self) -> dict[str, Any]:

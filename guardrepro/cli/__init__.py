@@ -75,6 +75,31 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value:  # the group set up the default level; the last of -v/-q given wins
+        from guardrepro import logs
+
+        logs.setup(value if param.name == "verbose" else -value)
+
+
+def add_verbosity(command: click.Command) -> None:
+    """Give ``command`` (and every subcommand of a group) ``--verbose/-v`` (repeat for
+    debug) and ``--quiet/-q`` (errors only); logging is set up once (``guardrepro.logs``)."""
+    names = {name for param in command.params for name in getattr(param, "opts", [])}
+    if "--verbose" not in names:
+        command.params += [
+            click.Option(["--verbose", "-v", "verbose"], count=True, expose_value=False,
+                         is_eager=True, callback=_set_verbosity,
+                         help="More log lines on stderr (-vv: debug)."),
+            click.Option(["--quiet", "-q", "quiet"], count=True, expose_value=False,
+                         is_eager=True, callback=_set_verbosity,
+                         help="Only errors on stderr."),
+        ]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_verbosity(sub)
+
+
 class LazyGroup(click.Group):
     """Resolve verbs on demand; list only those whose module exists."""
 
@@ -95,6 +120,7 @@ class LazyGroup(click.Group):
             return None
         command = getattr(importlib.import_module(module_name), attr)
         assert isinstance(command, click.Command)
+        add_verbosity(command)
         return command
 
     def resolve_command(
@@ -115,6 +141,9 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """Reproduce safety guard outputs, gate parity with published predictions,
     and measure how decisions move under counterfactual edits."""
+    from guardrepro import logs
+
+    logs.setup(0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,11 +46,19 @@ from guardrepro.cli.options import (
     REPLICATES,
     RUN_OR_FILE,
     SEED,
+    SpecFile,
     emit,
     home_option,
     say,
 )
 from guardrepro.errors import GateFailed
+
+
+def stats_file(path: Path, out: Path | None) -> Path:
+    """``stats.json`` of a run directory; ``<stem>.stats.json`` of a predictions file
+    (in ``--out`` when given, else beside the file)."""
+    name = "stats.json" if path.is_dir() else f"{path.stem}.stats.json"
+    return out_dir(path, out) / name
 
 
 def out_dir(path: Path, out: Path | None) -> Path:
@@ -63,8 +71,8 @@ def out_dir(path: Path, out: Path | None) -> Path:
 
 @click.command(short_help="Gate a run against a spec's reference predictions.")
 @click.argument("path", type=RUN_OR_FILE)
-@click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Gate spec (checks/*.toml).")
+@click.option("--spec", required=True, type=SpecFile("checks"),
+              help="Gate spec (checks/*.toml, or its bare name).")
 @click.option("--conservative", is_flag=True,
               help="Test ratio thresholds against the bootstrap lower bound.")
 @COHORT_OPTION
@@ -109,7 +117,8 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
 def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Path | None,
           out: Path | None, exports: tuple[Path, ...], progress: bool, as_json: bool) -> None:
     """Strict accuracy per variant and paired flip statistics with intervals;
-    writes stats.json."""
+    writes stats.json in a run directory, PRED.stats.json beside (or, with --out,
+    in) a predictions file PRED.jsonl, so two files' stats never share a name."""
     from guardrepro.checks.association import format_rung
     from guardrepro.checks.ladder import interpretation
     from guardrepro.checks.predictions import load_rows
@@ -122,7 +131,7 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
                            progress=progress, expected_source=run.expected_source).with_extra(
         run_dir=str(path), interpretation=rung.to_json())
     data = result.to_json()
-    written = write_json_atomic(out_dir(path, out) / "stats.json", data)
+    written = write_json_atomic(stats_file(path, out), data)
     emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
     say(as_json)(f"wrote {written}")
     for target in exports:
@@ -137,9 +146,9 @@ def audit() -> None:
 DATA_OPTIONS = [
     click.option("--data-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                  default=None, help="Directory holding the ToolSafe files at their paths."),
-    click.option("--lock", type=click.Path(dir_okay=False, path_type=Path),
-                 default=Path("locks/toolsafe.toml"), show_default=True,
-                 help="Data lock to materialize when --data-dir is not given."),
+    click.option("--lock", type=SpecFile("locks"), default="toolsafe", show_default=True,
+                 help="Data lock (a file or a shipped lock's name) to materialize when"
+                 " --data-dir is not given."),
     click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Also write the JSON here (atomically)."),
     JSON_OPTION,

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, home_option
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, emit, home_option
 from guardrepro.errors import IntegrityError
 
 
@@ -25,7 +25,7 @@ def cohort() -> None:
 
 
 @cohort.command(short_help="Build the cohort a spec describes.")
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec", type=SpecFile("cohorts"))
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cli.options import JSON_OPTION, emit
+from guardrepro.cli.options import JSON_OPTION, SpecFile, emit
 
 
 @click.command("doctor", short_help="Preflight: what a run's determinism depends on.")
 @click.option(
     "--profile",
     "profile_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=SpecFile("runners"),
     default=None,
     help="Run profile to check (without it: a machine-wide report).",
 )

@@ -15,11 +15,11 @@ import click
 
 from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.artifacts.store import FULL_ENV
-from guardrepro.cli.options import PROGRESS_OPTION, home_option
+from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
 
 
 @click.command("fetch", short_help="Download and verify the files a lock pins.")
-@click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("lock", type=SpecFile("locks", exists=True))
 @home_option
 @PROGRESS_OPTION
 @click.option(
@@ -27,7 +27,11 @@ from guardrepro.cli.options import PROGRESS_OPTION, home_option
     is_flag=True,
     help="Re-hash every cached file instead of the cheap stamp + sampled-block check.",
 )
-def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool) -> None:
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the lock with its first-download pins recorded to this file"
+              " (default: the cache's own pin file; LOCK is never rewritten).")
+def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool,
+          out: Path | None) -> None:
     """Download the files pinned by LOCK into the content-addressed cache.
 
     GitHub files come from the LFS media URL or the raw URL at the pinned commit,
@@ -35,7 +39,9 @@ def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool) -> N
     honoured), package files are copied, local directories are verified in place.
     Partial downloads resume; every file is checked against its size and sha256
     before it enters the cache. Pins marked pinned_by = "first-download" are
-    recorded into LOCK after the first verified download and enforced afterwards.
+    recorded after the first verified download, in the cache's pin file (or in
+    --out FILE, to commit), and enforced afterwards; LOCK itself is never rewritten.
+    LOCK is a path or the name of a shipped lock (`guardrepro fetch toy-guard`).
 
     A cached file is trusted when its inode, size, mtime and ctime match the stamp
     of its last full hash and its sampled blocks hash as then; anything else is
@@ -46,12 +52,12 @@ def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool) -> N
     """
     if verify_full:
         os.environ[FULL_ENV] = "1"
-    report = fetch_lock(lock, home, progress=progress)
+    report = fetch_lock(lock, home, progress=progress, out=out)
     for item in report.files:
         flag = "  [pinned now: first download]" if item.pinned_now else ""
         click.echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")
     if report.lock_updated:
         count = len(report.pinned_now)
-        click.echo(f"recorded {count} first-download pin(s) in {report.lock_path}")
+        click.echo(f"recorded {count} first-download pin(s) in {report.pins_file}")
     click.echo(f"{len(report.files)} file(s) verified for lock {report.lock!r}")
     click.echo(f"directory: {report.directory}")

@@ -21,6 +21,7 @@ from guardrepro.cli.options import (
     POSITIVE,
     PROGRESS_OPTION,
     SEED,
+    SpecFile,
     emit,
     home_option,
     say,
@@ -29,7 +30,7 @@ from guardrepro.cli.options import (
 
 @click.command("check-invariance", short_help="Does batching change the greedy outputs?")
 @click.option("--profile", "profile_path", required=True,
-              type=click.Path(dir_okay=False, path_type=Path), help="Run profile TOML.")
+              type=SpecFile("runners"), help="Run profile TOML (or its bare name).")
 @click.option("--cohort", "cohort_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path), help="Cohort JSONL file.")
 @click.option("--sample", type=POSITIVE, required=True,

@@ -9,6 +9,11 @@ that the checkpoint's own config declares the adapter's special tokens and
 records in the lock's header what was read: the EOS and pad ids and the
 token strings they name, and the chat template's sha256.
 
+An HF snapshot folder (``.../models--ORG--NAME/snapshots/<rev>`` in a Hugging
+Face cache) gives an ``hf`` lock on that repo and revision, every file pinned by
+the bytes of the blob its symlink points to; a link leaving the repo folder's
+own ``blobs/`` is refused, as is any other symlink.
+
 Output: the lock file (atomic write), and on stdout its path and file count.
 A local lock pins every file by sha256 and size; a hub lock lists the files
 as pending (``pinned_by = "first-download"``): ``guardrepro fetch`` records
@@ -20,10 +25,14 @@ directories) on stderr.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from guardrepro.cli.options import PROGRESS_OPTION
+
+if TYPE_CHECKING:
+    from guardrepro.artifacts.hf_cache import SnapshotPath
 
 
 def _guard_header(directory: Path, guard: str) -> list[str]:
@@ -61,6 +70,16 @@ def _hub_paths(repo: str, revision: str) -> list[str]:
         raise FetchError(f"{repo}@{revision}: cannot list the files: {exc}") from exc
 
 
+def _note_cache(snapshot: SnapshotPath) -> None:
+    """Say so when the snapshot is not in the HF cache fetch and run will read."""
+    from guardrepro.artifacts.hf_cache import hub_cache_dir
+
+    root = snapshot.folder.parent
+    if root.resolve() != hub_cache_dir().resolve():
+        click.echo(f"note: {root} is not the HF cache of this environment ({hub_cache_dir()});"
+                   f" set HF_HUB_CACHE={root} for fetch, verify and run", err=True)
+
+
 @click.command("lock", short_help="Write a checkpoint lock (local directory or Hub).")
 @click.argument("directory", required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
@@ -77,6 +96,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
          revision: str | None, guard: str | None, description: str | None,
          force: bool, progress: bool) -> None:
     """Write a checkpoint lock for DIR, or for --hub REPO --revision SHA."""
+    from guardrepro.artifacts.hf_cache import parse_snapshot_path, snapshot_lock
     from guardrepro.artifacts.locks import directory_lock, hub_lock, save_lock
     from guardrepro.errors import InputError
 
@@ -97,11 +117,18 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
                           description=description, header="\n".join(header) + "\n")
     else:
         assert directory is not None
-        header = [f"# local checkpoint {directory.resolve()}, locked by `guardrepro lock`"]
+        snapshot = parse_snapshot_path(directory.absolute())
+        kind = "HF snapshot" if snapshot else "local checkpoint"
+        header = [f"# {kind} {directory.absolute()}, locked by `guardrepro lock`"]
         if guard is not None:
             header += _guard_header(directory, guard)
-        result = directory_lock(directory, name, out, description=description,
-                                header="\n".join(header) + "\n", progress=progress)
+        if snapshot is not None:
+            _note_cache(snapshot)
+            result = snapshot_lock(directory.absolute(), name, out, description=description,
+                                   header="\n".join(header) + "\n", progress=progress)
+        else:
+            result = directory_lock(directory, name, out, description=description,
+                                    header="\n".join(header) + "\n", progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_lock(result, out)
     click.echo(f"{out}: {len(result.files)} files "

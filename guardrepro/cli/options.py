@@ -38,6 +38,34 @@ POSITIVE = click.IntRange(min=1)
 CONFIDENCE = click.FloatRange(0, 1, min_open=True, max_open=True)
 
 RUN_OR_FILE = click.Path(exists=True, path_type=Path)
+
+
+class SpecFile(click.ParamType):
+    """A spec file: a path, or the bare name of a shipped spec in ``folder``
+    (``--profile toy-hf`` -> ``runners/toy-hf.toml``; see ``guardrepro.spec_dirs``)."""
+
+    name = "spec"
+
+    def __init__(self, folder: str, *, exists: bool = False) -> None:
+        self.folder = folder
+        self.exists = exists
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path:
+        from guardrepro.errors import InputError
+        from guardrepro.spec_dirs import spec_path
+
+        if isinstance(value, Path):
+            return value
+        try:
+            path = spec_path(value, self.folder)
+        except InputError as exc:
+            self.fail(str(exc), param, ctx)
+        if path.is_dir():
+            self.fail(f"{path} is a directory", param, ctx)
+        if self.exists and not path.exists():
+            self.fail(f"file {str(path)!r} does not exist", param, ctx)
+        return path
 HOME_HELP = "Cache root (default: $GUARDREPRO_HOME, else the user cache dir + guardrepro)."
 
 COHORT_OPTION = click.option(

@@ -33,7 +33,7 @@ from guardrepro.bench.released import (
     reparse_summary,
 )
 from guardrepro.bench.tsbench import BENCHMARK_FILES
-from guardrepro.cli.options import home_option
+from guardrepro.cli.options import SpecFile, home_option
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
 from guardrepro.guards.registry import GUARD_NAMES, get_parser
@@ -171,7 +171,7 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
 )
 @click.option(
     "--lock",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=SpecFile("locks", exists=True),
     default=None,
     help="Use the fetched, verified files of this lock (e.g. locks/toolsafe.toml) as DATA_DIR.",
 )

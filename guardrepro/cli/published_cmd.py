@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, say
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, emit, say
 from guardrepro.errors import CheckFailed, InputError
 
 DEFAULT_SPEC = Path("checks/published/ts-guard-q8.toml")
@@ -44,8 +44,8 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 @click.command("vs-published", short_help="A run's figures beside the published ones.")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--spec", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help=f"Published figures (default: {DEFAULT_SPEC}).")
+@click.option("--spec", type=SpecFile("checks", exists=True), default=None,
+              help=f"Published figures (default: {DEFAULT_SPEC}).")
 @click.option("--gate", "gate_file", type=click.Path(exists=True, dir_okay=False,
                                                      path_type=Path),
               default=None, help="gate.json of the run (default: PATH/gate.json if present).")

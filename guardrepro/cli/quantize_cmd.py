@@ -16,12 +16,11 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.quantize.convert import quantize as run_quantize
-from guardrepro.cli.options import PROGRESS_OPTION, home_option
+from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
 
 
 @click.command(short_help="Convert a verified checkpoint to a pinned MLX artifact.")
-@click.option("--recipe", "recipe", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--recipe", "recipe", required=True, type=SpecFile("quantize", exists=True),
               help="Quantization recipe TOML (quantize/q8-g64.toml, bf16.toml, ...).")
 @click.option("--model", "model", required=True, type=click.Path(exists=True, path_type=Path),
               help="Source checkpoint: a lock file (verified), or a directory with --unpinned.")

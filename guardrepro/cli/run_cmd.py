@@ -25,7 +25,7 @@ import click
 
 from guardrepro.artifacts.store import FULL_ENV
 from guardrepro.cli.engine_options import engine_options, ray_options
-from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, home_option
+from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecFile, home_option
 
 
 @click.command("run", short_help="Run (or resume) a cohort with a run profile.")
@@ -33,7 +33,7 @@ from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, home_
     "--profile",
     "profile_path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=SpecFile("runners"),
     help="Run profile TOML (backend, guard, checkpoint, backend options, decoding).",
 )
 @click.option(

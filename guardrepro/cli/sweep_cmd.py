@@ -13,12 +13,12 @@ from pathlib import Path
 import click
 
 from guardrepro.cli.engine_options import engine_options, ray_options
-from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, home_option
+from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, SpecFile, home_option
 from guardrepro.errors import InputError
 
 
 @click.command(short_help="Run or resume a quantization recipe sweep.")
-@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("spec", type=SpecFile("quantize/sweeps", exists=True))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory (created; an existing one is resumed).")
 @home_option

@@ -19,15 +19,23 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.locks import load_lock
+from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.artifacts.plan import fetch_plan
 from guardrepro.artifacts.store import guardrepro_home
 from guardrepro.artifacts.verify import MISSING, UNPINNED, check_lock
-from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, emit, home_option, to_jsonable
+from guardrepro.cli.options import (
+    JSON_OPTION,
+    PROGRESS_OPTION,
+    SpecFile,
+    emit,
+    home_option,
+    to_jsonable,
+)
 from guardrepro.errors import MissingArtifactError
 
 
 @click.command("verify", short_help="Re-hash a lock's files; exit 2 on any problem.")
-@click.argument("lock", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("lock", type=SpecFile("locks", exists=True))
 @home_option
 @PROGRESS_OPTION
 @JSON_OPTION
@@ -39,8 +47,8 @@ def verify(lock: Path, home: Path | None, progress: bool, as_json: bool) -> None
     files match their sha256 and size (and the tree hash, for a local directory),
     2 otherwise, naming each bad file with its expected and observed hash.
     """
-    pinned = load_lock(lock)
     cache = guardrepro_home(home)
+    pinned = with_cached_pins(load_lock(lock), cache)  # first-download pins of this cache
     report = check_lock(pinned, cache, full=True, progress=progress)
     plan = fetch_plan(pinned, report, cache)
     lines = [status.describe() for status in report.files]

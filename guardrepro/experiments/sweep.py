@@ -43,13 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
+from guardrepro.progress import progress_bar
 from guardrepro.run.records import write_atomic
 
 Say = Callable[[str], None]
@@ -236,8 +235,7 @@ def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | 
     fetch_lock(spec.source_lock, home, progress=False)
     cohort = _cohort(spec, out, home)
     total = 1 + len(spec.recipes) + len(spec.rules)
-    bar = tqdm(total=total, desc=f"sweep {spec.name}", unit="config", disable=not progress,
-               position=0)
+    bar = progress_bar(total, f"sweep {spec.name}", "config", enabled=progress)
     try:
         ref_logprobs = _reference(spec, out, cohort, home, result, progress)
         bar.update(1)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.experiments.divergence import (
@@ -31,6 +30,7 @@ from guardrepro.experiments.divergence import (
     save_reference,
     summarize,
 )
+from guardrepro.progress import progress_iter
 from guardrepro.run.profile import RunProfile
 
 
@@ -84,7 +84,7 @@ def build_reference(profile: RunProfile, run_dir: Path, out: Path, *,
     try:
         rows = reference_rows(profile, run_dir, resolved)
         logprobs = []
-        for row in tqdm(rows, desc="reference logits", unit="row", disable=not progress):
+        for row in progress_iter(rows, "reference logits", "row", enabled=progress):
             logprobs.append(log_softmax(forced_logits(runner, row)).astype(np.float32))
     finally:
         runner.close()
@@ -104,7 +104,7 @@ def candidate_divergence(profile: RunProfile, reference: Path, *,
     _, runner = _open_runner(profile, home)
     per_row, kls = [], []
     try:
-        for i, row in enumerate(tqdm(ref.rows, desc=label, unit="row", disable=not progress)):
+        for i, row in enumerate(progress_iter(ref.rows, label, "row", enabled=progress)):
             logits = forced_logits(runner, row)
             if logits.shape != ref.logprobs[i].shape:
                 raise InputError(f"row {row.row_id!r}: candidate logits {logits.shape} vs "

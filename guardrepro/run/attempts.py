@@ -219,12 +219,14 @@ def make_record(
 def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Runner,
                   guard: GuardAdapter, params: DecodingParams,
                   decode: Callable[[Sequence[int]], str], *, chunk_size: int, run_id: str,
-                  provenance: Provenance, progress: bool) -> None:
+                  provenance: Provenance, progress: bool,
+                  on_rows: Callable[[int], None] | None = None) -> None:
     """Generate ``todo`` in chunks of ``chunk_size`` and append each row's
-    record to ``writer`` as soon as its chunk is done."""
-    from tqdm import tqdm
+    record to ``writer`` as soon as its chunk is done (then ``on_rows(len(chunk))``);
+    ``progress``: a bar on a terminal, a line now and then elsewhere."""
+    from guardrepro.progress import progress_bar
 
-    bar = tqdm(total=len(todo), desc=f"run {run_id}", unit="row", disable=not progress)
+    bar = progress_bar(len(todo), f"run {run_id}", "row", enabled=progress)
     try:
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
@@ -234,5 +236,7 @@ def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Run
                     make_record(run_id, p, history[p.row.row_id], provenance, provenance.sha256)
                 )
             bar.update(len(chunk))
+            if on_rows is not None:
+                on_rows(len(chunk))
     finally:
         bar.close()

@@ -267,12 +267,15 @@ def run_cohort(
     progress: bool = True,
     home: str | Path | None = None,
     on_ready: Callable[[], None] | None = None,
+    on_rows: Callable[[int], None] | None = None,
 ) -> RunSummary:
     """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
 
     ``on_ready`` is called once the runner is loaded and the run directory
     checked, right before the first row is generated (``run --workers``
-    lines its workers up there).
+    lines its workers up there). ``on_rows(n)`` is told of every ``n`` rows
+    done: first those already recorded, then each generated chunk (``run
+    --workers`` sums them into one bar in the parent).
 
     ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
     selected rows for this invocation (a later run without it resumes the
@@ -284,12 +287,7 @@ def run_cohort(
 
     started = time.perf_counter()
     given = profile_path if isinstance(profile_path, ResolvedProfile) else None
-    if isinstance(profile_path, ResolvedProfile):
-        profile = profile_path.profile
-    elif isinstance(profile_path, RunProfile):
-        profile = profile_path
-    else:
-        profile = RunProfile.load(profile_path)
+    profile = _profile_of(profile_path)
     if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
         preflight(given if given is not None else profile)
     cohort_path = Path(cohort_path).resolve()
@@ -318,11 +316,14 @@ def run_cohort(
                 todo.sort(key=lambda p: len(p.token_ids))
             if on_ready is not None:
                 on_ready()
+            if on_rows is not None:
+                on_rows(already)
             generation_started = time.time()
             generate_into(writer, todo, runner, resolved.guard, profile.decoding,
                           resolved.tokenizer.decode,
                           chunk_size=chunk_size(profile.backend, profile.backend_options),
-                          run_id=manifest.run_id, provenance=provenance, progress=progress)
+                          run_id=manifest.run_id, provenance=provenance, progress=progress,
+                          on_rows=on_rows)
             generation_finished = time.time()
             if profile.sort_by_length:
                 writer.rewrite_in_order([r.row_id for r in rows])
@@ -336,6 +337,12 @@ def run_cohort(
             elapsed_s=time.perf_counter() - started,
             generation_started=generation_started, generation_finished=generation_finished,
         )
+
+
+def _profile_of(profile: str | Path | RunProfile | ResolvedProfile) -> RunProfile:
+    if isinstance(profile, ResolvedProfile):
+        return profile.profile
+    return profile if isinstance(profile, RunProfile) else RunProfile.load(profile)
 
 
 def _check_existing(

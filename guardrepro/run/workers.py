@@ -42,6 +42,11 @@ Invariants:
   fails before the barrier breaks it, releasing the others. A worker's
   ``GuardreproError`` is re-raised in the parent with its class and message;
   any other failure becomes an ``InferenceError`` naming the shard.
+- Each worker tells the parent of the rows it finished (a queue); the parent
+  draws one bar over the whole cohort (a line now and then when stderr is not
+  a terminal: ``guardrepro.progress``). Ctrl-C reaches the parent only (the
+  workers start with SIGINT blocked); the parent terminates every worker and
+  re-raises, so ``run`` exits 130 within ``STOP_TIMEOUT_S``.
 - ``--limit N`` runs the first N rows in one process (a limit per shard would
   not be the first N rows of the cohort), with the workers' per-process
   settings, so that the same run later resumes under one provenance.
@@ -49,21 +54,27 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, InputError
+from guardrepro.logs import run_log
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
+
+log = logging.getLogger(__name__)
+LOG_FILE = "run.log"
 
 
 def physical_cores() -> int:
@@ -115,13 +126,21 @@ def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
 
 
 _BARRIER: Any = None  # set in each worker process by _init
+_PROGRESS: Any = None  # the parent's progress queue, set by _init
 BARRIER_TIMEOUT_S = 3600.0
 BROKEN = "another worker failed before generating"
+STOP_TIMEOUT_S = 5.0
 
 
-def _init(barrier: Any) -> None:
-    global _BARRIER
-    _BARRIER = barrier
+def _init(barrier: Any, progress: Any) -> None:
+    global _BARRIER, _PROGRESS
+    _BARRIER, _PROGRESS = barrier, progress
+
+
+def _report(rows: int) -> None:
+    """Tell the parent that ``rows`` more rows of this worker are done."""
+    if _PROGRESS is not None and rows:
+        _PROGRESS.put(rows)
 
 
 def _ready() -> None:
@@ -137,7 +156,7 @@ def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
 
     try:
         return run_cohort(handoff.resolve(), cohort, out, shard=shard, progress=False,
-                          on_ready=_ready)
+                          on_ready=_ready, on_rows=_report)
     except GuardreproError as exc:
         if _BARRIER is not None:
             _BARRIER.abort()
@@ -158,6 +177,65 @@ def _raise(out: Path, shard: str, kind: str, message: str) -> None:
     raise InferenceError(f"run {out}: worker {shard}: {kind}: {message}")
 
 
+def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shards: list[str],
+              progress: bool, method: str) -> list[Any]:
+    """Run the shards in worker processes started by ``method`` (``start_method``);
+    one bar in this process sums their rows.
+
+    The workers start with SIGINT blocked (the mask is inherited through spawn and
+    fork alike), so
+    Ctrl-C reaches this process alone: it terminates every worker, waits for them
+    (``STOP_TIMEOUT_S``, then SIGKILL) and re-raises, so ``run`` exits 130 at once
+    instead of waiting on idle workers. Records already appended stay; rerunning
+    resumes every shard.
+    """
+    from guardrepro.progress import progress_bar
+    from guardrepro.schema import read_cohort
+
+    context = multiprocessing.get_context(method)
+    queue = context.SimpleQueue()
+    bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
+    pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
+                               initializer=_init, initargs=(context.Barrier(len(shards)), queue))
+    try:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            futures = [pool.submit(_work, handoff, cohort, d, s)
+                       for d, s in zip(dirs, shards, strict=True)]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        while wait(futures, timeout=0.2).not_done:
+            _drain(queue, bar)
+        _drain(queue, bar)
+        results = [f.result() for f in futures]
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        bar.close()
+    pool.shutdown()
+    return results
+
+
+def _drain(queue: Any, bar: Any) -> None:
+    while not queue.empty():
+        bar.update(queue.get())
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Terminate every worker of ``pool`` now (SIGTERM, then SIGKILL) and drop the pool."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def run_with_workers(
     profile: RunProfile,
     cohort_path: str | Path,
@@ -168,43 +246,63 @@ def run_with_workers(
     progress: bool = True,
     home: str | Path | None = None,
 ) -> Any:
-    """Run the cohort with ``workers`` processes (see the module docstring)."""
-    from guardrepro.run.merge import merge_runs
-    from guardrepro.run.pipeline import RunSummary, run_cohort
+    """Run the cohort with ``workers`` processes (see the module docstring); the
+    run's log lines (start, progress lines, summary) go to ``<run_dir>/run.log``."""
+    from guardrepro.run.pipeline import run_cohort
 
     if workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}", field="workers")
     cohort = Path(cohort_path).resolve()
     out = Path(run_dir).resolve()
-    if workers == 1:
-        return run_cohort(profile, cohort, out, limit=limit, progress=progress, home=home)
+    start = ("run %s: profile %s, cohort %s, %d worker(s)%s", out, profile.name, cohort,
+             workers, "" if limit is None else f", first {limit} rows")
     shared = worker_profile(profile, workers)
-    if limit is not None:
-        # a few rows: one process, with the workers' settings so that the run
-        # resumes later under the same provenance
-        return run_cohort(shared, cohort, out, limit=limit, progress=progress, home=home)
-    out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
-    if (out / MANIFEST_FILE).is_file():  # an existing run: resume it in one process
-        return run_cohort(shared, cohort, out, progress=progress, home=home)
+    one_process = (profile if workers == 1 else shared) if (
+        workers == 1 or limit is not None or (out / MANIFEST_FILE).is_file()) else None
+    if one_process is not None:
+        # --limit: a few rows in one process, with the workers' settings so that the
+        # run resumes later under the same provenance; an existing run: resumed so
+        with run_log(out / LOG_FILE):
+            log.info(*start)
+            summary = run_cohort(one_process, cohort, out, limit=limit, progress=progress,
+                                 home=home)
+            _log_summary(summary)
+        return summary
+    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such (merge
+    # replaces this empty directory)
+    base = _shard_dirs(out, workers)[0].parent.parent
+    with run_log(base / LOG_FILE):
+        log.info(*start)
+        summary = _run_shards(shared, cohort, out, workers, progress, home)
+        _log_summary(summary)
+    os.replace(base / LOG_FILE, out / LOG_FILE)
+    shutil.rmtree(base)
+    return summary
+
+
+def _log_summary(summary: Any) -> None:
+    log.info("run %s: %d row(s) generated, %d already recorded, %d remaining, %s; %.1f s",
+             summary.run_dir, summary.generated, summary.already_done, summary.remaining,
+             dict(sorted(summary.counts.items())), summary.elapsed_s)
+
+
+def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progress: bool,
+                home: str | Path | None) -> Any:
+    """The shards in worker processes, merged into ``out``; their RunSummary."""
+    from guardrepro.run.merge import merge_runs
+    from guardrepro.run.pipeline import RunSummary
+
     started = time.perf_counter()
     handoff = resolve_handoff(shared, home=home)  # read and verified once, here
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
-    context = multiprocessing.get_context(start_method(shared.backend))
-    barrier = context.Barrier(workers)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init,
-                             initargs=(barrier,)) as pool:
-        futures = [
-            pool.submit(_work, handoff, cohort, d, s)
-            for d, s in zip(dirs, shards, strict=True)
-        ]
-        results = [f.result() for f in futures]
+    results = _run_pool(handoff, cohort, out, dirs, shards, progress,
+                        start_method(shared.backend))
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:
         _raise(out, shard, result[1], result[2])
     merge_runs(dirs, out, cohort_path=cohort)
-    shutil.rmtree(dirs[0].parent.parent)
     counts: dict[str, int] = {}
     for result in results:
         for status, count in result.counts.items():

@@ -35,7 +35,6 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from guardrepro.errors import (
     IntegrityError,
     missing_extra,
 )
+from guardrepro.logs import capture_stdout
 from guardrepro.versions import package_versions
 
 Progress = Callable[[str], None]
@@ -464,8 +464,9 @@ def _convert(staging: Path, converted: Path, recipe: Recipe) -> None:
     """mlx-lm's own conversion, with the recipe's parameters and nothing else."""
     from mlx_lm.convert import convert
 
-    # mlx-lm prints its own [INFO] lines; keep stdout for guardrepro's report.
-    with contextlib.redirect_stdout(sys.stderr):
+    # mlx-lm prints its own [INFO] lines: log records (shown with --verbose), so
+    # stdout stays guardrepro's report and stderr its warnings
+    with capture_stdout("mlx_lm"):
         convert(
             str(staging),
             mlx_path=str(converted),

@@ -1,0 +1,135 @@
+"""Logging, set up once per command: one stderr handler, levels by ``--verbose/--quiet``.
+
+Input: a verbosity (``-1`` quiet, ``0`` default, ``1`` ``--verbose``, ``2`` or more
+``-vv``). Output: the root logger's one guardrepro handler on stderr (WARNING by
+default, INFO with ``-v``, DEBUG with ``-vv``, ERROR with ``--quiet``); the same level
+handed to transformers and huggingface_hub through ``TRANSFORMERS_VERBOSITY`` and
+``HF_HUB_VERBOSITY`` (read when they are imported, here or in a worker process,
+which inherits the environment), and to transformers' own logger when it is
+already imported (its handler then yields to ours).
+
+``capture_stdout(name)`` turns a third-party library's ``print`` lines (mlx-lm's
+``[INFO] ...``) into INFO records of logger ``name``: hidden by default, shown with
+``--verbose``, kept in ``run.log``. ``run_log(path)`` adds, for its duration, a
+file handler appending every INFO record to ``path`` (a resumed run continues the
+same log).
+
+Invariants: calling ``setup`` again only changes the level (never a second
+handler); nothing here touches stdout, which stays for each verb's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
+HF_NAMES = {logging.ERROR: "error", logging.WARNING: "warning", logging.INFO: "info",
+            logging.DEBUG: "debug"}
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
+    """Writes to the current ``sys.stderr`` (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _ours() -> logging.Handler | None:
+    return next((h for h in logging.getLogger().handlers if isinstance(h, _StderrHandler)),
+                None)
+
+
+def setup(verbosity: int = 0) -> int:
+    """Configure logging for this process; returns the stderr level."""
+    level = LEVELS.get(verbosity, logging.DEBUG if verbosity > 1 else logging.ERROR)
+    handler = _ours()
+    if handler is None:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    handler.setLevel(level)
+    root = logging.getLogger()
+    root.setLevel(min(level, logging.INFO))  # INFO still reaches run.log
+    os.environ["TRANSFORMERS_VERBOSITY"] = HF_NAMES[level]
+    os.environ["HF_HUB_VERBOSITY"] = HF_NAMES[level]
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity(level)
+        hf_logging.disable_default_handler()
+        hf_logging.enable_propagation()
+    return level
+
+
+class _LogWriter(io.TextIOBase):
+    """A text stream whose complete lines become INFO records."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger, self.pending = logger, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if line.strip():
+                self.logger.info(line.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending.strip():
+            self.logger.info(self.pending.strip())
+        self.pending = ""
+
+
+@contextlib.contextmanager
+def capture_stdout(name: str) -> Iterator[None]:
+    """Route ``print`` output inside the block to INFO records of logger ``name``."""
+    writer = _LogWriter(logging.getLogger(name))
+    try:
+        with contextlib.redirect_stdout(writer):
+            yield
+    finally:
+        writer.flush()
+
+
+class _RunLogHandler(logging.FileHandler):
+    """A run.log that stops quietly when its disk fills up: the run's own writes
+    report that, with the path, and a log line is never worth a traceback."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        logging.getLogger().removeHandler(self)
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            super().close()
+
+
+@contextlib.contextmanager
+def run_log(path: Path) -> Iterator[Path]:
+    """Append every INFO record to ``path`` (a run's ``run.log``) while the block runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = _RunLogHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(min(before, logging.INFO) if before else logging.INFO)
+    root.addHandler(handler)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
+        handler.close()

@@ -1,0 +1,45 @@
+"""Build configuration that pyproject.toml cannot express: ship the spec folders.
+
+The top-level ``locks/``, ``runners/``, ``cohorts/``, ``checks/``, ``quantize/`` and
+``notebooks/`` folders stay the editable source of truth; at build time each folder
+(and each subfolder) is mapped onto a data package ``guardrepro.specs.<folder>``, so
+a wheel installs them under ``guardrepro/specs/`` with their relative places kept
+(``runners/toy-hf.toml`` still finds ``../locks/toy-guard.toml``). Nothing is copied
+in the tree. ``guardrepro.spec_dirs.spec_root`` finds them; tests/test_wheel.py checks
+that the wheel holds exactly the tracked files of these folders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+SPEC_FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks")
+SKIP = ("__pycache__", ".ipynb_checkpoints")
+
+
+def spec_packages() -> tuple[list[str], dict[str, str], dict[str, list[str]]]:
+    """Package names, their source folders and their data globs for the spec folders."""
+    names, dirs, data = [], {}, {}
+    for folder in SPEC_FOLDERS:
+        top = ROOT / folder
+        subdirs = [top, *sorted(p for p in top.rglob("*") if p.is_dir())]
+        for path in subdirs:
+            rel = path.relative_to(ROOT)
+            if any(part in SKIP or part.startswith(".") for part in rel.parts):
+                continue
+            name = "guardrepro.specs." + ".".join(rel.parts)
+            names.append(name)
+            dirs[name] = rel.as_posix()
+            data[name] = ["*.toml", "*.json", "*.jsonl", "*.py", "*.md", "*.txt"]
+    return names, dirs, data
+
+
+names, dirs, data = spec_packages()
+setup(
+    packages=find_packages(include=["guardrepro*"]) + names,
+    package_dir={"": ".", **dirs},
+    package_data={"guardrepro": ["data/**/*", "templates/*"], **data},
+)
