@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
@@ -169,9 +171,9 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     code, out, err = call(capsys, "report", run, "--recompute", "--replicates", "20",
                           "--guard-run", ref)
     assert code == 0 and out == quiet[1] and "intervals" not in out
-    # drawn, then cleared (leave=False): the bars' first frames stay in the stream
-    assert "intervals:" in err
-    assert "guard table:" in err and "0/2" in err  # this run and the other guard's
+    # stderr is not a terminal: a line at the end of each, no bar frame
+    assert "intervals:" in err and "\r" not in err
+    assert "guard table: 2/2 runs (100%)" in err  # this run and the other guard's
     home = tmp_path / "home"
     lock = str(ROOT / "locks/toy-bench.toml")
     assert call(capsys, "fetch", lock, "--home", str(home), "--no-progress")[0] == 0
@@ -199,6 +201,45 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     ["run", "--profile", "p.toml", "--cohort", "c.jsonl", "--out", "o", "--workers", "0"],
     ["check-invariance", "--profile", "p.toml", "--cohort", "c.jsonl", "--sample", "0"],
 ])
+def _scaled(amount: str, prefix: str) -> float:
+    return float(amount) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[prefix]
+
+
+def test_progress_off_a_terminal_is_lines_and_never_bar_frames(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cohort build, verify, stats and lock with stderr captured (not a TTY): no
+    carriage-return frame, and each ends with one progress line at 100%."""
+    home = tmp_path / "home"
+    lock = ROOT / "locks/toy-bench.toml"
+    assert call(capsys, "fetch", str(lock), "--home", str(home), "--no-progress")[0] == 0
+    errs = {}
+    code, _, errs["verify"] = call(capsys, "verify", str(lock), "--home", str(home))
+    assert code == 0
+    pinned = sum(int(f["size"]) for f in tomllib.loads(lock.read_text())["file"])
+    found = re.findall(r"^verify toy-bench: ([\d.]+)/([\d.]+) (k|M|G)?B \(100%\), \d+s$",
+                       errs["verify"], re.M)
+    assert len(found) == 1, errs["verify"]
+    done, total, prefix = found[0]
+    assert done == total and abs(_scaled(total, prefix) - pinned) <= _scaled("0.05", prefix)
+    code, _, errs["cohort"] = call(capsys, "cohort", "build", str(ROOT / "cohorts/toy-64.toml"),
+                                   "--out", str(tmp_path / "c.jsonl"), "--home", str(home))
+    assert code == 0
+    assert re.search(r"^cohort toy-64: (\d+)/\1 bases \(100%\), \d+s$", errs["cohort"], re.M)
+    code, _, errs["stats"] = call(capsys, "stats", str(runs["run"]), "--replicates", "20")
+    assert code == 0 and re.search(r"^intervals: [1-9]\d* intervals, \d+s$", errs["stats"], re.M)
+    data = ROOT / "guardrepro/data/toy_bench"
+    code, _, errs["lock"] = call(capsys, "lock", str(data), "--out", str(tmp_path / "a.toml"))
+    assert code == 0
+    size = sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
+    found = re.findall(r"^lock a: ([\d.]+)/([\d.]+) (k|M|G)?B \(100%\), \d+s$",
+                       errs["lock"], re.M)
+    assert len(found) == 1 and abs(_scaled(found[0][1], found[0][2]) - size) <= _scaled(
+        "0.05", found[0][2]), errs["lock"]
+    for verb, err in errs.items():
+        assert "\r" not in err and "\x1b" not in err, verb
+
+
 def test_bad_numeric_option_is_exit_2_naming_it(
     args: list[str], runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

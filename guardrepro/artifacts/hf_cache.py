@@ -193,7 +193,7 @@ def snapshot_lock(directory: Path, name: str, lock_path: Path, *,
     folder (``.../<type>s--<org>--<name>/snapshots/<rev>``) by the sha256 and size
     of the blob each entry resolves to; a link leaving the repo folder's ``blobs/``
     is refused. The repo and revision come from the path."""
-    from tqdm import tqdm
+    from guardrepro.progress import progress_iter
 
     where = parse_snapshot_path(directory)
     if where is None:
@@ -204,7 +204,7 @@ def snapshot_lock(directory: Path, name: str, lock_path: Path, *,
         raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
     entries = []
     rels = snapshot_files(directory)
-    for rel in tqdm(rels, desc=f"lock {name}", unit="file", disable=not progress, leave=False):
+    for rel in progress_iter(rels, f"lock {name}", "file", enabled=progress, leave=False):
         target = resolve_entry(directory, rel)
         assert target is not None
         sha, size = sha256_file(target)

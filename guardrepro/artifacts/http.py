@@ -34,15 +34,12 @@ import http.client
 import json
 import os
 import re
-import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from guardrepro import __version__
 from guardrepro.artifacts.fetch_policy import RetryPolicy
@@ -54,6 +51,7 @@ from guardrepro.errors import (
     IntegrityError,
     TransientFetchError,
 )
+from guardrepro.progress import Progress, progress_bar
 
 READ_SIZE = 1 << 16
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -199,7 +197,7 @@ def _copy_body(
     out: Any,
     clock: _Clock,
     dog: Watchdog,
-    io: tuple[str, Path, tqdm],
+    io: tuple[str, Path, Progress],
     start: int,
     limit: int | None,
 ) -> int:
@@ -360,8 +358,8 @@ def _receive(
     try:  # a full disk also fails the flush on the way out: name the .part either way
         with (
             out,
-            tqdm(total=limit, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-                 desc=label[-40:], file=sys.stderr, disable=not progress, leave=False) as bar,
+            progress_bar(limit, label[-40:], "B", enabled=progress, leave=False,
+                         initial=start) as bar,
         ):
             out.seek(start)
             out.truncate()

@@ -396,7 +396,7 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
     file breaks nothing); ``progress``: a bar on stderr of the bytes hashed."""
     import hashlib
 
-    from tqdm import tqdm
+    from guardrepro.progress import progress_bar
 
     root = Path(directory).resolve()
     if not root.is_dir():
@@ -405,8 +405,8 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
         raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
     entries = []
     files = _walk_files(root)
-    with tqdm(total=sum(path.stat().st_size for path in files), desc=f"lock {name}", unit="B",
-              unit_scale=True, disable=not progress, leave=False) as bar:
+    with progress_bar(sum(path.stat().st_size for path in files), f"lock {name}", "B",
+                      enabled=progress, leave=False) as bar:
         for path in files:
             rel = path.relative_to(root).as_posix()
             if lone_surrogate_field(rel) is not None:  # undecodable bytes, surrogate-escaped

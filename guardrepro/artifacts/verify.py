@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.artifacts import hf_cache
 from guardrepro.artifacts.locks import HfSource, LocalSource, Lock, LockedFile, load_lock
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint
@@ -54,6 +52,7 @@ from guardrepro.artifacts.store import (
     write_stamp,
 )
 from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
+from guardrepro.progress import progress_bar
 
 OK, MISMATCH, MISSING, UNPINNED, UNEXPECTED, UNSAFE = (
     "ok",
@@ -324,8 +323,8 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
 def _entries(lock: Lock, progress: bool) -> Iterator[LockedFile]:
     """The lock's files; with ``progress`` a bar on stderr counting their pinned bytes."""
     total = sum(int(entry.size or 0) for entry in lock.files)
-    with tqdm(total=total, desc=f"verify {lock.name}", unit="B", unit_scale=True,
-              disable=not progress, leave=False) as bar:
+    with progress_bar(total, f"verify {lock.name}", "B", enabled=progress,
+                      leave=False) as bar:
         for entry in lock.files:
             yield entry
             bar.update(int(entry.size or 0))

@@ -33,8 +33,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.bench.released import RELEASED_FILES
 from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
@@ -42,6 +40,7 @@ from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.toolsafe_metrics import FIGURES, MODES, VIEWS, check_mode
 from guardrepro.checks.toolsafe_table import PublishedTables, Source, load_source, table_rows
 from guardrepro.errors import InputError
+from guardrepro.progress import progress_iter
 
 SPLITS = ("agentharm", "asb", "agentdojo")  # the paper's column order
 SPLIT_NAMES = {"agentharm": "AgentHarm-Traj", "asb": "ASB-Traj", "agentdojo": "AgentDojo-Traj"}
@@ -102,8 +101,8 @@ def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
         if any((Path(data_dir) / rel).is_file() for rel in BENCHMARK_FILES[name]):
             rows[name] = load_benchmark(data_dir, name)  # a partial or bad split: an error
     loaded: dict[tuple[str, str], tuple[Source, str]] = {}
-    for i, arg in enumerate(tqdm(sources, desc="guard table", unit="source",
-                                 disable=not progress, leave=False)):
+    for i, arg in enumerate(progress_iter(sources, "guard table", "source",
+                                          enabled=progress, leave=False)):
         given, path = _parse(arg)
         if _is_released(path):
             split = given or _split_of(path, None, rows)

@@ -30,8 +30,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
@@ -40,6 +38,7 @@ from guardrepro.checks.pairs import make_pairs
 from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
 from guardrepro.checks.stats_types import VIEWS, stratified
 from guardrepro.errors import InputError
+from guardrepro.progress import progress_iter
 
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
@@ -121,8 +120,8 @@ def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None,
         raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
     cohorts = {}
     columns: dict[str, Any] = {}
-    bar = tqdm(runs, desc="guard table", unit="run", disable=not progress, leave=False)
-    for i, run in enumerate(bar):
+    for i, run in enumerate(progress_iter(runs, "guard table", "run", enabled=progress,
+                                          leave=False)):
         run_dir = Path(run)
         manifest = load_manifest(run_dir)
         cohorts[str(run_dir)] = manifest.cohort.get("sha256")

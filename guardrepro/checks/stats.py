@@ -49,8 +49,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tqdm import tqdm
-
 from guardrepro.bench.cohort.spec import EDIT_KINDS
 from guardrepro.checks.bootstrap import (
     DEFAULT_CONFIDENCE,
@@ -84,6 +82,7 @@ from guardrepro.checks.stats_types import (
     stratified,
 )
 from guardrepro.errors import InputError
+from guardrepro.progress import progress_bar
 
 # name -> (observation filter, numerator, denominator)
 Obs = Callable[[Pair], bool]
@@ -108,7 +107,7 @@ class _Engine:
 
     def __init__(self, settings: Settings, progress: bool) -> None:
         self.settings = settings
-        self.bar = tqdm(desc="intervals", unit="interval", disable=not progress, leave=False)
+        self.bar = progress_bar(None, "intervals", "interval", enabled=progress, leave=False)
 
     def statistic(self, pairs: Sequence[Pair], name: str, strat: bool) -> Statistic:
         keep, num, den = DEFINITIONS[name]

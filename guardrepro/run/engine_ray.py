@@ -316,8 +316,8 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     import logging
 
     from ray.data import ActorPoolStrategy, DataContext
-    from tqdm import tqdm
 
+    from guardrepro.progress import progress_bar
     from guardrepro.run.ray_actor import UnitActor
     from guardrepro.run.records import _parse_line
 
@@ -336,8 +336,8 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
             "provenance": plan.provenance.to_dict(), "run_id": plan.manifest.run_id,
             "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment},
         num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker or None)
-    bar = tqdm(total=len(plan.todo), desc=f"run {plan.manifest.run_id} (ray)", unit="row",
-               disable=not progress)
+    bar = progress_bar(len(plan.todo), f"run {plan.manifest.run_id} (ray)", "row",
+                       enabled=progress)
     dropped = 0
     failure: GuardreproError | None = None
     batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))

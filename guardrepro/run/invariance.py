@@ -135,10 +135,9 @@ def _two_passes(runner: Any, requests: Sequence[GenerationRequest], params: Deco
                 progress: bool) -> tuple[list[Generation], list[Generation], float, float]:
     """(batch-1 generations, batched generations, seconds of each pass); the
     runner's prefix cache is reset before each pass."""
-    from tqdm import tqdm
+    from guardrepro.progress import progress_bar
 
-    bar = tqdm(total=2 * len(requests), desc="check-invariance", unit="row",
-               disable=not progress)
+    bar = progress_bar(2 * len(requests), "check-invariance", "row", enabled=progress)
     try:
         _reset_cache(runner)
         start = time.perf_counter()

@@ -48,8 +48,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.bench.cohort.spec import CohortSpec, SourceSpec, load_spec
 from guardrepro.bench.edits import (
@@ -68,6 +66,7 @@ from guardrepro.bench.tsbench import (
     field_text,
 )
 from guardrepro.errors import InputError, IntegrityError
+from guardrepro.progress import progress_bar
 from guardrepro.schema import CohortRow, canonical_json, sha256_text, strict_decision
 
 TOOL_EDITS = ("tool_alias", "combined")
@@ -300,7 +299,7 @@ def build_cohort(
     # Identical content outside the eligible rows cannot reach the cohort; count it.
     duplicates = len(bench_rows) - len({row.base_sample_id for row in bench_rows})
     total = sum(min(len(eligible), spec.per_cell) for _, _, eligible in cell_list)
-    bar = tqdm(total=total, desc=f"cohort {spec.name}", unit="base", disable=not progress)
+    bar = progress_bar(total, f"cohort {spec.name}", "base", enabled=progress)
     for domain, label, eligible in cell_list:
         drawn = eligible[: spec.per_cell]
         excluded: list[str] = []

@@ -45,11 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from guardrepro.bench.cohort.build import CohortBuild, read_sources, serialize_rows, write_cohort
 from guardrepro.bench.tsbench import BenchRow, benchmark_files, check_unique_ids
 from guardrepro.errors import InputError
+from guardrepro.progress import progress_iter
 from guardrepro.schema import COHORT_TEXT_FIELDS, RAW_SERIALIZATION, CohortRow, strict_decision
 from guardrepro.spec import HEX64, Table, expect_kind, load_toml
 
@@ -162,7 +161,7 @@ def build_split(spec: SplitSpec, data_dir: str | Path, *, pinned: bool = True,
     check_unique_ids(rows)
     out: list[dict[str, Any]] = []
     non_string: Counter[str] = Counter()
-    for row in tqdm(rows, desc=f"cohort {spec.name}", unit="row", disable=not progress):
+    for row in progress_iter(rows, f"cohort {spec.name}", "row", enabled=progress):
         data = split_row(spec, row)
         CohortRow.from_dict(data, file=row.file, row=row.index)
         non_string.update(n for n in COHORT_TEXT_FIELDS if not isinstance(row.raw[n], str))
