@@ -189,18 +189,6 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     assert code == 0 and err == ""
 
 
-@pytest.mark.parametrize("args", [
-    ["stats", "{run}", "--seed", "-1"],
-    ["stats", "{run}", "--replicates", "0"],
-    ["stats", "{run}", "--confidence", "1.5"],
-    ["attribute", "--reference", "{run}", "--bf16", "{run}", "--seed", "-3"],
-    ["guard-table", "{run}", "--seed", "x"],
-    ["frontier", "{run}", "--replicates", "0"],
-    ["demo", "--replicates", "abc"],
-    ["audit", "association", "--replicates", "0"],
-    ["run", "--profile", "p.toml", "--cohort", "c.jsonl", "--out", "o", "--workers", "0"],
-    ["check-invariance", "--profile", "p.toml", "--cohort", "c.jsonl", "--sample", "0"],
-])
 def _scaled(amount: str, prefix: str) -> float:
     return float(amount) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[prefix]
 
@@ -240,6 +228,18 @@ def test_progress_off_a_terminal_is_lines_and_never_bar_frames(
         assert "\r" not in err and "\x1b" not in err, verb
 
 
+@pytest.mark.parametrize("args", [
+    ["stats", "{run}", "--seed", "-1"],
+    ["stats", "{run}", "--replicates", "0"],
+    ["stats", "{run}", "--confidence", "1.5"],
+    ["attribute", "--reference", "{run}", "--bf16", "{run}", "--seed", "-3"],
+    ["guard-table", "{run}", "--seed", "x"],
+    ["frontier", "{run}", "--replicates", "0"],
+    ["demo", "--replicates", "abc"],
+    ["audit", "association", "--replicates", "0"],
+    ["run", "--profile", "p.toml", "--cohort", "c.jsonl", "--out", "o", "--workers", "0"],
+    ["check-invariance", "--profile", "p.toml", "--cohort", "c.jsonl", "--sample", "0"],
+])
 def test_bad_numeric_option_is_exit_2_naming_it(
     args: list[str], runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
