@@ -14,6 +14,12 @@ already imported (its handler then yields to ours).
 file handler appending every INFO record to ``path`` (a resumed run continues the
 same log).
 
+``to_queue(queue, level)`` is for a worker process (``run --workers``): its records
+(ours, third-party ones, captured print lines) go to ``queue`` instead of a handler
+of its own, and the parent passes each one to ``handle``: its stderr at the
+parent's level and, during a run, the run's ``run.log``. Each ``run.log`` line
+names the process that logged it (``[pid N]``).
+
 Invariants: calling ``setup`` again only changes the level (never a second
 handler); nothing here touches stdout, which stays for each verb's result.
 """
@@ -23,15 +29,17 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
 HF_NAMES = {logging.ERROR: "error", logging.WARNING: "warning", logging.INFO: "info",
             logging.DEBUG: "debug"}
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
@@ -67,9 +75,46 @@ def setup(verbosity: int = 0) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity(level)
+    adopt_libraries()
+    return level
+
+
+def adopt_libraries() -> None:
+    """Send an imported transformers' records through the root logger (its own
+    stderr handler off)."""
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
         hf_logging.disable_default_handler()
         hf_logging.enable_propagation()
-    return level
+
+
+class _QueueHandler(logging.handlers.QueueHandler):
+    """Puts each prepared record (message formatted, no traceback object) on a
+    ``multiprocessing`` queue, which has no ``put_nowait``."""
+
+    def __init__(self, queue: Any) -> None:
+        super().__init__(queue)
+        self.target = queue
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self.target.put(record)
+
+
+def to_queue(queue: Any, level: int) -> None:
+    """In a worker process: every record goes to ``queue`` (the handlers inherited
+    through fork, stderr and run.log, go); ``level``: the parent's root level."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_QueueHandler(queue))
+    root.setLevel(level)
+    adopt_libraries()
+
+
+def handle(record: logging.LogRecord) -> None:
+    """In the parent: a worker's record to this process's handlers (stderr, run.log)."""
+    logging.getLogger().handle(record)
 
 
 class _LogWriter(io.TextIOBase):

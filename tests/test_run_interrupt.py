@@ -8,6 +8,7 @@ it. After each interrupt no process of the group may remain, and rerunning resum
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,11 +42,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "big": write_cohort(base / "big.jsonl", 400)}
 
 
-def _start(profile: Path, cohort: Path, out: Path, **env: str) -> subprocess.Popen[str]:
+def _start(profile: Path, cohort: Path, out: Path, *args: str,
+           **env: str) -> subprocess.Popen[str]:
     run_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.Popen(
         [sys.executable, "-m", "guardrepro", "run", "--profile", str(profile), "--cohort",
-         str(cohort), "--out", str(out), "--workers", "2"],
+         str(cohort), "--out", str(out), "--workers", "2", *args],
         env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
 
@@ -75,6 +77,34 @@ def test_two_workers_report_one_progress_without_bar_frames(setup: dict[str, Pat
     assert "2 worker(s)" in log and "run run: 6/6 rows (100%)" in log
     assert "6 row(s) generated, 0 already recorded, 0 remaining" in log
     assert not (tmp_path / ".run.workers").exists()
+
+
+@pytest.mark.slow  # a second two-worker run
+def test_worker_log_lines_reach_the_run_log(setup: dict[str, Path], tmp_path: Path) -> None:
+    """Each worker's own lines and transformers' records logged in the workers (``-v``:
+    INFO) are in the parent's run.log, named by the worker's pid, not the parent's."""
+    proc = _start(setup["quick"], setup["small"], tmp_path / "run", "-v")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    lines = [line for line in (tmp_path / "run" / "run.log").read_text().splitlines()
+             if re.match(r"\d{4}-\d\d-\d\d ", line)]  # not a record's continuation lines
+    pid = re.compile(r" (\S+) \[pid (\d+)\]: (.*)$")
+    parsed = [m.groups() for m in map(pid.search, lines) if m]
+    assert len(parsed) == len(lines)
+    workers = {}
+    for name, who, text in parsed:
+        found = re.match(r"worker (\S+) \(pid (\d+)\): ", text)
+        if name == "guardrepro.run.workers" and found:
+            assert found.group(2) == who  # logged in that process
+            workers.setdefault(found.group(1), set()).add(int(who))
+    assert set(workers) == {"1/2", "2/2"}, lines
+    pids = set().union(*workers.values())
+    assert len(pids) == 2 and proc.pid not in pids
+    assert any(text.startswith(f"worker {shard} (pid ") and "row(s) generated" in text
+               for shard in workers for _, _, text in parsed)
+    # transformers' INFO records from the workers (the parent loads no tokenizer)
+    assert any(name.startswith("transformers") and int(who) in pids
+               for name, who, _ in parsed), lines
 
 
 def _group_size(pgid: int) -> int:

@@ -47,6 +47,10 @@ Invariants:
   a terminal: ``guardrepro.progress``). Ctrl-C reaches the parent only (the
   workers start with SIGINT blocked); the parent terminates every worker and
   re-raises, so ``run`` exits 130 within ``STOP_TIMEOUT_S``.
+- A worker logs through the same queue (``logs.to_queue``): the parent hands
+  each record to its own handlers, so a worker's lines (its start and summary,
+  transformers' records, captured print lines) reach the parent's stderr at
+  its level and the run's ``run.log``, each naming the worker's pid.
 - ``--limit N`` runs the first N rows in one process (a limit per shard would
   not be the first N rows of the cohort), with the workers' per-process
   settings, so that the same run later resumes under one provenance.
@@ -65,7 +69,7 @@ from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from guardrepro import errors
+from guardrepro import errors, logs
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
 from guardrepro.run.profile import RunProfile
@@ -132,9 +136,10 @@ BROKEN = "another worker failed before generating"
 STOP_TIMEOUT_S = 5.0
 
 
-def _init(barrier: Any, progress: Any) -> None:
+def _init(barrier: Any, progress: Any, level: int) -> None:
     global _BARRIER, _PROGRESS
     _BARRIER, _PROGRESS = barrier, progress
+    logs.to_queue(progress, level)  # log records travel with the row counts
 
 
 def _report(rows: int) -> None:
@@ -155,8 +160,15 @@ def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
     from guardrepro.run.pipeline import run_cohort
 
     try:
-        return run_cohort(handoff.resolve(), cohort, out, shard=shard, progress=False,
-                          on_ready=_ready, on_rows=_report)
+        resolved = handoff.resolve()
+        logs.adopt_libraries()  # transformers, when resolving imported it (spawn)
+        log.info("worker %s (pid %d): started on %s", shard, os.getpid(), cohort.name)
+        summary = run_cohort(resolved, cohort, out, shard=shard, progress=False,
+                             on_ready=_ready, on_rows=_report)
+        log.info("worker %s (pid %d): %d row(s) generated, %d already recorded; %.1f s",
+                 shard, os.getpid(), summary.generated, summary.already_done,
+                 summary.elapsed_s)
+        return summary
     except GuardreproError as exc:
         if _BARRIER is not None:
             _BARRIER.abort()
@@ -196,7 +208,8 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
     queue = context.SimpleQueue()
     bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
     pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
-                               initializer=_init, initargs=(context.Barrier(len(shards)), queue))
+                               initializer=_init, initargs=(context.Barrier(len(shards)), queue,
+                                         logging.getLogger().getEffectiveLevel()))
     try:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
@@ -218,8 +231,13 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
 
 
 def _drain(queue: Any, bar: Any) -> None:
+    """Rows done (an int) to the bar, a worker's log record to our handlers."""
     while not queue.empty():
-        bar.update(queue.get())
+        item = queue.get()
+        if isinstance(item, logging.LogRecord):
+            logs.handle(item)
+        else:
+            bar.update(item)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
