@@ -299,8 +299,7 @@ def run_cohort(
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
 
-    # refused before its first record (a lying header, a bad option, ...): nothing new
-    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,)) as writer:
+    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,)) as writer:  # see FAULTS.md
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,

@@ -29,14 +29,13 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import errno
 import json
 import os
 import subprocess
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ from guardrepro.artifacts.store import (
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
+from guardrepro.run.leftovers import missing_dirs
 from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Provenance, Record
 from guardrepro.spec import check_keys, type_problem
@@ -301,49 +301,6 @@ def read_records(path: str | Path) -> list[Record]:
     return _parse_records(data, file=str(path))
 
 
-@contextlib.contextmanager
-def refused_leaves_nothing(run_dir: Path, *names: str,
-                           records: Sequence[Path] | None = None) -> Iterator[None]:
-    """Around a run into ``run_dir``: when the block raises before it added a record
-    (every records file, ``run_dir``'s own unless ``records`` names others, as long
-    as it was), remove the files ``names`` of ``run_dir`` that did not exist when
-    the block began, cut those that did (append-only files such as ``run.log``) back
-    to their length then, and remove the directories the block made (while empty).
-    No other file is touched."""
-    new_dirs = _missing_dirs(run_dir)
-    lengths = {p: _length(p) for p in [run_dir / n for n in names]}
-    watched = list(records) if records is not None else [run_dir / RECORDS_FILE]
-    records_before = [_length(p) or 0 for p in watched]
-    try:
-        yield
-    except BaseException:
-        if [_length(p) or 0 for p in watched] == records_before:
-            for path, length in lengths.items():
-                if length is None:
-                    path.unlink(missing_ok=True)
-                elif path.is_file() and not path.is_symlink() and path.stat().st_size > length:
-                    os.truncate(path, length)
-            for directory in new_dirs:  # deepest first
-                try:
-                    directory.rmdir()
-                except OSError:
-                    break
-        raise
-
-
-def _length(path: Path) -> int | None:
-    return os.lstat(path).st_size if os.path.lexists(path) else None
-
-
-def _missing_dirs(directory: Path) -> list[Path]:
-    """``directory`` and its ancestors that do not exist yet, deepest first."""
-    missing = []
-    while not os.path.lexists(directory) and directory.parent != directory:
-        missing.append(directory)
-        directory = directory.parent
-    return missing
-
-
 class RecordWriter:
     """Exclusive, append-only writer for one run directory (creates it if needed).
 
@@ -361,7 +318,7 @@ class RecordWriter:
         # caller may write, e.g. the manifest) an exception leaving the ``with`` block
         # while the run holds no record calls ``discard_created``.
         self._discard_on_error = refused_leaves is not None
-        self._new_dirs = _missing_dirs(self.run_dir)
+        self._new_dirs = missing_dirs(self.run_dir)
         self._new_files = [p for p in (self.path, self.run_dir / LOCK_FILE,
                                        *(self.run_dir / n for n in refused_leaves or ()))
                            if not os.path.lexists(p)]

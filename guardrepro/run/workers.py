@@ -68,8 +68,9 @@ from typing import Any
 from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
+from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE, refused_leaves_nothing
+from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
 
@@ -263,7 +264,8 @@ def run_with_workers(
         # --limit: a few rows in one process, with the workers' settings so that the
         # run resumes later under the same provenance; an existing run: resumed so
         # refused before its first record: no run.log, no directory left behind
-        with refused_leaves_nothing(out, LOG_FILE), run_log(out / LOG_FILE):
+        with refused_leaves_nothing(out, LOG_FILE, records=[out / RECORDS_FILE]), run_log(
+                out / LOG_FILE):
             log.info(*start)
             summary = run_cohort(one_process, cohort, out, limit=limit, progress=progress,
                                  home=home)
