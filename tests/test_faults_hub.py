@@ -32,10 +32,10 @@ WEIGHTS = bytes((i * 7 + 3) % 251 for i in range(200_000))
 BLOCK = bytes(range(256)) * 256  # 64 KiB
 
 
-def write_lock(path: Path, pinned: bool) -> Path:
+def write_lock(path: Path, pinned: bool, weights: bytes = WEIGHTS) -> Path:
     body = ('name = "tiny-guard"\nkind = "checkpoint"\n\n[source]\ntype = "hf"\n'
             f'repo = "Org/Tiny-Guard"\nrevision = "{REVISION}"\n')
-    for rel, data in (("config.json", CONFIG), ("model.safetensors", WEIGHTS)):
+    for rel, data in (("config.json", CONFIG), ("model.safetensors", weights)):
         pin = (f'sha256 = "{sha(data)}"\nsize = {len(data)}\n' if pinned
                else 'pinned_by = "first-download"\n')
         body += f'\n[[file]]\npath = "{rel}"\n{pin}'
@@ -90,33 +90,37 @@ def cache_files(tmp_path: Path) -> dict[str, int]:
             if p.is_file() or p.is_symlink()}
 
 
-def weights_left(tmp_path: Path) -> list[str]:
+def weights_left(tmp_path: Path, weights: bytes = WEIGHTS) -> list[str]:
     """Cache entries of the weights: their blob (named by the sha256), any .incomplete
     file of it, their snapshot entry. (huggingface_hub's empty inter-process lock file
     under ``.locks/`` is left by every download, good or bad, and holds no bytes.)"""
     return [name for name in cache_files(tmp_path) if "/.locks/" not in "/" + name
-            and (sha(WEIGHTS) in name or name.endswith("model.safetensors"))]
+            and (sha(weights) in name or name.endswith("model.safetensors"))]
 
 
-def repo(get: object) -> HubRepo:
+def repo(get: object, weights: bytes = WEIGHTS) -> HubRepo:
     return HubRepo("Org/Tiny-Guard", REVISION, {
         "config.json": HubFile(CONFIG, lfs=False),
-        "model.safetensors": HubFile(WEIGHTS, lfs=True, get=get),  # type: ignore[arg-type]
+        "model.safetensors": HubFile(weights, lfs=True, get=get),  # type: ignore[arg-type]
     })
 
 
-def test_endless_hub_body_stops_at_the_pinned_size(tmp_path):
-    with HubServer(repo(serve_endless(BLOCK, seconds=30))) as server:
-        lock = write_lock(tmp_path / "tiny.toml", pinned=True)
+# 200,000 bytes: refused at the first chunk; 12 MiB: huggingface_hub writes a first
+# 10 MiB chunk into its .incomplete file, the second would pass the size
+@pytest.mark.parametrize("size", [len(WEIGHTS), 12 << 20])
+def test_endless_hub_body_stops_at_the_pinned_size(tmp_path, size):
+    weights = (BLOCK * (size // len(BLOCK) + 1))[:size]
+    with HubServer(repo(serve_endless(BLOCK, seconds=30), weights)) as server:
+        lock = write_lock(tmp_path / "tiny.toml", pinned=True, weights=weights)
         proc, largest, took = fetch(server, lock, tmp_path)
     assert proc.returncode == 4, proc.stderr
     assert "model.safetensors in hf://Org/Tiny-Guard@" + REVISION in proc.stderr
-    assert f"the server sent more than the {len(WEIGHTS)} pinned bytes" in proc.stderr
+    assert f"the server sent more than the {size} pinned bytes" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert took < 25  # ended by the size, not by the server's 30 s
-    assert 0 < largest <= len(WEIGHTS)  # never more than the size, even for a moment
-    assert max(cache_files(tmp_path).values()) <= len(WEIGHTS)
-    assert weights_left(tmp_path) == []  # nothing kept of the lying body
+    assert 0 < largest <= size  # never more than the size, even for a moment
+    assert max(cache_files(tmp_path).values()) <= size
+    assert weights_left(tmp_path, weights) == []  # nothing kept of the lying body
 
 
 def test_body_longer_than_the_attested_size_pins_nothing(tmp_path):
