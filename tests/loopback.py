@@ -9,7 +9,9 @@ Hub's resolve protocol for ``huggingface_hub.hf_hub_download``: ``HEAD``/``GET
 /{repo}/resolve/{revision}/{filename}`` answering with ``X-Repo-Commit``, ``ETag``
 (the git blob sha1 for regular files), and for LFS files a 302 to a "CDN" URL on a
 different host name (``localhost``) carrying ``X-Linked-Etag`` (the sha256) and
-``X-Linked-Size``, as the real hub does, and ``GET /api/models/{repo}/tree/{revision}``
+``X-Linked-Size``, as the real hub does (a file's ``get`` handler, when set, answers
+the GET of its bytes, so a body can contradict what HEAD said), and
+``GET /api/models/{repo}/tree/{revision}``
 (the listing ``snapshot_download`` and ``list_repo_tree`` read); unknown files get 404 with
 ``X-Error-Code: EntryNotFound``, unknown revisions ``RevisionNotFound``.
 
@@ -339,6 +341,7 @@ class HubFile:
     data: bytes
     lfs: bool
     advertised_sha256: str | None = None  # lie about the LFS sha256 when set
+    get: Handler | None = None  # answers GET of the bytes when set; HEAD still tells data
 
 
 @dataclass
@@ -365,6 +368,8 @@ class HubServer(LoopbackServer):
         if path.startswith("/cdn/"):
             name = unquote(path[len("/cdn/") :])
             hub_file = repo.files.get(name)
+            if hub_file is not None and hub_file.get is not None and h.command == "GET":
+                return hub_file.get
             return None if hub_file is None else serve_bytes(hub_file.data)
         if not path.startswith(prefix):
             return None
@@ -383,6 +388,8 @@ class HubServer(LoopbackServer):
                 {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit, "Content-Length": "0"},
             )
         if not hub_file.lfs:
+            if hub_file.get is not None and h.command == "GET":
+                return hub_file.get
             etag = f'"{git_blob_sha1(hub_file.data)}"'
             return serve_bytes(hub_file.data, extra={"ETag": etag, "X-Repo-Commit": commit})
         sha = hub_file.advertised_sha256 or hashlib.sha256(hub_file.data).hexdigest()

@@ -79,13 +79,36 @@ def test_lying_safetensors_header_is_named_before_any_loader(tmp_path, capsys, k
     cohort = write_cohort(tmp_path / "cohort.jsonl", 2)
     prof = profile(tmp_path / "hf.toml", "hf", ckpt)
     code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
-                       "--out", str(tmp_path / "run"), "--no-progress")
+                       "--out", str(tmp_path / "new" / "run"), "--no-progress")
     assert code == 2, err
     assert str(ckpt / "model.safetensors") in err and says in err
     assert "Traceback" not in err and "SafetensorError" not in err
-    records = tmp_path / "run" / "records.jsonl"
-    assert not records.exists() or records.stat().st_size == 0  # no record, no manifest
-    assert not (tmp_path / "run" / "manifest.json").exists()
+    assert not (tmp_path / "new").exists()  # no run directory, not even its parent
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_refused_run_into_an_existing_directory_touches_nothing(tmp_path, capsys):
+    pytest.importorskip("torch")
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(TOY, ckpt)
+    _lying("length past the end", ckpt / "model.safetensors")
+    prof = profile(tmp_path / "hf.toml", "hf", ckpt)
+    cohort = write_cohort(tmp_path / "hf-cohort.jsonl", 2)
+    empty = tmp_path / "mine"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("the user's own file\n")
+    done = _rule_run(tmp_path, capsys)  # a finished run: manifest, records, lock file
+    for out in (empty, done):
+        before = _tree(out)
+        code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
+                           "--out", str(out), "--no-progress")
+        assert code == 2 and "model.safetensors" in err, err
+        assert _tree(out) == before  # nothing added, nothing changed or removed
+    assert "records.jsonl" in _tree(done) and list(_tree(empty)) == ["notes.txt"]
 
 
 def _nested(depth: int) -> str:
@@ -310,7 +333,7 @@ def test_runaway_chat_template_of_an_unpinned_checkpoint_is_stopped(tmp_path, ca
                        "--out", str(tmp_path / "run"), "--no-progress")
     assert code == 2, err
     assert f"{ckpt}: chat template (sha256" in err and "1 s budget" in err
-    assert not (tmp_path / "run" / "manifest.json").exists()
+    assert not (tmp_path / "run").exists()
 
 
 def test_bad_template_budget_setting_is_refused(tmp_path, capsys, monkeypatch):
@@ -321,6 +344,7 @@ def test_bad_template_budget_setting_is_refused(tmp_path, capsys, monkeypatch):
     code, _, err = cli(capsys, "run", "--profile", str(prof), "--cohort", str(cohort),
                        "--out", str(tmp_path / "run"), "--no-progress")
     assert code == 2 and "GUARDREPRO_TEMPLATE_BUDGET_S='nan'" in err
+    assert not (tmp_path / "run").exists()
 
 
 # ----------------------------------------------------------------- full disk

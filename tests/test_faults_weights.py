@@ -68,6 +68,7 @@ def test_runner_refuses_a_checkpoint_without_safetensors(bin_only, tmp_path, cap
     assert code == 2, err
     assert "Traceback" not in err
     assert str(bin_only) in err and "safetensors" in err
+    assert not (tmp_path / "run").exists()  # refused before any row: nothing left behind
 
 
 def _source_with_code(tmp_path: Path) -> Path:

@@ -2,15 +2,18 @@
 
 Input: an ``hf`` lock source (repo + 40-hex revision) and the file entries to get.
 Output: what the hub claims for each file (``resolve``), and the files themselves in
-the user's Hugging Face cache (``snapshot_fetch``, through ``snapshot_download``),
-where ``guardrepro.artifacts.fetch`` verifies them in place.
+the user's Hugging Face cache (``download``, one bounded ``hf_hub_download`` per file,
+``guardrepro.artifacts.hub_download``), where ``guardrepro.artifacts.fetch`` verifies
+them in place.
 
 Invariants: ``HF_ENDPOINT`` is read at call time and passed explicitly, so it need not
 be set before huggingface_hub is imported; every listed file is resolved (HEAD) before
 any byte is downloaded, so a file the hub lacks fails the fetch up front; the hub must
 report the pinned revision as the commit it served; for an LFS file the hub's sha256
 (its ETag) must equal the hash of the local bytes and any pin in the lock; sizes must
-agree with the hub and the lock. Downloads go to the HF cache that
+agree with the hub and the lock; no download writes more than the lock's size (or
+the hub's attested size for a first-download pin): more is TransientFetchError and
+nothing of it is kept. Downloads go to the HF cache that
 ``guardrepro.artifacts.hf_cache.hub_cache_dir`` names (``HF_HUB_CACHE`` / ``HF_HOME``
 read at call time), never to a second copy.
 A cached file whose bytes hash to the lock's sha256 but whose size is not the
@@ -22,16 +25,13 @@ TransientFetchError (exit 4); a full or read-only local disk raises OutputError.
 
 from __future__ import annotations
 
-import errno
-import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts import hf_cache
+from guardrepro.artifacts import hf_cache, hub_download
 from guardrepro.artifacts.locks import HfSource, Lock, LockedFile
-from guardrepro.artifacts.store import check_relpath, output_error
 from guardrepro.artifacts.verify import (
     CORRUPT,
     MISMATCH,
@@ -61,9 +61,6 @@ class HubFile:
     size: int | None
     lfs_sha256: str | None  # the ETag when it is a sha256 (an LFS file), else None
 
-
-# errors of the local disk during a hub download: exit 2 with the path, not 4
-LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENOTDIR)
 
 def _endpoint() -> str | None:
     value = os.environ.get("HF_ENDPOINT")
@@ -129,53 +126,17 @@ def resolve(source: HfSource, entry: LockedFile) -> HubFile:
     return hub_file
 
 
-def _quiet_tqdm() -> type:
-    from tqdm.auto import tqdm
-
-    class Quiet(tqdm):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    return Quiet
-
-
-def snapshot_fetch(source: HfSource, entries: list[LockedFile], *, progress: bool) -> Path:
-    """``snapshot_download`` the entries at the pinned revision into the user's HF cache.
-
-    Returns the snapshot folder (``hf_cache.snapshot_dir``); the caller checks every
-    file in place. The cache root is read from the environment now, not when
-    huggingface_hub was imported.
-    """
-    hub = _hub()
-    cache = hf_cache.hub_cache_dir()
-    expected = hf_cache.snapshot_dir(source, cache)
-    paths = [entry.path for entry in entries]
-    for rel in paths:
-        check_relpath(rel)
-    try:
-        returned = hub.snapshot_download(
-            source.repo,
-            repo_type=source.repo_type,
-            revision=source.revision,
-            cache_dir=cache,
-            allow_patterns=[glob.escape(rel) for rel in paths],
-            endpoint=_endpoint(),
-            tqdm_class=None if progress else _quiet_tqdm(),
-        )
-    except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:
-            raise output_error(cache, exc) from None  # our disk, not the hub
-        raise TransientFetchError(
-            f"hf://{source.repo}@{source.revision}: download into the HF cache {cache}"
-            f" failed: {type(exc).__name__}: {exc}"
-        ) from None
-    if Path(returned).resolve() != expected.resolve():
-        raise UnsafePathError(
-            f"hf://{source.repo}@{source.revision}: huggingface_hub returned {returned},"
-            f" expected {expected}"
-        )
-    return expected
+def download(source: HfSource, entries: list[LockedFile], resolved: list[HubFile], *,
+             progress: bool) -> None:
+    """Download the entries at the pinned revision into the user's HF cache, each at
+    most its lock size (or, for a first-download pin, the size the hub attested on
+    HEAD); ``guardrepro.artifacts.hub_download`` enforces the bound. The cache root is
+    read from the environment now, not when huggingface_hub was imported."""
+    jobs = []
+    for entry, hub_file in zip(entries, resolved, strict=True):
+        limit = hub_download.byte_limit(source, entry, hub_file.size)
+        jobs.append((entry, hub_file.etag, limit))
+    hub_download.download_files(source, jobs, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -207,7 +168,7 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
 
     Files already there and intact are not asked of the hub (no network at all when
     the snapshot is complete, offline mode or not). The others are resolved (HEAD)
-    first, all of them, then fetched with ``snapshot_download``; a corrupt cached
+    first, all of them, then downloaded (``download``); a corrupt cached
     blob is removed and fetched again ("repaired"). With ``HF_HUB_OFFLINE`` set, a
     missing file is a MissingArtifactError naming it.
     """
@@ -240,7 +201,7 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
         )
     if todo:
         resolved = [resolve(source, entry) for entry in todo]  # all before any GET
-        snapshot_fetch(source, todo, progress=progress)
+        download(source, todo, resolved, progress=progress)
         for entry, hub_file in zip(todo, resolved, strict=True):
             states[entry.path] = _checked_download(home, source, entry, hub_file, snapshot)
     out = []

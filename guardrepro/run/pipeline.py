@@ -69,6 +69,7 @@ from guardrepro.guards.base import GuardAdapter
 from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
+    MANIFEST_FILE,
     RecordWriter,
     RunManifest,
     check_resumable,
@@ -298,7 +299,7 @@ def run_cohort(
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
 
-    with RecordWriter(run_dir) as writer:
+    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,)) as writer:  # see FAULTS.md
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,

@@ -48,6 +48,7 @@ from guardrepro.artifacts.store import (
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
+from guardrepro.run.leftovers import missing_dirs
 from guardrepro.run.record_checks import check_record
 from guardrepro.schema import Provenance, Record
 from guardrepro.spec import check_keys, type_problem
@@ -308,9 +309,19 @@ class RecordWriter:
     (``self.records``, by row id). Use as a context manager or call ``close``.
     """
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None
+                 ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RECORDS_FILE
+        # What this writer creates, so a run refused before its first record can
+        # remove exactly that: with ``refused_leaves`` (names of other run files the
+        # caller may write, e.g. the manifest) an exception leaving the ``with`` block
+        # while the run holds no record calls ``discard_created``.
+        self._discard_on_error = refused_leaves is not None
+        self._new_dirs = missing_dirs(self.run_dir)
+        self._new_files = [p for p in (self.path, self.run_dir / LOCK_FILE,
+                                       *(self.run_dir / n for n in refused_leaves or ()))
+                           if not os.path.lexists(p)]
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -333,6 +344,23 @@ class RecordWriter:
         except BaseException:
             self.close()
             raise
+
+    def discard_created(self) -> None:
+        """Close, and remove what did not exist when this writer opened: the records
+        file, its lock file, the ``refused_leaves`` files and the directories it made.
+        Only for a run that holds no record: with any record, nothing is removed.
+        Files that existed before are never touched."""
+        if self.records or (self.path.exists() and self.path.stat().st_size):
+            self.close()
+            return
+        for path in self._new_files:  # the lock still held: no other run gets in
+            path.unlink(missing_ok=True)
+        self.close()
+        for directory in self._new_dirs:  # deepest first; only while empty
+            try:
+                directory.rmdir()
+            except OSError:
+                break
 
     def _lock(self) -> None:
         import fcntl
@@ -433,5 +461,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None and self._discard_on_error:
+            self.discard_created()
         self.close()

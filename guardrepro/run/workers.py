@@ -72,8 +72,9 @@ from typing import Any
 from guardrepro import errors, logs
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
+from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import MANIFEST_FILE
+from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.shard import format_shard
 
@@ -280,19 +281,24 @@ def run_with_workers(
     if one_process is not None:
         # --limit: a few rows in one process, with the workers' settings so that the
         # run resumes later under the same provenance; an existing run: resumed so
-        with run_log(out / LOG_FILE):
+        # refused before its first record: no run.log, no directory left behind
+        with refused_leaves_nothing(out, LOG_FILE, records=[out / RECORDS_FILE]), run_log(
+                out / LOG_FILE):
             log.info(*start)
             summary = run_cohort(one_process, cohort, out, limit=limit, progress=progress,
                                  home=home)
             _log_summary(summary)
         return summary
-    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such (merge
-    # replaces this empty directory)
-    base = _shard_dirs(out, workers)[0].parent.parent
-    with run_log(base / LOG_FILE):
-        log.info(*start)
-        summary = _run_shards(shared, cohort, out, workers, progress, home)
-        _log_summary(summary)
+    shard_records = [d / RECORDS_FILE for d in _shard_dirs(out, workers)]
+    base = shard_records[0].parent.parent.parent
+    with refused_leaves_nothing(out, records=shard_records), refused_leaves_nothing(
+            base, LOG_FILE, records=shard_records):
+        out.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
+        # (merge replaces this empty directory)
+        with run_log(base / LOG_FILE):
+            log.info(*start)
+            summary = _run_shards(shared, cohort, out, workers, progress, home)
+            _log_summary(summary)
     os.replace(base / LOG_FILE, out / LOG_FILE)
     shutil.rmtree(base)
     return summary
