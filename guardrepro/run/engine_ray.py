@@ -251,13 +251,26 @@ def _translated(exc: Exception, run_dir: Path) -> GuardreproError:
                           f"{text[-1] if text else ''}")
 
 
-RELEASE_WAIT_S = 15.0
+RELEASE_WAIT_S = 30.0
+
+
+def _kill_pool(ray: Any, registry: Any) -> None:
+    """Kill every actor of the job (the handles they registered) and the
+    registry itself: a Ray that outlives the job (one this process did not
+    start, or a cluster) gets their CPUs back even when Ray Data left an actor
+    alive after a failed unit. Killing an actor that already exited is a no-op."""
+    try:
+        handles = ray.get(registry.take.remote(), timeout=RELEASE_WAIT_S)
+    except ray.exceptions.RayError:  # the registry is gone: nothing to kill by handle
+        handles = []
+    for handle in handles:
+        ray.kill(handle, no_restart=True)
+    ray.kill(registry, no_restart=True)
 
 
 def _wait_released(ray: Any, cpus: float) -> None:
-    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: a failed
-    job's actors are released asynchronously, and a Ray shared with a next run
-    (one that this process did not start) must not find them still held."""
+    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: killed
+    actors release their resources asynchronously."""
     deadline = time.monotonic() + RELEASE_WAIT_S
     while time.monotonic() < deadline:
         if ray.available_resources().get("CPU", 0.0) >= cpus:
@@ -318,7 +331,7 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     from ray.data import ActorPoolStrategy, DataContext
     from tqdm import tqdm
 
-    from guardrepro.run.ray_actor import UnitActor
+    from guardrepro.run.ray_actor import PoolRegistry, UnitActor
     from guardrepro.run.records import _parse_line
 
     DataContext.get_current().enable_progress_bars = False
@@ -327,6 +340,7 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     blocks = _unit_tables(split_units(plan.todo, options.units))
     expected = {p.row.row_id: p.input_sha256 for p in plan.todo}
     free = float(ray.available_resources().get("CPU", 0.0))
+    registry = ray.remote(num_cpus=0)(PoolRegistry).remote()
     ds = ray.data.from_blocks(blocks).map_batches(  # one block per unit, never re-split
         UnitActor, batch_size=None, batch_format="pyarrow",
         compute=ActorPoolStrategy(size=min(options.workers, len(blocks)),
@@ -334,7 +348,8 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
         fn_constructor_kwargs={
             "profile": plan.profile, "home": None if home is None else str(home),
             "provenance": plan.provenance.to_dict(), "run_id": plan.manifest.run_id,
-            "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment},
+            "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment,
+            "registry": registry},
         num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker or None)
     bar = tqdm(total=len(plan.todo), desc=f"run {plan.manifest.run_id} (ray)", unit="row",
                disable=not progress)
@@ -358,10 +373,11 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
             failure = exc
     finally:
         bar.close()
-    if failure is not None:
         batches.close()  # the executor and its actors go now, not when collected
         del batches, ds
         gc.collect()
+        _kill_pool(ray, registry)
+    if failure is not None:
         _wait_released(ray, free)
         raise failure.with_traceback(None) from None
     return dropped
