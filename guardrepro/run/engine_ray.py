@@ -35,6 +35,10 @@ Invariants:
   by Ray; an exception in a unit is not retried and fails the run, with the
   guardrepro error the actor raised (it names the row) re-raised here. What
   was appended stays; the same command (either engine) resumes.
+- Every actor of a job registers its handle with a per-job
+  ``ray_actor.PoolRegistry``; when the job ends the driver kills them all
+  (``ray.kill``) and, after a failure, waits (bounded) for their CPUs, so a
+  Ray that outlives the run is never left with a busy actor of a failed job.
 - Without ``address`` and without a Ray already initialised in this
   process, the driver starts a local Ray with ``workers * cpus_per_worker``
   CPUs and its own temporary directory (``<run>/.ray`` when Unix socket
