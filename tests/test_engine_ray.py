@@ -219,6 +219,46 @@ def test_failing_unit_names_the_row_and_local_engine_resumes_it(
     assert _fields(got) == _fields(_local(_rule(), rule_cohort, tmp_path / "local", None))
 
 
+def test_unit_raises_while_another_is_busy_then_a_rerun_in_this_process_completes(
+    cluster: Any, rule_cohort: Path, faults: Path, tmp_path: Path
+) -> None:
+    """The Ray here is the module's, started by this process and kept across
+    runs: the actor still busy with unit 1 when unit 2 raises must not keep
+    its CPU, or the rerun below would wait for resources for ever."""
+    busy_row = _row_in_unit(rule_cohort, 1, 2, nth=0)
+    bad_row = _row_in_unit(rule_cohort, 2, 2, nth=-1)
+    hold, pid_file = faults / f"hold-{busy_row}", faults / f"pid-{busy_row}"
+    raise_marker = faults / f"raise-{bad_row}"
+    hold.touch()
+    raise_marker.touch()
+    got = tmp_path / "ray" / "run"
+    try:
+        with pytest.raises(InferenceError, match=re.escape(f"row '{bad_row}'")):
+            run_on_ray(_rule(), rule_cohort, got, options=TWO, progress=False)
+        assert pid_file.exists()  # unit 1's actor was inside its unit when the job failed
+        assert hold.exists()  # and would still be there, holding its CPU
+        busy_pid = int(pid_file.read_text())
+        assert ray.available_resources().get("CPU", 0.0) == 2.0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(busy_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        with pytest.raises(ProcessLookupError):
+            os.kill(busy_pid, 0)  # the busy actor was killed, not left running
+    finally:
+        hold.unlink(missing_ok=True)
+        raise_marker.unlink(missing_ok=True)
+        pid_file.unlink(missing_ok=True)
+    summary = run_on_ray(_rule(), rule_cohort, got, options=TWO, progress=False)
+    assert summary.remaining == 0 and summary.already_done + summary.generated == RULE_ROWS
+    assert [{k: r[k] for k in SAME} for r in _fields(got)] == \
+        [{k: r[k] for k in SAME} for r in _fields(_local(_rule(), rule_cohort, tmp_path / "l",
+                                                          None))]
+
+
 def test_ray_resumes_a_run_the_local_engine_started(
     cluster: Any, toy: dict[str, Path], toy_local: Path, tmp_path: Path
 ) -> None:

@@ -35,6 +35,10 @@ Invariants:
   by Ray; an exception in a unit is not retried and fails the run, with the
   guardrepro error the actor raised (it names the row) re-raised here. What
   was appended stays; the same command (either engine) resumes.
+- Every actor of a job registers its handle with a per-job
+  ``ray_actor.PoolRegistry``; when the job ends the driver kills them all
+  (``ray.kill``) and, after a failure, waits (bounded) for their CPUs, so a
+  Ray that outlives the run is never left with a busy actor of a failed job.
 - Without ``address`` and without a Ray already initialised in this
   process, the driver starts a local Ray with ``workers * cpus_per_worker``
   CPUs and its own temporary directory (``<run>/.ray`` when Unix socket
@@ -251,13 +255,26 @@ def _translated(exc: Exception, run_dir: Path) -> GuardreproError:
                           f"{text[-1] if text else ''}")
 
 
-RELEASE_WAIT_S = 15.0
+RELEASE_WAIT_S = 30.0
+
+
+def _kill_pool(ray: Any, registry: Any) -> None:
+    """Kill every actor of the job (the handles they registered) and the
+    registry itself: a Ray that outlives the job (one this process did not
+    start, or a cluster) gets their CPUs back even when Ray Data left an actor
+    alive after a failed unit. Killing an actor that already exited is a no-op."""
+    try:
+        handles = ray.get(registry.take.remote(), timeout=RELEASE_WAIT_S)
+    except ray.exceptions.RayError:  # the registry is gone: nothing to kill by handle
+        handles = []
+    for handle in handles:
+        ray.kill(handle, no_restart=True)
+    ray.kill(registry, no_restart=True)
 
 
 def _wait_released(ray: Any, cpus: float) -> None:
-    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: a failed
-    job's actors are released asynchronously, and a Ray shared with a next run
-    (one that this process did not start) must not find them still held."""
+    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: killed
+    actors release their resources asynchronously."""
     deadline = time.monotonic() + RELEASE_WAIT_S
     while time.monotonic() < deadline:
         if ray.available_resources().get("CPU", 0.0) >= cpus:
@@ -318,7 +335,7 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     from ray.data import ActorPoolStrategy, DataContext
 
     from guardrepro.progress import progress_bar
-    from guardrepro.run.ray_actor import UnitActor
+    from guardrepro.run.ray_actor import PoolRegistry, UnitActor
     from guardrepro.run.records import _parse_line
 
     DataContext.get_current().enable_progress_bars = False
@@ -327,6 +344,7 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
     blocks = _unit_tables(split_units(plan.todo, options.units))
     expected = {p.row.row_id: p.input_sha256 for p in plan.todo}
     free = float(ray.available_resources().get("CPU", 0.0))
+    registry = ray.remote(num_cpus=0)(PoolRegistry).remote()
     ds = ray.data.from_blocks(blocks).map_batches(  # one block per unit, never re-split
         UnitActor, batch_size=None, batch_format="pyarrow",
         compute=ActorPoolStrategy(size=min(options.workers, len(blocks)),
@@ -334,7 +352,8 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
         fn_constructor_kwargs={
             "profile": plan.profile, "home": None if home is None else str(home),
             "provenance": plan.provenance.to_dict(), "run_id": plan.manifest.run_id,
-            "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment},
+            "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment,
+            "registry": registry},
         num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker or None)
     bar = progress_bar(len(plan.todo), f"run {plan.manifest.run_id} (ray)", "row",
                        enabled=progress)
@@ -358,10 +377,11 @@ def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, 
             failure = exc
     finally:
         bar.close()
-    if failure is not None:
         batches.close()  # the executor and its actors go now, not when collected
         del batches, ds
         gc.collect()
+        _kill_pool(ray, registry)
+    if failure is not None:
         _wait_released(ray, free)
         raise failure.with_traceback(None) from None
     return dropped

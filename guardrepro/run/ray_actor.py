@@ -27,6 +27,9 @@ Invariants:
   length when the profile says so, generated in chunks of the backend's
   chunk size (``attempts.generate_chunk``), one record per row
   (``attempts.make_record``). The actor never writes to the run directory.
+- Its first act is to register its own handle with the driver's
+  ``PoolRegistry`` (when given one), so the driver can kill it when the job
+  fails.
 - A prompt that renders differently from the driver's is a ``ProvenanceError``
   naming the row. Any other exception in a unit fails it with the row named:
   a chunk that raises is generated again one row at a time to find the row.
@@ -69,15 +72,37 @@ def actor_profile(profile: RunProfile, threads_from_allotment: bool) -> RunProfi
     return profile
 
 
+class PoolRegistry:
+    """A zero-CPU Ray actor the driver starts per job: every pool actor hands it
+    its own handle first thing in its constructor, so that the driver can kill
+    the job's actors itself (``ray.kill``) when the job fails, rather than
+    relying on Ray Data to release an actor that was busy with another unit."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+
+    def add(self, handle: Any) -> None:
+        self.handles.append(handle)
+
+    def take(self) -> list[Any]:
+        handles, self.handles = self.handles, []
+        return handles
+
+
 class UnitActor:
     """Runs units for the driver (see the module docstring)."""
 
     def __init__(self, profile: RunProfile, home: str | None, provenance: Mapping[str, Any],
-                 run_id: str, cohort_path: str, threads_from_allotment: bool) -> None:
+                 run_id: str, cohort_path: str, threads_from_allotment: bool,
+                 registry: Any = None) -> None:
         from guardrepro.run.pipeline import _create_runner, build_provenance
         from guardrepro.run.resolve import resolve_profile
         from guardrepro.run.runners.registry import chunk_size
 
+        if registry is not None:  # before anything that can fail or take long
+            import ray
+
+            ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
         self.profile = actor_profile(profile, threads_from_allotment)
         self.resolved = resolve_profile(self.profile, home=home)  # verified on this node
         self.runner = _create_runner(self.profile, self.resolved)
