@@ -86,7 +86,7 @@ def test_cli_prints_the_missing_count(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["stats", str(preds), "--cohort", str(tmp_path / "run-cohort.jsonl"),
                  "--replicates", "20", "--out", str(tmp_path / "out")]) == 0
     assert "missing: 10 of 256 expected rows" in capsys.readouterr().out
-    data = json.loads((tmp_path / "out" / "stats.json").read_text())
+    data = json.loads((tmp_path / "out" / "preds.stats.json").read_text())  # <stem>.stats.json
     assert data["rows"]["by_status"]["missing"] == 10
 
 
