@@ -8,27 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixtures.released_data import banking_spec
 
 from guardrepro.cli import cli, main
 from guardrepro.schema import read_cohort
 
-SPEC = """name = "cli-cohort"
-benchmark = "agentdojo"
-data_lock = "lock.toml"
-protocol = "BENCHMARK_SHORTCUT_AUDIT_PROTOCOL_v1.0"
-serialization = "released_react"
-
-[selection]
-domains = ["banking"]
-labels = [0, 1]
-per_cell = 8
-salt = "260828"
-markers = ["<INFORMATION>", "</INFORMATION>"]
-
-[edits]
-enabled = ["marker_paraphrase", "tool_alias", "combined"]
-replacement_markers = ["<UNTRUSTED_EXTERNAL_CONTENT>", "</UNTRUSTED_EXTERNAL_CONTENT>"]
-"""
+SPEC = banking_spec("cli-cohort")
 
 
 def bench_row(iid: int, score: float, tool: str) -> dict:

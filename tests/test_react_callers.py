@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.released_data import banking_spec
 
 from guardrepro.bench.cohort.build import build_cohort
 from guardrepro.bench.cohort.spec import load_spec
@@ -19,23 +20,7 @@ from guardrepro.checks.audit import tool_lookup_audit
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 
-SPEC = """name = "parser-callers"
-benchmark = "agentdojo"
-data_lock = "lock.toml"
-protocol = "BENCHMARK_SHORTCUT_AUDIT_PROTOCOL_v1.0"
-serialization = "released_react"
-
-[selection]
-domains = ["banking"]
-labels = [0, 1]
-per_cell = 8
-salt = "260828"
-markers = ["<INFORMATION>", "</INFORMATION>"]
-
-[edits]
-enabled = ["marker_paraphrase", "tool_alias", "combined"]
-replacement_markers = ["<UNTRUSTED_EXTERNAL_CONTENT>", "</UNTRUSTED_EXTERNAL_CONTENT>"]
-"""
+SPEC = banking_spec("parser-callers")
 DEEP = "[" * 5000 + "]" * 5000
 
 
