@@ -14,9 +14,16 @@ Modules:
 - ``predictions``: predictions JSONL files, the input when there is no run
   directory.
 - ``gate``: the parity gate of a run against reference predictions
-  (``gate.json``, exit code 0 / 3 / 2); ``gate_spec`` reads its specs.
+  (``gate.json``, exit code 0 / 3 / 2); ``gate_spec`` reads its specs;
+  ``parity`` gates a run or predictions file on a cohort or a whole split and
+  adds the agreement figures with their intervals.
 - ``published``: a run's figures beside published ones
-  (``checks/published/*.toml``).
+  (``checks/published/*.toml``); ``sides`` says what the two sides of a
+  comparison are (guard, checkpoint, cohort), for ``compare`` and
+  ``vs-published``.
+- ``toolsafe_table``: ToolSafe's table for one split from runs, predictions
+  files or released logs; ``toolsafe_metrics``: its accuracy, F1 and recall
+  in both views (upstream and fail-closed) with intervals.
 - ``audit``: audits of the benchmark itself (equal-interaction weighting, the
   tool-name lookup diagnostic); no model involved.
 - ``association``: rung 2 of the audit ladder, the guard's observational
@@ -38,9 +45,11 @@ Modules:
   references and runs (also for the Python API).
 - ``frontier``: cost and harm of guard configurations, dominance and the
   Pareto frontier.
-- ``report``: ``report.md`` and its PNG figures; ``html_report``: the
-  self-contained HTML report; ``guard_table``: several guards' runs of one
-  cohort side by side; ``figures``: the matplotlib and PNG plumbing they
+- ``report``: ``report.md`` and its PNG figures, which ``report_figures``
+  draws (with the data behind each one); ``html_report``: the self-contained HTML report;
+  ``guard_table``: several guards' runs of one cohort side by side;
+  ``guard_splits``: several guards on every split with the paper's rows
+  beside; ``figures``: the matplotlib and PNG plumbing they
   share; ``formatting``: how counts, rates and numbers are written in every
   readable table.
 """

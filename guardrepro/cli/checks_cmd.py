@@ -11,15 +11,15 @@ result on stdout, human lines on stderr; see ``guardrepro.cli``).
   it fails (``GateFailed``, raised after gate.json is written), 2 on unusable
   input.
 - ``stats PATH [--seed N] [--replicates N] [--confidence C] [--cohort FILE]
-  [--out DIR]``: writes stats.json atomically (same place rule) and prints
-  the table. A negative seed, fewer than 1 replicate or a confidence outside
+  [--out DIR]``: writes stats.json (``PRED.stats.json`` for a predictions
+  file ``PRED.jsonl``) atomically, in the same place as gate.json, and
+  prints the table. A negative seed, fewer than 1 replicate or a confidence outside
   (0, 1) is a usage error (exit 2).
   ``--export FILE`` (repeatable) also writes every figure as a CSV or Parquet
   table.
 - ``audit interaction --benchmark agentdojo|agentharm [--preds released|RUN_DIR]``
-  and ``audit tool-lookup``: benchmark audits; the table goes to stdout, or
-  with ``--json`` the JSON to stdout and the table to stderr; ``--out`` also
-  writes the JSON to a file. The benchmark comes from ``--data-dir`` or, by
+  and ``audit tool-lookup``: benchmark audits, printed as a table; ``--out``
+  also writes the JSON to a file. The benchmark comes from ``--data-dir`` or, by
   default, the fetched ``--lock`` (in ``--home``).
 - ``audit association --benchmark agentdojo|agentharm [--preds released|RUN_DIR]
   [--only-recorded] [--replicates N] [--seed S]``: rung 2 of the audit ladder
