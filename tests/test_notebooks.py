@@ -69,6 +69,8 @@ def test_notebook_executes(notebook: Path, run_dir: Path, tmp_path: Path,
     monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(tmp_path))
     monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the kernel imports this checkout's package, not an installed copy
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     nb = jupytext.read(notebook)
     dump = tmp_path / "frames"
     nb.cells.append(nbformat.v4.new_code_cell(dump_cell(dump)))
