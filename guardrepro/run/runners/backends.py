@@ -133,7 +133,7 @@ VLLM = Backend(
                        env=(("VLLM_BATCH_INVARIANT", "batch_invariant"),
                             ("VLLM_ENABLE_V1_MULTIPROCESSING", "multiprocessing"))),
     options=OptionTable("vllm", (
-        Option("dtype", _STR, None, "bfloat16 | float16 | float32 (no default)",
+        Option("dtype", _STR, None, "bfloat16 | float16 | float32 (required)",
                choices=("bfloat16", "float16", "float32"), required=True),
         Option("device", _STR, "auto", "auto | cuda | cpu", choices=("auto", "cuda", "cpu")),
         _batch(),

@@ -118,7 +118,8 @@ class OptionTable:
         check_keys(given, self.names, file=file, where="backend_options")
         for option in self.options:
             if option.required and option.name not in given:
-                raise InputError(f"backend {self.backend!r} needs this option: {option.help}",
+                raise InputError(f"backend {self.backend!r} needs an explicit {option.name}: "
+                                 f"{option.help}",
                                  file=file, field=f"backend_options.{option.name}")
             if option.name in given:
                 problem = option.problem(given[option.name])
