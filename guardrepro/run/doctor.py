@@ -10,11 +10,18 @@ environment variables; ``verdict``: the first matching ``RULES`` entry).
 profile demands batch invariance (top-level ``require_batch_invariance =
 true``) and the verdict cannot give it.
 
+Facts are read where the backend's descriptor says
+(``runners.backends.DoctorFacts``: the device probe, the options holding
+concurrency, threads, batch-invariance mode, multiprocessing and maximum
+sequences); a fact a backend does not declare is ``None``, never another
+backend's option. A backend that declares no concurrency gets ``unknown``.
+
 Invariants: gathering facts loads no model and reads no checkpoint; the rule
 table is data (``RULES``), evaluated top to bottom, first match wins, and the
 last rule matches everything. Verdicts:
 
-- ``no-batching``: at most one request is ever computed at a time (MLX, or
+- ``no-batching``: at most one request is ever computed at a time (MLX, the
+  rule backend, or
   ``batch_size``/``max_num_seqs`` 1): batch composition cannot matter.
 - ``guaranteed``: the backend's documented batch-invariant mode is on and the
   hardware is one it supports (vLLM ``VLLM_BATCH_INVARIANT=1`` on NVIDIA GPUs

@@ -92,7 +92,7 @@ HF = Backend(
     options=OptionTable("hf", (
         Option("dtype", _STR, "float32", "float32 | bfloat16 | float16",
                choices=("float32", "bfloat16", "float16")),
-        Option("device", _STR, "cpu", "cpu, cuda, cuda:N or mps; the torch device",
+        Option("device", _STR, "cpu", "cpu, cuda, cuda:N or mps",
                pattern=r"cpu|mps|cuda(:[0-9]+)?"),
         _batch(),
         Option("threads", (int, str), None, "torch threads; \"auto\": physical cores / workers",

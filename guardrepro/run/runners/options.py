@@ -33,6 +33,9 @@ from guardrepro.spec import check_keys, is_kind, kind_name
 
 @dataclass(frozen=True)
 class Option:
+    """One declared option; for a ``pattern`` option ``help`` names the accepted
+    values (it is the message's "expected ...")."""
+
     name: str
     types: tuple[type, ...]
     default: Any
@@ -52,7 +55,7 @@ class Option:
             if self.choices is not None and value not in self.choices:
                 return self._expected(value)
             if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
-                return f"expected {self.help.split(';')[0]}, got {value!r}"
+                return f"expected {self.help}, got {value!r}"
             return None
         if isinstance(value, bool):
             return None
