@@ -21,8 +21,8 @@ table is data (``RULES``), evaluated top to bottom, first match wins, and the
 last rule matches everything. Verdicts:
 
 - ``no-batching``: at most one request is ever computed at a time (MLX, the
-  rule backend, or
-  ``batch_size``/``max_num_seqs`` 1): batch composition cannot matter.
+  rule backend, or ``batch_size``/``max_num_seqs`` 1): batch composition
+  cannot matter.
 - ``guaranteed``: the backend's documented batch-invariant mode is on and the
   hardware is one it supports (vLLM ``VLLM_BATCH_INVARIANT=1`` on NVIDIA GPUs
   of compute capability >= 8.0 in vLLM 0.32's documentation; earlier releases
