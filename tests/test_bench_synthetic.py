@@ -114,7 +114,7 @@ def test_forced_lengths_and_batch_identity_at_13k_prompts() -> None:
 
 
 def test_reuse_rule_keeps_cheap_prefixes_only() -> None:
-    from guardrepro.run.runners.fast_greedy import LeanDecoder
+    from guardrepro.run.runners.lean import LeanDecoder
 
     model, _ = run_hf.load(SHAPE, 1)
     decoder = LeanDecoder(model)

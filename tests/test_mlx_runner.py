@@ -246,7 +246,7 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
     import tomllib
 
     from guardrepro.run.profile import RunProfile
-    from guardrepro.run.runners.mlx_runner import _OPTIONS
+    from guardrepro.run.runners.registry import option_table
 
     text = (REPO / "runners" / f"{name}.toml").read_text()
     data = tomllib.loads(text)
@@ -259,7 +259,7 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
     profile = RunProfile.from_text(text, tmp_path / "runners" / f"{name}.toml")
     assert profile.backend == "mlx" and profile.name == name
     assert profile.decoding.mode == "greedy"
-    assert set(profile.backend_options) <= _OPTIONS
+    assert set(profile.backend_options) <= set(option_table("mlx").names)
     assert profile.checkpoint.lock is not None and profile.checkpoint.lock.is_file()
 
 

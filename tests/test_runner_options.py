@@ -98,3 +98,60 @@ def test_doctor_fills_the_declared_defaults() -> None:
     assert (facts.concurrency, facts.max_num_seqs, facts.batch_invariant_mode,
             facts.multiprocessing) == (1, 256, False, False)
     assert gather_facts("hf", {"batch_size": 4}).dtype == "float32"
+
+
+def _profile_text(backend: str, options: str) -> str:
+    checkpoint = "" if backend == "rule" else '[checkpoint]\ndir = "ckpt"\n\n'
+    guard = "rule-nuisance" if backend == "rule" else "llama-guard-3"
+    return (f'name = "p"\nbackend = "{backend}"\n\n[guard]\nname = "{guard}"\n\n{checkpoint}'
+            f"[backend_options]\n{options}\n\n[decoding]\nmax_new_tokens = 4\n")
+
+
+@pytest.mark.parametrize(("backend", "options", "field", "problem"), [
+    # types: never coerced (a string is not an integer, true is not an integer)
+    ("hf", 'batch_size = "4"', "batch_size", "expected an integer >= 1, got '4'"),
+    ("hf", "batch_size = true", "batch_size", "expected an integer >= 1, got True"),
+    ("mlx", "prefix_reuse = 1", "prefix_reuse", "expected true or false, got 1"),
+    ("rule", "lookup_table = 3", "lookup_table", "expected a string, got 3"),
+    # choices
+    ("hf", 'dtype = "float64"', "dtype",
+     "expected one of 'float32', 'bfloat16', 'float16', got 'float64'"),
+    ("hf", 'threads = "many"', "threads", "expected an integer >= 1 or one of 'auto', got 'many'"),
+    ("mlx", 'device = "tpu"', "device", "expected one of 'cpu', 'gpu', 'default', got 'tpu'"),
+    ("hf", 'device = "cuda:x"', "device", "expected cpu, cuda, cuda:N or mps, got 'cuda:x'"),
+    # minimums and ranges
+    ("hf", "batch_size = 0", "batch_size", "expected an integer >= 1, got 0"),
+    ("hf", "threads = 0", "threads", "expected an integer >= 1 or one of 'auto', got 0"),
+    ("vllm", 'dtype = "float32"\nseed = -1', "seed", "expected an integer >= 0, got -1"),
+    ("vllm", 'dtype = "float32"\ngpu_memory_utilization = 0', "gpu_memory_utilization",
+     "expected a number in (0, 1], got 0"),
+    ("vllm", 'dtype = "float32"\ngpu_memory_utilization = 1.5', "gpu_memory_utilization",
+     "expected a number in (0, 1], got 1.5"),
+    # a required option, and a key no table declares
+    ("vllm", 'device = "cpu"', "dtype", "needs an explicit dtype"),
+    ("mlx", "batch = 2", "batch", "unknown key 'batch'"),
+])
+def test_a_profile_with_a_bad_option_is_refused_naming_file_and_option(
+        tmp_path: Path, backend: str, options: str, field: str, problem: str) -> None:
+    from guardrepro.run.profile import RunProfile
+
+    path = tmp_path / "p.toml"
+    with pytest.raises(InputError) as info:
+        RunProfile.from_text(_profile_text(backend, options), path)
+    assert (info.value.file, info.value.field) == (str(path), f"backend_options.{field}")
+    assert problem in str(info.value)
+
+
+@pytest.mark.parametrize(("backend", "options"), [
+    ("hf", 'threads = "auto"\ndevice = "cuda:1"\nbatch_size = 8'),
+    ("hf", "threads = 3"),
+    ("vllm", 'dtype = "bfloat16"\ngpu_memory_utilization = 1\nseed = 0'),
+    ("mlx", 'dtype = "bfloat16"\nprefix_reuse = false'),
+])
+def test_valid_options_load_unchanged(tmp_path: Path, backend: str, options: str) -> None:
+    import tomllib
+
+    from guardrepro.run.profile import RunProfile
+
+    profile = RunProfile.from_text(_profile_text(backend, options), tmp_path / "p.toml")
+    assert profile.backend_options == tomllib.loads(options)  # as written: nothing filled

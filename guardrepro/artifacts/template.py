@@ -3,7 +3,9 @@ module with ``ast`` (never imported or executed) and its checks
 (docs/PROTOCOL.md, "The guard prompt").
 
 Input: a Python source file, the variable holding the template and the
-template's pinned sha256. Output: a verified ``GuardTemplate``.
+template's pinned sha256. Output: a verified ``GuardTemplate`` (the template
+text and its sha256; defined here, the lowest stage that makes one, and
+re-exported by ``guards.base`` for the adapters).
 
 Invariants: the template is the string literal of the variable's last
 module-level binding (anything that would need evaluation is refused); its
@@ -16,10 +18,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 from guardrepro.errors import PromptError
-from guardrepro.guards.base import GuardTemplate
+
+
+@dataclass(frozen=True)
+class GuardTemplate:
+    """A guard's prompt template: its text and the sha256 of its UTF-8 bytes."""
+
+    text: str
+    sha256: str
+
 
 PLACEHOLDERS = frozenset({"user_request", "agent_action", "env_info"})
 

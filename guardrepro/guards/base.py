@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+# defined with its extraction, one stage down; re-exported for the adapters
+from guardrepro.artifacts.template import GuardTemplate as GuardTemplate
+
 Messages = list[dict[str, str]]
 
 
@@ -38,12 +41,6 @@ class ParseResult:
     score: float | None
     error_type: str | None
     components: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class GuardTemplate:
-    text: str
-    sha256: str
 
 
 @dataclass(frozen=True)

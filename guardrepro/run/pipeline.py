@@ -80,8 +80,8 @@ from guardrepro.run.records import (
 )
 from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
     UNPINNED,
+    NoModelTokenizer,
     ResolvedProfile,
-    RuleTokenizer,
     resolve_profile,
 )
 from guardrepro.run.runners.base import Runner
@@ -289,8 +289,7 @@ def run_cohort(
     started = time.perf_counter()
     given = profile_path if isinstance(profile_path, ResolvedProfile) else None
     profile = _profile_of(profile_path)
-    if profile.backend != "rule":  # a rule is deterministic and batch-invariant by design
-        preflight(given if given is not None else profile)
+    preflight(given if given is not None else profile)
     cohort_path = Path(cohort_path).resolve()
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:

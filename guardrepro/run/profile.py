@@ -8,7 +8,7 @@ choices raise ``InputError`` naming the file and the field.
 Format::
 
     name = "hf-cpu"                    # required, free text identifier
-    backend = "hf"                     # "hf" | "mlx" | "vllm"
+    backend = "hf"                     # a registered backend: "hf" | "mlx" | "vllm" | "rule"
     description = "..."                # optional
     require_batch_invariance = false   # optional; true: `guardrepro doctor` refuses a
                                        # backend/device that cannot give batch invariance
@@ -29,12 +29,14 @@ Format::
     # or neither, for a guard that builds its own prompt (a conversation guard
     # such as llama-guard-3, or a rule guard); see `guardrepro guards`
 
-    [checkpoint]                       # absent for backend = "rule" (no model)
+    [checkpoint]                       # absent for a backend that runs no model ("rule")
     lock = "../locks/ts-guard.toml"    # pinned: materialized and verified via fetch
     # or dir = "/path/to/checkpoint"   # unpinned local directory (tree hash recorded,
                                        # model_revision "unpinned")
 
-    [backend_options]                  # free-form; each runner validates its own keys
+    [backend_options]                  # the backend's declared options (runners/backends.py):
+                                       # undeclared keys, wrong types, choices and ranges are
+                                       # refused here, naming this file
     dtype = "float32"
     device = "cpu"
     batch_size = 4
@@ -68,10 +70,11 @@ from typing import Any
 
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.limits import parse_toml_text
+from guardrepro.run.runners.registry import RUNNERS, backend_of
 from guardrepro.schema import DecodingParams, sha256_text
 from guardrepro.spec import check_keys, expect_kind
 
-BACKENDS = ("hf", "mlx", "vllm", "rule")
+BACKENDS: Mapping[str, Any] = RUNNERS  # the registered backends' names (runners.registry)
 
 _TOP_KEYS = {
     "name",
@@ -154,16 +157,7 @@ class RunProfile:
         _keys(data, _TOP_KEYS, _TOP_REQUIRED, file=file, where="")
         name = _string(data, "name", file=file)
         backend = _string(data, "backend", file=file)
-        if backend not in BACKENDS:
-            import difflib
-
-            close = difflib.get_close_matches(backend, BACKENDS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InputError(
-                f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)}){hint}",
-                file=file,
-                field="backend",
-            )
+        descriptor = backend_of(backend, file=file)
         description = data.get("description", "")
         if not isinstance(description, str):
             raise InputError("expected a string", file=file, field="description")
@@ -183,13 +177,15 @@ class RunProfile:
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
             raise InputError("expected a table", file=file, field="backend_options")
+        descriptor.options.check(options, file=file)
         return cls(
             path=path,
             text_sha256=sha256_text(text),
             name=name,
             backend=backend,
             guard=_guard(data["guard"], base, file=file),
-            checkpoint=_checkpoint(data.get("checkpoint"), base, file=file, backend=backend),
+            checkpoint=_checkpoint(data.get("checkpoint"), base, file=file,
+                                   needs_model=descriptor.needs_model, backend=backend),
             backend_options=dict(options),
             decoding=_decoding(data.get("decoding", {}), file=file, guard=name_of_guard),
             description=description,
@@ -282,11 +278,12 @@ def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
     )
 
 
-def _checkpoint(data: Any, base: Path, *, file: str, backend: str) -> CheckpointSpec:
-    if backend == "rule":  # the rule backend runs no model
+def _checkpoint(data: Any, base: Path, *, file: str, needs_model: bool,
+                backend: str) -> CheckpointSpec:
+    if not needs_model:
         if data is not None:
-            raise InputError("the rule backend runs no model: remove [checkpoint]", file=file,
-                             field="checkpoint")
+            raise InputError(f"the {backend} backend runs no model: remove [checkpoint]",
+                             file=file, field="checkpoint")
         return CheckpointSpec()
     if data is None:
         raise InputError("missing required key", file=file, field="checkpoint")

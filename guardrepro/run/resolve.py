@@ -19,12 +19,15 @@ Invariants:
   gets a warning (see ``run.pipeline``). A checkpoint whose model revision
   has published chat-template facts (``chat_template_pins``) must match them
   (``run.chat_pins``, a ``PromptError`` otherwise).
-- A logit guard (ShieldGemma) runs only on a backend that returns score
-  logits (``LOGIT_BACKENDS``); another backend is an ``InputError`` on
-  ``backend`` instead of a run whose every row is invalid.
+- A logit guard (ShieldGemma) runs only on a backend whose descriptor says it
+  returns score logits (``Backend.score_logits``); another backend is an
+  ``InputError`` on ``backend`` instead of a run whose every row is invalid.
+- A backend that needs no model (``Backend.needs_model`` false: the rule
+  backend) gets no checkpoint (directory ``.``, revision ``"none"``) and a
+  ``NoModelTokenizer``.
 - The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
-  directory, ``verify.tree_hash``; of a rule guard, ``"none"``.
+  directory, ``verify.tree_hash``; without a model, ``"none"``.
 - ``Handoff.resolve()`` reads no lock and verifies nothing: it trusts the
   paths and hashes the resolving process verified. It loads the tokenizer
   from the verified checkpoint directory (checking the guard's special
@@ -45,15 +48,20 @@ from typing import Any
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate
 from guardrepro.run.profile import RunProfile
+from guardrepro.run.runners.registry import RUNNERS, backend_of
 from guardrepro.schema import sha256_text
 
 UNPINNED = "unpinned"
-LOGIT_BACKENDS = ("hf",)  # the backends whose runners return score logits
 
 
-class RuleTokenizer:
-    """Stands in for ``prompts.PromptTokenizer`` when no model runs (the rule
-    backend): no chat template, no token ids, nothing to decode."""
+def _needs_model(profile: RunProfile) -> bool:
+    return backend_of(profile.backend).needs_model
+
+
+class NoModelTokenizer:
+    """Stands in for ``prompts.PromptTokenizer`` when no model runs (a backend
+    whose descriptor has ``needs_model`` false): no chat template, no token
+    ids, nothing to decode."""
 
     def __init__(self) -> None:
         self.chat_template_sha256: str | None = None
@@ -61,7 +69,7 @@ class RuleTokenizer:
         self.pad_token_id: int | None = None
 
     def single_token_id(self, text: str) -> int:
-        raise PromptError(f"score token {text!r}: the rule backend has no tokenizer")
+        raise PromptError(f"score token {text!r}: a backend without a model has no tokenizer")
 
     def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> tuple[int, ...]:
         return ()
@@ -129,8 +137,8 @@ class Handoff:
 
         template = None if self.template is None else self.template.load()
         guard = get_guard(self.profile.guard.name, template)
-        if self.profile.backend == "rule":
-            tokenizer: Any = RuleTokenizer()
+        if not _needs_model(self.profile):
+            tokenizer: Any = NoModelTokenizer()
         else:
             tokenizer = _tokenizer(self.checkpoint_dir, guard,
                                    pinned=self.model_revision != UNPINNED,
@@ -150,7 +158,7 @@ class ResolvedProfile:
     model_revision: str
     template: GuardTemplate
     guard: GuardAdapter
-    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer or RuleTokenizer
+    tokenizer: Any  # guardrepro.run.prompts.PromptTokenizer or NoModelTokenizer
     checkpoint_lock: Any = None  # guardrepro.artifacts.locks.Lock for a pinned checkpoint
     runner_options: Mapping[str, Any] = field(default_factory=dict)
     home: Path | None = None
@@ -236,6 +244,7 @@ def _guard(profile: RunProfile,
     from guardrepro.guards.registry import adapter_info, get_guard
 
     spec = profile.guard
+    descriptor = backend_of(profile.backend)
     try:
         info = adapter_info(spec.name)
         loaded = _template(spec, locks)
@@ -243,13 +252,14 @@ def _guard(profile: RunProfile,
         if template is not None and not info.needs_template:
             raise InputError(f"guard {spec.name!r} builds its own prompt; remove the template "
                              "keys from [guard]", field="guard")
-        if info.needs_model != (profile.backend != "rule"):
+        if info.needs_model != descriptor.needs_model:
             what = "needs a model" if info.needs_model else "runs no model"
             raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
                              "not fit", field="backend")
-        if info.scoring == "logit" and profile.backend not in LOGIT_BACKENDS:
+        if info.scoring == "logit" and not descriptor.score_logits:
+            logit_backends = [n for n in RUNNERS if backend_of(n).score_logits]
             raise InputError(f"guard {spec.name!r} is scored from the logits of its score "
-                             f"tokens, which only backend {' or '.join(LOGIT_BACKENDS)} returns; "
+                             f"tokens, which only backend {' or '.join(logit_backends)} returns; "
                              f"backend {profile.backend!r} would make every row invalid",
                              field="backend")
         guard = get_guard(spec.name, template)
@@ -263,10 +273,12 @@ def _guard(profile: RunProfile,
 
 
 def runner_options(profile: RunProfile) -> dict[str, Any]:
-    """The profile's ``[backend_options]`` with file paths resolved against the profile."""
+    """The profile's ``[backend_options]`` with file paths (the descriptor's
+    ``path_options``) resolved against the profile."""
     options = dict(profile.backend_options)
-    if profile.backend == "rule" and isinstance(options.get("lookup_table"), str):
-        options["lookup_table"] = str(profile.path.parent / options["lookup_table"])
+    for name in backend_of(profile.backend).path_options:
+        if isinstance(options.get(name), str):
+            options[name] = str(profile.path.parent / options[name])
     return options
 
 
@@ -274,7 +286,7 @@ def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
                  home: Path | None) -> str:
     from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
 
-    if profile.backend == "rule":  # no model, no checkpoint
+    if not _needs_model(profile):  # no model, no checkpoint
         return "none"
     if pinned:  # just verified by materialize: no re-read
         return cached_tree_hash(checkpoint_dir, home).sha256
@@ -319,7 +331,7 @@ def _resolve_files(profile: RunProfile, home: str | Path | None) -> _Files:
     guard, template, source = _guard(profile, locks)
     home_path = None if home is None else Path(home)
     options = runner_options(profile)
-    if profile.backend == "rule":
+    if not _needs_model(profile):
         return _Files(guard, template, source, Path("."), "none", None, options, home_path)
     lock = None
     if profile.checkpoint.lock is not None:
@@ -335,8 +347,8 @@ def _resolve_files(profile: RunProfile, home: str | Path | None) -> _Files:
 def resolve_profile(profile: RunProfile, *, home: str | Path | None = None) -> ResolvedProfile:
     """Materialize the checkpoint, load the template, guard adapter and tokenizer."""
     f = _resolve_files(profile, home)
-    if profile.backend == "rule":
-        tokenizer: Any = RuleTokenizer()
+    if not _needs_model(profile):
+        tokenizer: Any = NoModelTokenizer()
     else:
         tokenizer = _tokenizer(f.checkpoint_dir, f.guard, pinned=f.lock is not None,
                                revision=f.revision)

@@ -76,6 +76,7 @@ from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
+from guardrepro.run.runners.registry import backend_of, option_table, runner_class
 from guardrepro.run.shard import format_shard
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,9 @@ def physical_cores() -> int:
 
 
 def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
-    """The profile each worker runs: hf threads fixed to a share of the cores."""
-    if profile.backend != "hf":
+    """The profile each worker runs: threads (a backend that declares the option
+    ``threads``: hf) fixed to a share of the cores."""
+    if "threads" not in option_table(profile.backend).names:
         return profile
     threads = profile.backend_options.get("threads")
     if threads is None or threads == "auto":
@@ -110,16 +112,12 @@ def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
     return profile
 
 
-FORK_BACKENDS = ("hf",)  # runners whose module may be imported before a fork
-
-
 def start_method(backend: str) -> str:
-    """``fork`` after importing the runner's module in this process (hf on
-    Linux), else ``spawn`` (see the module docstring)."""
-    if backend in FORK_BACKENDS and sys.platform.startswith("linux") \
+    """``fork`` after importing the runner's module in this process (a backend
+    whose descriptor is ``fork_safe``, hf, on Linux), else ``spawn`` (see the
+    module docstring)."""
+    if backend_of(backend).fork_safe and sys.platform.startswith("linux") \
             and "fork" in multiprocessing.get_all_start_methods():
-        from guardrepro.run.runners.registry import runner_class
-
         runner_class(backend)  # the imports every worker would otherwise repeat
         return "fork"
     return "spawn"

@@ -1,5 +1,5 @@
 """The synthetic cohort on transformers (CPU): the naive ``generate`` loop at
-batch 1 and the lean batched decoder (``runners.fast_greedy``), both on one
+batch 1 and the lean batched decoder (``runners.lean``), both on one
 randomly initialised model, each row's output length forced.
 
 Forcing (both paths, the same rule): at generated position ``s`` (1-based)
@@ -101,8 +101,8 @@ def batches(rows: Sequence[Row], size: int) -> list[list[Row]]:
 def lean(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, batch: int,
          min_prefix: int | None = None) -> Result:
     """The lean decoder, ``batch`` rows at a time, prefixes shared within a batch."""
-    from guardrepro.run.runners.fast_greedy import LeanDecoder
     from guardrepro.run.runners.greedy import MIN_PREFIX
+    from guardrepro.run.runners.lean import LeanDecoder
 
     decoder = LeanDecoder(model, min_prefix=MIN_PREFIX if min_prefix is None else min_prefix)
     decoder.warm_up(0)

@@ -1,11 +1,15 @@
 """Inference backends behind one ``Runner`` protocol (see ``base``).
 
-- ``hf_runner`` (transformers; ``fast_greedy`` is its lean batched greedy
-  decoder), ``mlx_runner`` (mlx-lm; ``mlx_batch`` its batched greedy path),
-  ``vllm_runner``, ``rule_runner`` (model-free baselines).
+- ``backends``: one descriptor per backend (class path, dependencies, extra,
+  whether it needs a model, doctor facts, option table); ``registry``
+  registers them, derives the tables everything else reads and creates
+  runners by backend name; ``options``: the option table type, which
+  validates types, choices, patterns and ranges.
+- ``hf_runner`` (transformers; ``lean`` is its lean batched greedy decoder,
+  ``decode_loop = "lean"``), ``mlx_runner`` (mlx-lm; ``mlx_batch`` its
+  batched greedy path), ``vllm_runner``, ``rule_runner`` (model-free
+  baselines).
 - ``greedy``: what the batched greedy decoders share whatever their array
   library: the prompt-prefix store and the per-step token bookkeeping.
-- ``options``: each runner's declared options and defaults; ``registry``
-  creates runners by backend name; ``weights`` refuses non-safetensors
-  checkpoints.
+- ``weights`` refuses non-safetensors checkpoints.
 """

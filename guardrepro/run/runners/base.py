@@ -10,11 +10,17 @@ gap between the largest and second-largest logit (equivalently logprob)
 at generated position ``i``; the guard adapter picks the decision position.
 A backend failure for one request raises ``InferenceError``; the caller
 records it as an ``inference_error`` row.
+
+``Generation.from_tokens`` is how a decoder's raw output becomes a
+``Generation``: the ids cut after the first EOS id (kept, finish ``"stop"``)
+or kept whole (``"length"``), the text decoded without that EOS, the margins
+cut to the kept ids; ``shared_timings`` splits a batch's clock among its
+requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -49,6 +55,46 @@ class Generation:
     timings: Timings  # this request's equal share of its batch's wall time
     peak_memory_bytes: int | None = None
     score_logits: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_tokens(
+        cls,
+        row_id: str,
+        tokens: Sequence[int],
+        margins: Sequence[float],
+        *,
+        eos_token_ids: Collection[int],
+        decode: Callable[[Sequence[int]], str],
+        timings: Timings,
+        peak_memory_bytes: int | None = None,
+        score_logits: Sequence[float] | None = None,
+    ) -> Generation:
+        """The generation of ``tokens``, the ids a decoder produced (a batch row
+        may run on past its EOS): up to and including the first EOS id
+        (finish ``"stop"``), else all of them (``"length"``); ``text`` is
+        ``decode`` of the kept ids without the EOS, ``step_margins`` the first
+        ``len(token_ids)`` of ``margins``."""
+        ids = [int(t) for t in tokens]
+        eos = set(eos_token_ids)
+        stop = next((i for i, t in enumerate(ids) if t in eos), None)
+        kept, finish = (ids, "length") if stop is None else (ids[: stop + 1], "stop")
+        return cls(
+            row_id=row_id,
+            token_ids=tuple(kept),
+            text=decode(kept if stop is None else kept[:-1]),
+            finish_reason=finish,
+            step_margins=tuple(float(m) for m in margins[: len(kept)]),
+            timings=timings,
+            peak_memory_bytes=peak_memory_bytes,
+            score_logits=None if score_logits is None else tuple(score_logits),
+        )
+
+
+def shared_timings(prefill_s: float, total_s: float, requests: int = 1) -> Timings:
+    """A batch's seconds to its first tokens (``prefill_s``) and in all
+    (``total_s``), shared equally by its ``requests``."""
+    return Timings(prefill_s=prefill_s / requests, decode_s=(total_s - prefill_s) / requests,
+                   total_s=total_s / requests)
 
 
 @runtime_checkable

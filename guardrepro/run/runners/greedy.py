@@ -16,7 +16,7 @@ Invariants:
   a row whose token is an EOS id is finished (``"stop"``) and left out of the
   returned keep-list; the others stay, in their batch order.
 
-Used by the lean decoder (``fast_greedy``: transformers, torch tensors) and
+Used by the lean decoder (``lean``: transformers, torch tensors) and
 ``mlx_batch`` (MLX).
 """
 

@@ -38,7 +38,7 @@ Invariants and choices:
   CUDA, else the process's peak resident set size (``getrusage``).
 
 - ``decode_loop = "lean"`` (greedy only; sampled mode always uses
-  ``generate``): ``runners.fast_greedy.LeanDecoder`` instead of ``generate``:
+  ``generate``): ``runners.lean.LeanDecoder`` instead of ``generate``:
   each prompt prefilled alone exactly as ``generate`` does at batch 1, then
   the chunk decoded as one batch by a hand-written forward over the model's
   own weights, finished sequences dropped at once. Same tokens as
@@ -48,8 +48,8 @@ Invariants and choices:
   differ from batch 1 as they do with ``generate``. Llama-family models only
   (qwen2, llama); others are refused at load time with the reason.
 
-Options (``[backend_options]``; defaults and help declared in
-``runners.options.HF``): ``dtype`` (float32 | bfloat16 | float16), ``device``
+Options (``[backend_options]``; types, choices, defaults and help declared in
+``runners.backends.HF``): ``dtype`` (float32 | bfloat16 | float16), ``device``
 (cpu | cuda | cuda:N | mps), ``batch_size``, ``threads`` (torch CPU threads:
 an integer, or ``"auto"`` = the physical cores this process may use; absent:
 torch's), ``attn_implementation`` (sdpa | eager), ``decode_loop`` (generate |
@@ -62,7 +62,6 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,19 +71,17 @@ from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteri
 from transformers.utils import logging as hf_logging
 
 from guardrepro.errors import InferenceError, InputError
-from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
-from guardrepro.run.runners.fast_greedy import LeanDecoder, unsupported_reason
-from guardrepro.run.runners.options import HF as HF_OPTIONS
+from guardrepro.run.runners.backends import HF
+from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
+from guardrepro.run.runners.lean import LeanDecoder, unsupported_reason
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
-from guardrepro.spec import check_keys
 
 DTYPES: Mapping[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-OPTIONS = HF_OPTIONS.names
 
 
 def _option_error(key: str, message: str) -> InputError:
@@ -92,30 +89,13 @@ def _option_error(key: str, message: str) -> InputError:
 
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
-    check_keys(options, OPTIONS, where="backend_options")
-    out: dict[str, Any] = HF_OPTIONS.filled(options)
+    """The options checked against ``HF.options`` and filled; threads ``"auto"``
+    becomes the physical cores this process may use."""
+    out = HF.options.check(options)
     if out["threads"] == "auto":
         from guardrepro.run.workers import physical_cores
 
         out["threads"] = physical_cores()
-    if out["dtype"] not in DTYPES:
-        raise _option_error("dtype", f"expected one of {list(DTYPES)}, got {out['dtype']!r}")
-    device = out["device"]
-    if not isinstance(device, str) or not (
-        device in ("cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())
-    ):
-        raise _option_error("device", f"expected cpu, cuda, cuda:N or mps, got {device!r}")
-    for key in ("batch_size", "threads"):
-        value = out[key]
-        if value is None and key == "threads":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            extra = ' or "auto"' if key == "threads" else ""
-            raise _option_error(key, f"expected an integer >= 1{extra}, got {value!r}")
-    if out["attn_implementation"] not in ("sdpa", "eager"):
-        raise _option_error("attn_implementation", "expected sdpa or eager")
-    if out["decode_loop"] not in ("generate", "lean"):
-        raise _option_error("decode_loop", f"expected generate or lean, got {out['decode_loop']!r}")
     return out
 
 
@@ -134,8 +114,8 @@ class _FirstTokenClock(StoppingCriteria):
 
 
 class HFRunner:
-    backend = "hf"
-    OPTIONS = HF_OPTIONS
+    backend = HF.name
+    OPTIONS = HF.options
 
     def __init__(
         self,
@@ -304,14 +284,12 @@ class HFRunner:
             head = self.model.get_output_embeddings()
             self._hook = head.register_forward_hook(self._capture)
         self._sync()
-        total = time.perf_counter() - start
-        n = len(chunk)
-        timings = Timings(
-            prefill_s=prefill_s / n, decode_s=(total - prefill_s) / n, total_s=total / n
-        )
+        timings = shared_timings(prefill_s, time.perf_counter() - start, len(chunk))
         peak = self._peak_memory()
         return [
-            self._one(request, d.token_ids, d.margins, timings, peak)
+            Generation.from_tokens(request.row_id, d.token_ids, d.margins,
+                                   eos_token_ids=self.eos_token_ids, decode=self.decode,
+                                   timings=timings, peak_memory_bytes=peak)
             for request, d in zip(chunk, decoded, strict=True)
         ]
 
@@ -355,10 +333,7 @@ class HFRunner:
         self._sync()
         end = time.perf_counter()
         first = clock.first if clock.first is not None else end
-        n = len(chunk)
-        timings = Timings(
-            prefill_s=(first - start) / n, decode_s=(end - first) / n, total_s=(end - start) / n
-        )
+        timings = shared_timings(first - start, end - start, len(chunk))
         peak = self._peak_memory()
         generated = result.sequences[:, width:].tolist()
         if len(steps) < len(generated[0]):
@@ -367,43 +342,19 @@ class HFRunner:
             )
         margins = self._margins(steps[: len(generated[0])])
         scores = self._score_logits.tolist() if self._score_logits is not None else None
-        out = [
-            self._one(request, generated[row], margins[row], timings, peak)
+        return [
+            Generation.from_tokens(request.row_id, generated[row], margins[row],
+                                   eos_token_ids=self.eos_token_ids, decode=self.decode,
+                                   timings=timings, peak_memory_bytes=peak,
+                                   score_logits=None if scores is None else scores[row])
             for row, request in enumerate(chunk)
         ]
-        if scores is None:
-            return out
-        return [replace(g, score_logits=tuple(scores[row])) for row, g in enumerate(out)]
 
     @staticmethod
     def _margins(steps: list[torch.Tensor]) -> list[list[float]]:
         if not steps:
             return []
         return torch.stack(steps, dim=1).tolist()  # (batch, steps)
-
-    def _one(
-        self,
-        request: GenerationRequest,
-        tokens: list[int],
-        margins: list[float],
-        timings: Timings,
-        peak: int,
-    ) -> Generation:
-        eos = set(self.eos_token_ids)
-        stop = next((i for i, t in enumerate(tokens) if t in eos), None)
-        if stop is None:
-            kept, finish, text_ids = tokens, "length", tokens
-        else:
-            kept, finish, text_ids = tokens[: stop + 1], "stop", tokens[:stop]
-        return Generation(
-            row_id=request.row_id,
-            token_ids=tuple(kept),
-            text=self.decode(text_ids),
-            finish_reason=finish,
-            step_margins=tuple(float(m) for m in margins[: len(kept)]),
-            timings=timings,
-            peak_memory_bytes=peak,
-        )
 
     def close(self) -> None:
         """Release the model and restore torch's thread count (a process-wide setting)."""

@@ -65,45 +65,30 @@ from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners import mlx_batch
-from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
+from guardrepro.run.runners.backends import MLX
+from guardrepro.run.runners.base import Generation, GenerationRequest, Timings, shared_timings
 from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore
-from guardrepro.run.runners.options import MLX as MLX_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
-from guardrepro.spec import check_keys
 from guardrepro.versions import package_version
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"
 log = logging.getLogger(__name__)
-_OPTIONS = set(MLX_OPTIONS.names)
-_DEVICES = ("cpu", "gpu", "default")
 PREFIX_STORE = 4  # recent prompts whose caches a batch-1 prompt may reuse
 REUSE_CHECK_ROWS = 4  # rows reusing a prefix that are also prefilled from scratch
 
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options over their declared defaults (``runners.options.MLX``), checked."""
-    check_keys(options, _OPTIONS, where="backend_options")
-    out = MLX_OPTIONS.filled(options)
-    for key in ("batch_size", "prefill_step_size"):
-        value = out[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"expected a positive integer, got {value!r}",
-                             field=f"backend_options.{key}")
-    if not isinstance(out["prefix_reuse"], bool):
-        raise InputError(f"expected true or false, got {out['prefix_reuse']!r}",
-                         field="backend_options.prefix_reuse")
-    if out["device"] not in _DEVICES:
-        raise InputError(f"device must be one of {_DEVICES}, got {out['device']!r}",
-                         field="backend_options.device")
-    return out
+    """The options checked against their declaration (``runners.backends.MLX``)
+    and filled with its defaults."""
+    return MLX.options.check(options)
 
 
 class MLXRunner:
     """Runner protocol implementation on mlx-lm (see module docstring)."""
 
-    backend = "mlx"
-    OPTIONS = MLX_OPTIONS
+    backend = MLX.name
+    OPTIONS = MLX.options
 
     def __init__(
         self,
@@ -361,15 +346,11 @@ class MLXRunner:
         total = time.perf_counter() - start
         decode_s = (total - sum(d.prefill_s for d in decoded)) / len(chunk)
         peak = int(mx.get_peak_memory())
-        out = []
-        for request, d in zip(chunk, decoded, strict=True):
-            body = d.token_ids[:-1] if d.finish_reason == "stop" else d.token_ids
-            out.append(Generation(
-                row_id=request.row_id, token_ids=tuple(d.token_ids), text=self._decode(body),
-                finish_reason=d.finish_reason, step_margins=tuple(d.margins),
-                timings=Timings(prefill_s=d.prefill_s, decode_s=decode_s,
-                                total_s=d.prefill_s + decode_s),
-                peak_memory_bytes=peak))
+        out = [Generation.from_tokens(
+            request.row_id, d.token_ids, d.margins, eos_token_ids=self.eos_token_ids,
+            decode=self._decode, timings=Timings(prefill_s=d.prefill_s, decode_s=decode_s,
+                                                 total_s=d.prefill_s + decode_s),
+            peak_memory_bytes=peak) for request, d in zip(chunk, decoded, strict=True)]
         return out, [d.reused for d in decoded]
 
     def logits(self, token_ids: Sequence[int]) -> Any:
@@ -403,7 +384,6 @@ class MLXRunner:
             cache, logits = mlx_batch.prefill(self.model, ids, self.prefill_step_size, prefix)
             tokens: list[int] = []
             margins: list[float] = []
-            finish = "length"
             prefill_done: float | None = None
             while True:
                 top2 = mx.topk(logits, 2)
@@ -420,7 +400,6 @@ class MLXRunner:
                 chosen: Any = token.item()
                 tokens.append(int(chosen))
                 if tokens[-1] in eos:
-                    finish = "stop"
                     break
                 if len(tokens) >= params.max_new_tokens:
                     break
@@ -430,15 +409,9 @@ class MLXRunner:
             raise InferenceError(f"row {request.row_id!r}: MLX generation failed: {exc}") from exc
         end = time.perf_counter()
         assert prefill_done is not None
-        body = tokens[:-1] if finish == "stop" else tokens
-        return Generation(
-            row_id=request.row_id,
-            token_ids=tuple(tokens),
-            text=self._decode(body),
-            finish_reason=finish,
-            step_margins=tuple(margins),
-            timings=Timings(prefill_s=prefill_done - start, decode_s=end - prefill_done,
-                            total_s=end - start),
+        return Generation.from_tokens(
+            request.row_id, tokens, margins, eos_token_ids=eos, decode=self._decode,
+            timings=shared_timings(prefill_done - start, end - start),
             peak_memory_bytes=int(mx.get_peak_memory()),
         ), cache
 

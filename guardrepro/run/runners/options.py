@@ -1,32 +1,86 @@
-"""The backend options each runner declares: name, accepted types, default, help.
+"""Backend options as data: name, accepted types, default, help and the
+constraints a value must meet (choices, pattern, minimum, maximum).
 
-Input: nothing (declarations only; this module imports no backend library,
-so ``doctor``, the registry and ``guardrepro`` help can read a runner's
-options while its dependencies are missing). Output: one ``OptionTable`` per
-backend, which the runner class carries as its ``OPTIONS`` attribute and
-``runners.registry.option_table`` returns without importing the runner.
+Input: a profile's ``[backend_options]`` table. Output:
+``OptionTable.check(given, file=...)``, the options over their declared
+defaults, or an ``InputError`` naming the file and
+``backend_options.<key>``. This module imports no backend library, so
+``doctor``, the registry and the profile reader can read and enforce a
+runner's options while its dependencies are missing.
 
 Invariants: a table's names are exactly the ``[backend_options]`` keys its
 runner accepts, and its defaults are the only ones: a runner (and the
 pipeline's chunk size, ``doctor``'s facts) fills an absent option from here and
 keeps no default of its own. A default of ``None`` means "absent" (the runner
-decides, e.g. the vLLM runner requires an explicit ``dtype``); the runner
-validates values (ranges, choices) itself.
+decides). A value is never coerced: ``true`` is not an integer and ``1`` is not
+a string (``spec.is_kind``); an integer is accepted where a number is meant.
+``choices`` constrain string values, ``minimum`` / ``maximum`` numbers
+(``open_minimum``: the minimum itself is excluded), ``pattern`` (a regular
+expression matched in full) strings. What a table cannot say (a runner's
+device that must exist on this machine) the runner checks itself.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guardrepro.errors import InputError
+from guardrepro.spec import check_keys, is_kind, kind_name
+
 
 @dataclass(frozen=True)
 class Option:
+    """One declared option; for a ``pattern`` option ``help`` names the accepted
+    values (it is the message's "expected ...")."""
+
     name: str
     types: tuple[type, ...]
     default: Any
     help: str
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    open_minimum: bool = False
+    pattern: str | None = None
+    required: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` for this option, or None when it is valid."""
+        if not is_kind(value, self.types):
+            return self._expected(value)
+        if isinstance(value, str):
+            if self.choices is not None and value not in self.choices:
+                return self._expected(value)
+            if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
+                return f"expected {self.help}, got {value!r}"
+            return None
+        if isinstance(value, bool):
+            return None
+        low, high = self.minimum, self.maximum
+        if (low is not None and (value <= low if self.open_minimum else value < low)) or (
+                high is not None and value > high):
+            return self._expected(value)
+        return None
+
+    def _expected(self, value: Any) -> str:
+        kinds = tuple(t for t in self.types if t is not str or self.choices is None)
+        parts = [kind_name(kinds) + self._range()] if kinds else []
+        if self.choices is not None:
+            parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+        return f"expected {' or '.join(parts)}, got {value!r}"
+
+    def _range(self) -> str:
+        low, high = self.minimum, self.maximum
+        if low is not None and high is not None:
+            return f" in {'(' if self.open_minimum else '['}{low:g}, {high:g}]"
+        if low is not None:
+            return f" {'>' if self.open_minimum else '>='} {low:g}"
+        if high is not None:
+            return f" <= {high:g}"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -41,68 +95,38 @@ class OptionTable:
     def defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}
 
-    def default(self, name: str) -> Any:
+    def option(self, name: str) -> Option:
         for option in self.options:
             if option.name == name:
-                return option.default
+                return option
         raise KeyError(name)
 
+    def default(self, name: str) -> Any:
+        return self.option(name).default
+
     def filled(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """``given`` over the defaults (a key not declared is the runner's to refuse)."""
+        """``given`` over the defaults (unchecked: see ``check``)."""
         return {**self.defaults(), **given}
 
     def value(self, given: Mapping[str, Any], name: str) -> Any:
         """Option ``name`` as given, else its declared default."""
         return given[name] if name in given else self.default(name)
 
+    def check(self, given: Mapping[str, Any], *, file: str | None = None) -> dict[str, Any]:
+        """``given`` validated against the table and filled with the defaults.
 
-_INT = (int,)
-_STR = (str,)
-_BOOL = (bool,)
-_BATCH = Option("batch_size", _INT, 1, "requests per generate call (the pipeline's chunk)")
-
-HF = OptionTable("hf", (
-    Option("dtype", _STR, "float32", "float32 | bfloat16 | float16"),
-    Option("device", _STR, "cpu", "cpu | cuda | cuda:N | mps"),
-    _BATCH,
-    Option("threads", (int, str), None, "torch threads; \"auto\": physical cores / workers"),
-    Option("attn_implementation", _STR, "sdpa", "transformers attention: sdpa | eager"),
-    Option("decode_loop", _STR, "generate",
-           "generate (transformers) | lean (runners/fast_greedy.py, greedy only)"),
-))
-
-MLX = OptionTable("mlx", (
-    Option("dtype", _STR, None, "expected float dtype of the loaded weights (checked)"),
-    Option("device", _STR, "default", "cpu | gpu | default"),
-    Option("batch_size", _INT, 1, "requests decoded together (greedy; the first batch is "
-           "checked against batch 1, which is used from then on if they differ)"),
-    Option("prefill_step_size", _INT, 2048, "prompt tokens per prefill step"),
-    Option("prefix_reuse", _BOOL, True, "greedy prompts prefill on top of a prefix of >= 16 "
-           "tokens shared with a recent prompt (the first 4 such rows are checked against a "
-           "full prefill; reuse is switched off if tokens differ)"),
-))
-
-VLLM = OptionTable("vllm", (
-    Option("dtype", _STR, None, "required: bfloat16 | float16 | float32"),
-    Option("device", _STR, "auto", "auto | cuda | cpu"),
-    _BATCH,
-    Option("tensor_parallel_size", _INT, 1, "GPUs per engine"),
-    Option("enable_prefix_caching", _BOOL, True, "reuse KV cache across shared prefixes"),
-    Option("max_model_len", _INT, None, "context length (default: the model's)"),
-    Option("max_num_seqs", _INT, 256, "sequences the engine schedules at once"),
-    Option("max_num_batched_tokens", _INT, None, "tokens per engine step"),
-    Option("enforce_eager", _BOOL, False, "no CUDA graphs"),
-    Option("seed", _INT, 0, "engine seed (requests carry their own seeds)"),
-    Option("gpu_memory_utilization", (int, float), 0.9, "fraction of GPU memory, in (0, 1]"),
-    Option("cpu_kvcache_space_gib", _INT, 1, "KV cache on the vllm-cpu engine"),
-    Option("batch_invariant", _BOOL, False, "VLLM_BATCH_INVARIANT=1"),
-    Option("multiprocessing", _BOOL, False, "VLLM_ENABLE_V1_MULTIPROCESSING=1"),
-))
-
-RULE = OptionTable("rule", (
-    Option("lookup_table", _STR, None, "JSON lookup table (rule-tool-lookup), relative to the "
-           "profile"),
-    _BATCH,
-))
-
-TABLES: Mapping[str, OptionTable] = {t.backend: t for t in (HF, MLX, VLLM, RULE)}
+        A key the table does not declare, a missing required option, a value of
+        the wrong type, outside its choices, pattern or range raise
+        ``InputError(file=file, field="backend_options.<key>")``."""
+        check_keys(given, self.names, file=file, where="backend_options")
+        for option in self.options:
+            if option.required and option.name not in given:
+                raise InputError(f"backend {self.backend!r} needs an explicit {option.name}: "
+                                 f"{option.help}",
+                                 file=file, field=f"backend_options.{option.name}")
+            if option.name in given:
+                problem = option.problem(given[option.name])
+                if problem is not None:
+                    raise InputError(f"backend {self.backend!r}: {problem}", file=file,
+                                     field=f"backend_options.{option.name}")
+        return self.filled(given)

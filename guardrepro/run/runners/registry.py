@@ -1,19 +1,32 @@
-"""Backend name -> runner class, resolved lazily so that a missing optional
-dependency only matters when that backend is asked for.
+"""Backend name -> descriptor -> runner class: the one place backends are
+registered, and the tables derived from their descriptors.
 
-Input: a backend name from a run profile, the local checkpoint directory, the
-profile's ``[backend_options]`` table and what the prompt tokenizer knows
-(EOS ids, pad id, a decode function). Output: a loaded ``Runner``.
+Input: a backend name from a run profile (or a ``backends.Backend`` to
+register), the local checkpoint directory, the profile's
+``[backend_options]`` table and what the prompt tokenizer knows (EOS ids,
+pad id, a decode function). Output: the backend's descriptor (``backend``),
+its option table, and a loaded ``Runner`` (``create_runner``).
 
-Constructor contract every runner class in ``RUNNERS`` implements::
+Registration: the built-in descriptors (``backends.BUILTIN``) are registered
+at import; ``register(descriptor)`` adds another (a plugin, a test) to this
+process, ``unregister(name)`` removes it. ``RUNNERS`` (class path),
+``DEPENDENCIES`` (top-level modules), ``EXTRAS`` (pip extra) and ``PACKAGES``
+(the distributions ``doctor`` reports) are read-only views of the registered
+descriptors, so they cannot disagree with them. A backend registered at run
+time exists in this process only: worker processes started by ``spawn`` see
+the built-in ones.
+
+Constructor contract every runner class implements::
 
     class SomeRunner:
-        backend: str                      # "hf" | "mlx" | "vllm" | "rule" (no model)
+        backend: str                      # its descriptor's name
+        OPTIONS: OptionTable              # its descriptor's options
 
         def __init__(
             self,
             checkpoint_dir: Path,             # verified local directory (safetensors,
-                                              # config.json, tokenizer files)
+                                              # config.json, tokenizer files); "." when
+                                              # the backend needs no model
             options: Mapping[str, Any],       # the profile's [backend_options] table
             *,
             eos_token_ids: Sequence[int],     # stop on any of these (TS-Guard: 151645, 151643)
@@ -22,19 +35,17 @@ Constructor contract every runner class in ``RUNNERS`` implements::
                                               # backend turns token ids into text with it
         ) -> None: ...
 
-- ``options`` is validated by the runner itself: a key it does not define or a bad value
-  raises ``InputError(field="backend_options.<key>")``. Common keys: ``dtype``,
-  ``device``, ``batch_size`` (requests per ``generate`` chunk).
-- The class declares its options as ``OPTIONS`` (a ``runners.options.OptionTable``:
-  names, types, defaults, help); ``option_table(backend)`` reads the same table
-  without importing the runner, for ``doctor`` and the profile docs.
+- ``options`` is checked against the table (``OPTIONS.check``): a key it does
+  not define or a bad value raises ``InputError(field="backend_options.<key>")``;
+  what the table cannot say (a device that must exist) the runner checks.
 - The runner loads local files only (no hub access, no remote code) and
   raises ``InferenceError`` for a failure that concerns a request rather than
   the configuration.
 - ``Generation.token_ids`` holds every generated id including the EOS id that
   stopped it; ``Generation.text`` is ``decode`` of the ids without that final
   EOS; ``step_margins`` is aligned with ``token_ids`` and computed from the raw
-  logits (before temperature or any processor).
+  logits (before temperature or any processor). ``Generation.from_tokens``
+  builds exactly that from the generated ids.
 - ``describe()`` must be deterministic for a given configuration (it is hashed
   into the run's provenance).
 
@@ -46,65 +57,110 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from guardrepro.errors import DependencyMissingError, InputError, missing_extra
+from guardrepro.run.runners.backends import BUILTIN, Backend
 from guardrepro.run.runners.base import Runner
-from guardrepro.run.runners.options import TABLES as OPTION_TABLES
 from guardrepro.run.runners.options import OptionTable
 
-RUNNERS: Mapping[str, str] = {
-    "hf": "guardrepro.run.runners.hf_runner:HFRunner",
-    "mlx": "guardrepro.run.runners.mlx_runner:MLXRunner",
-    "vllm": "guardrepro.run.runners.vllm_runner:VLLMRunner",
-    "rule": "guardrepro.run.runners.rule_runner:RuleRunner",
-}
-# Top-level modules each backend needs, and the extra that installs them.
-DEPENDENCIES: Mapping[str, tuple[str, ...]] = {
-    "hf": ("torch", "transformers", "safetensors", "tokenizers"),
-    "mlx": ("mlx", "mlx_lm"),
-    "vllm": ("vllm", "torch", "transformers"),
-    "rule": (),
-}
-EXTRAS: Mapping[str, str] = {"hf": "hf", "mlx": "mlx", "vllm": "vllm", "rule": ""}
+T = TypeVar("T")
+_REGISTERED: dict[str, Backend] = {}
 
 
-def _check_name(backend: str) -> None:
-    if backend not in RUNNERS:
-        close = difflib.get_close_matches(backend, list(RUNNERS), n=1, cutoff=0.3)
+class _Derived(Mapping[str, T], Generic[T]):
+    """A read-only view: backend name -> one field of its registered descriptor."""
+
+    def __init__(self, read: Callable[[Backend], T]) -> None:
+        self._read = read
+
+    def __getitem__(self, name: str) -> T:
+        return self._read(_REGISTERED[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_REGISTERED))
+
+    def __len__(self) -> int:
+        return len(_REGISTERED)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+RUNNERS: Mapping[str, str] = _Derived(lambda b: b.runner)
+DEPENDENCIES: Mapping[str, tuple[str, ...]] = _Derived(lambda b: b.modules)
+EXTRAS: Mapping[str, str] = _Derived(lambda b: b.extra)
+PACKAGES: Mapping[str, tuple[str, ...]] = _Derived(lambda b: b.packages)
+
+
+def register(descriptor: Backend) -> Backend:
+    """Make ``descriptor`` a backend of this process; a name already registered
+    (or a table for another backend) is an ``InputError``."""
+    if descriptor.name in _REGISTERED:
+        raise InputError(f"backend {descriptor.name!r} is already registered", field="backend")
+    if descriptor.options.backend != descriptor.name:
+        raise InputError(f"backend {descriptor.name!r} declares the option table of "
+                         f"{descriptor.options.backend!r}", field="backend")
+    _REGISTERED[descriptor.name] = descriptor
+    return descriptor
+
+
+def unregister(name: str) -> None:
+    """Remove a backend registered with ``register`` (a built-in one too)."""
+    _check_name(name)
+    del _REGISTERED[name]
+
+
+for _builtin in BUILTIN:
+    register(_builtin)
+
+
+def _check_name(backend: str, *, file: str | None = None) -> None:
+    if backend not in _REGISTERED:
+        close = difflib.get_close_matches(backend, list(_REGISTERED), n=1, cutoff=0.3)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(
-            f"unknown backend {backend!r} (known: {', '.join(RUNNERS)}){hint}", field="backend"
+            f"unknown backend {backend!r} (known: {', '.join(_REGISTERED)}){hint}",
+            file=file, field="backend",
         )
 
 
-def _missing(backend: str, exc: ImportError) -> DependencyMissingError | None:
-    """A DependencyMissingError when ``exc`` is one of ``backend``'s optional deps."""
+def backend_of(name: str, *, file: str | None = None) -> Backend:
+    """The registered descriptor of backend ``name`` (``InputError`` naming
+    ``file`` and field ``backend`` when there is none)."""
+    _check_name(name, file=file)
+    return _REGISTERED[name]
+
+
+def _missing(backend_name: str, exc: ImportError) -> DependencyMissingError | None:
+    """A DependencyMissingError when ``exc`` is one of the backend's optional deps."""
     name = (getattr(exc, "name", None) or "").split(".")[0]
-    if name not in DEPENDENCIES[backend]:
+    descriptor = _REGISTERED[backend_name]
+    if name not in descriptor.modules:
         return None
-    return missing_extra(f"backend {backend!r}", name, EXTRAS[backend])
+    return missing_extra(f"backend {backend_name!r}", name, descriptor.extra)
 
 
 def option_table(backend: str) -> OptionTable:
     """The options runner ``backend`` declares (its class's ``OPTIONS``), read
-    from the declarations module: the runner and its dependencies are not
-    imported."""
-    _check_name(backend)
-    return OPTION_TABLES[backend]
+    from its descriptor: the runner and its dependencies are not imported."""
+    return backend_of(backend).options
 
 
 def chunk_size(backend: str, options: Mapping[str, Any]) -> int:
-    """Requests per ``generate`` call: option ``batch_size``, else its declared default."""
-    return int(option_table(backend).value(options, "batch_size"))
+    """Requests per ``generate`` call: option ``batch_size``, else its declared
+    default; 1 for a backend that declares no ``batch_size``."""
+    table = option_table(backend)
+    if "batch_size" not in table.names:
+        return 1
+    return int(table.value(options, "batch_size"))
 
 
 def runner_class(backend: str) -> type[Any]:
     """Import and return the runner class for ``backend``."""
-    _check_name(backend)
-    module_name, attr = RUNNERS[backend].split(":", 1)
+    module_name, attr = backend_of(backend).runner.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

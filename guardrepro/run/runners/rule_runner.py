@@ -19,22 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InferenceError
+from guardrepro.run.runners.backends import RULE
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
-from guardrepro.run.runners.options import RULE as RULE_OPTIONS
 from guardrepro.schema import DecodingParams
-from guardrepro.spec import check_keys
-
-_OPTIONS = set(RULE_OPTIONS.names)
 
 
 class RuleRunner:
-    backend = "rule"
-    OPTIONS = RULE_OPTIONS
+    backend = RULE.name
+    OPTIONS = RULE.options
 
     def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
                  eos_token_ids: Sequence[int], pad_token_id: int | None,
                  decode: Callable[[Sequence[int]], str]) -> None:
-        check_keys(options, _OPTIONS, where="backend_options")
+        RULE.options.check(options)
         self.lookup: dict[str, Any] | None = None
         self.lookup_sha256: str | None = None
         path = options.get("lookup_table")

@@ -1,7 +1,7 @@
 """The vLLM backend: offline ``vllm.LLM`` on a local checkpoint directory.
 
 Input: a verified checkpoint directory, the profile's ``[backend_options]``
-(validated by ``VLLMOptions.from_mapping``; keys below), the checkpoint's EOS
+(checked against ``runners.backends.VLLM``; keys below), the checkpoint's EOS
 ids and the project's ``decode``. Output: one ``Generation`` per request, in
 request order (the ``Runner`` protocol of ``guardrepro.run.runners.base``).
 
@@ -37,8 +37,8 @@ Invariants:
   (``cpu_kvcache_space_gib``). An environment that already sets one of them to
   a different value is refused rather than silently overridden.
 
-Options (all optional except ``dtype``; defaults and help declared in
-``runners.options.VLLM``): ``dtype`` (bfloat16 | float16 |
+Options (all optional except ``dtype``; types, ranges, defaults and help
+declared in ``runners.backends.VLLM``): ``dtype`` (bfloat16 | float16 |
 float32), ``device`` (auto | cuda | cpu), ``batch_size`` (requests per
 ``generate`` call made by the pipeline), ``tensor_parallel_size``,
 ``enable_prefix_caching``, ``max_model_len``, ``max_num_seqs``,
@@ -58,21 +58,18 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InferenceError, InputError
+from guardrepro.run.runners.backends import VLLM
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
-from guardrepro.run.runners.options import VLLM as VLLM_OPTIONS
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
-from guardrepro.spec import check_keys
 
-DTYPES = ("bfloat16", "float16", "float32")
-DEVICES = ("auto", "cuda", "cpu")
 LOGPROBS = 2  # top-1 and top-2 at every step: the decision margin
 
 
 @dataclass(frozen=True)
 class VLLMOptions:
     """The validated ``[backend_options]`` of a vLLM profile; every absent
-    option takes its declared default (``runners.options.VLLM``)."""
+    option takes its declared default (``runners.backends.VLLM``)."""
 
     dtype: str
     device: str
@@ -91,37 +88,12 @@ class VLLMOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> VLLMOptions:
-        """Validate strictly: keys it does not define, wrong types and bad values
-        raise ``InputError(field="backend_options.<key>")``."""
-        check_keys(options, VLLM_OPTIONS.names, where="backend_options")
-        if "dtype" not in options:
-            raise InputError(
-                f"the vLLM runner needs an explicit dtype (one of {', '.join(DTYPES)})",
-                field="backend_options.dtype",
-            )
-        values = dict(options)
-        _choice(values, "dtype", DTYPES)
-        _choice(values, "device", DEVICES)
-        for key in ("batch_size", "tensor_parallel_size", "max_num_seqs", "cpu_kvcache_space_gib"):
-            _int(values, key, minimum=1)
-        for key in ("max_model_len", "max_num_batched_tokens"):
-            if values.get(key) is not None:
-                _int(values, key, minimum=1)
-        _int(values, "seed", minimum=0)
-        for key in ("enable_prefix_caching", "enforce_eager", "batch_invariant", "multiprocessing"):
-            if key in values and not isinstance(values[key], bool):
-                raise InputError(
-                    f"expected true or false, got {values[key]!r}", field=f"backend_options.{key}"
-                )
-        if "gpu_memory_utilization" in values:
-            value = values["gpu_memory_utilization"]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-                raise InputError(
-                    f"expected a number in (0, 1], got {value!r}",
-                    field="backend_options.gpu_memory_utilization",
-                )
-            values["gpu_memory_utilization"] = float(value)
-        return cls(**VLLM_OPTIONS.filled(values))
+        """Validate strictly (``OptionTable.check``): keys it does not define, a
+        missing ``dtype``, wrong types and bad values raise
+        ``InputError(field="backend_options.<key>")``."""
+        values = VLLM.options.check(options)
+        values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
+        return cls(**values)
 
     def env_settings(self, device: str) -> dict[str, str]:
         """Environment variables this configuration needs before the engine starts."""
@@ -132,24 +104,6 @@ class VLLMOptions:
         if device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_space_gib)
         return env
-
-
-def _choice(values: dict[str, Any], key: str, allowed: tuple[str, ...]) -> None:
-    if key in values and values[key] not in allowed:
-        raise InputError(
-            f"expected one of {', '.join(allowed)}, got {values[key]!r}",
-            field=f"backend_options.{key}",
-        )
-
-
-def _int(values: dict[str, Any], key: str, *, minimum: int) -> None:
-    if key not in values:
-        return
-    value = values[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(
-            f"expected an integer >= {minimum}, got {value!r}", field=f"backend_options.{key}"
-        )
 
 
 def apply_env(settings: Mapping[str, str]) -> None:
@@ -239,8 +193,8 @@ def split_timings(
 class VLLMRunner:
     """Runner protocol on an offline ``vllm.LLM`` (see the module docstring)."""
 
-    backend = "vllm"
-    OPTIONS = VLLM_OPTIONS
+    backend = VLLM.name
+    OPTIONS = VLLM.options
 
     def __init__(
         self,
@@ -442,28 +396,23 @@ class VLLMRunner:
                     f"row {request.row_id!r}: vLLM output does not belong to its prompt"
                 )
             completion = out.outputs[0]
-            token_ids = tuple(int(t) for t in completion.token_ids)
+            token_ids = [int(t) for t in completion.token_ids]
             reason = completion.finish_reason
             if reason not in ("stop", "length"):
                 raise InferenceError(
                     f"row {request.row_id!r}: vLLM finished with {reason!r}, not stop or length"
                 )
-            if reason == "stop" and (not token_ids or token_ids[-1] not in self.eos_token_ids):
+            generation = Generation.from_tokens(
+                request.row_id, token_ids, step_margins(completion.logprobs, len(token_ids)),
+                eos_token_ids=self.eos_token_ids, decode=self._decode, timings=timing,
+                peak_memory_bytes=None)
+            if generation.finish_reason != reason or len(generation.token_ids) != len(token_ids):
                 raise InferenceError(
-                    f"row {request.row_id!r}: vLLM stopped without an EOS id at the end"
+                    f"row {request.row_id!r}: vLLM finished with {reason!r}, but its EOS ids "
+                    f"say {generation.finish_reason!r} after {len(generation.token_ids)} of "
+                    f"{len(token_ids)} tokens"
                 )
-            text_ids = token_ids[:-1] if reason == "stop" else token_ids
-            results.append(
-                Generation(
-                    row_id=request.row_id,
-                    token_ids=token_ids,
-                    text=self._decode(text_ids),
-                    finish_reason=reason,
-                    step_margins=step_margins(completion.logprobs, len(token_ids)),
-                    timings=timing,
-                    peak_memory_bytes=None,
-                )
-            )
+            results.append(generation)
         return results
 
     def reset_prefix_cache(self) -> None:

@@ -20,12 +20,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from guardrepro.run.runners.fast_greedy import (  # noqa: E402
+from guardrepro.run.runners.greedy import PrefixStore  # noqa: E402
+from guardrepro.run.runners.lean import (  # noqa: E402
     LeanDecoder,
     _slice,
     unsupported_reason,
 )
-from guardrepro.run.runners.greedy import PrefixStore  # noqa: E402
 
 
 def _tiny(kind: str, kv_heads: int, seed: int) -> Any:
