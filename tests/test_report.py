@@ -61,7 +61,7 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert (run / name).stat().st_mode & 0o777 == 0o644
         assert f"]({name})" in text
     gate = load_gate(run)  # gate.json read back as a GateResult
-    assert gate is not None and gate.to_json() == json.loads((run / "gate.json").read_text())
+    assert gate is not None and gate.to_dict() == json.loads((run / "gate.json").read_text())
     _, groups, _ = margin_groups(load_run(run).rows, gate)
     assert groups == {"agrees with reference": [2.0, 3.0, 4.0],
                       "disagrees with reference": [0.5]}

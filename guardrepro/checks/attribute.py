@@ -60,6 +60,7 @@ from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
+from guardrepro.checks.figure import read_any
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.gate_types import disagreement_reason, strict_agrees
 from guardrepro.checks.runio import ORIGINAL
@@ -202,10 +203,8 @@ class Attribution:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
 
-    to_json = to_dict
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
         """The inverse of ``to_dict``: an attribution JSON object read back."""
         try:
             runs = [RunAttribution(**{**r, "rows": [RowCause(**c) for c in r["rows"]]})
@@ -293,7 +292,7 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
             counts[level][cause] = _interval([int(by_key.get(k) == cause) for k in keys],
                                              [1] * len(keys), clusters, replicates, seed)
             margins[level][cause] = quantiles(
-                [r.margin for r in rows if r.level == level and r.cause == cause]).to_json()
+                [r.margin for r in rows if r.level == level and r.cause == cause]).to_dict()
     return RunAttribution(
         label=run.label, role="quantized" if quantized else "unquantized", backend=run.backend,
         compared=len(in_den["strict"]), jointly_valid=len(in_den["exact"]), missing=missing,
@@ -339,9 +338,9 @@ def reference_from_records(records: Sequence[Record], key_field: str) -> dict[st
 def _fmt_count(c: Mapping[str, Any]) -> str:
     rate = c["rate"]
     if rate is None:
-        return frac(c)
+        return frac(read_any(c))
     ci = "" if c["lower"] is None else f" [{c['lower']:.3f}, {c['upper']:.3f}]"
-    return f"{frac(c)} ({rate:.3f}){ci}"
+    return f"{frac(read_any(c))} ({rate:.3f}){ci}"
 
 
 def _fmt_margin(q: Mapping[str, Any]) -> str:

@@ -144,14 +144,14 @@ def compare(a: str | Path, b: str | Path) -> Any:
 
 def comparison_frame(comparison: Comparison) -> Any:
     """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs`` as
-    JSON (``CompareSummary.to_json()``: attrs travel into Parquet metadata)."""
+    JSON (``CompareSummary.to_dict()``: attrs travel into Parquet metadata)."""
     cols = [f.name for f in fields(RowComparison)]
     df = pandas().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
     for col in ("score_a", "score_b", "margin_a", "margin_b"):
         df[col] = df[col].astype("Float64")
     df["first_divergence"] = df["first_divergence"].astype("Int64")
     df["exact_agree"] = df["exact_agree"].astype("boolean")
-    df.attrs["summary"] = comparison.summary().to_json()
+    df.attrs["summary"] = comparison.summary().to_dict()
     return df
 
 

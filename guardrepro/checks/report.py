@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.figure import Figure
 from guardrepro.checks.formatting import fixed, frac_value
 from guardrepro.checks.gate_types import GateResult
-from guardrepro.checks.metrics import Ratio
 from guardrepro.checks.report_figures import (
     CAPTIONS,
     CONFUSION_PNG,
@@ -64,7 +64,6 @@ from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import (
     STATISTICS,
     VIEWS,
-    Statistic,
     StatsResult,
     compute_stats,
     fmt_num,
@@ -101,12 +100,12 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     if path.is_file() and not recompute and not stale:
         data = _read_json(path)
         if data.get("schema") == STATS_SCHEMA:
-            return StatsResult.from_json(data)
+            return StatsResult.from_dict(data)
     if run is None:
         run = load_run(run_dir, cohort)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=progress,
                            expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
-    write_json_atomic(path, result.to_json())
+    write_json_atomic(path, result.to_dict())
     return result
 
 
@@ -139,7 +138,7 @@ def load_gate(run_dir: str | Path) -> GateResult | None:
     path = Path(run_dir) / "gate.json"
     if not path.is_file():
         return None
-    return GateResult.from_json(_read_json(path), file=str(path))
+    return GateResult.from_dict(_read_json(path), file=str(path))
 
 
 @dataclass(frozen=True)
@@ -152,8 +151,8 @@ class Table:
     rows: Sequence[tuple[str, ...]]
 
 
-def _fv(r: Ratio) -> str:
-    return frac_value(r.to_dict())
+def _fv(r: Figure) -> str:
+    return frac_value(r)
 
 
 def report_tables(stats: StatsResult, gate: GateResult | None,
@@ -165,9 +164,9 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
                             [("rows_present (reported)",
-                              frac_value(gate.figures.rows_present.to_json()),
+                              frac_value(gate.figures.rows_present),
                               f"missing {gate.missing_rows}", "-", "reported")]
-                            + [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                            + [(c.name, frac_value(gate.figures.figure(c.figure)),
                                 str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
                                for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
@@ -176,9 +175,9 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     for v in order:
         s = stats.variants[v]
         m = s.summary.metrics
-        mcc = fixed(m.mcc.value) + (" (0/0)" if m.mcc.denominator == 0 else "")
+        mcc = fixed(m.mcc.point) + (" (0/0)" if m.mcc.denominator == 0 else "")
         rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
-                     fixed(m.balanced_accuracy.value), mcc))
+                     fixed(m.balanced_accuracy.point), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats.edits]
@@ -199,7 +198,7 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     return tables
 
 
-def _flip_cell(st: Statistic) -> str:
+def _flip_cell(st: Figure) -> str:
     ci = "" if st.lower is None else f" [{st.lower:.3f}, {st.upper:.3f}]"
     point = "-" if st.point is None else f"{st.point:.3f}"
     return f"{point}{ci}, n = {st.denominator}"
@@ -241,7 +240,7 @@ def _md_table(table: Table) -> list[str]:
 def _gate_lines(gate: GateResult, table: Table) -> list[str]:
     lines = ["## Parity gate", "", f"**{gate.verdict}**", "", *_md_table(table)]
     lines += ["", f"Exact-score agreement (jointly valid rows): "
-              f"{frac_value(gate.figures.exact_agreement.to_json())}",
+              f"{frac_value(gate.figures.exact_agreement)}",
               f"Causal interpretation: `{gate.causal_interpretation}`", ""]
     if gate.disagreement_rows:
         lines += ["Disagreeing rows:", ""]
@@ -283,7 +282,7 @@ def render_markdown(run_id: str, stats: StatsResult, gate: GateResult | None,
     lines.append(f"Expected rows: {stats.rows.expected} "
                  f"({stats.expected_source}); by status: "
                  + ", ".join(f"{k} {v}" for k, v in stats.rows.by_status.items()))
-    b = stats.settings.to_json()
+    b = stats.settings.to_dict()
     lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
               f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
               f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
