@@ -283,6 +283,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats
+    from guardrepro.checks.stats_cache import keyed
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run(hf_dir)
@@ -294,8 +295,8 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     steps.mark("gate")
 
     steps.start("statistics and report")
-    result.stats = compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
-                                 expected_source=run.expected_source)
+    result.stats = keyed(compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
+                                       expected_source=run.expected_source), hf_dir)
     write_json_atomic(hf_dir / "stats.json", result.stats.to_dict())
     result.report = build_report(hf_dir)
     if not figures_available():

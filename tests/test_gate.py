@@ -240,7 +240,7 @@ def test_conservative_uses_bootstrap_lower_bound(tmp_path: Path) -> None:
     assert typed.to_dict() == gate
     unsafe = typed.figures.strict_agreement_gold_unsafe
     assert unsafe.interval is not None and unsafe.interval.lower == pytest.approx(0.625)
-    assert (unsafe.numerator, unsafe.denominator) == (7, 8)
+    assert (unsafe.count, unsafe.denominator) == (7, 8)
     assert typed.figures.rows_present.interval is None
     assert "interval" not in gate["figures"]["rows_present"]
     assert [c.name for c in typed.checks if not c.passed] == [

@@ -60,7 +60,6 @@ from guardrepro.checks.runio import (
     variant_order,
     write_json_atomic,
 )
-from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import (
     STATISTICS,
     VIEWS,
@@ -68,6 +67,7 @@ from guardrepro.checks.stats import (
     compute_stats,
     fmt_num,
 )
+from guardrepro.checks.stats_cache import cache_key, cached, keyed
 from guardrepro.errors import InputError
 from guardrepro.run.records import write_atomic
 
@@ -86,25 +86,27 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
-                          replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                          replicates: int | None = None, seed: int | None = None,
                           cohort: str | Path | None = None,
                           run: RunRows | None = None, progress: bool = False) -> StatsResult:
-    """stats.json of the run, computed (and written) when missing, older than
-    the run's records (a resumed run), or asked.
-    ``run``: the run's rows when the caller has already loaded them;
-    ``progress``: the interval engine's bar on stderr while computing."""
+    """stats.json of the run when its ``cache_key`` matches (``checks.stats_cache``:
+    schema and fingerprint, records, manifest and cohort hashes, and the
+    settings asked; None asks for none in particular), else computed (the
+    defaults for a None setting) and written with its key; ``recompute``
+    always computes. ``run``: the run's rows when the caller has already
+    loaded them; ``progress``: the interval engine's bar on stderr."""
     path = Path(run_dir) / "stats.json"
-    records = Path(run_dir) / "records.jsonl"
-    stale = (path.is_file() and records.is_file()
-             and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
-    if path.is_file() and not recompute and not stale:
-        data = _read_json(path)
-        if data.get("schema") == STATS_SCHEMA:
-            return StatsResult.from_dict(data)
+    asked = cache_key(run_dir, cohort, replicates=replicates, seed=seed, confidence=None)
+    hit = None if recompute else cached(path, asked)
+    if hit is not None:
+        return hit
     if run is None:
         run = load_run(run_dir, cohort)
-    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=progress,
-                           expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
+    reps = DEFAULT_REPLICATES if replicates is None else replicates
+    seed = DEFAULT_SEED if seed is None else seed
+    result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
+                           expected_source=run.expected_source)
+    result = keyed(result.with_extra(run_dir=str(run_dir)), run_dir, cohort)
     write_json_atomic(path, result.to_dict())
     return result
 
@@ -317,7 +319,7 @@ FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrep
 
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
-                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                 replicates: int | None = None, seed: int | None = None,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
                  split_table: Mapping[str, Any] | None = None) -> Path:
@@ -327,7 +329,9 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``).
     ``progress``: bars on stderr while statistics and the guard table are
     computed. ``split_table``: a ``checks.guard_splits`` document (guards on
-    every split), written as ``guard_splits.json`` with ``guard_splits.png``."""
+    every split), written as ``guard_splits.json`` with ``guard_splits.png``.
+    ``replicates``/``seed``: None reuses stats.json whatever its settings
+    (``load_or_compute_stats``); the defaults when something is computed."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
@@ -352,8 +356,9 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
             guard_table_figure,
         )
 
-        table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
-                            seed=seed, progress=progress)
+        table = guard_table([run_dir, *map(Path, other_guards)],
+                            replicates=DEFAULT_REPLICATES if replicates is None else replicates,
+                            seed=DEFAULT_SEED if seed is None else seed, progress=progress)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
         if figures_available():

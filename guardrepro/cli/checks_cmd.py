@@ -124,12 +124,15 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.runio import write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
+    from guardrepro.checks.stats_cache import keyed
 
     run = load_rows(path, cohort)
     rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
                            progress=progress, expected_source=run.expected_source).with_extra(
         run_dir=str(path), interpretation=rung.to_dict())
+    if path.is_dir():  # the key that lets report / gr.stats reuse this stats.json
+        result = keyed(result, path, cohort)
     data = result.to_dict()
     written = write_json_atomic(stats_file(path, out), data)
     emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
