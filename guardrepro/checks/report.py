@@ -67,7 +67,7 @@ from guardrepro.checks.stats import (
     compute_stats,
     fmt_num,
 )
-from guardrepro.checks.stats_cache import cache_key, cached, keyed
+from guardrepro.checks.stats_cache import cache_key, cached, input_hashes, keyed
 from guardrepro.errors import InputError
 from guardrepro.run.records import write_atomic
 
@@ -96,7 +96,9 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     always computes. ``run``: the run's rows when the caller has already
     loaded them; ``progress``: the interval engine's bar on stderr."""
     path = Path(run_dir) / "stats.json"
-    asked = cache_key(run_dir, cohort, replicates=replicates, seed=seed, confidence=None)
+    hashes = input_hashes(run_dir, cohort)  # once per call, for the lookup and the write
+    asked = cache_key(run_dir, cohort, replicates=replicates, seed=seed, confidence=None,
+                      hashes=hashes)
     hit = None if recompute else cached(path, asked)
     if hit is not None:
         return hit
@@ -106,7 +108,7 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     seed = DEFAULT_SEED if seed is None else seed
     result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
                            expected_source=run.expected_source)
-    result = keyed(result.with_extra(run_dir=str(run_dir)), run_dir, cohort)
+    result = keyed(result.with_extra(run_dir=str(run_dir)), run_dir, cohort, hashes=hashes)
     write_json_atomic(path, result.to_dict())
     return result
 

@@ -75,17 +75,27 @@ def _sha(path: Path | None) -> str | None:
     return None if path is None or not path.is_file() else sha256_file(path)[0]
 
 
-def cache_key(run_dir: str | Path, cohort: str | Path | None, *, replicates: int | None,
-              seed: int | None, confidence: float | None) -> dict[str, Any]:
-    """The key of the statistics of ``run_dir`` with these settings; ``cohort``
-    None: the cohort the manifest names, when it is on disk (as ``load_run``)."""
+def input_hashes(run_dir: str | Path, cohort: str | Path | None) -> dict[str, str | None]:
+    """sha256 of the run's records, manifest and cohort file (None: absent);
+    ``cohort`` None: the one the manifest names, when it is on disk (as
+    ``load_run``). A caller that has hashed these files already passes its
+    hashes to ``cache_key`` instead."""
     run_dir = Path(run_dir)
     if cohort is None:
         cohort = manifest_cohort_path(run_dir, load_manifest(run_dir))
-    return {"schema": SCHEMA, "fingerprint": fingerprint(),
-            "records_sha256": _sha(run_dir / RECORDS_FILE),
+    return {"records_sha256": _sha(run_dir / RECORDS_FILE),
             "manifest_sha256": _sha(run_dir / MANIFEST_FILE),
-            "cohort_sha256": _sha(None if cohort is None else Path(cohort)),
+            "cohort_sha256": _sha(None if cohort is None else Path(cohort))}
+
+
+def cache_key(run_dir: str | Path, cohort: str | Path | None, *, replicates: int | None,
+              seed: int | None, confidence: float | None,
+              hashes: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The key of the statistics of ``run_dir`` with these settings (``hashes``:
+    ``input_hashes`` of the run, computed here when not given)."""
+    if hashes is None:
+        hashes = input_hashes(run_dir, cohort)
+    return {"schema": SCHEMA, "fingerprint": fingerprint(), **hashes,
             "replicates": replicates, "seed": seed, "confidence": confidence}
 
 
@@ -109,10 +119,11 @@ def cached(path: Path, key: Mapping[str, Any]) -> StatsResult | None:
     return StatsResult.from_dict(data)
 
 
-def keyed(result: StatsResult, run_dir: str | Path,
-          cohort: str | Path | None = None) -> StatsResult:
+def keyed(result: StatsResult, run_dir: str | Path, cohort: str | Path | None = None, *,
+          hashes: Mapping[str, str | None] | None = None) -> StatsResult:
     """``result`` carrying the ``cache_key`` of its own settings over ``run_dir``
     (what every writer of a run's stats.json stores, so readers can reuse it)."""
     s = result.settings
     return result.with_extra(cache_key=cache_key(run_dir, cohort, replicates=s.replicates,
-                                                 seed=s.seed, confidence=s.confidence))
+                                                 seed=s.seed, confidence=s.confidence,
+                                                 hashes=hashes))
