@@ -16,7 +16,9 @@ format, not to the value):
 - ``count``: ``{count, denominator}`` (stats flip counts);
 - ``point``: ``{count, denominator, point}`` (stats ``strict_accuracy``);
 - ``statistic``: ``{point, lower, upper, count, denominator, clusters}``
-  (stats intervals; no interval = null bounds over 0 clusters).
+  (stats intervals; no interval = null bounds over 0 clusters);
+- ``rate_bounds``: ``{count, denominator, rate, lower, upper}`` (attribution;
+  the clusters are named in its settings, so the interval's are not kept).
 
 Invariants: ``decode(encode(f, s), s) == f`` for every shape that carries
 the point (all but ``count``, whose point is recomputed); integral counts are
@@ -34,7 +36,8 @@ from guardrepro.errors import InputError
 Number = int | float
 
 RATIO, RATE, COUNT, POINT, STATISTIC = "ratio", "rate", "count", "point", "statistic"
-SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC)
+RATE_BOUNDS = "rate_bounds"
+SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC, RATE_BOUNDS)
 BOOTSTRAP = "cluster bootstrap of a ratio of sums"
 STRATIFIED_BOOTSTRAP = "stratified cluster bootstrap of a ratio of sums"
 
@@ -107,6 +110,9 @@ def encode(figure: Figure, shape: str) -> dict[str, Any]:
     if shape == STATISTIC:
         return {"point": point, "lower": figure.lower, "upper": figure.upper, "count": count,
                 "denominator": den, "clusters": figure.clusters}
+    if shape == RATE_BOUNDS:
+        return {"count": count, "denominator": den, "rate": point, "lower": figure.lower,
+                "upper": figure.upper}
     raise ValueError(f"unknown figure shape {shape!r}")
 
 
@@ -131,6 +137,9 @@ def decode(data: Mapping[str, Any], shape: str) -> Figure:
             clusters = data["clusters"]
             ci = CI(data["lower"], data["upper"], BOOTSTRAP, clusters) if clusters else None
             return Figure(data["count"], data["denominator"], data["point"], ci)
+        if shape == RATE_BOUNDS:
+            return Figure(data["count"], data["denominator"], data["rate"],
+                          CI(data["lower"], data["upper"]))
     except KeyError as exc:
         raise InputError(f"a {shape} figure needs {exc.args[0]!r}",
                          field=str(exc.args[0])) from exc
