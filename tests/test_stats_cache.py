@@ -51,6 +51,7 @@ def test_fresh_cache_is_reused(tmp_path: Path, computed: list[int]) -> None:
     unasked = load_or_compute_stats(run)  # no settings asked: whatever is current
     assert computed == [40] and again == first == unasked
     assert accuracy(run) == (3, 4)
+    assert first.to_json() == (run / "stats.json").read_text(encoding="utf-8")  # its text
     key = first.extra["cache_key"]
     assert (key["replicates"], key["seed"], key["schema"]) == (40, 260828, "guardrepro.stats/2")
 
