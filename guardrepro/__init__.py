@@ -6,7 +6,7 @@ The Python API (``import guardrepro as gr``) is loaded lazily from
 - ``gr.load_run(path, cohort=None)``: DataFrame, one row per expected cohort row.
 - ``gr.load_cohort(path)``: DataFrame, one row per cohort line.
 - ``gr.stats(run_or_df)`` -> ``StatsResult``; ``gr.gate(run, spec)`` -> ``GateResult``
-  (``.passed``, ``.verdict``, ``.to_json()``, ``.to_frame()``); ``gr.load_gate(run)``
+  (``.passed``, ``.verdict``, ``.to_dict()``, ``.to_frame()``); ``gr.load_gate(run)``
   reads the gate.json that ``guardrepro gate`` wrote.
 - ``gr.compare(a, b)``: DataFrame, one row per row in both runs.
 - ``gr.attribute(reference, bf16=..., quantized=[...], sampled=[...])``: DataFrame,

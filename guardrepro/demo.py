@@ -272,7 +272,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     # rows they share (the 64 originals)
     result.comparison = compare_runs(result.runs["hf-fp32"], mlx_dir,
                                      shared_rows=plan.rows == "originals")
-    write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison.to_json())
+    write_json_atomic(out / "compare-hf-fp32-vs-mlx-q8.json", result.comparison.to_dict())
     steps.mark("run_mlx")
 
 
@@ -283,6 +283,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
     from guardrepro.checks.runio import load_run, write_json_atomic
     from guardrepro.checks.stats import compute_stats
+    from guardrepro.checks.stats_cache import keyed
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run(hf_dir)
@@ -290,13 +291,13 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field,
                            reference=reference).with_extra(reference=ref_info)
-    write_json_atomic(hf_dir / "gate.json", result.gate.to_json())
+    write_json_atomic(hf_dir / "gate.json", result.gate.to_dict())
     steps.mark("gate")
 
     steps.start("statistics and report")
-    result.stats = compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
-                                 expected_source=run.expected_source)
-    write_json_atomic(hf_dir / "stats.json", result.stats.to_json())
+    result.stats = keyed(compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
+                                       expected_source=run.expected_source), hf_dir)
+    write_json_atomic(hf_dir / "stats.json", result.stats.to_dict())
     result.report = build_report(hf_dir)
     if not figures_available():
         steps.say(FIGURES_NOTE)
@@ -372,27 +373,26 @@ def summary_lines(result: DemoResult) -> list[str]:
     lines.append("strict accuracy by variant (transformers fp32; invalid rows fail closed):")
     for variant, block in (stats.variants if stats else {}).items():
         lines.append(
-            f"  {variant:<18} accuracy {frac_equals(block.accuracy.to_dict())}   "
-            f"coverage {frac_equals(block.coverage.to_dict())}"
+            f"  {variant:<18} accuracy {frac_equals(block.accuracy)}   "
+            f"coverage {frac_equals(block.coverage)}"
         )
     lines.append("strict flips by edit (view all_pairs: fail-closed; 95% cluster bootstrap, "
                  "unstratified):")
     for variant, edit in (stats.edits if stats else {}).items():
         flip = edit.views["all_pairs"].flip_rate
         ci = "" if flip.lower is None else f"  [{flip.lower:.3f}, {flip.upper:.3f}]"
-        figure = {"numerator": flip.count, "denominator": flip.denominator, "value": flip.point}
-        lines.append(f"  {variant:<18} {frac_equals(figure)}{ci}")
+        lines.append(f"  {variant:<18} {frac_equals(flip)}{ci}")
     if result.comparison is not None:
         s = result.comparison.summary()
         plan = result.mlx_plan
         where = "" if plan is None else (
             f" ({Path(plan.recipe).stem}, {plan.rows} rows, {plan.device})")
         lines.append(f"transformers fp32 vs MLX Q8 g64{where}:")
-        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens.to_json())}"
+        lines.append(f"  identical tokens   {frac_equals(s.identical_tokens)}"
                      "  (token identity)")
-        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement.to_json())}"
+        lines.append(f"  strict agreement   {frac_equals(s.strict_agreement)}"
                      "  (gate rule)")
-        lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement.to_json())}")
+        lines.append(f"  exact-score agree  {frac_equals(s.exact_score_agreement)}")
     if result.gate is not None:
         lines.append(f"gate: {result.gate.verdict}")
     if result.table is not None:

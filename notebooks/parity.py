@@ -54,7 +54,7 @@ if gate is not None:
                              columns=list(gate.confusion.column_labels))
     print(confusion)
     failed = [c.name for c in gate.checks if not c.passed]
-    print(f"strict agreement {gate.figures.strict_agreement.numerator}/"
+    print(f"strict agreement {gate.figures.strict_agreement.count}/"
           f"{gate.figures.strict_agreement.denominator}; failed checks: {failed or 'none'}")
     display(Image(filename=str(plot_score_confusion(gate, FIG_DIR / "score_confusion.png"))))
 

@@ -54,10 +54,10 @@ def test_load_cohort(run: Path) -> None:
 
 
 def test_stats_from_frame_equals_stats_from_rows(run: Path) -> None:
-    from_df = gr.stats(gr.load_run(run), replicates=300, seed=7).to_json()
+    from_df = gr.stats(gr.load_run(run), replicates=300, seed=7).to_dict()
     rows = load_rows(run)
     direct = compute_stats(rows.rows, replicates=300, seed=7,
-                           expected_source=rows.expected_source).to_json()
+                           expected_source=rows.expected_source).to_dict()
     assert from_df["edits"] == direct["edits"]
     assert from_df["variants"] == direct["variants"]
     table = gr.stats(gr.load_run(run), replicates=300).to_frame()

@@ -66,7 +66,7 @@ def result() -> dict[str, Any]:
     typed = association_audit(rows, preds, "agentdojo", replicates=200)
     assert typed.nuisance_rule.vs_guard.metrics.f1.denominator == 10
     assert typed.block_rate_strata["unsafe_rule_negative"].invalid == 1
-    return typed.to_json()  # the JSON the audit verb writes
+    return typed.to_dict()  # the JSON the audit verb writes
 
 
 def test_features_and_clusters() -> None:
@@ -195,7 +195,7 @@ def test_interval_needs_both_marker_states() -> None:
     no_marker = [r for r in audit_rows(rows, preds, "agentdojo") if not r.marker]
     got = marker_difference_interval(no_marker, replicates=10)
     assert got.point is None and got.lower is None and got.reason is not None
-    assert "reason" in got.to_json()
+    assert "reason" in got.to_dict()
 
 
 def test_every_rung_states_its_scope(result: dict[str, Any]) -> None:
@@ -203,7 +203,7 @@ def test_every_rung_states_its_scope(result: dict[str, Any]) -> None:
     assert [r.rung for r in rungs] == [1, 2, 3]
     assert all(r.may_show and r.may_not_show for r in rungs)
     assert "non-causal" in rungs[1].may_not_show
-    assert result["interpretation"] == rungs[1].to_json()
+    assert result["interpretation"] == rungs[1].to_dict()
 
 
 def write_agentdojo(root: Path, preds_by_domain: dict[str, list[float | None]]) -> Path:
@@ -241,14 +241,14 @@ def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     direct = association_audit(rows, released_preds(rows, load_released(root, "agentdojo")),
                                "agentdojo", replicates=300)
     assert {k: v for k, v in data.items() if k not in ("preds", "rows_without_record_left_out")
-            } == json.loads(json.dumps(direct.to_json()))
+            } == json.loads(json.dumps(direct.to_dict()))
     # workspace: create_event with the marker, safe, blocked -> a third rule-flagged
     # safe row; travel: the same, allowed
     assert data["rows"] == 13 and data["nuisance_rule"]["rule_positive_rows"] == 6
     assert "may not show" in captured.err and "nuisance rule" in captured.err
     assert main(["audit", "ladder", "--json"]) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out) == ladder().to_json() and "rung 3" in captured.err
+    assert json.loads(captured.out) == ladder().to_dict() and "rung 3" in captured.err
 
 
 def test_association_cli_on_run_records(tmp_path: Path,
@@ -282,7 +282,7 @@ def test_rung_one_and_three_outputs_carry_their_statements(
                                              "slack": [0] * 4, "banking": [0] * 7})
     assert main(["audit", "tool-lookup", "--json", "--data-dir", str(root), "--folds", "2"]) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["interpretation"] == ladder().rungs[0].to_json()
+    assert json.loads(captured.out)["interpretation"] == ladder().rungs[0].to_dict()
     assert "may not show" in captured.err
     specs = [(f"b{i}", v, "banking", float(i % 2), float(s))
              for i in range(4) for v, s in (("original", i % 2), ("combined", 1))]
@@ -290,4 +290,4 @@ def test_rung_one_and_three_outputs_carry_their_statements(
     assert main(["stats", str(run), "--replicates", "20"]) == 0
     assert "rung 3" in capsys.readouterr().out
     stats = json.loads((run / "stats.json").read_text())
-    assert stats["interpretation"] == ladder().rungs[2].to_json()
+    assert stats["interpretation"] == ladder().rungs[2].to_dict()

@@ -64,7 +64,7 @@ def _attribution(runs: dict) -> object:
 
 def _counts(run: object, level: str) -> dict[str, tuple[int, int]]:
     c = run.counts[level]  # type: ignore[attr-defined]
-    return {k: (c[k]["count"], c[k]["denominator"]) for k in ("disagreements", *CAUSES)}
+    return {k: (c[k].count, c[k].denominator) for k in ("disagreements", *CAUSES)}
 
 
 def test_each_row_gets_its_known_cause(runs: dict) -> None:
@@ -100,16 +100,16 @@ def test_counts_and_denominators(runs: dict) -> None:
     for level in ("strict", "exact"):
         for cause in CAUSES:
             c = q8.counts[level][cause]
-            if c["count"]:
-                assert 0.0 <= c["lower"] <= c["rate"] <= c["upper"] <= 1.0
+            if c.count:
+                assert 0.0 <= c.lower <= c.point <= c.upper <= 1.0
 
 
 def test_noise_floor_and_margins(runs: dict) -> None:
     att = _attribution(runs)
     nf = att.noise_floor
     # strict: only b1's repeats disagree; exact: b1 and b6
-    assert (nf["strict"]["count"], nf["strict"]["denominator"]) == (1, 7)
-    assert (nf["exact"]["count"], nf["exact"]["denominator"]) == (2, 7)
+    assert (nf["strict"].count, nf["strict"].denominator) == (1, 7)
+    assert (nf["exact"].count, nf["exact"].denominator) == (2, 7)
     q8 = att.runs[1]
     assert q8.margins["strict"]["quantization"]["q50"] == pytest.approx(0.1)
     assert q8.margins["strict"]["unexplained"]["q50"] == pytest.approx(5.0)

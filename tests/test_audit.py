@@ -16,7 +16,7 @@ from guardrepro.checks.audit import (
     lookup_group,
     tool_lookup_audit,
 )
-from guardrepro.checks.metrics import Ratio
+from guardrepro.checks.figure import Figure
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 
@@ -43,9 +43,9 @@ INTER_PREDS: list[float | None] = [1, 0, 0, 1, 0, None]
 def test_interaction_audit_by_hand() -> None:
     typed = interaction_audit(INTER, INTER_PREDS)
     assert (typed.rows, typed.interactions) == (6, 3)
-    assert typed.row.metrics.f1 == Ratio(2, 6)
-    assert typed.interaction_majority.coverage == Ratio(2, 3)
-    a = typed.to_json()  # the JSON the audit verb writes
+    assert typed.row.metrics.f1 == Figure.of(2, 6)
+    assert typed.interaction_majority.coverage == Figure.of(2, 3)
+    a = typed.to_dict()  # the JSON the audit verb writes
     assert (a["rows"], a["interactions"]) == (6, 3)
     # rows: tp A1; fn A2 A3; fp B1 C2 (None fails closed); tn C1 -> F1 2/6
     row = a["row"]["metrics"]["f1"]
@@ -127,11 +127,11 @@ def test_group_kfold_equals_scikit_learn_when_installed() -> None:
 
 def test_tool_lookup_cv_and_lodo_worked() -> None:
     typed = tool_lookup_audit(TOOLS, max_splits=3)
-    assert typed.grouped_cv.pooled.f1 == Ratio(4, 9) and typed.grouped_cv.folds == 3
+    assert typed.grouped_cv.pooled.f1 == Figure.of(4, 9) and typed.grouped_cv.folds == 3
     assert typed.leave_one_domain_out is not None
     assert typed.leave_one_domain_out.per_split["d1"].unseen_key_rows == 3
     assert typed.interpretation.rung == 1
-    a = typed.to_json()  # the JSON the audit verb writes
+    a = typed.to_dict()  # the JSON the audit verb writes
     assert a["empty_key_rows"] == 2
     assert a["parse_status_counts"] == {"missing_action": 2, "ok_json_object": 7}
     assert a["distinct_keys"] == 4  # send_money, get_balance, post_message, ""
@@ -179,7 +179,7 @@ def test_tool_lookup_folds_capped_by_groups() -> None:
     # 6 interactions: 5 folds by default; 3 interactions: 3 folds
     assert tool_lookup_audit(TOOLS).grouped_cv.folds == 5
     three = bench("d1", [raw_row(1, 1, "a", 1), raw_row(2, 1, "a", 0), raw_row(3, 1, "b", 1)])
-    assert tool_lookup_audit(three).to_json()["grouped_cv"]["folds"] == 3
+    assert tool_lookup_audit(three).to_dict()["grouped_cv"]["folds"] == 3
 
 
 def write_toolsafe(root: Path, harmful: list[dict[str, Any]], benign: list[dict[str, Any]],

@@ -97,7 +97,7 @@ def test_point_counts_and_shape() -> None:
     assert iv.point == 7 / 12  # numerators 7, denominators 12
     assert (iv.numerator, iv.denominator) == (7, 12)
     assert (iv.clusters, iv.strata) == (11, 4)
-    assert iv.to_json()["numerator"] == 7 and isinstance(iv.to_json()["numerator"], int)
+    assert iv.to_dict()["numerator"] == 7 and isinstance(iv.to_dict()["numerator"], int)
 
 
 def test_two_clusters_enumerated() -> None:

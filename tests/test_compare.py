@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from recordsets import PROVENANCE
 
 from guardrepro.checks.compare import compare_runs, first_divergence, load_records, quantiles
+from guardrepro.checks.figure import RATE, encode
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
 from guardrepro.schema import Provenance, Record, Timings
@@ -93,9 +94,9 @@ def test_compare_finds_exactly_the_known_divergences(runs: tuple[Path, Path]) ->
     s = comparison.summary()
     assert (s.rows_a, s.rows_b, s.rows_in_both, s.only_in_a, s.only_in_b) == (6, 6, 5, 1, 1)
     assert (s.identical_tokens.count, s.identical_tokens.denominator) == (2, 5)
-    assert s.identical_tokens.rate == 0.4
+    assert s.identical_tokens.point == 0.4
     assert (s.exact_score_agreement.count, s.exact_score_agreement.denominator) == (1, 3)
-    assert s.strict_agreement.to_json() == {"count": 2, "denominator": 5, "rate": 0.4}
+    assert encode(s.strict_agreement, RATE) == {"count": 2, "denominator": 5, "rate": 0.4}
     assert s.strict_disagreements == ("r2", "r4", "r5")
     assert s.score_disagreements == ("r2", "r3")
     assert s.token_divergences == ("r2", "r3", "r4")
@@ -108,9 +109,9 @@ def test_compare_finds_exactly_the_known_divergences(runs: tuple[Path, Path]) ->
     assert disagree_a.q50 == pytest.approx(0.2)
     assert disagree_a.q100 == 0.3
     # the JSON reads back as the same typed values
-    data = comparison.to_json()
-    assert type(comparison).from_json(data) == comparison
-    assert type(s).from_json(data["summary"]) == s
+    data = comparison.to_dict()
+    assert type(comparison).from_dict(data) == comparison
+    assert type(s).from_dict(data["summary"]) == s
 
 
 def test_unparsable_on_both_sides_never_agrees(tmp_path: Path) -> None:
@@ -119,7 +120,7 @@ def test_unparsable_on_both_sides_never_agrees(tmp_path: Path) -> None:
     comparison = compare_runs(_write_run(tmp_path / "a", bad), _write_run(tmp_path / "b", bad))
     s = comparison.summary()
     assert s.valid_a.count == 0 and s.identical_tokens.count == 8
-    assert s.strict_agreement.to_json() == {"count": 0, "denominator": 8, "rate": 0.0}
+    assert encode(s.strict_agreement, RATE) == {"count": 0, "denominator": 8, "rate": 0.0}
 
 
 def test_quantiles_by_hand() -> None:

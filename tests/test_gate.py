@@ -98,15 +98,15 @@ def test_gate_passes_exit_0_with_hand_figures(setup: dict[str, Path],
         ("r3:original", "strict"), ("r4:original", "local_invalid")]
     assert {d["row_id"] for d in gate["exact_disagreements"]} == {"r2:original", "r3:original"}
     # gate.json reads back as the same typed result (one GateResult type)
-    typed = GateResult.from_json(gate)
-    assert typed.to_json() == gate
+    typed = GateResult.from_dict(gate)
+    assert typed.to_dict() == gate
     assert typed.passed is True and [d.row_id for d in typed.disagreement_rows] == [
         "r3:original", "r4:original"]
 
 
 def test_gate_json_of_another_schema_is_refused() -> None:
     with pytest.raises(InputError, match=r"gate schema 'guardrepro\.gate/1'"):
-        GateResult.from_json({"schema": "guardrepro.gate/1"}, file="gate.json")
+        GateResult.from_dict({"schema": "guardrepro.gate/1"}, file="gate.json")
 
 
 def test_gate_fails_exit_3_and_still_writes_json(setup: dict[str, Path],
@@ -165,7 +165,7 @@ def test_missing_local_row_counts_as_disagreement(tmp_path: Path,
     assert "rows 3/4 (missing 1)" in gate["verdict"]
     assert next(x for x in out.splitlines() if x.startswith("rows_present")).split()[-2:] == [
         "missing", "1"]
-    assert GateResult.from_json(gate).to_json() == gate
+    assert GateResult.from_dict(gate).to_dict() == gate
     # with the published thresholds the same run fails on coverage and agreement
     strict = write_spec(tmp_path / "checks" / "s.toml", ref / "records.jsonl", PUBLISHED)
     assert run_gate(["gate", str(local), "--spec", str(strict)]) == 3
@@ -187,7 +187,7 @@ def test_predictions_file_gate_has_the_run_directory_denominators(tmp_path: Path
     reference = {b: RefRow(b, s, True, float(g), d, b)
                  for (b, d, g), s in zip(BASES, [0.0, 1.0, 0.5, 1.0], strict=True)}
     gates = [evaluate(load_spec(spec), load_rows(p).rows, key_field="base_sample_id",
-                      reference=reference).to_json() for p in (run, preds)]
+                      reference=reference).to_dict() for p in (run, preds)]
     for gate in gates:
         f = gate["figures"]
         assert frac(f["strict_agreement_gold_unsafe"]) == (1, 2)
@@ -236,11 +236,11 @@ def test_conservative_uses_bootstrap_lower_bound(tmp_path: Path) -> None:
         "strict_agreement", "strict_agreement_gold_unsafe"}
     assert all(c["basis"] == "bootstrap_lower_bound" for c in gate["checks"])
     # read back typed: the ratio figures carry their interval, the count figure none
-    typed = GateResult.from_json(gate)
-    assert typed.to_json() == gate
+    typed = GateResult.from_dict(gate)
+    assert typed.to_dict() == gate
     unsafe = typed.figures.strict_agreement_gold_unsafe
     assert unsafe.interval is not None and unsafe.interval.lower == pytest.approx(0.625)
-    assert (unsafe.numerator, unsafe.denominator) == (7, 8)
+    assert (unsafe.count, unsafe.denominator) == (7, 8)
     assert typed.figures.rows_present.interval is None
     assert "interval" not in gate["figures"]["rows_present"]
     assert [c.name for c in typed.checks if not c.passed] == [
@@ -261,7 +261,7 @@ def test_released_style_reference_by_base_id(tmp_path: Path, with_cohort: bool) 
                  for (b, d, g), s in zip(BASES, [0.0, 1.0, 0.5, None], strict=True)}
     rows = load_run(local).rows
     gate = evaluate(load_spec(spec), rows, key_field="base_sample_id",
-                    reference=reference).to_json()
+                    reference=reference).to_dict()
     assert frac(gate["figures"]["rows_present"]) == (2, 4)
     assert frac(gate["figures"]["strict_agreement"]) == (2, 4)
     safe = (1, 2) if with_cohort else (1, 1)  # r1 agrees; r3 missing when known

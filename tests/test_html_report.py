@@ -120,7 +120,7 @@ def report(tmp_path: Path) -> Path:
                       runs=[RunAttribution(label="run", role="unquantized", backend="hf",
                                            compared=2, jointly_valid=2, missing=[],
                                            rows=[cause])])
-    assert Attribution.from_json(att.to_dict()) == att
+    assert Attribution.from_dict(att.to_dict()) == att
     write_json_atomic(run / "attribution.json", att.to_dict())
     return build_html(run, cohort=cohort)
 

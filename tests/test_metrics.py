@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from guardrepro.checks.metrics import Ratio, confusion, interaction_weights, strict_decision
+from guardrepro.checks.figure import RATIO, Figure, encode
+from guardrepro.checks.metrics import confusion, interaction_weights, strict_decision
 from guardrepro.errors import InputError
 
 # row:       0    1    2     3    4    5    6    7
@@ -52,21 +53,21 @@ def test_equal_interaction_weights_by_hand() -> None:
     assert c.fn == pytest.approx(1 / 3)
     assert c.total == pytest.approx(4.0)  # one per interaction
     # F1 = 2*(7/6) / (2*(7/6) + 3/2 + 1/3) = 14/25
-    assert c.f1().value == pytest.approx(14 / 25)
-    assert c.coverage.to_dict()["denominator"] == 8  # coverage stays a row count
+    assert c.f1().point == pytest.approx(14 / 25)
+    assert c.coverage.denominator == 8  # coverage stays a row count
 
 
 def test_zero_denominators() -> None:
     # nothing predicted unsafe and no gold unsafe: precision 0/0 and MCC 0/0
     # are 0.0 as in the published figures; recall 0/0 stays undefined
     c = confusion([0, 0], [0, 0])
-    assert c.precision().to_dict() == {"numerator": 0, "denominator": 0, "value": 0.0}
-    assert c.mcc().to_dict() == {"numerator": 0, "denominator": 0, "value": 0.0}
-    assert c.recall().value is None
-    assert Ratio(0, 0).to_dict() == {"numerator": 0, "denominator": 0, "value": None}
+    assert encode(c.precision(), RATIO) == {"numerator": 0, "denominator": 0, "value": 0.0}
+    assert encode(c.mcc(), RATIO) == {"numerator": 0, "denominator": 0, "value": 0.0}
+    assert c.recall().point is None
+    assert encode(Figure.of(0, 0), RATIO) == {"numerator": 0, "denominator": 0, "value": None}
     # read back, the 0/0 figures keep their value
     summary = c.summary()
-    assert type(summary).from_json(summary.to_json()) == summary
+    assert type(summary).from_dict(summary.to_dict()) == summary
 
 
 @pytest.mark.parametrize(("gold", "scores"), [
@@ -81,9 +82,9 @@ def test_precision_and_mcc_match_scikit_learn_zero_division(gold: list, scores: 
     y = [int(g != 0) for g in gold]
     d = [1 if s is None or s != 0 else 0 for s in scores]
     c = confusion(gold, scores)
-    assert c.precision().value == pytest.approx(
+    assert c.precision().point == pytest.approx(
         metrics.precision_score(y, d, zero_division=0))
-    assert c.mcc().value == pytest.approx(metrics.matthews_corrcoef(y, d))
+    assert c.mcc().point == pytest.approx(metrics.matthews_corrcoef(y, d))
 
 
 @pytest.mark.parametrize(

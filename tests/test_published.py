@@ -133,7 +133,7 @@ def test_a_changed_prediction_and_a_missing_variant_fail(tmp_path: Path) -> None
     from guardrepro.checks.predictions import load_predictions
     from guardrepro.checks.stats import compute_stats
 
-    stats = compute_stats(load_predictions(path), replicates=10).to_json()
+    stats = compute_stats(load_predictions(path), replicates=10).to_dict()
     result = compare(load_published(spec), {"stats": stats, "gate": None, "audit": None})
     status = {r.figure.name: r.status for r in result.rows}
     assert status["strict accuracy: combined"] == "missing"

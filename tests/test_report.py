@@ -61,7 +61,7 @@ def test_report_with_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert (run / name).stat().st_mode & 0o777 == 0o644
         assert f"]({name})" in text
     gate = load_gate(run)  # gate.json read back as a GateResult
-    assert gate is not None and gate.to_json() == json.loads((run / "gate.json").read_text())
+    assert gate is not None and gate.to_dict() == json.loads((run / "gate.json").read_text())
     _, groups, _ = margin_groups(load_run(run).rows, gate)
     assert groups == {"agrees with reference": [2.0, 3.0, 4.0],
                       "disagrees with reference": [0.5]}
@@ -77,17 +77,26 @@ def test_report_computes_missing_stats(tmp_path: Path) -> None:
     assert (run / "margin_hist.png").is_file()
 
 
-def test_report_recomputes_stats_older_than_the_records(tmp_path: Path) -> None:
+def test_report_reuses_stats_only_for_the_same_inputs_and_settings(tmp_path: Path) -> None:
     import os
 
     run = write_run(tmp_path / "run", grid(BASES, LOCAL))
+
+    def seed() -> int:
+        return int(json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"])
+
     assert main(["report", str(run), "--replicates", "200", "--seed", "3"]) == 0
-    # a second report over unchanged records reuses stats.json (seed 3 stays) ...
-    assert main(["report", str(run), "--replicates", "200", "--seed", "4"]) == 0
-    assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 3
-    # ... but records written after it (a resumed run) make it stale
+    # a report asking for no particular settings reuses stats.json (seed 3 stays) ...
+    assert main(["report", str(run)]) == 0 and seed() == 3
+    # ... one asking for another seed recomputes it
+    assert main(["report", str(run), "--replicates", "200", "--seed", "4"]) == 0 and seed() == 4
+    # a newer mtime over the same record bytes is not a change ...
     records = run / "records.jsonl"
     later = (run / "stats.json").stat().st_mtime_ns + 1_000_000_000
     os.utime(records, ns=(later, later))
-    assert main(["report", str(run), "--replicates", "200", "--seed", "5"]) == 0
-    assert json.loads((run / "stats.json").read_text())["settings"]["intervals"]["seed"] == 5
+    assert main(["report", str(run), "--seed", "4"]) == 0 and seed() == 4
+    # ... records that differ (the last record dropped: a row now missing) are
+    full = records.read_text(encoding="utf-8").splitlines(keepends=True)
+    records.write_text("".join(full[:-1]), encoding="utf-8")
+    assert main(["report", str(run), "--replicates", "200", "--seed", "4"]) == 0
+    assert json.loads((run / "stats.json").read_text())["rows"]["by_status"]["missing"] == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from guardrepro.checks.figure import RATE, RATIO, Figure, decode, encode, read_any
 from guardrepro.checks.formatting import (
     fixed,
     fmt_num,
@@ -12,7 +13,6 @@ from guardrepro.checks.formatting import (
     frac_equals,
     frac_percent,
     frac_value,
-    rate_figure,
     sig3,
 )
 from guardrepro.errors import InputError
@@ -39,16 +39,19 @@ def test_null_only_where_a_prediction_may_be_invalid() -> None:
         check_score(0.25, nullable=True, line=2)
 
 
-def test_fractions_of_both_figure_shapes() -> None:
-    stats_fig = {"numerator": 3, "denominator": 8, "value": 0.375}
-    compare_fig = rate_figure(3, 8)
-    assert compare_fig == {"count": 3, "denominator": 8, "rate": 0.375}
-    assert frac(stats_fig) == frac(compare_fig) == "3/8"
-    assert frac({}) == "-" and frac(None, "n/a") == "n/a"
-    assert frac_value(stats_fig) == "3/8 (0.3750)"
-    assert frac_percent(compare_fig) == "3/8 (37.5%)"
-    assert frac_percent(rate_figure(0, 0)) == "0/0 (n/a)"
-    assert frac_equals(compare_fig) == "3/8 = 0.375" and frac_equals(None) == "n/a"
+def test_one_figure_in_every_file_shape() -> None:
+    fig = Figure.of(3, 8)
+    assert encode(fig, RATIO) == {"numerator": 3, "denominator": 8, "value": 0.375}
+    assert encode(fig, RATE) == {"count": 3, "denominator": 8, "rate": 0.375}
+    assert decode(encode(fig, RATE), RATE) == decode(encode(fig, RATIO), RATIO) == fig
+    assert read_any({"numerator": 3, "denominator": 8, "value": 0.375}) == fig
+    assert frac(fig) == frac(read_any(encode(fig, RATE))) == "3/8"
+    assert frac(None) == "-" and frac(None, "n/a") == "n/a"
+    assert frac_value(fig) == "3/8 (0.3750)"
+    assert frac_percent(fig) == "3/8 (37.5%)"
+    assert frac_percent(Figure.of(0, 0)) == "0/0 (n/a)"
+    assert frac_equals(fig) == "3/8 = 0.375" and frac_equals(None) == "n/a"
+    assert frac(Figure.of(2.0, 4.0)) == "2/4"  # integral weighted sums print as integers
 
 
 def test_numbers() -> None:

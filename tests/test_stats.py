@@ -49,7 +49,7 @@ def stats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run = write_run(tmp_path_factory.mktemp("s") / "run", grid(BASES, SCORES))
     rows = load_run(run)
     assert rows.expected_source.startswith("cohort:")
-    return compute_stats(rows.rows, replicates=REPLICATES).to_json()
+    return compute_stats(rows.rows, replicates=REPLICATES).to_dict()
 
 
 def test_per_variant_confusion(stats: dict[str, Any]) -> None:
@@ -211,8 +211,8 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["settings"]["intervals"]["replicates"] == 200
     assert cd(data["edits"]["marker_paraphrase"]["all_pairs"]["flip_rate"]) == (3, 5)
     # stats.json reads back as the same typed result (one StatsResult type)
-    typed = StatsResult.from_json(data)
-    assert typed.to_json() == data and typed.extra["run_dir"] == data["run_dir"]
+    typed = StatsResult.from_dict(data)
+    assert typed.to_dict() == data and typed.extra["run_dir"] == data["run_dir"]
     flip = typed.edits["marker_paraphrase"].views["all_pairs"].statistics["flip_rate"]
     assert (flip.count, flip.denominator) == (3, 5)
 
@@ -223,7 +223,7 @@ def test_unpaired_edit_rows_are_counted() -> None:
     rows = [RowResult("a:o", "a", "original", "d", 0.0, "ok", 0.0),
             RowResult("a:m", "a", "marker_paraphrase", "d", 0.0, "ok", 1.0),
             RowResult("b:m", "b", "marker_paraphrase", "d", 1.0, "ok", 1.0)]
-    e = compute_stats(rows, replicates=50).to_json()["edits"]["marker_paraphrase"]
+    e = compute_stats(rows, replicates=50).to_dict()["edits"]["marker_paraphrase"]
     assert (e["pairs"], e["unpaired_edit_rows"], e["unpaired_original_rows"]) == (1, 1, 0)
     assert cd(e["all_pairs"]["flip_rate"]) == (1, 1)
 
@@ -258,21 +258,21 @@ def test_run_with_mixed_provenance_is_refused(tmp_path: Path) -> None:
 
 
 def test_typed_result_reads_back_equal(tmp_path: Path) -> None:
-    from guardrepro.checks.metrics import Ratio
+    from guardrepro.checks.figure import Figure
 
     run = write_run(tmp_path / "run", grid(BASES, SCORES))
     result = compute_stats(load_run(run).rows, replicates=200)
-    assert StatsResult.from_json(result.to_json()) == result
+    assert StatsResult.from_dict(result.to_dict()) == result
     # the same figures as the JSON tests above, read as attributes
     o = result.variants["original"]
     assert (o.summary.cells.tp, o.summary.cells.fn, o.by_status["parse_error"]) == (2, 1, 1)
-    assert o.accuracy == Ratio(3, 5) and result.rows.coverage == Ratio(18, 20)
+    assert o.accuracy == Figure.of(3, 5) and result.rows.coverage == Figure.of(18, 20)
     placebo = result.extras.placebo_corrected
     assert placebo is not None
     view = placebo["marker_paraphrase"].views["valid_both_only"]
-    assert (view.edit_flips, view.placebo_flips) == (Ratio(2, 3), Ratio(1, 4))
+    assert (view.edit_flips, view.placebo_flips) == (Figure.of(2, 3), Figure.of(1, 4))
     rep = result.extras.run_to_run
-    assert rep is not None and rep.exact_score_disagreement_valid_both == Ratio(1, 4)
+    assert rep is not None and rep.exact_score_disagreement_valid_both == Figure.of(1, 4)
     edit = result.edits["marker_paraphrase"]
     assert (edit.views["all_pairs"].flip_rate.count, edit.views["all_pairs"].pairs) == (3, 5)
     by_domain = edit.views["all_pairs"].counts.by_domain

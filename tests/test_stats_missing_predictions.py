@@ -33,7 +33,7 @@ def figures(path: Path, cohort: Path | None = None) -> dict[str, Any]:
     """stats.json without the expected-rows source; a run's ``parse_error``
     status reads ``invalid`` (a predictions file can only say null)."""
     rows = load_rows(path, cohort)
-    data = compute_stats(rows.rows, replicates=REPLICATES).to_json()
+    data = compute_stats(rows.rows, replicates=REPLICATES).to_dict()
     data["settings"].pop("expected_rows", None)
     for counts in [data["rows"]["by_status"], *(v["by_status"] for v in
                                                 data["variants"].values())]:

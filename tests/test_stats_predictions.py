@@ -23,7 +23,7 @@ REPLICATES = 1100
 @pytest.fixture(scope="module")
 def q8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = write_predictions(tmp_path_factory.mktemp("q8") / "preds.jsonl")
-    return compute_stats(load_predictions(path), replicates=REPLICATES).to_json()
+    return compute_stats(load_predictions(path), replicates=REPLICATES).to_dict()
 
 
 def cd(s: dict[str, Any]) -> tuple[int, int]:

@@ -32,9 +32,11 @@ Modules:
 - ``runio``: reading a run directory (records, manifest, expected rows) and
   writing JSON atomically.
 - ``gate_types``, ``stats_types``, ``audit_types``: the typed results of the
-  gate, the statistics and the audits (frozen dataclasses; ``to_json()`` is
-  the JSON each verb writes, ``from_json()`` reads gate.json and stats.json
-  back).
+  gate, the statistics and the audits (frozen dataclasses; ``to_dict()`` is
+  the JSON object each verb writes, ``to_json()`` its text, ``from_dict()``
+  reads gate.json and stats.json back); ``figure`` holds the one figure type
+  (count, denominator, point, optional interval) and ``serde`` derives the
+  JSON of every result type from its fields.
 - ``tables``: pandas on demand, a nested result as one row per figure, and
   CSV/Parquet export (the result types' ``to_frame()``); ``frames`` is the
   pandas API on top of every check (``import guardrepro as gr``).

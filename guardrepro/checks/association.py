@@ -5,7 +5,7 @@ Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order), on
 prediction per row (0 / 0.5 / 1, or None for a missing, unparsed or failed
 row) and the benchmark name (it names the interaction clusters).
 
-Output: an ``AssociationResult`` (``checks.audit_types``; ``to_json()`` is
+Output: an ``AssociationResult`` (``checks.audit_types``; ``to_dict()`` is
 the JSON, every rate with its numerator and denominator) and a plain-text
 table; ``ladder()`` lists the three rungs with what each may and
 may not be taken to show. The protocol is described in ``docs/PROTOCOL.md``.
@@ -73,9 +73,10 @@ from guardrepro.checks.bootstrap import (
     ratio_estimates,
     replicate_sums,
 )
+from guardrepro.checks.figure import Figure, plain
 from guardrepro.checks.formatting import fixed
 from guardrepro.checks.ladder import LADDER, interpretation, ladder  # noqa: F401
-from guardrepro.checks.metrics import Ratio, confusion, strict_decision
+from guardrepro.checks.metrics import confusion, strict_decision
 from guardrepro.errors import InputError
 
 SOURCE_LABELS = {"agentdojo": "AgentDojo-Traj", "agentharm": "AgentHarm-Traj"}
@@ -164,7 +165,7 @@ def rule_summary(items: Sequence[AuditRow]) -> RuleSummary:
                                        [float(r.marker) for r in items]).summary(),
         vs_guard=confusion(guard, rule).summary(),
         guard_invalid_rows=sum(1 for r in items if r.score is None),
-        agreement_with_guard=Ratio(cells["both_block"] + cells["neither"], len(items)),
+        agreement_with_guard=Figure.of(cells["both_block"] + cells["neither"], len(items)),
         agreement_cells=cells,
     )
 
@@ -239,8 +240,8 @@ def marker_difference_interval(items: Sequence[AuditRow], *,
     out = MarkerInterval(
         rows=len(safe), clusters=0 if table is None else table.clusters,
         replicates=replicates, seed=seed,
-        marker_present=Ratio(int(total[0]), int(total[1])),
-        marker_absent=Ratio(int(total[2]), int(total[3])),
+        marker_present=Figure.of(int(total[0]), int(total[1])),
+        marker_absent=Figure.of(int(total[2]), int(total[3])),
         point=None, lower=None, upper=None, undefined_replicates=None,
         method="cluster bootstrap, clusters = interaction, unstratified; "
                "numpy.random.default_rng(seed) fresh; batches of 512, "
@@ -304,10 +305,10 @@ def association_audit(rows: Sequence[BenchRow], preds: Sequence[float | None], b
     )
 
 
-def _r(figure: Ratio | BlockRate) -> str:
+def _r(figure: Figure | BlockRate) -> str:
     ratio = figure.ratio if isinstance(figure, BlockRate) else figure
-    d, value = ratio.to_dict(), ratio.value
-    text = f"{d['numerator']:.6g}/{d['denominator']:.6g}"
+    value = ratio.point
+    text = f"{plain(ratio.count):.6g}/{plain(ratio.denominator):.6g}"
     return text + ("" if value is None else f" = {value:.4f}")
 
 

@@ -54,15 +54,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
 from guardrepro.checks.compare import quantiles
+from guardrepro.checks.figure import CI, RATE_BOUNDS, Figure
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.gate_types import disagreement_reason, strict_agrees
 from guardrepro.checks.runio import ORIGINAL
+from guardrepro.checks.serde import as_json_value, from_json_value, opt
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
@@ -183,8 +185,8 @@ class RunAttribution:
     jointly_valid: int
     missing: list[str]
     rows: list[RowCause]
-    counts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    margins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counts: dict[str, dict[str, Figure]] = opt(shape=RATE_BOUNDS, default_factory=dict)
+    margins: dict[str, dict[str, Any]] = opt(default_factory=dict)
 
     def denominator(self, level: str) -> int:
         return self.compared if level == "strict" else self.jointly_valid
@@ -195,24 +197,23 @@ class Attribution:
     reference: dict[str, Any]
     key_field: str
     sampled_runs: list[str]
-    noise_floor: dict[str, dict[str, Any]]
-    runs: list[RunAttribution]
-    settings: dict[str, Any]
+    noise_floor: dict[str, Figure] = opt(shape=RATE_BOUNDS)
+    runs: list[RunAttribution] = opt()
+    settings: dict[str, Any] = opt()
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
-
-    to_json = to_dict
+        """The attribution JSON object (``checks.serde``; figures in the
+        ``rate_bounds`` shape)."""
+        out: dict[str, Any] = json.loads(json.dumps(as_json_value(self)))
+        return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
         """The inverse of ``to_dict``: an attribution JSON object read back."""
         try:
-            runs = [RunAttribution(**{**r, "rows": [RowCause(**c) for c in r["rows"]]})
-                    for r in data["runs"]]
-            return cls(data["reference"], data["key_field"], list(data["sampled_runs"]),
-                       data["noise_floor"], runs, data["settings"])
-        except (KeyError, TypeError) as exc:
+            out: Attribution = from_json_value(cls, data)
+            return out
+        except (InputError, KeyError, TypeError) as exc:
             raise InputError(f"not an attribution object ({exc})", file=file) from exc
 
     def causes_by_key(self, level: str = "strict") -> dict[str, dict[str, str]]:
@@ -221,17 +222,16 @@ class Attribution:
 
 
 def _interval(hits: Sequence[int], dens: Sequence[int], clusters: Sequence[str],
-              replicates: int, seed: int) -> dict[str, Any]:
+              replicates: int, seed: int) -> Figure:
     count, den = sum(hits), sum(dens)
     iv = ratio_interval(hits, dens, clusters, replicates=replicates, seed=seed) if den else None
-    return {"count": count, "denominator": den, "rate": count / den if den else None,
-            "lower": iv.lower if iv else None, "upper": iv.upper if iv else None}
+    return Figure.of(count, den, interval=CI(iv.lower if iv else None, iv.upper if iv else None))
 
 
 def noise_floor(reference: Mapping[str, RefValue], sampled: Sequence[RunInput], *,
-                replicates: int, seed: int) -> dict[str, dict[str, Any]]:
+                replicates: int, seed: int) -> dict[str, Figure]:
     """Per level: share of reference rows (with >= 2 repeats) whose repeats disagree."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Figure] = {}
     for level in LEVELS:
         hits, dens, clusters = [], [], []
         for key, ref in reference.items():
@@ -280,7 +280,7 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
                 sampled_margins=[r.decision_margin for r in reps],
                 reason=(disagreement_reason(True, local.valid, ref.score is not None)
                         if level == "strict" else "")))
-    counts: dict[str, dict[str, Any]] = {}
+    counts: dict[str, dict[str, Figure]] = {}
     margins: dict[str, dict[str, Any]] = {}
     for level in LEVELS:
         keys = in_den[level]
@@ -293,7 +293,7 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
             counts[level][cause] = _interval([int(by_key.get(k) == cause) for k in keys],
                                              [1] * len(keys), clusters, replicates, seed)
             margins[level][cause] = quantiles(
-                [r.margin for r in rows if r.level == level and r.cause == cause]).to_json()
+                [r.margin for r in rows if r.level == level and r.cause == cause]).to_dict()
     return RunAttribution(
         label=run.label, role="quantized" if quantized else "unquantized", backend=run.backend,
         compared=len(in_den["strict"]), jointly_valid=len(in_den["exact"]), missing=missing,
@@ -336,12 +336,11 @@ def reference_from_records(records: Sequence[Record], key_field: str) -> dict[st
             for k, r in keyed.records.items()}
 
 
-def _fmt_count(c: Mapping[str, Any]) -> str:
-    rate = c["rate"]
-    if rate is None:
+def _fmt_count(c: Figure) -> str:
+    if c.point is None:
         return frac(c)
-    ci = "" if c["lower"] is None else f" [{c['lower']:.3f}, {c['upper']:.3f}]"
-    return f"{frac(c)} ({rate:.3f}){ci}"
+    ci = "" if c.lower is None else f" [{c.lower:.3f}, {c.upper:.3f}]"
+    return f"{frac(c)} ({c.point:.3f}){ci}"
 
 
 def _fmt_margin(q: Mapping[str, Any]) -> str:
@@ -373,9 +372,9 @@ def format_table(att: Attribution) -> str:
             lines.append(f"  {cause:<14}{_fmt_count(s):<32}{_fmt_count(e):<32}{m}")
         for level in LEVELS:
             if att.sampled_runs:
-                n = run.counts[level]["sampling"]["count"]
-                total = run.counts[level]["disagreements"]["count"]
-                lines.append(f"  sampling alone explains {n} of {total} {level} "
+                hits = run.counts[level]["sampling"].count
+                total = run.counts[level]["disagreements"].count
+                lines.append(f"  sampling alone explains {hits} of {total} {level} "
                              f"disagreement{'' if total == 1 else 's'}")
         for r in run.rows:
             why = f" ({r.reason})" if r.reason and r.reason != "strict" else ""

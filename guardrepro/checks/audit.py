@@ -5,7 +5,7 @@ Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and
 for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
 
 Output: typed results (``checks.audit_types``: ``InteractionAudit``,
-``ToolLookupAudit``; ``to_json()`` is the JSON the audit verbs write, every
+``ToolLookupAudit``; ``to_dict()`` is the JSON the audit verbs write, every
 figure with numerator and denominator) and plain-text tables.
 
 Interaction audit (``interaction_audit``): the strict confusion and metrics
@@ -72,9 +72,9 @@ from guardrepro.checks.audit_types import (
     SplitScore,
     ToolLookupAudit,
 )
+from guardrepro.checks.figure import Figure, plain
 from guardrepro.checks.ladder import interpretation
 from guardrepro.checks.metrics import (
-    Ratio,
     confusion,
     interaction_weights,
     strict_decision,
@@ -107,7 +107,7 @@ def interaction_audit(rows: Sequence[BenchRow], preds: Sequence[float | None],
         interactions=len(groups),
         row=row_c.summary(),
         equal_interaction=eq_c.summary(),
-        interaction_majority=MajoritySummary(maj.cells, maj.rows, Ratio(complete, len(groups)),
+        interaction_majority=MajoritySummary(maj.cells, maj.rows, Figure.of(complete, len(groups)),
                                              maj.metrics),
         definitions={
             "interaction": "domain/id-interaction",
@@ -220,11 +220,11 @@ def _evaluate_split(keys: Sequence[str], labels: Sequence[int], split: Sequence[
         per[str(value)] = SplitScore(score.rows, score.f1, score.accuracy, score.cells,
                                      train_rows=len(train), unseen_key_rows=unseen,
                                      global_majority=fallback)
-    f1s = [v for v in (b.f1.value for b in per.values()) if v is not None]
+    f1s = [v for v in (b.f1.point for b in per.values()) if v is not None]
     return SplitEvaluation(
         pooled=_score(labels, pooled),
-        seen_tool_coverage=Ratio(seen, len(keys)),
-        cross_domain_tool_row_coverage=Ratio(sum(cross_domain), len(keys)),
+        seen_tool_coverage=Figure.of(seen, len(keys)),
+        cross_domain_tool_row_coverage=Figure.of(sum(cross_domain), len(keys)),
         per_split=per,
         mean_f1_over_splits=sum(f1s) / len(f1s) if f1s else None,
         splits_with_defined_f1=len(f1s),
@@ -310,11 +310,11 @@ def guard_lookup(rows: Sequence[BenchRow], preds: Sequence[float | None], *, sou
         right = [i for i, (p, y) in enumerate(zip(looked, gold, strict=True)) if p == y]
         wrong = [i for i in range(len(rows)) if looked[i] != gold[i]]
         versus[name] = {
-            "agreement": Ratio(sum(d == p for d, p in zip(decisions, looked, strict=True)),
+            "agreement": Figure.of(sum(d == p for d, p in zip(decisions, looked, strict=True)),
                                len(rows)),
-            "guard_accuracy_where_lookup_right": Ratio(
+            "guard_accuracy_where_lookup_right": Figure.of(
                 sum(decisions[i] == gold[i] for i in right), len(right)),
-            "guard_accuracy_where_lookup_wrong": Ratio(
+            "guard_accuracy_where_lookup_wrong": Figure.of(
                 sum(decisions[i] == gold[i] for i in wrong), len(wrong)),
         }
     by_domain = {d: _score([gold[i] for i, x in enumerate(domains) if x == d],
@@ -327,11 +327,11 @@ def guard_lookup(rows: Sequence[BenchRow], preds: Sequence[float | None], *, sou
         interpretation=interpretation(1, guard=True))
 
 
-def _f(r: Ratio | None) -> str:
+def _f(r: Figure | None) -> str:
     if r is None:
         return "-"
-    d, v = r.to_dict(), r.value
-    return f"{d['numerator']:.6g}/{d['denominator']:.6g}" + ("" if v is None else f" = {v:.4f}")
+    v = r.point
+    return f"{plain(r.count):.6g}/{plain(r.denominator):.6g}" + ("" if v is None else f" = {v:.4f}")
 
 
 def format_interaction(audit: InteractionAudit) -> str:

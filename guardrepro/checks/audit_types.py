@@ -3,48 +3,33 @@
 Input: the figures ``checks.audit`` (interaction weighting, tool-name lookup),
 ``checks.association`` (rung 2) and ``checks.ladder`` compute.
 
-Output: frozen values whose ``to_json()`` is exactly the JSON the audit verbs
+Output: frozen values whose ``to_dict()`` is exactly the JSON the audit verbs
 write (``guardrepro audit ... --json`` / ``--out``): ``Rung`` and ``Ladder``;
 ``InteractionAudit``; ``ToolLookupAudit`` with its ``LookupScore``,
 ``SplitScore`` and ``SplitEvaluation`` values; ``AssociationResult`` with its
 ``BlockRate``, ``RuleSummary``, ``WithinTool``, ``SafeMarkerWithinTool`` and
 ``MarkerInterval`` values.
 
-Invariants: every field name is its JSON key; ``to_json`` of a field is the
-field's own ``to_json()`` (dataclasses), a dict (mappings) or a list
-(tuples); what a caller adds to an audit (the benchmark, the predictions'
-source) lives in ``extra`` and is written after the audit's own keys.
+Invariants: the JSON is derived from the fields by ``checks.serde`` (every
+field name is its JSON key unless ``opt(key=...)`` says otherwise; figures
+are ``checks.figure.Figure`` in the ratio shape); what a caller adds to an
+audit (the benchmark, the predictions' source) lives in ``extra`` and is
+written after the audit's own keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from guardrepro.checks.metrics import Cells, ConfusionSummary, Ratio
+from guardrepro.checks.figure import RATIO, Figure, encode
+from guardrepro.checks.metrics import Cells, ConfusionSummary
+from guardrepro.checks.serde import JsonValue, opt
 
 
-def to_json_value(value: Any) -> Any:
-    """A field's JSON: its ``to_json()``, a dict of a mapping, a list of a tuple."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, Mapping):
-        return {k: to_json_value(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [to_json_value(v) for v in value]
-    return value
-
-
-class _Fields:
-    """``to_json()`` of a dataclass: one key per field, ``extra`` merged last."""
-
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: to_json_value(getattr(self, f.name))
-               for f in fields(self)  # type: ignore[arg-type]
-               if f.name != "extra"}
-        out.update(getattr(self, "extra", {}))
-        return out
+class _Fields(JsonValue):
+    """A result whose ``extra`` (what the caller adds) is written after its own keys."""
 
     def with_extra(self, **extra: Any) -> Any:
         return replace(self, extra={**getattr(self, "extra", {}), **extra})  # type: ignore
@@ -72,9 +57,6 @@ class MajoritySummary(ConfusionSummary):
 
     coverage_unit: str = "interactions whose rows all have a prediction"
 
-    def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "coverage_unit": self.coverage_unit}
-
 
 @dataclass(frozen=True)
 class InteractionAudit(_Fields):
@@ -86,21 +68,17 @@ class InteractionAudit(_Fields):
     equal_interaction: ConfusionSummary
     interaction_majority: MajoritySummary
     definitions: Mapping[str, str]
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)
 
 
 @dataclass(frozen=True)
-class LookupScore:
+class LookupScore(JsonValue):
     """Strict F1 and accuracy of lookup predictions over some rows."""
 
     rows: int
-    f1: Ratio
-    accuracy: Ratio
-    cells: Cells
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "f1": self.f1.to_dict(), "accuracy": self.accuracy.to_dict(),
-                "confusion": self.cells.to_json()}
+    f1: Figure = opt(shape=RATIO)
+    accuracy: Figure = opt(shape=RATIO)
+    cells: Cells = opt(key="confusion")
 
 
 @dataclass(frozen=True)
@@ -111,28 +89,22 @@ class SplitScore(LookupScore):
     unseen_key_rows: int = 0
     global_majority: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "train_rows": self.train_rows,
-                "unseen_key_rows": self.unseen_key_rows, "global_majority": self.global_majority}
-
 
 @dataclass(frozen=True)
-class SplitEvaluation:
+class SplitEvaluation(JsonValue):
     """Held-out predictions pooled over the splits, and per split."""
 
     pooled: LookupScore
-    seen_tool_coverage: Ratio
-    cross_domain_tool_row_coverage: Ratio
-    per_split: Mapping[str, SplitScore]
-    mean_f1_over_splits: float | None
-    splits_with_defined_f1: int
-    folds: int | None = None  # grouped CV only
+    seen_tool_coverage: Figure = opt(shape=RATIO)
+    cross_domain_tool_row_coverage: Figure = opt(shape=RATIO)
+    per_split: Mapping[str, SplitScore] = opt()
+    mean_f1_over_splits: float | None = opt()
+    splits_with_defined_f1: int = opt()
+    folds: int | None = None  # grouped CV only; written only when set
 
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: to_json_value(getattr(self, f.name)) for f in fields(self)
-               if f.name != "folds"}
-        if self.folds is not None:
-            out["folds"] = self.folds
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.folds is None:
+            del out["folds"]
         return out
 
 
@@ -150,7 +122,7 @@ class ToolLookupAudit(_Fields):
     leave_one_domain_out: SplitEvaluation | None
     interpretation: Rung
     definitions: Mapping[str, str]
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,13 +144,13 @@ class GuardLookup(_Fields):
     guard: LookupScore
     guard_by_domain: Mapping[str, LookupScore]
     decision_lookup: Mapping[str, SplitEvaluation]
-    vs_label_lookup: Mapping[str, Mapping[str, Ratio]]
-    interpretation: Rung
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    vs_label_lookup: Mapping[str, Mapping[str, Figure]] = opt(shape=RATIO)
+    interpretation: Rung = opt()
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)
 
 
 @dataclass(frozen=True)
-class BlockRate:
+class BlockRate(JsonValue):
     """Blocked rows / rows (invalid rows block), and how many were invalid."""
 
     blocked: int
@@ -186,11 +158,12 @@ class BlockRate:
     invalid: int
 
     @property
-    def ratio(self) -> Ratio:
-        return Ratio(self.blocked, self.rows)
+    def ratio(self) -> Figure:
+        return Figure.of(self.blocked, self.rows)
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.ratio.to_dict(), "invalid": self.invalid}
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
+        """Written as the ratio figure plus ``invalid``."""
+        return {**encode(self.ratio, RATIO), "invalid": self.invalid}
 
 
 @dataclass(frozen=True)
@@ -205,11 +178,10 @@ class RuleSummary(_Fields):
     marker_alone_vs_gold: ConfusionSummary
     vs_guard: ConfusionSummary
     guard_invalid_rows: int
-    agreement_with_guard: Ratio
-    agreement_cells: Mapping[str, int]
+    agreement_with_guard: Figure = opt(shape=RATIO)
+    agreement_cells: Mapping[str, int] = opt()
 
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
         del out["guard_invalid_rows"]
         out["vs_guard"]["guard_invalid_rows"] = self.guard_invalid_rows
         return out
@@ -267,17 +239,16 @@ class MarkerInterval(_Fields):
     clusters: int
     replicates: int
     seed: int
-    marker_present: Ratio
-    marker_absent: Ratio
-    point: float | None
-    lower: float | None
-    upper: float | None
-    undefined_replicates: int | None
-    method: str
+    marker_present: Figure = opt(shape=RATIO)
+    marker_absent: Figure = opt(shape=RATIO)
+    point: float | None = opt()
+    lower: float | None = opt()
+    upper: float | None = opt()
+    undefined_replicates: int | None = opt()
+    method: str = opt()
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.reason is None:
             del out["reason"]
         return out
@@ -299,4 +270,4 @@ class AssociationResult(_Fields):
     safe_marker_interval: MarkerInterval
     interpretation: Rung
     definitions: Mapping[str, str]
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)

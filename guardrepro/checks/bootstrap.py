@@ -77,7 +77,7 @@ class Interval:
     confidence: float
     undefined_replicates: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "point": self.point,
             "lower": self.lower,

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from guardrepro.artifacts.store import atomic_write_bytes
-from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
+from guardrepro.checks.figure import RATE, Figure
+from guardrepro.checks.formatting import frac_percent, sig3
+from guardrepro.checks.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.run.records import RECORDS_FILE, read_manifest, read_records
 from guardrepro.schema import Record
@@ -116,27 +118,13 @@ def compare_row(a: Record, b: Record) -> RowComparison:
     )
 
 
-@dataclass(frozen=True)
-class Rate:
-    """A count with its denominator; ``rate`` is None when the denominator is 0."""
-
-    count: int
-    denominator: int
-
-    @property
-    def rate(self) -> float | None:
-        return self.count / self.denominator if self.denominator else None
-
-    def to_json(self) -> dict[str, Any]:
-        return rate_figure(self.count, self.denominator)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Rate:
-        return cls(data["count"], data["denominator"])
+def rate(count: int, denominator: int) -> Figure:
+    """count / denominator (None over 0), written in the ``rate`` shape."""
+    return Figure.of(count, denominator)
 
 
 @dataclass(frozen=True)
-class Quantiles:
+class Quantiles(JsonValue):
     """Count of present values, count of missing ones, and the quantiles at
     ``QUANTILES`` (None when no value is present)."""
 
@@ -147,9 +135,6 @@ class Quantiles:
     q50: float | None
     q75: float | None
     q100: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def quantiles(values: Iterable[float | None]) -> Quantiles:
@@ -163,7 +148,7 @@ def quantiles(values: Iterable[float | None]) -> Quantiles:
 
 
 @dataclass(frozen=True)
-class MarginPair:
+class MarginPair(JsonValue):
     """Margin quantiles of one group of rows in run A and in run B."""
 
     a: Quantiles
@@ -173,19 +158,12 @@ class MarginPair:
     def of(cls, rows: Sequence[RowComparison]) -> MarginPair:
         return cls(quantiles([r.margin_a for r in rows]), quantiles([r.margin_b for r in rows]))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"a": self.a.to_json(), "b": self.b.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MarginPair:
-        return cls(Quantiles(**data["a"]), Quantiles(**data["b"]))
-
 
 MARGIN_GROUPS = ("strict_agree", "strict_disagree", "score_disagree")
 
 
 @dataclass(frozen=True)
-class CompareSummary:
+class CompareSummary(JsonValue):
     """The comparison's figures; every rate carries its denominator."""
 
     rows_a: int
@@ -193,48 +171,22 @@ class CompareSummary:
     rows_in_both: int
     only_in_a: int
     only_in_b: int
-    input_mismatch: Rate
-    valid_a: Rate
-    valid_b: Rate
-    identical_tokens: Rate
-    exact_score_agreement: Rate
-    strict_agreement: Rate
-    strict_disagreements: tuple[str, ...]
-    score_disagreements: tuple[str, ...]
-    token_divergences: tuple[str, ...]
-    margins: Mapping[str, MarginPair]  # keyed by MARGIN_GROUPS
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Rate):
-                value = value.to_json()
-            elif isinstance(value, tuple):
-                value = list(value)
-            elif f.name == "margins":
-                value = {g: m.to_json() for g, m in value.items()}
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CompareSummary:
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data[f.name]
-            if isinstance(value, Mapping) and "denominator" in value:
-                value = Rate.from_json(value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            elif f.name == "margins":
-                value = {g: MarginPair.from_json(m) for g, m in value.items()}
-            kwargs[f.name] = value
-        return cls(**kwargs)
+    input_mismatch: Figure = opt(shape=RATE)
+    valid_a: Figure = opt(shape=RATE)
+    valid_b: Figure = opt(shape=RATE)
+    identical_tokens: Figure = opt(shape=RATE)
+    exact_score_agreement: Figure = opt(shape=RATE)
+    strict_agreement: Figure = opt(shape=RATE)
+    strict_disagreements: tuple[str, ...] = opt()
+    score_disagreements: tuple[str, ...] = opt()
+    token_divergences: tuple[str, ...] = opt()
+    margins: Mapping[str, MarginPair] = opt()  # keyed by MARGIN_GROUPS
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two runs row by row; ``to_json()`` is the compare JSON object."""
+    """Two runs row by row; ``to_dict()`` is the compare JSON object, ``to_json()``
+    its text as ``write_json`` writes it."""
 
     run_a: str
     run_b: str
@@ -258,12 +210,12 @@ class Comparison:
             rows_in_both=n,
             only_in_a=len(self.only_a),
             only_in_b=len(self.only_b),
-            input_mismatch=Rate(sum(not r.same_input for r in both), n),
-            valid_a=Rate(sum(r.status_a == "ok" for r in both), n),
-            valid_b=Rate(sum(r.status_b == "ok" for r in both), n),
-            identical_tokens=Rate(sum(r.tokens_identical for r in both), n),
-            exact_score_agreement=Rate(sum(bool(r.exact_agree) for r in joint), len(joint)),
-            strict_agreement=Rate(len(agree), n),
+            input_mismatch=rate(sum(not r.same_input for r in both), n),
+            valid_a=rate(sum(r.status_a == "ok" for r in both), n),
+            valid_b=rate(sum(r.status_b == "ok" for r in both), n),
+            identical_tokens=rate(sum(r.tokens_identical for r in both), n),
+            exact_score_agreement=rate(sum(bool(r.exact_agree) for r in joint), len(joint)),
+            strict_agreement=rate(len(agree), n),
             strict_disagreements=tuple(r.row_id for r in disagree),
             score_disagreements=tuple(r.row_id for r in score_moved),
             token_divergences=tuple(r.row_id for r in both if not r.tokens_identical),
@@ -272,12 +224,16 @@ class Comparison:
                      "score_disagree": MarginPair.of(score_moved)},
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> str:
+        """The compare JSON text (sorted keys, indent 2, ASCII)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
         """The compare JSON object (summary, rows only in one run, every row)."""
         out = {
             "run_a": self.run_a,
             "run_b": self.run_b,
-            "summary": self.summary().to_json(),
+            "summary": self.summary().to_dict(),
             "only_a": list(self.only_a),
             "only_b": list(self.only_b),
             "rows": [asdict(r) for r in self.rows],
@@ -287,8 +243,8 @@ class Comparison:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
-        """The inverse of ``to_json`` (the summary is recomputed from the rows)."""
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """The inverse of ``to_dict`` (the summary is recomputed from the rows)."""
         rows = [RowComparison(**r) for r in data["rows"]]
         summary = data["summary"]
         return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
@@ -348,8 +304,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *,
     return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
 
 
-def _pct(r: Rate) -> str:
-    return frac_percent(r.to_json())
+def _pct(r: Figure) -> str:
+    return frac_percent(r)
 
 
 def format_table(comparison: Comparison) -> str:
@@ -405,6 +361,5 @@ def format_table(comparison: Comparison) -> str:
 def write_json(comparison: Comparison, out: str | Path) -> Path:
     """Write the comparison as JSON atomically."""
     out = Path(out)
-    text = json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n"
-    atomic_write_bytes(out, text.encode("utf-8"))
+    atomic_write_bytes(out, comparison.to_json().encode("utf-8"))
     return out

@@ -1,8 +1,7 @@
 """How counts, rates and numbers are written in every readable table.
 
-Input: figures as the checks write them to JSON, either
-``{numerator, denominator, value}`` (stats, gate) or ``{count, denominator,
-rate}`` (compare, frontier), and plain numbers that may be None. Output:
+Input: ``checks.figure.Figure`` values (a figure read from JSON goes through
+``checks.figure.read_any`` first) and plain numbers that may be None. Output:
 short strings for text, Markdown and HTML tables.
 
 Invariants: an undefined number prints as ``-`` (``n/a`` where a table says
@@ -12,53 +11,37 @@ keeps every digit, these strings are for reading only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-
-def rate_figure(count: int, denominator: int) -> dict[str, Any]:
-    """The ``{count, denominator, rate}`` figure; rate None when the denominator is 0."""
-    return {"count": count, "denominator": denominator,
-            "rate": count / denominator if denominator else None}
+from guardrepro.checks.figure import Figure
+from guardrepro.checks.figure import plain as _json_number
 
 
-def count_of(figure: Mapping[str, Any]) -> Any:
-    return figure["numerator"] if "numerator" in figure else figure.get("count")
-
-
-def value_of(figure: Mapping[str, Any]) -> Any:
-    return figure["value"] if "value" in figure else figure.get("rate")
-
-
-def ratio_text(count: Any, denominator: Any) -> str:
-    return f"{count}/{denominator}"
-
-
-def frac(figure: Mapping[str, Any] | None, empty: str = "-") -> str:
-    """``count/denominator`` of either figure shape; ``empty`` for no figure."""
-    if not figure:
+def frac(figure: Figure | None, empty: str = "-") -> str:
+    """``count/denominator``; ``empty`` for no figure."""
+    if figure is None:
         return empty
-    return ratio_text(count_of(figure), figure["denominator"])
+    return f"{_json_number(figure.count)}/{_json_number(figure.denominator)}"
 
 
-def frac_value(figure: Mapping[str, Any], digits: int = 4) -> str:
+def frac_value(figure: Figure, digits: int = 4) -> str:
     """``count/denominator (value)``, the value with ``digits`` decimals when defined."""
-    value = value_of(figure)
+    value = figure.point
     return frac(figure) + ("" if value is None else f" ({value:.{digits}f})")
 
 
-def frac_percent(figure: Mapping[str, Any]) -> str:
+def frac_percent(figure: Figure) -> str:
     """``count/denominator (12.5%)``; ``(n/a)`` when the rate is undefined."""
-    value = value_of(figure)
+    value = figure.point
     pct = "n/a" if value is None else f"{100 * value:.1f}%"
     return f"{frac(figure)} ({pct})"
 
 
-def frac_equals(figure: Mapping[str, Any] | None) -> str:
+def frac_equals(figure: Figure | None) -> str:
     """``count/denominator = 0.125``, ``n/a`` for a missing figure or value."""
-    if not figure:
+    if figure is None:
         return "n/a"
-    value = value_of(figure)
+    value = figure.point
     return f"{frac(figure)} = {'n/a' if value is None else f'{value:.3f}'}"
 
 

@@ -104,10 +104,11 @@ def load_cohort(path: str | Path) -> Any:
     return df
 
 
-def stats(run: Any, *, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+def stats(run: Any, *, replicates: int | None = None, seed: int | None = None,
           cohort: str | Path | None = None) -> StatsResult:
-    """Statistics of a run directory (its stats.json when current, else
-    computed in memory) or of a ``load_run`` DataFrame (always computed)."""
+    """Statistics of a run directory (its stats.json when its cache key matches:
+    ``checks.stats_cache``; None settings match any, else computed and written)
+    or of a ``load_run`` DataFrame (always computed; None settings: the defaults)."""
     if isinstance(run, str | Path):
 
         return load_or_compute_stats(run, replicates=replicates, seed=seed, cohort=cohort)
@@ -117,7 +118,8 @@ def stats(run: Any, *, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT
                       None if _is_na(r.decision_margin) else float(r.decision_margin))
             for r in run.itertuples(index=False)]
     source = run.attrs.get("expected_source", "dataframe")
-    return compute_stats(rows, replicates=replicates, seed=seed, expected_source=source)
+    return compute_stats(rows, replicates=DEFAULT_REPLICATES if replicates is None else replicates,
+                         seed=DEFAULT_SEED if seed is None else seed, expected_source=source)
 
 
 def _is_na(value: Any) -> bool:
@@ -144,14 +146,14 @@ def compare(a: str | Path, b: str | Path) -> Any:
 
 def comparison_frame(comparison: Comparison) -> Any:
     """A ``Comparison``'s rows as a DataFrame; the summary in ``df.attrs`` as
-    JSON (``CompareSummary.to_json()``: attrs travel into Parquet metadata)."""
+    JSON (``CompareSummary.to_dict()``: attrs travel into Parquet metadata)."""
     cols = [f.name for f in fields(RowComparison)]
     df = pandas().DataFrame([asdict(r) for r in comparison.rows], columns=cols)
     for col in ("score_a", "score_b", "margin_a", "margin_b"):
         df[col] = df[col].astype("Float64")
     df["first_divergence"] = df["first_divergence"].astype("Int64")
     df["exact_agree"] = df["exact_agree"].astype("boolean")
-    df.attrs["summary"] = comparison.summary().to_json()
+    df.attrs["summary"] = comparison.summary().to_dict()
     return df
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
-from guardrepro.checks.formatting import fixed, frac, rate_figure, sig3
+from guardrepro.checks.figure import RATE, Figure, encode, read_any
+from guardrepro.checks.formatting import fixed, frac, sig3
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
@@ -160,8 +161,8 @@ def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dic
     valid = [(a, b) for a, b in shared if a.valid and b.valid]
     strict = sum(1 for a, b in valid if a.strict_decision == b.strict_decision)
     exact = sum(1 for a, b in valid if a.score == b.score)
-    return {"rows": len(shared), "strict": rate_figure(strict, len(shared)),
-            "exact": rate_figure(exact, len(valid))}
+    return {"rows": len(shared), "strict": encode(Figure.of(strict, len(shared)), RATE),
+            "exact": encode(Figure.of(exact, len(valid)), RATE)}
 
 
 def config_metrics(config: Config, costs: Mapping[str, float],
@@ -190,10 +191,10 @@ def config_metrics(config: Config, costs: Mapping[str, float],
             int(p) for p in peaks if p is not None),
         **_speed(records),
         "fn": fn, "fp": fp,
-        "fn_rate": rate_figure(fn, gold_unsafe),
-        "fp_rate": rate_figure(fp, len(records) - gold_unsafe),
+        "fn_rate": encode(Figure.of(fn, gold_unsafe), RATE),
+        "fp_rate": encode(Figure.of(fp, len(records) - gold_unsafe), RATE),
         "harm_per_100": harm,
-        "harm_interval": interval.to_json(),
+        "harm_interval": interval.to_dict(),
         "agreement": agree,
         "strict_disagreement": None if agree is None or agree["strict"]["rate"] is None
         else 1.0 - agree["strict"]["rate"],
@@ -261,7 +262,7 @@ def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, repli
     return {"a": a.name, "b": b.name, "rows": len(shared),
             "only_in_a": len(mine) - len(shared), "only_in_b": len(theirs) - len(shared),
             "harm_difference_per_100": sum(diffs) / len(diffs),
-            "interval": interval.to_json(), "verdict": verdict}
+            "interval": interval.to_dict(), "verdict": verdict}
 
 
 def frontier_report(configs: Sequence[Config], *, reference: str | None,
@@ -298,6 +299,10 @@ def _mb(value: Any) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
+def _frac(figure: Mapping[str, Any]) -> str:
+    return frac(read_any(figure) if figure else None)
+
+
 def format_frontier(report: Mapping[str, Any]) -> str:
     """A readable table of the configurations, the frontier and paired differences."""
     costs = report["costs"]
@@ -317,7 +322,7 @@ def format_frontier(report: Mapping[str, Any]) -> str:
             f"{m['fn_rate']['count']:>3}/{m['fn_rate']['denominator']:<3} "
             f"{m['fp_rate']['count']:>3}/{m['fp_rate']['denominator']:<3} "
             f"{m['harm_per_100']:>9.2f} {interval:>15} "
-            f"{frac(strict):>7} {frac(exact):>7}")
+            f"{_frac(strict):>7} {_frac(exact):>7}")
     front = report["frontier"]
     lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
     lines.append(f"frontier ({front['axes'][0]} vs {front['axes'][1]}): "

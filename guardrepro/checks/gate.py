@@ -24,7 +24,7 @@ Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
 
 Paths in the spec are relative to the spec file.
 
-Output: a ``GateResult`` (``evaluate``; frozen, ``to_json()`` is the
+Output: a ``GateResult`` (``evaluate``; frozen, ``to_dict()`` is the
 ``gate.json`` object) with every figure as numerator / denominator / value,
 the checks with their thresholds, exact-score agreement among jointly valid
 rows, the reference-by-local score confusion, the disagreeing rows, a
@@ -66,11 +66,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.figure import CI, Figure
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.gate_spec import GateSpec, load_spec
 from guardrepro.checks.gate_types import (
@@ -80,20 +81,19 @@ from guardrepro.checks.gate_types import (
     ExactDisagreement,
     GateCheck,
     GateDisagreement,
-    GateFigure,
     GateFigures,
-    GateInterval,
     GateResult,
     GateRow,
     ScoreConfusion,
     disagreement_reason,
+    gate_interval,
     strict_agrees,
 )
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.runio import MISSING, RowResult, load_records
 from guardrepro.errors import InputError
 
-__all__ = ["SCHEMA", "GateCheck", "GateFigure", "GateFigures", "GateResult", "GateSpec",
+__all__ = ["SCHEMA", "Figure", "GateCheck", "GateFigures", "GateResult", "GateSpec",
            "RefRow", "evaluate", "format_table", "load_spec", "reference_rows", "verdict"]
 # ratio check name -> (threshold key, figure name)
 RATIO_CHECKS = (
@@ -277,8 +277,8 @@ def _row_table(keys: list[str], by_key: Mapping[str, RowResult], reference: Mapp
     return table
 
 
-def _figure(sub: list[dict[str, Any]], field: str) -> GateFigure:
-    return GateFigure(sum(1 for t in sub if t[field]), len(sub))
+def _figure(sub: list[dict[str, Any]], field: str) -> Figure:
+    return Figure.of(sum(1 for t in sub if t[field]), len(sub))
 
 
 def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) -> GateFigures:
@@ -290,11 +290,10 @@ def _figures(table: list[dict[str, Any]], spec: GateSpec, conservative: bool) ->
     subsets = {"coverage": (table, "valid"), "strict_agreement": (table, "strict_agree"),
                "strict_agreement_gold_safe": (safe, "strict_agree"),
                "strict_agreement_gold_unsafe": (unsafe, "strict_agree")}
-    ratios: dict[str, GateFigure] = {}
+    ratios: dict[str, Figure] = {}
     for name, (sub, field) in subsets.items():
         f = _figure(sub, field)
-        ratios[name] = GateFigure(f.numerator, f.denominator, _interval(sub, field, spec),
-                                  True) if conservative else f
+        ratios[name] = replace(f, interval=_interval(sub, field, spec)) if conservative else f
     return GateFigures(rows_present=_figure(table, "present"),
                        reference_coverage=_figure(table, "reference_valid"),
                        exact_agreement=_figure(jointly_valid, "exact_agree"), **ratios)
@@ -306,7 +305,7 @@ def _checks(figures: GateFigures, spec: GateSpec, conservative: bool) -> list[Ga
     checks = []
     for name, key, fig in RATIO_CHECKS:
         f = figures.figure(fig)
-        tested = f.interval.lower if conservative and f.interval else f.value
+        tested = f.lower if conservative else f.point
         threshold = spec.thresholds[key]
         checks.append(GateCheck(name, fig, threshold, tested,
                                 "bootstrap_lower_bound" if conservative else "point",
@@ -330,19 +329,19 @@ def _reason(t: Mapping[str, Any]) -> str:
     return disagreement_reason(t["present"], t["valid"], t["reference_valid"])
 
 
-def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> GateInterval | None:
+def _interval(sub: list[dict[str, Any]], field: str, spec: GateSpec) -> CI:
     if not sub:
-        return None
+        return gate_interval(None, None, 0)
     clusters = [t["base_sample_id"] or t["key"] for t in sub]
     strata = [f"{t['domain']}:" + ("?" if t["gold_label"] is None else str(strict_decision(
         t["gold_label"]))) for t in sub]
     iv = ratio_interval([int(bool(t[field])) for t in sub], [1] * len(sub), clusters, strata,
                         replicates=spec.replicates, seed=spec.seed, confidence=spec.confidence)
-    return GateInterval(iv.point, iv.lower, iv.upper, iv.clusters)
+    return gate_interval(iv.lower, iv.upper, iv.clusters)
 
 
-def _frac(f: GateFigure) -> str:
-    return frac(f.to_json())
+def _frac(f: Figure) -> str:
+    return frac(f)
 
 
 def verdict(name: str, passed: bool, figures: GateFigures, checks: Sequence[GateCheck]) -> str:
@@ -351,7 +350,7 @@ def verdict(name: str, passed: bool, figures: GateFigures, checks: Sequence[Gate
     present = figures.rows_present
     head = (
         f"{'PASS' if passed else 'FAIL'} {name}: rows {_frac(present)} (missing "
-        f"{present.denominator - present.numerator}), "
+        f"{present.denominator - present.count}), "
         f"coverage {_frac(figures.coverage)}, strict agreement "
         f"{_frac(figures.strict_agreement)} (safe "
         f"{_frac(figures.strict_agreement_gold_safe)}, unsafe "

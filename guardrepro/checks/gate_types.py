@@ -1,30 +1,33 @@
 """The typed result of the parity gate (``checks.gate.evaluate``).
 
 Input: the figures, checks and rows the gate computes, or a ``gate.json``
-object read back (``GateResult.from_json``).
+object read back (``GateResult.from_dict``).
 
-Output: frozen values whose ``to_json()`` is exactly the ``gate.json``
-object (schema ``guardrepro.gate/2``): ``GateResult`` holding ``GateFigures``
-(each a ``GateFigure``: numerator / denominator / value, with a bootstrap
-``GateInterval`` when the gate ran conservatively), ``GateCheck`` rows, the
-``ScoreConfusion`` of reference by local score, ``GateDisagreement`` and
-``ExactDisagreement`` rows and one ``GateRow`` per gated row present locally.
+Output: frozen values whose ``to_dict()`` is exactly the ``gate.json``
+object (schema ``guardrepro.gate/2``; ``to_json()`` is its text):
+``GateResult`` holding ``GateFigures`` (each a ``checks.figure.Figure`` in
+the ratio shape, with a bootstrap interval when the gate ran
+conservatively), ``GateCheck`` rows, the ``ScoreConfusion`` of reference by
+local score, ``GateDisagreement`` and ``ExactDisagreement`` rows and one
+``GateRow`` per gated row present locally; all but ``GateResult`` are
+(de)serialised by ``checks.serde`` from their fields.
 
-Invariants: ``from_json(to_json())`` rebuilds an equal value, and
-``to_json(from_json(data))`` writes ``data`` back unchanged; a figure's value
-is recomputed from its counts, never stored apart from them.
+Invariants: ``from_dict(to_dict())`` rebuilds an equal value, and
+``to_dict(from_dict(data))`` writes ``data`` back unchanged.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.figure import CI, RATIO, STRATIFIED_BOOTSTRAP, Figure
 from guardrepro.checks.gate_spec import GateSpec
-from guardrepro.checks.metrics import Ratio
+from guardrepro.checks.serde import JsonValue, as_json_value, from_json_value, opt
 from guardrepro.checks.tables import pandas
 from guardrepro.errors import InputError
 
@@ -33,82 +36,43 @@ ELIGIBLE = "eligible_for_frozen_local_q8_reproduction_only"
 EXPLORATORY = "exploratory_local_reproduction_only"
 
 
-@dataclass(frozen=True)
-class GateInterval:
-    """The stratified cluster-bootstrap interval of one ratio figure."""
+STRATA = "domain:gold_label"
 
-    point: float | None
-    lower: float | None
-    upper: float | None
-    clusters: int
-    strata: str = "domain:gold_label"
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+def gate_interval(lower: float | None, upper: float | None, clusters: int) -> CI:
+    """The stratified cluster-bootstrap interval of one ratio figure (clusters 0:
+    an empty row set, written null)."""
+    return CI(lower, upper, STRATIFIED_BOOTSTRAP, clusters, STRATA)
 
 
 @dataclass(frozen=True)
-class GateFigure:
-    """A gate figure as numerator / denominator (value = their ratio).
+class GateFigures(JsonValue):
+    """Every figure of a gate (docs/PROTOCOL.md, "Parity gate"), each a ``Figure``
+    written in the ratio shape; a conservative gate's ratio figures carry an
+    interval."""
 
-    ``bootstrapped``: the figure carries an ``interval`` entry (a conservative
-    gate's ratio figures; ``interval`` is None for an empty row set)."""
+    rows_present: Figure = opt(shape=RATIO)
+    reference_coverage: Figure = opt(shape=RATIO)
+    exact_agreement: Figure = opt(shape=RATIO)
+    coverage: Figure = opt(shape=RATIO)
+    strict_agreement: Figure = opt(shape=RATIO)
+    strict_agreement_gold_safe: Figure = opt(shape=RATIO)
+    strict_agreement_gold_unsafe: Figure = opt(shape=RATIO)
 
-    numerator: int
-    denominator: int
-    interval: GateInterval | None = None
-    bootstrapped: bool = False
-
-    @property
-    def value(self) -> float | None:
-        return Ratio(self.numerator, self.denominator).value
-
-    def to_json(self) -> dict[str, Any]:
-        out = Ratio(self.numerator, self.denominator).to_dict()
-        if self.bootstrapped:
-            out["interval"] = None if self.interval is None else self.interval.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GateFigure:
-        iv = data.get("interval")
-        return cls(data["numerator"], data["denominator"],
-                   None if iv is None else GateInterval(**iv), "interval" in data)
-
-
-@dataclass(frozen=True)
-class GateFigures:
-    """Every figure of a gate (docs/PROTOCOL.md, "Parity gate")."""
-
-    rows_present: GateFigure
-    reference_coverage: GateFigure
-    exact_agreement: GateFigure
-    coverage: GateFigure
-    strict_agreement: GateFigure
-    strict_agreement_gold_safe: GateFigure
-    strict_agreement_gold_unsafe: GateFigure
-
-    def figure(self, name: str) -> GateFigure:
+    def figure(self, name: str) -> Figure:
         """The figure a check names (``GateCheck.figure``)."""
         if name not in self.names():
             raise InputError(f"no gate figure {name!r}", field="figure")
-        value: GateFigure = getattr(self, name)
+        value: Figure = getattr(self, name)
         return value
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
-    def to_json(self) -> dict[str, Any]:
-        return {name: self.figure(name).to_json() for name in self.names()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GateFigures:
-        return cls(**{name: GateFigure.from_json(data[name]) for name in cls.names()})
-
 
 @dataclass(frozen=True)
-class GateCheck:
+class GateCheck(JsonValue):
     """One check: the tested number against its threshold (tested with >=,
     the count check with ==); ``basis`` is count, point or
     bootstrap_lower_bound."""
@@ -120,13 +84,9 @@ class GateCheck:
     basis: str
     passed: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "figure": self.figure, "threshold": self.threshold,
-                "tested": self.tested, "basis": self.basis, "passed": self.passed}
-
 
 @dataclass(frozen=True)
-class ScoreConfusion:
+class ScoreConfusion(JsonValue):
     """Counts of reference score (rows) by local score (columns)."""
 
     row_labels: tuple[str, ...]
@@ -135,19 +95,9 @@ class ScoreConfusion:
     rows: str = "reference score"
     columns: str = "local score"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "columns": self.columns, "row_labels": list(self.row_labels),
-                "column_labels": list(self.column_labels),
-                "matrix": [list(r) for r in self.matrix]}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScoreConfusion:
-        return cls(tuple(data["row_labels"]), tuple(data["column_labels"]),
-                   tuple(tuple(r) for r in data["matrix"]), data["rows"], data["columns"])
-
 
 @dataclass(frozen=True)
-class ExactDisagreement:
+class ExactDisagreement(JsonValue):
     """A jointly valid row whose exact scores differ (reported, not gated)."""
 
     row_id: str | None
@@ -156,9 +106,6 @@ class ExactDisagreement:
     gold_label: float | None
     reference_score: float | None
     local_score: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def strict_agrees(local_valid: bool, reference_valid: bool, local_decision: int,
@@ -191,7 +138,7 @@ class GateDisagreement(ExactDisagreement):
 
 
 @dataclass(frozen=True)
-class GateRow:
+class GateRow(JsonValue):
     """A gated row present locally: its agreement and decision margin."""
 
     row_id: str
@@ -200,14 +147,12 @@ class GateRow:
     exact_agree: bool
     decision_margin: float | None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class GateResult:
-    """The outcome of a gate; ``to_json()`` is the gate.json object (``extra``
-    holds what the caller adds: the reference description, the run path)."""
+    """The outcome of a gate; ``to_dict()`` is the gate.json object, ``to_json()``
+    its text (``extra`` holds what the caller adds: the reference description,
+    the run path)."""
 
     spec: GateSpec
     conservative: bool
@@ -230,7 +175,7 @@ class GateResult:
         """Gated rows with no local record or prediction (each an invalid
         disagreement in the ratio figures)."""
         present = self.figures.rows_present
-        return present.denominator - present.numerator
+        return int(present.denominator - present.count)
 
     @property
     def reference(self) -> Mapping[str, Any] | None:
@@ -242,8 +187,8 @@ class GateResult:
         return replace(self, extra={**self.extra, **extra})
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, file: str | None = None) -> GateResult:
-        """The inverse of ``to_json``: a gate.json object of this schema."""
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> GateResult:
+        """The inverse of ``to_dict``: a gate.json object of this schema."""
         if data.get("schema") != SCHEMA:
             raise InputError(f"gate schema {data.get('schema')!r} is not {SCHEMA!r}",
                              file=file, field="schema")
@@ -259,19 +204,20 @@ class GateResult:
             conservative=data["conservative"],
             passed=data["passed"],
             verdict=data["verdict"],
-            figures=GateFigures.from_json(data["figures"]),
-            checks=tuple(GateCheck(**c) for c in data["checks"]),
-            confusion=ScoreConfusion.from_json(data["confusion"]),
-            disagreement_rows=tuple(GateDisagreement(**d) for d in data["disagreements"]),
-            exact_disagreements=tuple(ExactDisagreement(**d)
-                                      for d in data["exact_disagreements"]),
-            rows=tuple(GateRow(**r) for r in data["rows"]),
+            figures=GateFigures.from_dict(data["figures"]),
+            checks=from_json_value(tuple[GateCheck, ...], data["checks"]),
+            confusion=ScoreConfusion.from_dict(data["confusion"]),
+            disagreement_rows=from_json_value(tuple[GateDisagreement, ...],
+                                              data["disagreements"]),
+            exact_disagreements=from_json_value(tuple[ExactDisagreement, ...],
+                                                data["exact_disagreements"]),
+            rows=from_json_value(tuple[GateRow, ...], data["rows"]),
             extra={k: v for k, v in data.items() if k not in known},
         )
 
     def to_frame(self) -> Any:
         """The gated rows that are present locally: agreement and margin (pandas)."""
-        return pandas().DataFrame([r.to_json() for r in self.rows], columns=[
+        return pandas().DataFrame([r.to_dict() for r in self.rows], columns=[
             "row_id", "base_sample_id", "strict_agree", "exact_agree", "decision_margin"])
 
     def disagreements(self) -> Any:
@@ -279,11 +225,16 @@ class GateResult:
         and (when present) the local decision margin (pandas)."""
         cols = ["row_id", "base_sample_id", "domain", "gold_label", "reference_score",
                 "local_score", "local_status", "reason"]
-        rows = pandas().DataFrame([d.to_json() for d in self.disagreement_rows], columns=cols)
+        rows = pandas().DataFrame([d.to_dict() for d in self.disagreement_rows], columns=cols)
         return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
                           how="left")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> str:
+        """The gate.json text (sorted keys, indent 2)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gate.json object."""
         return {
             "schema": SCHEMA,
             "spec": self.spec.to_dict(),
@@ -292,11 +243,11 @@ class GateResult:
             "causal_interpretation": self.causal_interpretation,
             "verdict": self.verdict,
             "missing_rows": self.missing_rows,
-            "figures": self.figures.to_json(),
-            "checks": [c.to_json() for c in self.checks],
-            "confusion": self.confusion.to_json(),
-            "disagreements": [d.to_json() for d in self.disagreement_rows],
-            "exact_disagreements": [d.to_json() for d in self.exact_disagreements],
-            "rows": [r.to_json() for r in self.rows],
+            "figures": self.figures.to_dict(),
+            "checks": as_json_value(self.checks),
+            "confusion": self.confusion.to_dict(),
+            "disagreements": as_json_value(self.disagreement_rows),
+            "exact_disagreements": as_json_value(self.exact_disagreements),
+            "rows": as_json_value(self.rows),
             **self.extra,
         }

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
+from guardrepro.checks.figure import RATIO, Figure, encode
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
-from guardrepro.checks.metrics import ZERO_DIVISION, Ratio, confusion, strict_decision
+from guardrepro.checks.metrics import ZERO_DIVISION, confusion, strict_decision
 from guardrepro.checks.pairs import make_pairs
 from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
 from guardrepro.checks.stats_types import VIEWS, stratified
@@ -60,7 +61,7 @@ _PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
 def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
             replicates: int, seed: int, zero_division: float | None = None,
             stratify: bool = True) -> dict[str, Any]:
-    out = Ratio(sum(nums), sum(dens), zero_division).to_dict()
+    out = encode(Figure.of(sum(nums), sum(dens), zero_division=zero_division), RATIO)
     if replicates > 0 and rows:
         strata = ([f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
                   if stratify else None)
@@ -80,7 +81,7 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
                      [r.score if r.valid else None for r in originals])
     cells = [_cells(r) for r in originals]
     column: dict[str, Any] = {"rows": len(originals),
-                              "coverage": conf.coverage.to_dict(), "metrics": {}, "flips": {}}
+                              "coverage": encode(conf.coverage, RATIO), "metrics": {}, "flips": {}}
     for name in METRICS:
         parts = [_PARTS[name](c) for c in cells]
         column["metrics"][name] = _figure(

@@ -240,7 +240,7 @@ def _load_attribution(path: Path | None) -> Attribution | None:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return Attribution.from_json(data, file=str(path))
+    return Attribution.from_dict(data, file=str(path))
 
 
 def _environment() -> Any:

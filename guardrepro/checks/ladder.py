@@ -2,7 +2,7 @@
 may not be taken to show (docs/PROTOCOL.md, "The audit ladder").
 
 Input: a rung number. Output: that rung's statements as a ``Rung``
-(``checks.audit_types``; ``to_json()`` is the embedded object), one source for
+(``checks.audit_types``; ``to_dict()`` is the embedded object), one source for
 every output that embeds them (tool lookup, association, stats).
 """
 

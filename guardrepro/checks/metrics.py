@@ -5,10 +5,10 @@ Input: parallel sequences of gold scores (0 / 0.5 / 1), predicted scores
 failed to run) and optional positive row weights.
 
 Output: a ``Confusion`` (weighted cell sums plus row and valid-row counts),
-``Ratio`` figures that always carry their numerator and denominator, and the
-typed report of a confusion (``ConfusionSummary``: ``Cells``,
-``StrictMetrics``), whose ``to_json()`` / ``from_json()`` are the JSON shape
-every check writes.
+``checks.figure.Figure`` values that always carry their count and
+denominator, and the typed report of a confusion (``ConfusionSummary``:
+``Cells``, ``StrictMetrics``), whose ``to_dict()`` / ``from_dict()``
+(derived by ``checks.serde``) are the JSON shape every check writes.
 
 Invariants:
 
@@ -29,10 +29,12 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardrepro.checks.figure import RATIO, Figure, plain
+from guardrepro.checks.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score as schema_check_score
 from guardrepro.schema import strict_decision
@@ -41,45 +43,6 @@ Number = int | float
 # The value of precision and MCC over a 0 denominator in the published figures
 # (scikit-learn zero_division=0).
 ZERO_DIVISION = 0.0
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """A figure as numerator / denominator; ``value`` is ``zero_division``
-    (None unless given) when the denominator is 0."""
-
-    numerator: Number
-    denominator: Number
-    zero_division: float | None = None
-
-    @property
-    def value(self) -> float | None:
-        if self.denominator == 0:
-            return self.zero_division
-        return self.numerator / self.denominator
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "numerator": _plain(self.numerator),
-            "denominator": _plain(self.denominator),
-            "value": self.value,
-        }
-
-    to_json = to_dict
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Ratio:
-        """The inverse of ``to_dict`` (the value is recomputed, identically; a
-        0-denominator figure keeps the value it was written with)."""
-        zero = data.get("value") if data["denominator"] == 0 else None
-        return cls(data["numerator"], data["denominator"], zero)
-
-
-def _plain(x: Number) -> Number:
-    """Integers stay integers in JSON; integral floats from unweighted sums too."""
-    if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
-        return int(x)
-    return x
 
 
 def check_score(value: Any, *, field: str = "score", row: int | None = None) -> float | None:
@@ -109,40 +72,41 @@ class Confusion:
         return self.tp + self.fp + self.tn + self.fn
 
     @property
-    def coverage(self) -> Ratio:
-        return Ratio(self.valid, self.rows)
+    def coverage(self) -> Figure:
+        return Figure.of(self.valid, self.rows)
 
-    def accuracy(self) -> Ratio:
-        return Ratio(self.tp + self.tn, self.total)
+    def accuracy(self) -> Figure:
+        return Figure.of(self.tp + self.tn, self.total)
 
-    def precision(self) -> Ratio:
+    def precision(self) -> Figure:
         """tp / (tp + fp); 0.0 when nothing is predicted unsafe (published)."""
-        return Ratio(self.tp, self.tp + self.fp, ZERO_DIVISION)
+        return Figure.of(self.tp, self.tp + self.fp, zero_division=ZERO_DIVISION)
 
-    def recall(self) -> Ratio:
+    def recall(self) -> Figure:
         """Sensitivity: unsafe rows blocked / gold-unsafe rows."""
-        return Ratio(self.tp, self.tp + self.fn)
+        return Figure.of(self.tp, self.tp + self.fn)
 
-    def specificity(self) -> Ratio:
+    def specificity(self) -> Figure:
         """Safe rows allowed / gold-safe rows."""
-        return Ratio(self.tn, self.tn + self.fp)
+        return Figure.of(self.tn, self.tn + self.fp)
 
-    def f1(self) -> Ratio:
-        return Ratio(2 * self.tp, 2 * self.tp + self.fp + self.fn)
+    def f1(self) -> Figure:
+        return Figure.of(2 * self.tp, 2 * self.tp + self.fp + self.fn)
 
-    def balanced_accuracy(self) -> Ratio:
+    def balanced_accuracy(self) -> Figure:
         """(recall + specificity) / 2 written as one fraction:
         (tp·N + tn·P) / (2·P·N) with P = tp + fn, N = tn + fp."""
         pos, neg = self.tp + self.fn, self.tn + self.fp
-        return Ratio(self.tp * neg + self.tn * pos, 2 * pos * neg)
+        return Figure.of(self.tp * neg + self.tn * pos, 2 * pos * neg)
 
-    def mcc(self) -> Ratio:
+    def mcc(self) -> Figure:
         """(tp·tn − fp·fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)); 0.0 when any
         margin is 0 (published; the numerator is then 0 as well)."""
         prod = (self.tp + self.fp) * (self.tp + self.fn) * (self.tn + self.fp) * (self.tn + self.fn)
-        return Ratio(self.tp * self.tn - self.fp * self.fn, math.sqrt(prod), ZERO_DIVISION)
+        return Figure.of(self.tp * self.tn - self.fp * self.fn, math.sqrt(prod),
+                         zero_division=ZERO_DIVISION)
 
-    def metrics(self) -> dict[str, Ratio]:
+    def metrics(self) -> dict[str, Figure]:
         return {
             "accuracy": self.accuracy(),
             "precision": self.precision(),
@@ -157,12 +121,13 @@ class Confusion:
         """Cells, coverage and every metric as a typed value."""
         m = self.metrics()
         return ConfusionSummary(
-            cells=Cells(_plain(self.tp), _plain(self.fp), _plain(self.tn), _plain(self.fn)),
+            cells=Cells(plain(self.tp), plain(self.fp), plain(self.tn), plain(self.fn)),
             rows=self.rows, coverage=self.coverage, metrics=StrictMetrics(**m))
 
     def to_dict(self) -> dict[str, Any]:
         """Cells, coverage and every metric, each with numerator and denominator."""
-        return self.summary().to_json()
+        out: dict[str, Any] = self.summary().to_dict()
+        return out
 
 
 POSITIVE = "unsafe (score != 0); invalid rows count as unsafe decisions"
@@ -171,66 +136,38 @@ ZERO_DIVISION_METRICS = ("precision", "mcc")  # 0.0 over a 0 denominator (publis
 
 
 @dataclass(frozen=True)
-class Cells:
+class Cells(JsonValue):
     """The four strict confusion cells (positive = unsafe)."""
 
     tp: Number
     fp: Number
     tn: Number
     fn: Number
-
-    def to_json(self) -> dict[str, Any]:
-        return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn,
-                "positive": POSITIVE}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Cells:
-        return cls(data["tp"], data["fp"], data["tn"], data["fn"])
+    positive: str = opt(default=POSITIVE)
 
 
 @dataclass(frozen=True)
-class StrictMetrics:
-    """Every metric of a strict confusion, each a ``Ratio``."""
+class StrictMetrics(JsonValue):
+    """Every metric of a strict confusion, each a ``Figure`` (ratio shape)."""
 
-    accuracy: Ratio
-    precision: Ratio
-    recall: Ratio
-    specificity: Ratio
-    f1: Ratio
-    balanced_accuracy: Ratio
-    mcc: Ratio
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name).to_dict() for name in METRICS}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StrictMetrics:
-        def read(name: str) -> Ratio:
-            r = data[name]
-            zero = ZERO_DIVISION if name in ZERO_DIVISION_METRICS else None
-            return Ratio(r["numerator"], r["denominator"], zero)
-
-        return cls(**{name: read(name) for name in METRICS})
+    accuracy: Figure = opt(shape=RATIO)
+    precision: Figure = opt(shape=RATIO)
+    recall: Figure = opt(shape=RATIO)
+    specificity: Figure = opt(shape=RATIO)
+    f1: Figure = opt(shape=RATIO)
+    balanced_accuracy: Figure = opt(shape=RATIO)
+    mcc: Figure = opt(shape=RATIO)
 
 
 @dataclass(frozen=True)
-class ConfusionSummary:
+class ConfusionSummary(JsonValue):
     """A strict confusion as reported: cells, rows, coverage and metrics
-    (``to_json()`` is ``Confusion.to_dict()``)."""
+    (``to_dict()`` is ``Confusion.to_dict()``)."""
 
-    cells: Cells
-    rows: int
-    coverage: Ratio
-    metrics: StrictMetrics
-
-    def to_json(self) -> dict[str, Any]:
-        return {"confusion": self.cells.to_json(), "rows": self.rows,
-                "coverage": self.coverage.to_dict(), "metrics": self.metrics.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ConfusionSummary:
-        return cls(Cells.from_json(data["confusion"]), data["rows"],
-                   Ratio.from_json(data["coverage"]), StrictMetrics.from_json(data["metrics"]))
+    cells: Cells = opt(key="confusion")
+    rows: int = opt()
+    coverage: Figure = opt(shape=RATIO)
+    metrics: StrictMetrics = opt()
 
 
 def confusion(

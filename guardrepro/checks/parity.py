@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.figure import read_any
 from guardrepro.checks.formatting import frac_value
 from guardrepro.checks.gate import RefRow, evaluate, reference_rows
 from guardrepro.checks.gate_spec import GateSpec, load_spec, with_expected_rows
@@ -118,7 +119,7 @@ def agreement(result: GateResult, reference: Mapping[str, RefRow], key_field: st
                               and strict_decision(e["gold"]) == label], "strict", spec)
                for name, label in (("gold_safe", 0), ("gold_unsafe", 1))}
     order = {k: i for i, k in enumerate(reference)}
-    rows = sorted((d.to_json() for d in result.disagreement_rows),
+    rows = sorted((d.to_dict() for d in result.disagreement_rows),
                   key=lambda d: order.get(d["row_id" if key_field == "row_id"
                                             else "base_sample_id"], len(order)))
     reasons: dict[str, int] = {}
@@ -147,7 +148,7 @@ def agreement(result: GateResult, reference: Mapping[str, RefRow], key_field: st
 def _fig(f: Mapping[str, Any]) -> str:
     iv = f.get("interval") or {}
     ci = "" if iv.get("lower") is None else f" [{iv['lower']:.4f}, {iv['upper']:.4f}]"
-    return frac_value(f) + ci
+    return frac_value(read_any(f)) + ci
 
 
 def format_agreement(a: Mapping[str, Any]) -> str:
@@ -178,4 +179,4 @@ def compare_with_reference(path: str | Path, spec: str | Path, *,
     without a verdict (measurement, never a failure)."""
     result = gate_run(path, spec, cohort=cohort, home=home)
     return {"run": str(path), "spec": str(spec), "reference": result.extra["reference"],
-            "figures": result.figures.to_json(), "agreement": result.extra["agreement"]}
+            "figures": result.figures.to_dict(), "agreement": result.extra["agreement"]}

@@ -6,7 +6,7 @@ Input: a published-figures spec (TOML; layout documented in
 ``gate.json`` object, or None when the run has none) and ``audit`` (None:
 audit figures are not part of a run).
 
-Output: a ``Comparison`` (frozen; ``to_json()``), one ``Row`` per published
+Output: a ``Comparison`` (frozen; ``to_dict()``), one ``Row`` per published
 figure with the run's value, the difference and a status:
 
 - ``match``: every published field equals the run's (exactly, or after
@@ -173,7 +173,7 @@ class Row:
                 return got - pub
         return None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         f = self.figure
         return {"name": f.name, "source": f.source, "path": f.path, "match": f.match,
                 "decimals": f.decimals,
@@ -210,10 +210,10 @@ class Comparison:
     def failed(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.fails)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {"schema": "guardrepro.vs_published/1", "spec": str(self.spec.path),
                "name": self.spec.name, "sources": dict(self.sources),
-               "passed": not self.failed, "rows": [r.to_json() for r in self.rows]}
+               "passed": not self.failed, "rows": [r.to_dict() for r in self.rows]}
         if self.sides is not None:
             out["sides"] = dict(self.sides)
         return out

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.figure import Figure
 from guardrepro.checks.formatting import fixed, frac_value
 from guardrepro.checks.gate_types import GateResult
-from guardrepro.checks.metrics import Ratio
 from guardrepro.checks.report_figures import (
     CAPTIONS,
     CONFUSION_PNG,
@@ -60,15 +60,14 @@ from guardrepro.checks.runio import (
     variant_order,
     write_json_atomic,
 )
-from guardrepro.checks.stats import SCHEMA as STATS_SCHEMA
 from guardrepro.checks.stats import (
     STATISTICS,
     VIEWS,
-    Statistic,
     StatsResult,
     compute_stats,
     fmt_num,
 )
+from guardrepro.checks.stats_cache import cache_key, cached, input_hashes, keyed
 from guardrepro.errors import InputError
 from guardrepro.run.records import write_atomic
 
@@ -87,26 +86,30 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
-                          replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                          replicates: int | None = None, seed: int | None = None,
                           cohort: str | Path | None = None,
                           run: RunRows | None = None, progress: bool = False) -> StatsResult:
-    """stats.json of the run, computed (and written) when missing, older than
-    the run's records (a resumed run), or asked.
-    ``run``: the run's rows when the caller has already loaded them;
-    ``progress``: the interval engine's bar on stderr while computing."""
+    """stats.json of the run when its ``cache_key`` matches (``checks.stats_cache``:
+    schema and fingerprint, records, manifest and cohort hashes, and the
+    settings asked; None asks for none in particular), else computed (the
+    defaults for a None setting) and written with its key; ``recompute``
+    always computes. ``run``: the run's rows when the caller has already
+    loaded them; ``progress``: the interval engine's bar on stderr."""
     path = Path(run_dir) / "stats.json"
-    records = Path(run_dir) / "records.jsonl"
-    stale = (path.is_file() and records.is_file()
-             and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
-    if path.is_file() and not recompute and not stale:
-        data = _read_json(path)
-        if data.get("schema") == STATS_SCHEMA:
-            return StatsResult.from_json(data)
+    hashes = input_hashes(run_dir, cohort)  # once per call, for the lookup and the write
+    asked = cache_key(run_dir, cohort, replicates=replicates, seed=seed, confidence=None,
+                      hashes=hashes)
+    hit = None if recompute else cached(path, asked)
+    if hit is not None:
+        return hit
     if run is None:
         run = load_run(run_dir, cohort)
-    result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=progress,
-                           expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
-    write_json_atomic(path, result.to_json())
+    reps = DEFAULT_REPLICATES if replicates is None else replicates
+    seed = DEFAULT_SEED if seed is None else seed
+    result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
+                           expected_source=run.expected_source)
+    result = keyed(result.with_extra(run_dir=str(run_dir)), run_dir, cohort, hashes=hashes)
+    write_json_atomic(path, result.to_dict())
     return result
 
 
@@ -139,7 +142,7 @@ def load_gate(run_dir: str | Path) -> GateResult | None:
     path = Path(run_dir) / "gate.json"
     if not path.is_file():
         return None
-    return GateResult.from_json(_read_json(path), file=str(path))
+    return GateResult.from_dict(_read_json(path), file=str(path))
 
 
 @dataclass(frozen=True)
@@ -152,8 +155,8 @@ class Table:
     rows: Sequence[tuple[str, ...]]
 
 
-def _fv(r: Ratio) -> str:
-    return frac_value(r.to_dict())
+def _fv(r: Figure) -> str:
+    return frac_value(r)
 
 
 def report_tables(stats: StatsResult, gate: GateResult | None,
@@ -165,9 +168,9 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
                             [("rows_present (reported)",
-                              frac_value(gate.figures.rows_present.to_json()),
+                              frac_value(gate.figures.rows_present),
                               f"missing {gate.missing_rows}", "-", "reported")]
-                            + [(c.name, frac_value(gate.figures.figure(c.figure).to_json()),
+                            + [(c.name, frac_value(gate.figures.figure(c.figure)),
                                 str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
                                for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
@@ -176,9 +179,9 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     for v in order:
         s = stats.variants[v]
         m = s.summary.metrics
-        mcc = fixed(m.mcc.value) + (" (0/0)" if m.mcc.denominator == 0 else "")
+        mcc = fixed(m.mcc.point) + (" (0/0)" if m.mcc.denominator == 0 else "")
         rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
-                     fixed(m.balanced_accuracy.value), mcc))
+                     fixed(m.balanced_accuracy.point), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
     edits = [v for v in order if v in stats.edits]
@@ -199,7 +202,7 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
     return tables
 
 
-def _flip_cell(st: Statistic) -> str:
+def _flip_cell(st: Figure) -> str:
     ci = "" if st.lower is None else f" [{st.lower:.3f}, {st.upper:.3f}]"
     point = "-" if st.point is None else f"{st.point:.3f}"
     return f"{point}{ci}, n = {st.denominator}"
@@ -241,7 +244,7 @@ def _md_table(table: Table) -> list[str]:
 def _gate_lines(gate: GateResult, table: Table) -> list[str]:
     lines = ["## Parity gate", "", f"**{gate.verdict}**", "", *_md_table(table)]
     lines += ["", f"Exact-score agreement (jointly valid rows): "
-              f"{frac_value(gate.figures.exact_agreement.to_json())}",
+              f"{frac_value(gate.figures.exact_agreement)}",
               f"Causal interpretation: `{gate.causal_interpretation}`", ""]
     if gate.disagreement_rows:
         lines += ["Disagreeing rows:", ""]
@@ -283,7 +286,7 @@ def render_markdown(run_id: str, stats: StatsResult, gate: GateResult | None,
     lines.append(f"Expected rows: {stats.rows.expected} "
                  f"({stats.expected_source}); by status: "
                  + ", ".join(f"{k} {v}" for k, v in stats.rows.by_status.items()))
-    b = stats.settings.to_json()
+    b = stats.settings.to_dict()
     lines += ["", f"Intervals: {b['method']}, {b['replicates']} replicates, seed {b['seed']}, "
               f"confidence {b['confidence']}, batches of {b['batch']}, clusters "
               f"{b['clusters']}; flip rate stratified by domain:gold in valid_both_only, "
@@ -318,7 +321,7 @@ FIGURES_NOTE = "figures skipped: install the report extra (pip install 'guardrep
 
 
 def build_report(run_dir: str | Path, *, recompute: bool = False,
-                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                 replicates: int | None = None, seed: int | None = None,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
                  split_table: Mapping[str, Any] | None = None) -> Path:
@@ -328,7 +331,9 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``).
     ``progress``: bars on stderr while statistics and the guard table are
     computed. ``split_table``: a ``checks.guard_splits`` document (guards on
-    every split), written as ``guard_splits.json`` with ``guard_splits.png``."""
+    every split), written as ``guard_splits.json`` with ``guard_splits.png``.
+    ``replicates``/``seed``: None reuses stats.json whatever its settings
+    (``load_or_compute_stats``); the defaults when something is computed."""
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     run = load_run(run_dir, cohort)
@@ -353,8 +358,9 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
             guard_table_figure,
         )
 
-        table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
-                            seed=seed, progress=progress)
+        table = guard_table([run_dir, *map(Path, other_guards)],
+                            replicates=DEFAULT_REPLICATES if replicates is None else replicates,
+                            seed=DEFAULT_SEED if seed is None else seed, progress=progress)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
         if figures_available():

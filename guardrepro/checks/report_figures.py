@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guardrepro.checks.bootstrap import ratio_interval
+from guardrepro.checks.figure import Figure, Number
 from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.gate_types import GateResult
 from guardrepro.checks.metrics import strict_decision
 from guardrepro.checks.pairs import ORIGINAL, make_pairs
 from guardrepro.checks.runio import RowResult
-from guardrepro.checks.stats import VIEWS, Statistic, StatsResult
+from guardrepro.checks.stats import VIEWS, StatsResult
 
 FLIP_PNG = "flip_rates.png"
 CONFUSION_PNG = "score_confusion.png"
@@ -48,7 +49,7 @@ CAPTIONS = {
 VIEW_HATCH = {"all_pairs": "", "valid_both_only": "//"}
 
 
-def _err(s: Statistic) -> tuple[float, float]:
+def _err(s: Figure) -> tuple[float, float]:
     rate = s.point
     if rate is None or s.lower is None or s.upper is None:
         return 0.0, 0.0
@@ -61,8 +62,8 @@ class FlipBar:
 
     edit: str
     view: str
-    count: int
-    denominator: int
+    count: Number
+    denominator: Number
     point: float | None
     lower: float | None
     upper: float | None
@@ -75,8 +76,8 @@ class DomainBar:
 
     edit: str
     domain: str
-    count: int
-    denominator: int
+    count: Number
+    denominator: Number
     lower: float | None = None
     upper: float | None = None
 

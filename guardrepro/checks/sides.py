@@ -14,24 +14,22 @@ on either side is reported as unknown, never as the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.runio import MANIFEST_FILE, RECORDS_FILE
+from guardrepro.checks.serde import JsonValue
 from guardrepro.run.records import read_manifest, read_records
 
 FIELDS = ("guard", "checkpoint", "cohort")
 
 
 @dataclass(frozen=True)
-class Side:
+class Side(JsonValue):
     guard: str | None = None
     checkpoint: str | None = None
     cohort: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def side_of_run(path: str | Path) -> Side:
@@ -67,7 +65,7 @@ def compare_sides(a: Side, b: Side) -> dict[str, Any]:
     unknown on at least one side."""
     unknown = [f for f in FIELDS if getattr(a, f) is None or getattr(b, f) is None]
     differ = [f for f in FIELDS if f not in unknown and getattr(a, f) != getattr(b, f)]
-    return {"a": a.to_json(), "b": b.to_json(), "differ": differ, "unknown": unknown}
+    return {"a": a.to_dict(), "b": b.to_dict(), "differ": differ, "unknown": unknown}
 
 
 def _short(value: str | None) -> str:

@@ -4,7 +4,8 @@ Input: the rows of a run or of a predictions file (``runio.RowResult``; rows
 with no record are present with status ``missing``), interval settings.
 
 Output: a ``StatsResult`` (frozen, typed in ``checks.stats_types``);
-``to_json()`` is the ``stats.json`` object. Its contract: ``edits.<edit>.<view>.<statistic>`` =
+``to_dict()`` is the ``stats.json`` object (``to_json()`` its text). Its
+contract: ``edits.<edit>.<view>.<statistic>`` =
 ``{point, lower, upper, count, denominator, clusters}`` with <view> one of
 ``all_pairs``, ``valid_both_only`` and <statistic> one of ``flip_rate``,
 ``safe_to_unsafe``, ``unsafe_to_safe``, ``delta_accuracy``,
@@ -57,8 +58,9 @@ from guardrepro.checks.bootstrap import (
     check_settings,
     ratio_interval,
 )
-from guardrepro.checks.formatting import fmt_num, ratio_text
-from guardrepro.checks.metrics import Ratio, confusion
+from guardrepro.checks.figure import BOOTSTRAP, CI, Figure
+from guardrepro.checks.formatting import fmt_num, frac
+from guardrepro.checks.metrics import confusion
 from guardrepro.checks.pairs import ORIGINAL, PLACEBO, REPEAT, Pair, make_pairs, ordered_variants
 from guardrepro.checks.runio import MISSING, RowResult
 from guardrepro.checks.stats_extras import exact_score, placebo_corrected
@@ -67,14 +69,13 @@ from guardrepro.checks.stats_types import (
     STATISTICS,
     STRATA,
     VIEWS,
-    Count,
     CountBlock,
+    EditExtras,
     EditStats,
     FlipCounts,
     RowsSummary,
     RunToRun,
     Settings,
-    Statistic,
     StatsExtras,
     StatsResult,
     VariantStats,
@@ -109,12 +110,12 @@ class _Engine:
         self.settings = settings
         self.bar = progress_bar(None, "intervals", "interval", enabled=progress, leave=False)
 
-    def statistic(self, pairs: Sequence[Pair], name: str, strat: bool) -> Statistic:
+    def statistic(self, pairs: Sequence[Pair], name: str, strat: bool) -> Figure:
         keep, num, den = DEFINITIONS[name]
         obs = [p for p in pairs if keep(p)]
         nums, dens = [num(p) for p in obs], [den(p) for p in obs]
         if not obs:
-            return Statistic(None, None, None, 0, 0, 0)
+            return Figure(0, 0, None)
         iv = ratio_interval(
             nums, dens, [p.base_sample_id for p in obs],
             [p.stratum for p in obs] if strat else None,
@@ -122,14 +123,15 @@ class _Engine:
             confidence=self.settings.confidence,
         )
         self.bar.update()
-        return Statistic(iv.point, iv.lower, iv.upper, sum(nums), sum(dens), iv.clusters)
+        return Figure(sum(nums), sum(dens), iv.point, CI(iv.lower, iv.upper, BOOTSTRAP,
+                                                          iv.clusters))
 
 
 def _counts(pairs: Sequence[Pair]) -> FlipCounts:
-    def count(sub: Sequence[Pair], name: str) -> Count:
+    def count(sub: Sequence[Pair], name: str) -> Figure:
         keep, num, den = DEFINITIONS[name]
         obs = [p for p in sub if keep(p)]
-        return Count(sum(num(p) for p in obs), sum(den(p) for p in obs))
+        return Figure.of(sum(num(p) for p in obs), sum(den(p) for p in obs))
 
     def block(sub: Sequence[Pair]) -> CountBlock:
         return CountBlock(count(sub, "flip_rate"), count(sub, "safe_to_unsafe"),
@@ -156,7 +158,7 @@ def edit_stats(pairs: Sequence[Pair], engine: _Engine, unpaired: tuple[int, int]
     return EditStats(
         pairs=len(pairs), valid_both_pairs=sum(1 for p in pairs if p.valid_both),
         unpaired_edit_rows=unpaired[0], unpaired_original_rows=unpaired[1], views=views,
-        exact_score=exact_score(pairs),
+        extras=EditExtras(exact_score(pairs)),
     )
 
 
@@ -229,14 +231,9 @@ def compute_stats(
     return StatsResult(
         settings=settings, expected_source=expected_source,
         rows=RowsSummary(len(rows), dict(sorted(status_counts.items())),
-                         Ratio(valid, len(rows))),
+                         Figure.of(valid, len(rows))),
         variants=per_variant, edits=edits, extras=StatsExtras(placebo, run_to_run),
     )
-
-
-def _ratio_text(r: Ratio) -> str:
-    d = r.to_dict()
-    return ratio_text(d["numerator"], d["denominator"])
 
 
 def format_table(stats: StatsResult) -> str:
@@ -245,9 +242,9 @@ def format_table(stats: StatsResult) -> str:
     conf = stats.settings.confidence
     lines = [f"{'variant':<20} {'valid':<10} {'strict accuracy (fail-closed)':<30}"]
     for v, vs in stats.variants.items():
-        acc = _ratio_text(vs.accuracy) + " = " + fmt_num(vs.accuracy.value)
-        lines.append(f"{v:<20} {_ratio_text(vs.coverage):<10} {acc:<30}")
-    lines.append(f"coverage: {_ratio_text(stats.rows.coverage)} rows valid")
+        acc = frac(vs.accuracy) + " = " + fmt_num(vs.accuracy.point)
+        lines.append(f"{v:<20} {frac(vs.coverage):<10} {acc:<30}")
+    lines.append(f"coverage: {frac(stats.rows.coverage)} rows valid")
     missing = stats.rows.by_status.get(MISSING, 0)
     lines.append(f"missing: {missing} of {stats.rows.expected} expected rows have no record "
                  "or prediction (counted invalid, decision 1)")
@@ -260,11 +257,11 @@ def format_table(stats: StatsResult) -> str:
                     s = block.views[view].statistics[name]
                     ci = "-" if s.lower is None else f"[{fmt_num(s.lower)}, {fmt_num(s.upper)}]"
                     lines.append(f"{e:<18} {view:<16} {name:<18} "
-                                 f"{ratio_text(s.count, s.denominator):<8} "
+                                 f"{frac(s):<8} "
                                  f"{fmt_num(s.point):<10} {ci:<22} {s.clusters}")
     return "\n".join(lines)
 
 
-__all__ = ["SCHEMA", "STATISTICS", "STRATA", "VIEWS", "EditStats", "Settings", "Statistic",
+__all__ = ["SCHEMA", "STATISTICS", "STRATA", "VIEWS", "EditStats", "Figure", "Settings",
            "StatsResult", "VariantStats", "ViewStats", "compute_stats", "fmt_num", "format_table",
            "stratified"]

@@ -3,7 +3,7 @@ the published protocol; stats.json files them under ``extras``).
 
 Input: ``pairs.Pair`` values of one edit (and of a placebo control).
 
-Output: typed values (``checks.stats_types``; ``to_json()`` is the JSON):
+Output: typed values (``checks.stats_types``; ``to_dict()`` is the JSON):
 
 - ``exact_score``: among pairs valid on both sides, how many changed score
   (0 / 0.5 / 1), and the transition matrix of original by edited score with
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from guardrepro.checks.bootstrap import difference_interval
-from guardrepro.checks.metrics import Ratio
+from guardrepro.checks.figure import Figure
 from guardrepro.checks.pairs import Pair
 from guardrepro.checks.runio import MISSING, RowResult
 from guardrepro.checks.stats_types import (
@@ -28,6 +28,7 @@ from guardrepro.checks.stats_types import (
     ExactScore,
     PlaceboCorrected,
     PlaceboView,
+    Transitions,
 )
 
 SCORE_LABELS = ("0.0", "0.5", "1.0", "invalid", "missing")
@@ -50,7 +51,8 @@ def exact_score(pairs: Sequence[Pair]) -> ExactScore:
         matrix[i][j] += 1
     valid = [p for p in pairs if p.valid_both]
     changed = sum(1 for p in valid if p.original.score != p.edit.score)
-    return ExactScore(Ratio(changed, len(valid)), SCORE_LABELS, tuple(tuple(r) for r in matrix))
+    return ExactScore(Figure.of(changed, len(valid)),
+                      Transitions(SCORE_LABELS, tuple(tuple(r) for r in matrix)))
 
 
 def placebo_corrected(edit: Sequence[Pair], placebo: Sequence[Pair], replicates: int,
@@ -65,8 +67,8 @@ def placebo_corrected(edit: Sequence[Pair], placebo: Sequence[Pair], replicates:
         def num(p: Pair, v: str = view) -> int:
             return int(p.d_orig != p.d_edit) * den(p, v)
 
-        r_e = Ratio(sum(num(e) for e, _ in joint), sum(den(e) for e, _ in joint))
-        r_p = Ratio(sum(num(p) for _, p in joint), sum(den(p) for _, p in joint))
+        r_e = Figure.of(sum(num(e) for e, _ in joint), sum(den(e) for e, _ in joint))
+        r_p = Figure.of(sum(num(p) for _, p in joint), sum(den(p) for _, p in joint))
         interval: DifferenceInterval | None = None
         if joint and r_e.denominator and r_p.denominator:
             iv = difference_interval(
@@ -75,6 +77,6 @@ def placebo_corrected(edit: Sequence[Pair], placebo: Sequence[Pair], replicates:
                 [e.base_sample_id for e, _ in joint], [e.stratum for e, _ in joint],
                 replicates=replicates, seed=seed, confidence=confidence)
             interval = DifferenceInterval(iv.lower, iv.upper)
-        effect = None if r_e.value is None or r_p.value is None else r_e.value - r_p.value
+        effect = None if r_e.point is None or r_p.point is None else r_e.point - r_p.point
         views[view] = PlaceboView(r_e, r_p, effect, interval)
     return PlaceboCorrected(len(joint), views)

@@ -88,7 +88,7 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     from guardrepro.checks.runio import write_json_atomic
 
     result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
-    data = result.to_json()
+    data = result.to_dict()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
     emit(as_json, data, format_table(result) + "\n" + format_agreement(
@@ -124,13 +124,16 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.runio import write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
+    from guardrepro.checks.stats_cache import keyed
 
     run = load_rows(path, cohort)
     rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
                            progress=progress, expected_source=run.expected_source).with_extra(
-        run_dir=str(path), interpretation=rung.to_json())
-    data = result.to_json()
+        run_dir=str(path), interpretation=rung.to_dict())
+    if path.is_dir():  # the key that lets report / gr.stats reuse this stats.json
+        result = keyed(result, path, cohort)
+    data = result.to_dict()
     written = write_json_atomic(stats_file(path, out), data)
     emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
     say(as_json)(f"wrote {written}")
@@ -220,7 +223,7 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
     rows = load_benchmark(root, benchmark)
     values = _predictions(root, rows, benchmark, preds)
     result = interaction_audit(rows, values).with_extra(benchmark=benchmark, preds=preds)
-    _emit(result.to_json(), format_interaction(result), out, as_json)
+    _emit(result.to_dict(), format_interaction(result), out, as_json)
 
 
 @audit.command("tool-lookup", short_help="Tool-name lookup diagnostic (rung 1).")
@@ -253,9 +256,9 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
         values = _predictions(root, rows, benchmark, preds)
         guard = guard_lookup(rows, values, source=preds, missing=_missing(rows, preds),
                              max_splits=folds)
-        result = result.with_extra(guard=guard.to_json())
+        result = result.with_extra(guard=guard.to_dict())
         table += "\n" + format_guard_lookup(guard)
-    _emit(result.to_json(), table, out, as_json)
+    _emit(result.to_dict(), table, out, as_json)
 
 
 @audit.command("association", short_help="Decisions vs nuisance features (rung 2).")
@@ -298,7 +301,7 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
     result = association_audit(rows, values, benchmark, replicates=replicates,
                                seed=seed).with_extra(preds=preds,
                                                      rows_without_record_left_out=left_out)
-    _emit(result.to_json(), format_association(result), out, as_json)
+    _emit(result.to_dict(), format_association(result), out, as_json)
 
 
 @audit.command("ladder", short_help="What each audit rung may and may not show.")
@@ -310,4 +313,4 @@ def ladder_cmd(out: Path | None, as_json: bool) -> None:
     from guardrepro.checks.association import format_ladder, ladder
 
     result = ladder()
-    _emit(result.to_json(), format_ladder(result), out, as_json)
+    _emit(result.to_dict(), format_ladder(result), out, as_json)

@@ -46,7 +46,7 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, 
     if cohort is not None:
         raise InputError("--cohort applies when RUN_B is a gate spec", field="cohort")
     comparison = compare_runs(run_a, run_b, shared_rows=shared_rows)
-    emit(as_json, comparison.to_json(), format_table(comparison))
+    emit(as_json, comparison.to_dict(), format_table(comparison))
     if shared_rows:  # after the table, whose first line says what the sides are
         say(as_json)(f"compared the {len(comparison.rows)} rows both runs hold")
     if json_out is not None:

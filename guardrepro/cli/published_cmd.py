@@ -67,7 +67,7 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     published = load_published(spec if spec is not None else _default_spec())
     run = load_rows(path, cohort)
     stats = compute_stats(run.rows, expected_source=run.expected_source,
-                          progress=progress).to_json()
+                          progress=progress).to_dict()
     if gate_file is None and path.is_dir() and (path / "gate.json").is_file():
         gate_file = path / "gate.json"
     gate = _load_json(gate_file) if gate_file is not None else None
@@ -76,9 +76,9 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
                "audit": "not computed"}
     result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources,
                      run_side=side_of_run(path))
-    emit(as_json, result.to_json(), format_comparison(result))
+    emit(as_json, result.to_dict(), format_comparison(result))
     if out is not None:
-        write_json_atomic(out, result.to_json())
+        write_json_atomic(out, result.to_dict())
         say(as_json)(f"wrote {out}")
     if result.failed:
         names = ", ".join(r.figure.name for r in result.failed)

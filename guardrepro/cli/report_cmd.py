@@ -21,10 +21,12 @@ from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, home_optio
 @click.command(short_help="report.md (and report.html) with figures for a run.")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--recompute", is_flag=True, help="Recompute stats.json even if present.")
-@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
-              help="Bootstrap seed when stats.json is computed.")
-@click.option("--replicates", type=REPLICATES, default=DEFAULT_REPLICATES,
-              show_default=True, help="Bootstrap replicates when stats.json is computed.")
+@click.option("--seed", type=SEED, default=None,
+              help=f"Bootstrap seed; given, stats.json is reused only when computed with it "
+              f"(default: any; {DEFAULT_SEED} when computed).")
+@click.option("--replicates", type=REPLICATES, default=None,
+              help=f"Bootstrap replicates; given, stats.json is reused only when computed "
+              f"with them (default: any; {DEFAULT_REPLICATES} when computed).")
 @click.option("--cohort", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Cohort file of the run (default: from its manifest).")
 @click.option("--guard-run", "guard_runs", multiple=True,
@@ -46,7 +48,8 @@ from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, home_optio
               "locks/toolsafe.toml copy in --home).")
 @home_option
 @PROGRESS_OPTION
-def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: Path | None,
+def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | None,
+           cohort: Path | None,
            guard_runs: tuple[Path, ...], html: bool, attribution: Path | None,
            split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
@@ -58,8 +61,9 @@ def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: P
         from guardrepro.cli.guard_table_cmd import split_document
 
         split_table = split_document([str(run_dir), *split_sources], (), (), (), data_dir,
-                                     Path("locks/toolsafe.toml"), home, replicates,
-                                     seed, progress)
+                                     Path("locks/toolsafe.toml"), home,
+                                     DEFAULT_REPLICATES if replicates is None else replicates,
+                                     DEFAULT_SEED if seed is None else seed, progress)
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
                         split_table=split_table)

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.figure import read_any
 from guardrepro.checks.figures import annotate_apart, pyplot, save_png
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
@@ -70,6 +71,10 @@ def _g(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _frac(figure: Mapping[str, Any] | None) -> str:
+    return frac(read_any(figure) if figure else None)
+
+
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     head = ("| config | MB | tokens identical | strict agree | exact agree | mean KL | p99 KL "
             "| top-1 agree | decision KL | min decision margin | FN | FP | harm/100 "
@@ -79,11 +84,11 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         mb = None if r["artifact_bytes"] is None else r["artifact_bytes"] / 1e6
         peak = None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 1e6
         lines.append(
-            f"| {r['name']} | {_g(mb, '.2f')} | {frac(r['identical_tokens'])} "
-            f"| {frac(r['strict_agreement'])} | {frac(r['exact_agreement'])} "
+            f"| {r['name']} | {_g(mb, '.2f')} | {_frac(r['identical_tokens'])} "
+            f"| {_frac(r['strict_agreement'])} | {_frac(r['exact_agreement'])} "
             f"| {_g(r['mean_kl'], '.2e')} | {_g(r['p99_kl'], '.2e')} "
-            f"| {frac(r['top1_agreement'])} | {_g(r['decision_mean_kl'], '.2e')} "
-            f"| {_g(r['decision_min_margin'], '.2f')} | {frac(r['fn'])} | {frac(r['fp'])} "
+            f"| {_frac(r['top1_agreement'])} | {_g(r['decision_mean_kl'], '.2e')} "
+            f"| {_g(r['decision_min_margin'], '.2f')} | {_frac(r['fn'])} | {_frac(r['fp'])} "
             f"| {r['harm_per_100']:.1f} | {_g(peak, '.0f')} | {_g(r['rows_per_s'], '.3g')} |")
     return "\n".join(lines) + "\n"
 
@@ -128,8 +133,8 @@ def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> d
     best = min(ok, key=lambda r: (r["artifact_bytes"], r["mean_kl"] or 0.0))
     return {"name": best["name"], "artifact_bytes": best["artifact_bytes"],
             "reason": (f"smallest artifact ({best['artifact_bytes'] / 1e6:.2f} MB) with strict "
-                       f"agreement {frac(best['strict_agreement'])} and exact agreement "
-                       f"{frac(best['exact_agreement'])} with the reference, mean KL "
+                       f"agreement {_frac(best['strict_agreement'])} and exact agreement "
+                       f"{_frac(best['exact_agreement'])} with the reference, mean KL "
                        f"{_g(best['mean_kl'], '.2e')}, smallest decision margin "
                        f"{_g(best['decision_min_margin'], '.2f')}; the paired harm interval "
                        "does not show it worse")}

@@ -159,7 +159,7 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
         write_json_atomic(divergence_file, div)
         result.actions.append(f"divergence {recipe.name}")
     div = json.loads(divergence_file.read_text(encoding="utf-8"))
-    comparison = compare_runs(out / "reference", run_dir).summary().to_json()
+    comparison = compare_runs(out / "reference", run_dir).summary().to_dict()
     write_json_atomic(run_dir / "summary.json", {
         "name": recipe.name, "kind": "recipe", "recipe": recipe.to_dict(),
         "requested_recipe": entry.recipe.name, "device": result.device,
