@@ -34,28 +34,18 @@ import numpy as np
 
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
+from guardrepro.checks.runio import read_records_file
 from guardrepro.errors import InputError
-from guardrepro.run.records import RECORDS_FILE, read_manifest, read_records
+from guardrepro.run.records import read_manifest, records_path  # noqa: F401 (re-exported)
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def records_path(run: str | Path) -> Path:
-    """The records file of a run given as a run directory or a JSONL file."""
-    path = Path(run)
-    if path.is_dir():
-        path = path / RECORDS_FILE
-    if not path.is_file():
-        raise InputError("no records file (expected a run directory or records.jsonl)",
-                         file=str(path))
-    return path
-
-
 def load_records(run: str | Path) -> dict[str, Record]:
-    """Read a run's records keyed by row id, strictly (``records.read_records``:
+    """Read a run's records keyed by row id, strictly (``runio.read_records_file``:
     torn lines and duplicate row ids are errors)."""
-    return {record.row_id: record for record in read_records(records_path(run))}
+    return {record.row_id: record for record in read_records_file(run).records}
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -66,6 +66,7 @@ from typing import Any
 import guardrepro
 from guardrepro.errors import InputError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardAdapter
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
@@ -299,7 +300,8 @@ def run_cohort(
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
 
-    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,)) as writer:  # see FAULTS.md
+    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,),  # see FAULTS.md
+                      parsers=record_parser) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,

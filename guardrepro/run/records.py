@@ -49,7 +49,7 @@ from guardrepro.artifacts.store import (
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
-from guardrepro.run.record_checks import check_record
+from guardrepro.run.record_checks import ParserLookup, check_record
 from guardrepro.schema import Provenance, Record
 from guardrepro.spec import check_keys, type_problem
 
@@ -243,7 +243,8 @@ def record_line(record: Record) -> str:
     return json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def _parse_line(line: bytes, *, file: str, row: int) -> Record:
+def _parse_line(line: bytes, *, file: str, row: int, parsers: ParserLookup | None = None
+                ) -> Record:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -252,20 +253,39 @@ def _parse_line(line: bytes, *, file: str, row: int) -> Record:
     data = load_json(text, file=file, row=row, line=row + 1, what="JSON record")
     try:
         record = Record.from_dict(data, file=file, row=row)
-        check_record(record, file=file, row=row)
+        check_record(record, file=file, row=row, parsers=parsers)
     except InputError as exc:
         raise at_line(exc, row) from None
     return record
 
 
-def _parse_records(data: bytes, *, file: str) -> list[Record]:
+def parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
+                  ) -> list[Record]:
+    """The records of a records file's bytes ``data`` (read by the caller, who may
+    hash the same bytes): every line a complete, valid record; unique row ids;
+    ``file`` is named in errors. A torn final line is an error here (resume the
+    run to repair it). ``parsers``: see ``run.record_checks.check_record``."""
+    if data and not data.endswith(b"\n"):
+        row = data.count(b"\n")
+        raise InputError(
+            "final line is incomplete (the writing process was interrupted); "
+            "resuming the run truncates it",
+            file=file,
+            row=row,
+            line=row + 1,
+        )
+    return _parse_records(data, file=file, parsers=parsers)
+
+
+def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
+                   ) -> list[Record]:
     records: list[Record] = []
     seen: dict[str, int] = {}
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     for index, line in enumerate(lines):
-        record = _parse_line(line, file=file, row=index)
+        record = _parse_line(line, file=file, row=index, parsers=parsers)
         if record.row_id in seen:
             raise InputError(
                 f"duplicate row_id {record.row_id!r} (first at line {seen[record.row_id] + 1})",
@@ -279,26 +299,32 @@ def _parse_records(data: bytes, *, file: str) -> list[Record]:
     return records
 
 
-def read_records(path: str | Path) -> list[Record]:
+def records_path(run: str | Path) -> Path:
+    """The records file of a run given as a run directory or a records file: the
+    one place a run argument becomes its ``records.jsonl`` (an InputError naming
+    the path when there is none)."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    if not path.is_file():
+        raise InputError("no records file (expected a run directory or records.jsonl)",
+                         file=str(path))
+    return path
+
+
+def read_records(path: str | Path, *, parsers: ParserLookup | None = None) -> list[Record]:
     """Read a records file strictly: every line a complete, valid record; unique row ids.
 
     ``path`` is ``records.jsonl`` or a run directory. A torn final line is an
-    error here (resume the run to repair it).
+    error here (resume the run to repair it). ``parsers`` (for example
+    ``guards.registry.record_parser``): re-parse each record's output text with
+    its guard's parser and refuse a score that contradicts it
+    (``run.record_checks``); without it only the fields are checked.
     """
     path = Path(path)
     if path.is_dir():
         path = path / RECORDS_FILE
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        row = data.count(b"\n")
-        raise InputError(
-            "final line is incomplete (the writing process was interrupted); "
-            "resuming the run truncates it",
-            file=str(path),
-            row=row,
-            line=row + 1,
-        )
-    return _parse_records(data, file=str(path))
+    return parse_records(path.read_bytes(), file=str(path), parsers=parsers)
 
 
 class RecordWriter:
@@ -309,8 +335,8 @@ class RecordWriter:
     (``self.records``, by row id). Use as a context manager or call ``close``.
     """
 
-    def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None
-                 ) -> None:
+    def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None,
+                 parsers: ParserLookup | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RECORDS_FILE
         # What this writer creates, so a run refused before its first record can
@@ -335,7 +361,8 @@ class RecordWriter:
         try:
             self.truncated_bytes = self._repair_tail()
             self.records: dict[str, Record] = {
-                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path))
+                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path),
+                                                    parsers=parsers)
             }
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
