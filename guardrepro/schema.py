@@ -197,25 +197,18 @@ class CohortRow:
         return out
 
 
-def read_cohort(path: str | Path) -> list[CohortRow]:
-    """Read a cohort JSONL file strictly; duplicate row ids are an error.
-    Errors name the file and the line (``row`` = 0-based line index)."""
+def read_cohort(path: str | Path, data: bytes | None = None) -> list[CohortRow]:
+    """Read a cohort JSONL file (or its bytes ``data``, read by the caller) strictly; duplicate
+    row ids are an error. Errors name the file and the line (``row`` = 0-based line index)."""
     path = Path(path)
+    rows: list[CohortRow] = []
+    seen: dict[str, int] = {}
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data
     except FileNotFoundError:
         raise InputError("cohort file not found", file=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read cohort file: {exc}", file=str(path)) from None
-    return parse_cohort(data, path)
-
-
-def parse_cohort(data: bytes, path: str | Path) -> list[CohortRow]:
-    """The cohort rows of a cohort file's bytes ``data`` (read by the caller, who
-    may hash the same bytes), as strictly as ``read_cohort``; ``path`` is named
-    in errors."""
-    rows: list[CohortRow] = []
-    seen: dict[str, int] = {}
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the final line break ends the last line

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,9 +53,9 @@ from guardrepro.checks.report_figures import (
     plot_score_confusion,
 )
 from guardrepro.checks.runio import (
+    RunData,
     RunRows,
-    load_manifest,
-    load_run,
+    load_run_data,
     variant_order,
     write_json_atomic,
 )
@@ -69,7 +68,7 @@ from guardrepro.checks.stats import (
     compute_stats,
     fmt_num,
 )
-from guardrepro.errors import InputError
+from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic
 
 GUARD_TABLE_PNG = "guard_table.png"
@@ -78,36 +77,51 @@ GUARD_SPLITS_PNG = "guard_splits.png"
 GUARD_SPLITS_JSON = "guard_splits.json"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return data
-
-
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                           cohort: str | Path | None = None,
-                          run: RunRows | None = None, progress: bool = False) -> StatsResult:
+                          run: RunRows | RunData | None = None,
+                          progress: bool = False) -> StatsResult:
     """stats.json of the run, computed (and written) when missing, older than
     the run's records (a resumed run), or asked.
-    ``run``: the run's rows when the caller has already loaded them;
+    ``run``: the run (``RunData``) or its rows when the caller has already read it;
     ``progress``: the interval engine's bar on stderr while computing."""
     path = Path(run_dir) / "stats.json"
     records = Path(run_dir) / "records.jsonl"
     stale = (path.is_file() and records.is_file()
              and records.stat().st_mtime_ns > path.stat().st_mtime_ns)
     if path.is_file() and not recompute and not stale:
-        data = _read_json(path)
+        data = read_json_file(path)
         if data.get("schema") == STATS_SCHEMA:
             return StatsResult.from_json(data)
     if run is None:
-        run = load_run(run_dir, cohort)
+        run = load_run_data(run_dir, cohort)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, progress=progress,
                            expected_source=run.expected_source).with_extra(run_dir=str(run_dir))
     write_json_atomic(path, result.to_json())
     return result
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What both reports of a run are made of, read once per verb: the run
+    (``RunData``), its statistics (stats.json, computed when stale) and its gate
+    (gate.json, or None)."""
+
+    data: RunData
+    stats: StatsResult
+    gate: GateResult | None
+
+
+def report_inputs(run_dir: str | Path, *, recompute: bool = False,
+                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                  cohort: str | Path | None = None, progress: bool = False,
+                  data: RunData | None = None) -> ReportInputs:
+    """Read (or compute) what ``build_report`` and ``html_report.build_html`` show."""
+    data = data if data is not None else load_run_data(run_dir, cohort)
+    stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
+                                  seed=seed, cohort=cohort, run=data, progress=progress)
+    return ReportInputs(data, stats, load_gate(run_dir))
 
 
 def in_cohort_order(stats: StatsResult, variants: Sequence[str]) -> StatsResult:
@@ -139,7 +153,7 @@ def load_gate(run_dir: str | Path) -> GateResult | None:
     path = Path(run_dir) / "gate.json"
     if not path.is_file():
         return None
-    return GateResult.from_json(_read_json(path), file=str(path))
+    return GateResult.from_json(read_json_file(path), file=str(path))
 
 
 @dataclass(frozen=True)
@@ -321,21 +335,23 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
-                 split_table: Mapping[str, Any] | None = None) -> Path:
+                 split_table: Mapping[str, Any] | None = None,
+                 inputs: ReportInputs | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
     adds ``guard_table.png`` / ``guard_table.json`` (``checks.guard_table``).
     ``progress``: bars on stderr while statistics and the guard table are
     computed. ``split_table``: a ``checks.guard_splits`` document (guards on
-    every split), written as ``guard_splits.json`` with ``guard_splits.png``."""
+    every split), written as ``guard_splits.json`` with ``guard_splits.png``.
+    ``inputs``: the run, its stats and gate as the caller read them
+    (``report_inputs``), else read here."""
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
-    run = load_run(run_dir, cohort)
-    stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
-                                  seed=seed, cohort=cohort, run=run, progress=progress)
-    stats = in_cohort_order(stats, variant_order([r.variant for r in run.rows]))
-    gate = load_gate(run_dir)
+    if inputs is None:
+        inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
+                               cohort=cohort, progress=progress)
+    run, manifest, gate = inputs.data, inputs.data.manifest, inputs.gate
+    stats = in_cohort_order(inputs.stats, run.variants)
     rows = run.rows
     figures: list[str] = []
     if figures_available():
@@ -353,7 +369,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
             guard_table_figure,
         )
 
-        table = guard_table([run_dir, *map(Path, other_guards)], replicates=replicates,
+        table = guard_table([run, *map(Path, other_guards)], replicates=replicates,
                             seed=seed, progress=progress)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
@@ -374,7 +390,8 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
 
 
 __all__ = ["CAPTIONS", "CONFUSION_PNG", "FIGURES_NOTE", "FLIP_PNG", "MARGIN_PNG", "DomainBar",
-           "FlipBar", "Table", "build_report", "domain_bars", "figures_available", "flip_bars",
+           "FlipBar", "ReportInputs", "Table", "build_report", "domain_bars", "figures_available",
+           "flip_bars",
            "flip_summary", "load_gate", "load_or_compute_stats", "margin_groups",
            "plot_flip_rates", "plot_margin_histogram", "plot_score_confusion",
-           "render_markdown", "report_tables"]
+           "render_markdown", "report_inputs", "report_tables"]

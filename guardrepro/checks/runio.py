@@ -52,7 +52,7 @@ from guardrepro.run.records import (
     records_path,
 )
 from guardrepro.run.shard import parse_shard, select_shard
-from guardrepro.schema import CohortRow, Record, parse_cohort, read_cohort
+from guardrepro.schema import CohortRow, Record, read_cohort
 
 MISSING = "missing"
 ORIGINAL = "original"
@@ -303,7 +303,7 @@ def _given_cohort(cohort_path: Path, manifest: RunManifest) -> CohortFile:
         raise InputError("cohort file not found", file=str(cohort_path)) from None
     except OSError as exc:
         raise InputError(f"cannot read cohort file: {exc}", file=str(cohort_path)) from None
-    rows = parse_cohort(data, cohort_path)  # a malformed file is named by its reader first
+    rows = read_cohort(cohort_path, data)  # a malformed file is named by its reader first
     if digest != manifest.cohort.get("sha256"):
         raise InputError(
             f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
@@ -323,7 +323,7 @@ def _run_cohort(run_dir: Path, manifest: RunManifest, cohort_path: str | Path | 
     if found is None:
         return None
     path, data, digest = found
-    return CohortFile(path, tuple(parse_cohort(data, path)), digest)
+    return CohortFile(path, tuple(read_cohort(path, data)), digest)
 
 
 @dataclass(frozen=True)

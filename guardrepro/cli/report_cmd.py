@@ -51,7 +51,12 @@ def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: P
            split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
+    from guardrepro.checks.report import (
+        FIGURES_NOTE,
+        build_report,
+        figures_available,
+        report_inputs,
+    )
 
     split_table = None
     if split_sources:
@@ -60,9 +65,11 @@ def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: P
         split_table = split_document([str(run_dir), *split_sources], (), (), (), data_dir,
                                      Path("locks/toolsafe.toml"), home, replicates,
                                      seed, progress)
+    inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
+                           cohort=cohort, progress=progress)  # read once for both reports
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
-                        split_table=split_table)
+                        split_table=split_table, inputs=inputs)
     click.echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):
@@ -72,4 +79,5 @@ def report(run_dir: Path, recompute: bool, seed: int, replicates: int, cohort: P
     if html:
         from guardrepro.checks.html_report import build_html
 
-        click.echo(f"wrote {build_html(run_dir, cohort=cohort, attribution=attribution)}")
+        html_path = build_html(run_dir, cohort=cohort, attribution=attribution, inputs=inputs)
+        click.echo(f"wrote {html_path}")

@@ -57,7 +57,7 @@ from guardrepro.run.records import (
     write_manifest,
 )
 from guardrepro.run.shard import parse_shard, shard_of
-from guardrepro.schema import Record, parse_cohort
+from guardrepro.schema import Record, read_cohort
 
 MERGE_FILE = "merge.json"
 MERGE_TAG = ".merge-"  # the temp directory: .<out>.merge-<pid>-<random>
@@ -181,7 +181,7 @@ def _cohort_ids(
                 f"{path}: sha256 {actual[:12]}... is not the runs' cohort {expected[:12]}..."
             )
         return None, path  # the recorded path now holds another file: fall back to counts
-    return [row.row_id for row in parse_cohort(data, path)], path.resolve()
+    return [row.row_id for row in read_cohort(path, data)], path.resolve()
 
 
 def _check_no_duplicates(sources: Sequence[SourceRun]) -> None:

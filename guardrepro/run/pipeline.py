@@ -299,7 +299,6 @@ def run_cohort(
     rows_all = read_cohort(cohort_path)
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
-
     with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,),  # see FAULTS.md
                       parsers=record_parser) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
