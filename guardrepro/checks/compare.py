@@ -36,7 +36,7 @@ from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
 from guardrepro.checks.runio import read_records_file
 from guardrepro.errors import InputError
-from guardrepro.run.records import read_manifest, records_path  # noqa: F401 (re-exported)
+from guardrepro.run.records import RunManifest, read_manifest
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -302,10 +302,14 @@ def compare_records(
     )
 
 
-def _cohort_of(run: str | Path) -> tuple[str, str] | None:
-    """(path, sha256) of the cohort a run (directory or records file) was made of."""
+def _manifest_of(run: str | Path) -> RunManifest | None:
+    """The manifest of a run given as a directory or a records file (None without one)."""
     run = Path(run)
-    manifest = read_manifest(run if run.is_dir() else run.parent)
+    return read_manifest(run if run.is_dir() else run.parent)
+
+
+def _cohort_of(manifest: RunManifest | None) -> tuple[str, str] | None:
+    """(path, sha256) of the cohort a run was made of, from its manifest."""
     if manifest is None:
         return None
     return str(manifest.cohort.get("path")), str(manifest.cohort.get("sha256"))
@@ -313,13 +317,17 @@ def _cohort_of(run: str | Path) -> tuple[str, str] | None:
 
 def compare_runs(run_a: str | Path, run_b: str | Path, *,
                  shared_rows: bool = False) -> Comparison:
-    """Load both runs and compare them row by row (``sides``: what each run was).
+    """Load both runs (each file read once) and compare them row by row
+    (``sides``: what each run was).
 
     Runs made of different cohorts (by their manifests' cohort sha256) are refused
     unless ``shared_rows``: then only the rows both hold are compared, and there
     must be at least one."""
-    cohort_a, cohort_b = _cohort_of(run_a), _cohort_of(run_b)
-    comparison = compare_records(load_records(run_a), load_records(run_b),
+    manifest_a, manifest_b = _manifest_of(run_a), _manifest_of(run_b)
+    cohort_a, cohort_b = _cohort_of(manifest_a), _cohort_of(manifest_b)
+    file_a, file_b = read_records_file(run_a), read_records_file(run_b)
+    comparison = compare_records({r.row_id: r for r in file_a.records},
+                                 {r.row_id: r for r in file_b.records},
                                  run_a=str(run_a), run_b=str(run_b))
     differ = cohort_a is not None and cohort_b is not None and cohort_a[1] != cohort_b[1]
     shared = len(comparison.rows)
@@ -333,9 +341,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *,
         raise InputError(f"{run_a} and {run_b} share no row id: there is nothing to compare")
     from dataclasses import replace
 
-    from guardrepro.checks.sides import compare_sides, side_of_run
+    from guardrepro.checks.sides import compare_sides, side_from
 
-    return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
+    return replace(comparison, sides=compare_sides(
+        side_from(run_a, manifest_a, file_a.records), side_from(run_b, manifest_b, file_b.records)))
 
 
 def _pct(r: Rate) -> str:
