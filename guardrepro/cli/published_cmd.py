@@ -12,7 +12,6 @@ prints it on stdout (the table then goes to stderr).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import click
 
 from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, emit, say
 from guardrepro.errors import CheckFailed, InputError
+from guardrepro.limits import read_json_file
 
 DEFAULT_SPEC = Path("checks/published/ts-guard-q8.toml")
 
@@ -33,10 +33,7 @@ def _default_spec() -> Path:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from None
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", file=str(path))
     return data

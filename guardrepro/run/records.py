@@ -45,12 +45,13 @@ from guardrepro.artifacts.store import (
     describe_os_error,
     fsync_dir,
     output_error,
+    read_hashed,
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
 from guardrepro.run.record_checks import ParserLookup, check_record
-from guardrepro.schema import Provenance, Record
+from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
 from guardrepro.spec import check_keys, type_problem
 
 RECORDS_FILE = "records.jsonl"
@@ -261,10 +262,8 @@ def _parse_line(line: bytes, *, file: str, row: int, parsers: ParserLookup | Non
 
 def parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
                   ) -> list[Record]:
-    """The records of a records file's bytes ``data`` (read by the caller, who may
-    hash the same bytes): every line a complete, valid record; unique row ids;
-    ``file`` is named in errors. A torn final line is an error here (resume the
-    run to repair it). ``parsers``: see ``run.record_checks.check_record``."""
+    """``read_records`` of a records file's bytes ``data`` (read by a caller who
+    hashes the same bytes); ``file`` is named in errors."""
     if data and not data.endswith(b"\n"):
         row = data.count(b"\n")
         raise InputError(
@@ -299,15 +298,24 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
     return records
 
 
+def read_cohort_hashed(path: str | Path) -> tuple[list[CohortRow], str]:
+    """A cohort file's rows (``schema.read_cohort``) and its sha256, from one read."""
+    try:
+        data, digest = read_hashed(Path(path))
+    except OSError:
+        read_cohort(path)  # an InputError naming the missing or unreadable file
+        raise
+    return read_cohort(path, data), digest
+
+
 def records_path(run: str | Path) -> Path:
-    """The records file of a run given as a run directory or a records file: the
-    one place a run argument becomes its ``records.jsonl`` (an InputError naming
-    the path when there is none)."""
+    """The records file of a run given as a run directory or a records file (the one
+    place a run argument becomes its ``records.jsonl``); an InputError without one."""
     path = Path(run)
     if path.is_dir():
         path = path / RECORDS_FILE
     if not path.is_file():
-        raise InputError("no records file (expected a run directory or records.jsonl)",
+        raise InputError("no records.jsonl here (expected a run directory or a records file)",
                          file=str(path))
     return path
 
@@ -316,10 +324,8 @@ def read_records(path: str | Path, *, parsers: ParserLookup | None = None) -> li
     """Read a records file strictly: every line a complete, valid record; unique row ids.
 
     ``path`` is ``records.jsonl`` or a run directory. A torn final line is an
-    error here (resume the run to repair it). ``parsers`` (for example
-    ``guards.registry.record_parser``): re-parse each record's output text with
-    its guard's parser and refuse a score that contradicts it
-    (``run.record_checks``); without it only the fields are checked.
+    error here (resume the run to repair it). ``parsers`` (``guards.registry.record_parser``):
+    refuse a score its output text does not parse to (``run.record_checks.check_record``).
     """
     path = Path(path)
     if path.is_dir():
