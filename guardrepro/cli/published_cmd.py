@@ -57,8 +57,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     """Print the run's figures beside the published ones, row by row."""
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.published import compare, format_comparison, load_published
-    from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.checks.sides import side_of_run
+    from guardrepro.checks.runio import RunData, write_json_atomic
+    from guardrepro.checks.sides import side_from, side_of_run
     from guardrepro.checks.stats import compute_stats
 
     published = load_published(spec if spec is not None else _default_spec())
@@ -72,7 +72,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
                "gate": str(gate_file) if gate_file is not None else "not computed",
                "audit": "not computed"}
     result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources,
-                     run_side=side_of_run(path))
+                     run_side=side_from(path, run.manifest, None) if isinstance(run, RunData)
+                     else side_of_run(path))
     emit(as_json, result.to_json(), format_comparison(result))
     if out is not None:
         write_json_atomic(out, result.to_json())
