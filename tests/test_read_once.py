@@ -150,3 +150,33 @@ def test_report_html_reads_each_file_once(toy: dict[str, Path],
     assert count(reads, run / "stats.json") == 1
     assert count(reads, run / "records.jsonl") == 1
     assert count(reads, toy["cohort"]) == 1
+
+
+def test_reading_records_imports_no_guard() -> None:
+    """``run.records`` reads a run without the guard registry; the caller's
+    parser lookup is what re-checks scores (the checks pass the registry's)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from guardrepro.run.records import read_records; "
+            "n = len(read_records('guardrepro/data/toy_reference/records.jsonl')); "
+            "print(n, sorted(m for m in sys.modules if m.startswith('guardrepro.guards')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split(maxsplit=1)
+    assert out == ["256", "[]\n"]
+
+
+def test_the_parser_lookup_refuses_a_contradicted_score(tmp_path: Path) -> None:
+    from guardrepro.errors import IntegrityError
+    from guardrepro.guards.registry import record_parser
+    from guardrepro.run.records import read_records
+
+    lines = (ROOT / "guardrepro/data/toy_reference/records.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["status"] == "ok" and first["score"] == 0.0  # the toy guard said safe
+    first["score"] = 1.0  # a hand edit: the output text still parses to 0.0
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8")
+    assert read_records(path)[0].score == 1.0  # fields only: nothing to re-parse with
+    with pytest.raises(IntegrityError, match=r"line 1\b.*contradicts its own output"):
+        read_records(path, parsers=record_parser)
