@@ -34,7 +34,7 @@ import numpy as np
 
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.formatting import frac_percent, rate_figure, sig3
-from guardrepro.checks.runio import read_records_file
+from guardrepro.checks.runio import RunData, read_records_file
 from guardrepro.errors import InputError
 from guardrepro.run.records import RunManifest, read_manifest
 from guardrepro.schema import Record
@@ -302,10 +302,17 @@ def compare_records(
     )
 
 
-def _manifest_of(run: str | Path) -> RunManifest | None:
-    """The manifest of a run given as a directory or a records file (None without one)."""
+def _manifest_of(run: str | Path | RunData) -> RunManifest | None:
+    """The manifest of a run given as a directory or a records file (None without
+    one), or of a run already read."""
+    if isinstance(run, RunData):
+        return run.manifest
     run = Path(run)
     return read_manifest(run if run.is_dir() else run.parent)
+
+
+def _records_of(run: str | Path | RunData) -> tuple[Record, ...]:
+    return run.records if isinstance(run, RunData) else read_records_file(run).records
 
 
 def _cohort_of(manifest: RunManifest | None) -> tuple[str, str] | None:
@@ -315,19 +322,20 @@ def _cohort_of(manifest: RunManifest | None) -> tuple[str, str] | None:
     return str(manifest.cohort.get("path")), str(manifest.cohort.get("sha256"))
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path, *,
+def compare_runs(run_a: str | Path | RunData, run_b: str | Path | RunData, *,
                  shared_rows: bool = False) -> Comparison:
-    """Load both runs (each file read once) and compare them row by row
-    (``sides``: what each run was).
+    """Load both runs (each file read once; a ``RunData`` is not read again) and
+    compare them row by row (``sides``: what each run was).
 
     Runs made of different cohorts (by their manifests' cohort sha256) are refused
     unless ``shared_rows``: then only the rows both hold are compared, and there
     must be at least one."""
     manifest_a, manifest_b = _manifest_of(run_a), _manifest_of(run_b)
     cohort_a, cohort_b = _cohort_of(manifest_a), _cohort_of(manifest_b)
-    file_a, file_b = read_records_file(run_a), read_records_file(run_b)
-    comparison = compare_records({r.row_id: r for r in file_a.records},
-                                 {r.row_id: r for r in file_b.records},
+    records_a, records_b = _records_of(run_a), _records_of(run_b)
+    run_a, run_b = (r.run_dir if isinstance(r, RunData) else r for r in (run_a, run_b))
+    comparison = compare_records({r.row_id: r for r in records_a},
+                                 {r.row_id: r for r in records_b},
                                  run_a=str(run_a), run_b=str(run_b))
     differ = cohort_a is not None and cohort_b is not None and cohort_a[1] != cohort_b[1]
     shared = len(comparison.rows)
@@ -344,7 +352,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *,
     from guardrepro.checks.sides import compare_sides, side_from
 
     return replace(comparison, sides=compare_sides(
-        side_from(run_a, manifest_a, file_a.records), side_from(run_b, manifest_b, file_b.records)))
+        side_from(run_a, manifest_a, records_a), side_from(run_b, manifest_b, records_b)))
 
 
 def _pct(r: Rate) -> str:

@@ -49,6 +49,13 @@ RUN_DTYPES = {
 }
 
 
+def read_run(path: str | Path, cohort: str | Path | None = None) -> RunData:
+    """A run directory read once (``runio.load_run_data``: manifest, records,
+    cohort, expected rows and their hashes): what ``load_run``, ``stats``,
+    ``gate`` and ``compare`` take instead of a path, so nothing is read again."""
+    return load_run_data(path, cohort)
+
+
 def load_run(path: str | Path | RunData, cohort: str | Path | None = None) -> Any:
     """DataFrame of a run: one row per expected cohort row (see module docstring).
 
@@ -141,8 +148,9 @@ def gate(run: str | Path | RunData, spec: str | Path, *, cohort: str | Path | No
     return gate_run(run, spec, cohort=cohort, conservative=conservative)
 
 
-def compare(a: str | Path, b: str | Path) -> Any:
-    """Row-by-row comparison of two runs; the summary is in ``df.attrs``."""
+def compare(a: str | Path | RunData, b: str | Path | RunData) -> Any:
+    """Row-by-row comparison of two runs (directories or ``RunData``); the summary
+    is in ``df.attrs``."""
     return comparison_frame(compare_runs(a, b))
 
 
