@@ -1,7 +1,7 @@
 """The parity gate: a run's original rows against reference predictions.
 
 Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
-(``runio.load_run``). The spec::
+(``runio.load_run_data``). The spec::
 
     name = "ts-guard-agentdojo"
     rows = "originals"              # the rows gated: variant == "original"

@@ -48,6 +48,7 @@ from guardrepro.run.records import (
     RunManifest,
     check_one_provenance,
     parse_records,
+    read_cohort_hashed,
     read_manifest,
     records_path,
 )
@@ -114,11 +115,6 @@ def read_records_file(run: str | Path) -> RecordsFile:
     return RecordsFile(path, tuple(records), digest)
 
 
-def load_records(path: str | Path) -> list[Record]:
-    """Records of a run directory (or a records.jsonl path): ``read_records_file``."""
-    return list(read_records_file(path).records)
-
-
 def load_manifest(run_dir: str | Path) -> RunManifest:
     manifest = read_manifest(run_dir)
     if manifest is None:
@@ -161,13 +157,6 @@ def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
                 )
             return cand, data, digest
     return None
-
-
-def manifest_cohort_path(run_dir: str | Path, manifest: RunManifest) -> Path | None:
-    """The cohort file the manifest names when it is on disk (see
-    ``_find_manifest_cohort``), else None."""
-    found = _find_manifest_cohort(run_dir, manifest)
-    return None if found is None else found[0]
 
 
 @dataclass(frozen=True)
@@ -297,13 +286,7 @@ def _line(index: int | None) -> str:
 def _given_cohort(cohort_path: Path, manifest: RunManifest) -> CohortFile:
     """A cohort given by hand, read once; it must be the one the run was made of
     (by sha256)."""
-    try:
-        data, digest = read_hashed(cohort_path)
-    except FileNotFoundError:
-        raise InputError("cohort file not found", file=str(cohort_path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read cohort file: {exc}", file=str(cohort_path)) from None
-    rows = read_cohort(cohort_path, data)  # a malformed file is named by its reader first
+    rows, digest = read_cohort_hashed(cohort_path)  # a malformed file is named first
     if digest != manifest.cohort.get("sha256"):
         raise InputError(
             f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
