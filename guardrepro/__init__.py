@@ -4,6 +4,8 @@ The Python API (``import guardrepro as gr``) is loaded lazily from
 ``guardrepro.checks.frames`` so that importing the package stays light:
 
 - ``gr.load_run(path, cohort=None)``: DataFrame, one row per expected cohort row.
+- ``gr.read_run(path, cohort=None)`` -> ``RunData``: the run read once, which
+  ``load_run``, ``stats``, ``gate`` and ``compare`` take in place of a path.
 - ``gr.load_cohort(path)``: DataFrame, one row per cohort line.
 - ``gr.stats(run_or_df)`` -> ``StatsResult``; ``gr.gate(run, spec)`` -> ``GateResult``
   (``.passed``, ``.verdict``, ``.to_dict()``, ``.to_frame()``); ``gr.load_gate(run)``
@@ -22,7 +24,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 API = ("load_run", "load_cohort", "stats", "gate", "load_gate", "compare", "attribute",
-       "export", "StatsResult", "GateResult")
+       "export", "StatsResult", "GateResult", "read_run", "RunData")
 __all__ = ["__version__", *API, "last_demo_run"]
 
 

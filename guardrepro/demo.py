@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from guardrepro.checks.attribute import Attribution
     from guardrepro.checks.compare import Comparison
     from guardrepro.checks.gate import GateResult
+    from guardrepro.checks.report import ReportInputs
     from guardrepro.checks.stats import StatsResult
 
 Say = Callable[[str], None]
@@ -154,7 +155,7 @@ def run_demo(
     hf_dir = _run_hf(root, result, steps, progress, home)
     if use_mlx:
         _run_mlx(root, result, steps, progress, home)
-    _gate_and_stats(root, result, steps, hf_dir, replicates, home)
+    inputs = _gate_and_stats(root, result, steps, hf_dir, replicates, home)
     _split_table(root, result, steps, replicates, progress, home)
     if sampled:
         say(f"[extra] {sampled} sampled repeats (runners/toy-hf-sampled.toml, seeds 1..{sampled}) "
@@ -164,7 +165,7 @@ def run_demo(
         steps.mark("sampled_attribution")
     from guardrepro.checks.html_report import build_html
 
-    result.html = build_html(hf_dir, home=home)
+    result.html = build_html(hf_dir, home=home, inputs=inputs)
     _record_last(hf_dir, home)
     return result
 
@@ -277,16 +278,22 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
 
 
 def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
-                    replicates: int, home: str | Path | None) -> None:
-    """The last two steps: the parity gate, then stats.json and the report."""
+                    replicates: int, home: str | Path | None) -> ReportInputs:
+    """The last two steps: the parity gate, then stats.json and the report; returns
+    what the report was made of (the HTML report takes it too)."""
     from guardrepro.checks.gate import evaluate, load_spec, reference_rows
-    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
-    from guardrepro.checks.runio import load_run, write_json_atomic
+    from guardrepro.checks.report import (
+        FIGURES_NOTE,
+        ReportInputs,
+        build_report,
+        figures_available,
+    )
+    from guardrepro.checks.runio import load_run_data, write_json_atomic
     from guardrepro.checks.stats import compute_stats
     from guardrepro.checks.stats_cache import keyed
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
-    run = load_run(hf_dir)
+    run = load_run_data(hf_dir)
     spec = load_spec(root / "checks/toy-guard.toml")
     key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field,
@@ -296,12 +303,14 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
 
     steps.start("statistics and report")
     result.stats = keyed(compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
-                                       expected_source=run.expected_source), hf_dir)
+                                       expected_source=run.expected_source), run)
     write_json_atomic(hf_dir / "stats.json", result.stats.to_dict())
-    result.report = build_report(hf_dir)
+    inputs = ReportInputs(run, result.stats, result.gate)
+    result.report = build_report(hf_dir, inputs=inputs)
     if not figures_available():
         steps.say(FIGURES_NOTE)
     steps.mark("stats_report")
+    return inputs
 
 
 def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replicates: int,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
@@ -95,6 +96,16 @@ def load_json(text: str, *, file: str | None, line: int | None = None,
                              " its pair), which is not text; refused", file=file, row=row,
                              line=line, field=field)
     return value
+
+
+def read_json_file(path: str | Path, *, what: str = "JSON") -> Any:
+    """A whole JSON file parsed by ``load_json``: the one "read JSON or raise
+    ``InputError`` naming the file" (``not UTF-8: ...``, ``invalid JSON: ...``)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8: {exc}", file=str(path)) from None
+    return load_json(text, file=str(path), what=what)
 
 
 def parse_toml_text(text: str, *, file: str | None, error: type[InputError] = InputError

@@ -197,14 +197,14 @@ class CohortRow:
         return out
 
 
-def read_cohort(path: str | Path) -> list[CohortRow]:
-    """Read a cohort JSONL file strictly; duplicate row ids are an error.
-    Errors name the file and the line (``row`` = 0-based line index)."""
+def read_cohort(path: str | Path, data: bytes | None = None) -> list[CohortRow]:
+    """Read a cohort JSONL file (or its bytes ``data``, read by the caller) strictly; duplicate
+    row ids are an error. Errors name the file and the line (``row`` = 0-based line index)."""
     path = Path(path)
     rows: list[CohortRow] = []
     seen: dict[str, int] = {}
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data
     except FileNotFoundError:
         raise InputError("cohort file not found", file=str(path)) from None
     except OSError as exc:

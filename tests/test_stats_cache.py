@@ -15,6 +15,7 @@ from recordsets import grid, write_run
 
 from guardrepro.checks import report, stats_cache
 from guardrepro.checks.report import load_or_compute_stats
+from guardrepro.checks.runio import load_run_data
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
 # original accuracy: b1 0=0 right, b2 1=1 right, b3 0=0 right, b4 0 vs 1 wrong -> 3/4
@@ -89,10 +90,11 @@ def test_the_cohort_bytes_are_part_of_the_key(tmp_path: Path, computed: list[int
     load_or_compute_stats(run, replicates=40, cohort=cohort)
     load_or_compute_stats(run, replicates=40, cohort=cohort)
     assert computed == [40]
-    key = stats_cache.cache_key(run, cohort, replicates=40, seed=None, confidence=None)
+    key = stats_cache.cache_key(load_run_data(run, cohort), replicates=40, seed=None,
+                                confidence=None)
     with cohort.open("a", encoding="utf-8") as fh:
         fh.write("\n")  # same rows, other bytes
-    assert stats_cache.cache_key(run, cohort, replicates=40, seed=None,
+    assert stats_cache.cache_key(load_run_data(run, cohort), replicates=40, seed=None,
                                  confidence=None)["cohort_sha256"] != key["cohort_sha256"]
 
 

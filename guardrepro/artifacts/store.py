@@ -122,6 +122,19 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex of ``data``: the hash ``sha256_file`` gives the file holding it."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_hashed(path: Path) -> tuple[bytes, str]:
+    """(bytes, sha256 hex) of a file read once: for a file that is both parsed
+    and compared with a pinned hash, so that the bytes parsed are the bytes
+    hashed. Read errors (a missing file) are the caller's ``OSError``."""
+    data = Path(path).read_bytes()
+    return data, sha256_bytes(data)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename inside it survives a crash (best effort)."""
     with contextlib.suppress(OSError):

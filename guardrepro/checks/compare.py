@@ -35,29 +35,19 @@ import numpy as np
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.figure import RATE, Figure
 from guardrepro.checks.formatting import frac_percent, sig3
+from guardrepro.checks.runio import RunData, read_records_file
 from guardrepro.checks.serde import JsonValue, opt
 from guardrepro.errors import InputError
-from guardrepro.run.records import RECORDS_FILE, read_manifest, read_records
+from guardrepro.run.records import RunManifest, read_manifest
 from guardrepro.schema import Record
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def records_path(run: str | Path) -> Path:
-    """The records file of a run given as a run directory or a JSONL file."""
-    path = Path(run)
-    if path.is_dir():
-        path = path / RECORDS_FILE
-    if not path.is_file():
-        raise InputError("no records file (expected a run directory or records.jsonl)",
-                         file=str(path))
-    return path
-
-
 def load_records(run: str | Path) -> dict[str, Record]:
-    """Read a run's records keyed by row id, strictly (``records.read_records``:
+    """Read a run's records keyed by row id, strictly (``runio.read_records_file``:
     torn lines and duplicate row ids are errors)."""
-    return {record.row_id: record for record in read_records(records_path(run))}
+    return {record.row_id: record for record in read_records_file(run).records}
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -268,24 +258,40 @@ def compare_records(
     )
 
 
-def _cohort_of(run: str | Path) -> tuple[str, str] | None:
-    """(path, sha256) of the cohort a run (directory or records file) was made of."""
+def _manifest_of(run: str | Path | RunData) -> RunManifest | None:
+    """The manifest of a run given as a directory or a records file (None without
+    one), or of a run already read."""
+    if isinstance(run, RunData):
+        return run.manifest
     run = Path(run)
-    manifest = read_manifest(run if run.is_dir() else run.parent)
+    return read_manifest(run if run.is_dir() else run.parent)
+
+
+def _records_of(run: str | Path | RunData) -> tuple[Record, ...]:
+    return run.records if isinstance(run, RunData) else read_records_file(run).records
+
+
+def _cohort_of(manifest: RunManifest | None) -> tuple[str, str] | None:
+    """(path, sha256) of the cohort a run was made of, from its manifest."""
     if manifest is None:
         return None
     return str(manifest.cohort.get("path")), str(manifest.cohort.get("sha256"))
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path, *,
+def compare_runs(run_a: str | Path | RunData, run_b: str | Path | RunData, *,
                  shared_rows: bool = False) -> Comparison:
-    """Load both runs and compare them row by row (``sides``: what each run was).
+    """Load both runs (each file read once; a ``RunData`` is not read again) and
+    compare them row by row (``sides``: what each run was).
 
     Runs made of different cohorts (by their manifests' cohort sha256) are refused
     unless ``shared_rows``: then only the rows both hold are compared, and there
     must be at least one."""
-    cohort_a, cohort_b = _cohort_of(run_a), _cohort_of(run_b)
-    comparison = compare_records(load_records(run_a), load_records(run_b),
+    manifest_a, manifest_b = _manifest_of(run_a), _manifest_of(run_b)
+    cohort_a, cohort_b = _cohort_of(manifest_a), _cohort_of(manifest_b)
+    records_a, records_b = _records_of(run_a), _records_of(run_b)
+    run_a, run_b = (r.run_dir if isinstance(r, RunData) else r for r in (run_a, run_b))
+    comparison = compare_records({r.row_id: r for r in records_a},
+                                 {r.row_id: r for r in records_b},
                                  run_a=str(run_a), run_b=str(run_b))
     differ = cohort_a is not None and cohort_b is not None and cohort_a[1] != cohort_b[1]
     shared = len(comparison.rows)
@@ -299,9 +305,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *,
         raise InputError(f"{run_a} and {run_b} share no row id: there is nothing to compare")
     from dataclasses import replace
 
-    from guardrepro.checks.sides import compare_sides, side_of_run
+    from guardrepro.checks.sides import compare_sides, side_from
 
-    return replace(comparison, sides=compare_sides(side_of_run(run_a), side_of_run(run_b)))
+    return replace(comparison, sides=compare_sides(
+        side_from(run_a, manifest_a, records_a), side_from(run_b, manifest_b, records_b)))
 
 
 def _pct(r: Figure) -> str:

@@ -34,8 +34,7 @@ from guardrepro.checks.gate import GateResult
 from guardrepro.checks.loaders import load_reference, load_run_input
 from guardrepro.checks.report import load_gate as read_gate
 from guardrepro.checks.report import load_or_compute_stats
-from guardrepro.checks.runio import RowResult, load_records, variant_order
-from guardrepro.checks.runio import load_run as load_rows
+from guardrepro.checks.runio import RowResult, RunData, load_run_data, variant_order
 from guardrepro.checks.stats import StatsResult, compute_stats
 from guardrepro.checks.tables import pandas, write_table
 from guardrepro.schema import read_cohort, strict_decision
@@ -50,14 +49,22 @@ RUN_DTYPES = {
 }
 
 
-def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
+def read_run(path: str | Path, cohort: str | Path | None = None) -> RunData:
+    """A run directory read once (``runio.load_run_data``: manifest, records,
+    cohort, expected rows and their hashes): what ``load_run``, ``stats``,
+    ``gate`` and ``compare`` take instead of a path, so nothing is read again."""
+    return load_run_data(path, cohort)
+
+
+def load_run(path: str | Path | RunData, cohort: str | Path | None = None) -> Any:
     """DataFrame of a run: one row per expected cohort row (see module docstring).
 
-    ``path`` is a run directory; ``cohort`` overrides the cohort named in its
+    ``path`` is a run directory (read once, ``runio.load_run_data``) or a
+    ``RunData`` already read; ``cohort`` overrides the cohort named in its
     manifest (without either, the expected rows are the records' grid)."""
     pd = pandas()
-    rows = load_rows(path, cohort)
-    records = {r.row_id: r for r in load_records(path)}
+    data = path if isinstance(path, RunData) else load_run_data(path, cohort)
+    rows, records = data.expected, data.by_id
     out = []
     for r in rows.rows:
         rec = records.get(r.row_id)
@@ -82,7 +89,8 @@ def load_run(path: str | Path, cohort: str | Path | None = None) -> Any:
     df = df.astype(RUN_DTYPES)
     order = variant_order([r.variant for r in rows.rows])
     df["variant"] = pd.Categorical(df["variant"], categories=order, ordered=True)
-    df.attrs.update({"run_dir": str(path), "expected_source": rows.expected_source,
+    df.attrs.update({"run_dir": str(data.run_dir if isinstance(path, RunData) else path),
+                     "expected_source": rows.expected_source,
                      "records": rows.records})
     return df
 
@@ -106,11 +114,14 @@ def load_cohort(path: str | Path) -> Any:
 
 def stats(run: Any, *, replicates: int | None = None, seed: int | None = None,
           cohort: str | Path | None = None) -> StatsResult:
-    """Statistics of a run directory (its stats.json when its cache key matches:
-    ``checks.stats_cache``; None settings match any, else computed and written)
-    or of a ``load_run`` DataFrame (always computed; None settings: the defaults)."""
+    """Statistics of a run directory or ``RunData`` (its stats.json when its
+    cache key matches: ``checks.stats_cache``; None settings match any, else
+    computed and written) or of a ``load_run`` DataFrame (always computed; None
+    settings: the defaults)."""
+    if isinstance(run, RunData):
+        return load_or_compute_stats(run.run_dir, replicates=replicates, seed=seed,
+                                     cohort=cohort, run=run)
     if isinstance(run, str | Path):
-
         return load_or_compute_stats(run, replicates=replicates, seed=seed, cohort=cohort)
     rows = [RowResult(r.row_id, r.base_sample_id, str(r.variant), r.domain,
                       float(r.gold_label), r.status,
@@ -131,16 +142,18 @@ def load_gate(run: str | Path) -> GateResult | None:
     return read_gate(run)
 
 
-def gate(run: str | Path, spec: str | Path, *, cohort: str | Path | None = None,
+def gate(run: str | Path | RunData, spec: str | Path, *, cohort: str | Path | None = None,
          conservative: bool = False) -> GateResult:
-    """The parity gate of a run directory against a spec (nothing is written)."""
+    """The parity gate of a run directory (or its ``RunData``) against a spec
+    (nothing is written)."""
     from guardrepro.checks.parity import gate_run
 
     return gate_run(run, spec, cohort=cohort, conservative=conservative)
 
 
-def compare(a: str | Path, b: str | Path) -> Any:
-    """Row-by-row comparison of two runs; the summary is in ``df.attrs``."""
+def compare(a: str | Path | RunData, b: str | Path | RunData) -> Any:
+    """Row-by-row comparison of two runs (directories or ``RunData``); the summary
+    is in ``df.attrs``."""
     return comparison_frame(compare_runs(a, b))
 
 

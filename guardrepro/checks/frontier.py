@@ -29,7 +29,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_
 from guardrepro.checks.figure import RATE, Figure, encode, read_any
 from guardrepro.checks.formatting import fixed, frac, sig3
 from guardrepro.errors import InputError
+from guardrepro.limits import read_json_file
 from guardrepro.schema import Record, strict_decision
 
 # axis -> (field in the metrics, True when lower is better)
@@ -64,17 +64,13 @@ class Config:
     artifact_bytes: int | None
 
 
-def _records_file(path: Path) -> Path:
-    return path / "records.jsonl" if path.is_dir() else path
-
-
 def _artifact_bytes(path: Path) -> int | None:
     """``artifact.json`` next to the records (written by the sweep), else the
     sum of the file sizes of the manifest's profile checkpoint lock."""
     folder = path if path.is_dir() else path.parent
     side = folder / "artifact.json"
     if side.is_file():
-        value = json.loads(side.read_text(encoding="utf-8")).get("artifact_bytes")
+        value = read_json_file(side).get("artifact_bytes")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise InputError("artifact_bytes must be an integer", file=str(side),
                              field="artifact_bytes")
@@ -98,15 +94,13 @@ def _artifact_bytes(path: Path) -> int | None:
 
 def load_config(path: str | Path, name: str | None = None) -> Config:
     """A configuration from a run directory or a records.jsonl file."""
-    from guardrepro.run.records import read_records
+    from guardrepro.checks.runio import read_records_file
 
     path = Path(path)
-    file = _records_file(path)
-    if not file.is_file():
-        raise InputError("no records.jsonl here", file=str(path))
-    records = tuple(read_records(file))
+    file = read_records_file(path)
+    records = file.records
     if not records:
-        raise InputError("no records", file=str(file))
+        raise InputError("no records", file=str(file.path))
     label = name or (path.name if path.is_dir() else path.parent.name)
     return Config(label, str(path), records, _artifact_bytes(path))
 

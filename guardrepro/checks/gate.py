@@ -1,7 +1,7 @@
 """The parity gate: a run's original rows against reference predictions.
 
 Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
-(``runio.load_run``). The spec::
+(``runio.load_run_data``). The spec::
 
     name = "ts-guard-agentdojo"
     rows = "originals"              # the rows gated: variant == "original"
@@ -64,7 +64,6 @@ Exit codes of ``guardrepro gate``: 0 pass, 3 fail, 2 unusable input.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,7 +89,7 @@ from guardrepro.checks.gate_types import (
     strict_agrees,
 )
 from guardrepro.checks.metrics import strict_decision
-from guardrepro.checks.runio import MISSING, RowResult, load_records
+from guardrepro.checks.runio import MISSING, RowResult, read_records_file
 from guardrepro.errors import InputError
 
 __all__ = ["SCHEMA", "Figure", "GateCheck", "GateFigures", "GateResult", "GateSpec",
@@ -125,12 +124,12 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     if ref["type"] == "records":
         path = spec.resolve(ref["path"])
         out: dict[str, RefRow] = {}
-        for rec in load_records(path):
+        file = read_records_file(path)  # read once: the rows and the hash of the same bytes
+        for rec in file.records:
             if rec.variant == "original":
                 out[rec.row_id] = RefRow(rec.row_id, rec.score, rec.valid, rec.gold_label,
                                          rec.domain, rec.base_sample_id)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        return "row_id", out, {"type": "records", "path": str(path), "sha256": digest,
+        return "row_id", out, {"type": "records", "path": str(path), "sha256": file.sha256,
                                "rows": len(out)}
     from guardrepro.artifacts.fetch import materialize
     from guardrepro.bench.released import load_released

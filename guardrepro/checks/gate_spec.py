@@ -8,12 +8,12 @@ paths in the spec resolve relative to the spec file.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.store import sha256_bytes
 from guardrepro.bench.tsbench import BENCHMARK_FILES
 from guardrepro.checks.bootstrap import (
     DEFAULT_CONFIDENCE,
@@ -157,7 +157,7 @@ def load_spec(path: str | Path) -> GateSpec:
     except InputError as exc:
         raise InputError(exc.message, file=file, field=f"bootstrap.{exc.field}") from None
     return GateSpec(
-        name=name, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), rows=rows,
+        name=name, path=path.resolve(), sha256=sha256_bytes(raw), rows=rows,
         reference=dict(ref), thresholds=thresholds, replicates=replicates, seed=seed,
         confidence=confidence,
     )

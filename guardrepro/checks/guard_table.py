@@ -1,6 +1,6 @@
 """Side-by-side guard table: several runs of one cohort, one column block per guard.
 
-Input: run directories (``checks.runio.load_run``) that ran the same cohort
+Input: run directories (``checks.runio.load_run_data``) that ran the same cohort
 (same cohort sha256 in their manifests, else ``InputError``), each labelled
 by its guard (the manifest's provenance) or an explicit label. Output: a
 JSON-ready dict and a text table with, per guard:
@@ -36,10 +36,11 @@ from guardrepro.checks.figures import pyplot, save_png
 from guardrepro.checks.formatting import plain
 from guardrepro.checks.metrics import ZERO_DIVISION, confusion, strict_decision
 from guardrepro.checks.pairs import make_pairs
-from guardrepro.checks.runio import ORIGINAL, RowResult, load_manifest, load_run
+from guardrepro.checks.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.stats_types import VIEWS, stratified
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
+from guardrepro.run.records import RunManifest
 
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
@@ -103,18 +104,18 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
     return column
 
 
-def _label(run_dir: Path) -> str:
-    manifest = load_manifest(run_dir)
+def _label(manifest: RunManifest) -> str:
     guard = manifest.provenance.guard
     backend = manifest.provenance.backend
     return f"{guard} ({backend})"
 
 
-def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None, *,
+def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | None = None, *,
                 replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED,
                 progress: bool = False) -> dict[str, Any]:
-    """The table over ``runs`` (see the module docstring); ``progress`` draws a
-    bar on stderr, one step per run."""
+    """The table over ``runs`` (see the module docstring; a run is a directory,
+    or its ``RunData`` when the caller has read it); ``progress`` draws a bar on
+    stderr, one step per run."""
     if not runs:
         raise InputError("give at least one run directory")
     if labels is not None and len(labels) != len(runs):
@@ -123,13 +124,13 @@ def guard_table(runs: Sequence[str | Path], labels: Sequence[str] | None = None,
     columns: dict[str, Any] = {}
     for i, run in enumerate(progress_iter(runs, "guard table", "run", enabled=progress,
                                           leave=False)):
-        run_dir = Path(run)
-        manifest = load_manifest(run_dir)
+        data = run if isinstance(run, RunData) else load_run_data(run)
+        run_dir, manifest = data.run_dir, data.manifest
         cohorts[str(run_dir)] = manifest.cohort.get("sha256")
-        label = labels[i] if labels is not None else _label(run_dir)
+        label = labels[i] if labels is not None else _label(manifest)
         if label in columns:
             raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
-        columns[label] = guard_column(load_run(run_dir).rows, replicates=replicates, seed=seed)
+        columns[label] = guard_column(data.rows, replicates=replicates, seed=seed)
         columns[label]["run"] = str(run_dir)
     if len(set(cohorts.values())) != 1:
         raise InputError("the runs did not score the same cohort (cohort sha256: "

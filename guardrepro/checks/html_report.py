@@ -29,27 +29,24 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup, escape
 
-from guardrepro.artifacts.store import sha256_file
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.checks.attribute import Attribution
 from guardrepro.checks.compare import first_divergence
 from guardrepro.checks.gate_types import GateResult
 from guardrepro.checks.report_figures import CAPTIONS
-from guardrepro.checks.runio import (
-    ORIGINAL,
-    RowResult,
-    load_manifest,
-    load_records,
-    load_run,
-    manifest_cohort_path,
-    variant_order,
-)
-from guardrepro.errors import GuardreproError, InputError, missing_extra
-from guardrepro.run.records import RunManifest, write_atomic
-from guardrepro.schema import CohortRow, Record, read_cohort, sha256_text, strict_decision
+from guardrepro.checks.runio import ORIGINAL, RowResult, variant_order
+from guardrepro.errors import GuardreproError, missing_extra
+from guardrepro.guards.registry import record_parser
+from guardrepro.limits import read_json_file
+from guardrepro.run.records import RunManifest, parse_records, write_atomic
+from guardrepro.schema import CohortRow, Record, sha256_text, strict_decision
+
+if TYPE_CHECKING:
+    from guardrepro.checks.report import ReportInputs
 
 HTML_FILE = "report.html"
 FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png")
@@ -217,9 +214,10 @@ def _reference_records(gate: GateResult | None) -> dict[str, Record]:
     if not isinstance(path, str) or not Path(path).is_file():
         return {}
     # a path from gate.json: used only when its bytes are the ones the gate read
-    if sha256_file(Path(path))[0] != ref.get("sha256"):
+    data, digest = read_hashed(Path(path))
+    if digest != ref.get("sha256"):
         return {}
-    return {r.row_id: r for r in load_records(path)}
+    return {r.row_id: r for r in parse_records(data, file=path, parsers=record_parser)}
 
 
 def _figures(run_dir: Path) -> list[dict[str, str]]:
@@ -236,11 +234,7 @@ def _figures(run_dir: Path) -> list[dict[str, str]]:
 def _load_attribution(path: Path | None) -> Attribution | None:
     if path is None or not path.is_file():
         return None
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return Attribution.from_dict(data, file=str(path))
+    return Attribution.from_dict(read_json_file(path), file=str(path))
 
 
 def _environment() -> Any:
@@ -255,26 +249,27 @@ def _environment() -> Any:
 
 def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
                attribution: str | Path | None = None, out: str | Path | None = None,
-               home: str | Path | None = None) -> Path:
+               home: str | Path | None = None, inputs: ReportInputs | None = None) -> Path:
     """Write the run's self-contained ``report.html``; returns its path
-    (``home``: the cache holding the guard's locked template)."""
-    from guardrepro.checks.report import load_gate, load_or_compute_stats, report_tables
+    (``home``: the cache holding the guard's locked template; ``inputs``: the
+    run, its stats and gate as the caller read them, ``report.report_inputs``)."""
+    from guardrepro.checks.report import report_inputs, report_tables
 
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
-    run = load_run(run_dir, cohort)
-    stats = load_or_compute_stats(run_dir, cohort=cohort, run=run)
-    gate = load_gate(run_dir)
-    cohort_path = Path(cohort) if cohort is not None else manifest_cohort_path(run_dir, manifest)
+    if inputs is None:
+        inputs = report_inputs(run_dir, cohort=cohort)
+    run, stats, gate = inputs.data, inputs.stats, inputs.gate
+    manifest = run.manifest
+    cohort_path = run.cohort_path
     render, why = _renderer(manifest, home)
-    rows_c = read_cohort(cohort_path) if cohort_path is not None else []
+    rows_c = list(run.cohort.rows) if run.cohort is not None else []
     notes = [] if cohort_path else ["cohort file not found: prompts are not shown"]
     if cohort_path and why:
         notes.append(f"{why}: the drill-down shows the prompt's fields, not the rendered prompt")
     att_path = Path(attribution) if attribution else run_dir / "attribution.json"
     causes, cause_note = _causes(_load_attribution(att_path), run_dir.name)
     notes.append(cause_note)
-    records = {r.row_id: r for r in load_records(run_dir)}
+    records = run.by_id
     ctx: dict[str, Any] = {
         "originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
         "prompts": _prompts(rows_c, render), "rendered": render is not None,

@@ -12,13 +12,11 @@ the caller.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.attribute import RefValue, RunInput, reference_from_records
-from guardrepro.checks.compare import records_path
-from guardrepro.run.records import read_records
+from guardrepro.checks.runio import read_records_file
 
 
 def load_reference(path: str | Path, home: str | Path | None = None,
@@ -33,11 +31,10 @@ def load_reference(path: str | Path, home: str | Path | None = None,
         ref = {k: RefValue(k, r.score if r.valid else None, r.base_sample_id or k, r.domain)
                for k, r in rows.items()}
         return ref, key_field, {"spec": str(path), **info}
-    file = records_path(path)
-    records = read_records(file)
-    digest = hashlib.sha256(file.read_bytes()).hexdigest()
-    return (reference_from_records(records, "row_id"), "row_id",
-            {"type": "records", "path": str(file), "sha256": digest, "rows": len(records)})
+    file = read_records_file(path)  # read once: the records and the hash of the same bytes
+    return (reference_from_records(list(file.records), "row_id"), "row_id",
+            {"type": "records", "path": str(file.path), "sha256": file.sha256,
+             "rows": len(file.records)})
 
 
 def run_label(path: str | Path) -> str:
@@ -47,5 +44,5 @@ def run_label(path: str | Path) -> str:
 
 def load_run_input(path: str | Path, key_field: str) -> RunInput:
     """A run directory (or records JSONL) keyed by ``key_field``."""
-    records = read_records(records_path(path))
-    return RunInput.from_records(run_label(path), records, key_field)
+    return RunInput.from_records(run_label(path), list(read_records_file(path).records),
+                                 key_field)

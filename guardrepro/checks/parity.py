@@ -36,18 +36,25 @@ from guardrepro.checks.gate import RefRow, evaluate, reference_rows
 from guardrepro.checks.gate_spec import GateSpec, load_spec, with_expected_rows
 from guardrepro.checks.gate_types import GateResult
 from guardrepro.checks.metrics import strict_decision
+from guardrepro.checks.runio import RunData, RunRows
 
 SHOWN_ROWS = 20  # disagreeing rows printed in the table (all of them are in the JSON)
 
 
-def gate_run(path: str | Path, spec: str | Path | GateSpec, *, cohort: str | Path | None = None,
-             home: str | Path | None = None, conservative: bool = False) -> GateResult:
-    """The gate of a run directory or predictions file against ``spec``, with
-    its reference description and the ``agreement`` section added."""
+def gate_run(path: str | Path | RunData, spec: str | Path | GateSpec, *,
+             cohort: str | Path | None = None, home: str | Path | None = None,
+             conservative: bool = False) -> GateResult:
+    """The gate of a run directory or predictions file (or a run already read,
+    ``RunData``) against ``spec``, with its reference description and the
+    ``agreement`` section added."""
     from guardrepro.checks.predictions import load_rows
 
     gate_spec = spec if isinstance(spec, GateSpec) else load_spec(spec)
-    run = load_rows(path, cohort)
+    if isinstance(path, RunData):
+        run: RunRows | RunData = path
+        path = path.run_dir
+    else:
+        run = load_rows(path, cohort)
     key_field, reference, ref_info = reference_rows(gate_spec, home)
     gate_spec = with_expected_rows(gate_spec, len(reference))
     result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.metrics import check_gold, check_score
-from guardrepro.checks.runio import MISSING, RowResult, RunRows, load_run
+from guardrepro.checks.runio import MISSING, RowResult, RunData, RunRows, load_run_data
 from guardrepro.errors import InputError
 from guardrepro.schema import read_cohort
 from guardrepro.spec import check_keys, expect_kind
@@ -164,11 +164,11 @@ def expected_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows
     return RunRows(out, f"predictions:{path}", len(numbered))
 
 
-def load_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows:
-    """The rows to analyse: a run directory (``runio.load_run``) or a
-    predictions file (``expected_rows``), expected rows from ``cohort`` when
-    given."""
+def load_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows | RunData:
+    """The rows to analyse (``.rows``, ``.expected_source``): a run directory,
+    read once (``runio.load_run_data``: its ``RunData``), or a predictions file
+    (``expected_rows``), expected rows from ``cohort`` when given."""
     path = Path(path)
     if path.is_dir():
-        return load_run(path, cohort)
+        return load_run_data(path, cohort)
     return expected_rows(path, cohort)

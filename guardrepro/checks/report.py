@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,9 +53,8 @@ from guardrepro.checks.report_figures import (
     plot_score_confusion,
 )
 from guardrepro.checks.runio import (
-    RunRows,
-    load_manifest,
-    load_run,
+    RunData,
+    load_run_data,
     variant_order,
     write_json_atomic,
 )
@@ -67,8 +65,8 @@ from guardrepro.checks.stats import (
     compute_stats,
     fmt_num,
 )
-from guardrepro.checks.stats_cache import cache_key, cached, input_hashes, keyed
-from guardrepro.errors import InputError
+from guardrepro.checks.stats_cache import cache_key, cached, keyed
+from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic
 
 GUARD_TABLE_PNG = "guard_table.png"
@@ -77,40 +75,54 @@ GUARD_SPLITS_PNG = "guard_splits.png"
 GUARD_SPLITS_JSON = "guard_splits.json"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
-    return data
-
-
 def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
                           replicates: int | None = None, seed: int | None = None,
                           cohort: str | Path | None = None,
-                          run: RunRows | None = None, progress: bool = False) -> StatsResult:
+                          run: RunData | None = None,
+                          progress: bool = False) -> StatsResult:
     """stats.json of the run when its ``cache_key`` matches (``checks.stats_cache``:
     schema and fingerprint, records, manifest and cohort hashes, and the
     settings asked; None asks for none in particular), else computed (the
     defaults for a None setting) and written with its key; ``recompute``
-    always computes. ``run``: the run's rows when the caller has already
-    loaded them; ``progress``: the interval engine's bar on stderr."""
+    always computes. ``run``: the run (``RunData``) when the caller has already
+    read it (its hashes are the cache's); ``progress``: the interval engine's
+    bar on stderr."""
     path = Path(run_dir) / "stats.json"
-    hashes = input_hashes(run_dir, cohort)  # once per call, for the lookup and the write
-    asked = cache_key(run_dir, cohort, replicates=replicates, seed=seed, confidence=None,
-                      hashes=hashes)
+    if run is None:
+        run = load_run_data(run_dir, cohort)
+    asked = cache_key(run, replicates=replicates, seed=seed, confidence=None)
     hit = None if recompute else cached(path, asked)
     if hit is not None:
         return hit
-    if run is None:
-        run = load_run(run_dir, cohort)
     reps = DEFAULT_REPLICATES if replicates is None else replicates
     seed = DEFAULT_SEED if seed is None else seed
     result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
                            expected_source=run.expected_source)
-    result = keyed(result.with_extra(run_dir=str(run_dir)), run_dir, cohort, hashes=hashes)
+    result = keyed(result.with_extra(run_dir=str(run_dir)), run)
     write_json_atomic(path, result.to_dict())
     return result
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What both reports of a run are made of, read once per verb: the run
+    (``RunData``), its statistics (stats.json, computed when stale) and its gate
+    (gate.json, or None)."""
+
+    data: RunData
+    stats: StatsResult
+    gate: GateResult | None
+
+
+def report_inputs(run_dir: str | Path, *, recompute: bool = False,
+                  replicates: int | None = None, seed: int | None = None,
+                  cohort: str | Path | None = None, progress: bool = False,
+                  data: RunData | None = None) -> ReportInputs:
+    """Read (or compute) what ``build_report`` and ``html_report.build_html`` show."""
+    data = data if data is not None else load_run_data(run_dir, cohort)
+    stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
+                                  seed=seed, cohort=cohort, run=data, progress=progress)
+    return ReportInputs(data, stats, load_gate(run_dir))
 
 
 def in_cohort_order(stats: StatsResult, variants: Sequence[str]) -> StatsResult:
@@ -142,7 +154,7 @@ def load_gate(run_dir: str | Path) -> GateResult | None:
     path = Path(run_dir) / "gate.json"
     if not path.is_file():
         return None
-    return GateResult.from_dict(_read_json(path), file=str(path))
+    return GateResult.from_dict(read_json_file(path), file=str(path))
 
 
 @dataclass(frozen=True)
@@ -324,7 +336,8 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int | None = None, seed: int | None = None,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
-                 split_table: Mapping[str, Any] | None = None) -> Path:
+                 split_table: Mapping[str, Any] | None = None,
+                 inputs: ReportInputs | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
@@ -333,14 +346,15 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     computed. ``split_table``: a ``checks.guard_splits`` document (guards on
     every split), written as ``guard_splits.json`` with ``guard_splits.png``.
     ``replicates``/``seed``: None reuses stats.json whatever its settings
-    (``load_or_compute_stats``); the defaults when something is computed."""
+    (``load_or_compute_stats``); the defaults when something is computed.
+    ``inputs``: the run, its stats and gate as the caller read them
+    (``report_inputs``), else read here."""
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
-    run = load_run(run_dir, cohort)
-    stats = load_or_compute_stats(run_dir, recompute=recompute, replicates=replicates,
-                                  seed=seed, cohort=cohort, run=run, progress=progress)
-    stats = in_cohort_order(stats, variant_order([r.variant for r in run.rows]))
-    gate = load_gate(run_dir)
+    if inputs is None:
+        inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
+                               cohort=cohort, progress=progress)
+    run, manifest, gate = inputs.data, inputs.data.manifest, inputs.gate
+    stats = in_cohort_order(inputs.stats, run.variants)
     rows = run.rows
     figures: list[str] = []
     if figures_available():
@@ -358,7 +372,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
             guard_table_figure,
         )
 
-        table = guard_table([run_dir, *map(Path, other_guards)],
+        table = guard_table([run, *map(Path, other_guards)],
                             replicates=DEFAULT_REPLICATES if replicates is None else replicates,
                             seed=DEFAULT_SEED if seed is None else seed, progress=progress)
         write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
@@ -380,7 +394,8 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
 
 
 __all__ = ["CAPTIONS", "CONFUSION_PNG", "FIGURES_NOTE", "FLIP_PNG", "MARGIN_PNG", "DomainBar",
-           "FlipBar", "Table", "build_report", "domain_bars", "figures_available", "flip_bars",
+           "FlipBar", "ReportInputs", "Table", "build_report", "domain_bars", "figures_available",
+           "flip_bars",
            "flip_summary", "load_gate", "load_or_compute_stats", "margin_groups",
            "plot_flip_rates", "plot_margin_histogram", "plot_score_confusion",
-           "render_markdown", "report_tables"]
+           "render_markdown", "report_inputs", "report_tables"]

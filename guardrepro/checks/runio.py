@@ -19,29 +19,41 @@ directory holding mixed provenance is refused); a row_id appears at most once
 in the records; a record whose row_id is not an expected row is an error; an
 expected row with no record is ``status="missing"`` (score None, so it fails
 closed downstream). Nothing is silently dropped.
+
+``load_run_data`` is the one reader of a run for a verb: it reads
+``records.jsonl``, ``manifest.json`` and the cohort file once each (every file
+read once, its sha256 taken of the bytes read), and returns a ``RunData``
+(manifest, records, their hash, the cohort's rows and hash, the expected rows)
+that every check, report and the pandas API take instead of reading again.
+``read_records_file`` reads any records file (a reference run's too) the same
+way; both re-check each record against its guard's parser
+(``guards.registry.record_parser``).
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
 from guardrepro.errors import InputError, IntegrityError
+from guardrepro.guards.registry import record_parser
+from guardrepro.limits import load_json
 from guardrepro.run.records import (
     MANIFEST_FILE,
-    RECORDS_FILE,
+    RECORDS_FILE,  # noqa: F401 (re-exported)
     RunManifest,
     check_one_provenance,
-    read_manifest,
-    read_records,
+    parse_records,
+    read_cohort_hashed,
+    records_path,
 )
 from guardrepro.run.shard import parse_shard, select_shard
-from guardrepro.schema import Record, read_cohort
+from guardrepro.schema import CohortRow, Record, read_cohort
 
 MISSING = "missing"
 ORIGINAL = "original"
@@ -83,29 +95,59 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return path
 
 
-def load_records(path: str | Path) -> list[Record]:
-    """Records of a run directory (or a records.jsonl path), read strictly by
-    ``guardrepro.run.records.read_records`` (duplicate row ids, torn lines: errors)."""
-    path = Path(path)
-    file = path / RECORDS_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise InputError("records file not found", file=str(file))
-    return read_records(file)
+@dataclass(frozen=True)
+class RecordsFile:
+    """A records file read once: where, its records in file order, and the
+    sha256 of the bytes parsed."""
+
+    path: Path
+    records: tuple[Record, ...]
+    sha256: str
+
+
+def read_records_file(run: str | Path) -> RecordsFile:
+    """The records of a run directory or records file (``run.records.records_path``),
+    read once, strictly (duplicate row ids, torn lines, a score contradicting its
+    output: errors naming the file and line), hashed from the same bytes."""
+    path = records_path(run)
+    data, digest = read_hashed(path)
+    records = parse_records(data, file=str(path), parsers=record_parser)
+    return RecordsFile(path, tuple(records), digest)
 
 
 def load_manifest(run_dir: str | Path) -> RunManifest:
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise InputError("manifest.json not found in run directory",
-                         file=str(Path(run_dir) / MANIFEST_FILE))
-    return manifest
+    return load_manifest_hashed(run_dir)[0]
 
 
-def manifest_cohort_path(run_dir: str | Path, manifest: RunManifest) -> Path | None:
-    """The cohort file the manifest names, looked up as given (absolute or
-    relative to the working directory), then relative to the run directory and
-    each of its parents; None when it is not on disk. A file found there whose
-    sha256 differs from the manifest's is an ``IntegrityError``."""
+def load_manifest_hashed(run_dir: str | Path) -> tuple[RunManifest, str]:
+    """The run directory's manifest and the sha256 of the bytes parsed (one read)."""
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise InputError("manifest.json not found in run directory", file=str(path))
+    data, digest = read_hashed(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc}", file=str(path)) from exc
+    return RunManifest.from_dict(load_json(text, file=str(path)), file=str(path)), digest
+
+
+@dataclass(frozen=True)
+class CohortFile:
+    """A cohort file read once: its path, its rows (the whole file) and the
+    sha256 of the bytes parsed."""
+
+    path: Path
+    rows: tuple[CohortRow, ...]
+    sha256: str
+
+
+def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
+                          ) -> tuple[Path, bytes, str] | None:
+    """(path, bytes, sha256) of the cohort file the manifest names, looked up as
+    given (absolute or relative to the working directory), then relative to the
+    run directory and each of its parents; None when it is not on disk. A file
+    found there whose sha256 differs from the manifest's is an ``IntegrityError``."""
     raw = manifest.cohort.get("path")
     if not isinstance(raw, str) or not raw:
         return None
@@ -115,14 +157,14 @@ def manifest_cohort_path(run_dir: str | Path, manifest: RunManifest) -> Path | N
     ]
     for cand in candidates:
         if cand.is_file():
-            digest = hashlib.sha256(cand.read_bytes()).hexdigest()
+            data, digest = read_hashed(cand)
             if digest != manifest.cohort.get("sha256"):
                 raise IntegrityError(
                     f"cohort file {cand} has sha256 {digest[:12]}..., the run's manifest "
                     f"pins {str(manifest.cohort.get('sha256'))[:12]}...; pass --cohort "
                     "with the run's cohort"
                 )
-            return cand
+            return cand, data, digest
     return None
 
 
@@ -149,16 +191,18 @@ def _from_record(rec: Record) -> RowResult:
 def rows_from_records(
     records: Iterable[Record], cohort_path: str | Path | None = None,
     shard: str | None = None, records_file: str | Path | None = None,
+    cohort_rows: Sequence[CohortRow] | None = None,
 ) -> RunRows:
     """Expected rows joined with records (see the module docstring). With a
     ``shard`` ("k/n", from a sharded run's manifest) only the cohort rows of
     that shard are expected. ``records_file`` (where ``records`` were read,
-    in order) is named with the row index in consistency errors."""
+    in order) is named with the row index in consistency errors.
+    ``cohort_rows``: the rows of ``cohort_path`` when the caller has read it."""
     recs = list(records)
     by_id = {r.row_id: r for r in recs}
     ctx = _Where(records_file, {id(r): i for i, r in enumerate(recs)})
     if cohort_path is not None:
-        cohort = read_cohort(cohort_path)
+        cohort = list(cohort_rows) if cohort_rows is not None else read_cohort(cohort_path)
         ctx.cohort = (str(cohort_path), {c.row_id: i for i, c in enumerate(cohort)})
         if shard is not None:
             k, n = parse_shard(shard)
@@ -248,43 +292,103 @@ def _line(index: int | None) -> str:
     return "?" if index is None else str(index + 1)
 
 
-def _check_same_cohort(cohort_path: Path, manifest: RunManifest) -> None:
-    """A cohort given by hand must be the one the run was made of (by sha256)."""
-    if not cohort_path.is_file():
-        return  # the cohort reader names the missing file
-    digest = hashlib.sha256(cohort_path.read_bytes()).hexdigest()
+def _given_cohort(cohort_path: Path, manifest: RunManifest) -> CohortFile:
+    """A cohort given by hand, read once; it must be the one the run was made of
+    (by sha256)."""
+    rows, digest = read_cohort_hashed(cohort_path)  # a malformed file is named first
     if digest != manifest.cohort.get("sha256"):
-        read_cohort(cohort_path)  # a malformed file is named by its reader first
         raise InputError(
             f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
             f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
             f" {digest[:12]}...): refusing to analyse a run against another cohort",
             file=str(cohort_path))
+    return CohortFile(cohort_path, tuple(rows), digest)
 
 
-def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
-    """Rows of a run directory; the cohort comes from ``cohort_path`` or the
-    manifest when it names one that exists, else the grid of the records."""
+def _run_cohort(run_dir: Path, manifest: RunManifest, cohort_path: str | Path | None
+                ) -> CohortFile | None:
+    """The run's cohort file read once: ``cohort_path`` when given, else the one
+    its manifest names when it is on disk, else None."""
+    if cohort_path is not None:
+        return _given_cohort(Path(cohort_path), manifest)
+    found = _find_manifest_cohort(run_dir, manifest)
+    if found is None:
+        return None
+    path, data, digest = found
+    return CohortFile(path, tuple(read_cohort(path, data)), digest)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run directory read once for a verb: every check, report and the pandas
+    API take this value instead of reading the run's files again.
+
+    ``records`` is the records file in file order (``records_file``, hashed
+    ``records_sha256``); ``cohort`` the cohort file the expected rows come from
+    (None: the grid of the records); ``expected`` the expected rows joined with
+    the records (``RunRows``; ``rows`` and ``expected_source`` are its fields);
+    ``manifest_sha256`` the sha256 of the manifest's bytes."""
+
+    run_dir: Path
+    manifest: RunManifest
+    records_file: Path
+    records: tuple[Record, ...]
+    records_sha256: str
+    cohort: CohortFile | None
+    expected: RunRows
+    manifest_sha256: str
+
+    @property
+    def rows(self) -> list[RowResult]:
+        return self.expected.rows
+
+    @property
+    def expected_source(self) -> str:
+        return self.expected.expected_source
+
+    @property
+    def cohort_path(self) -> Path | None:
+        return None if self.cohort is None else self.cohort.path
+
+    @functools.cached_property
+    def by_id(self) -> dict[str, Record]:
+        """The records keyed by row id."""
+        return {r.row_id: r for r in self.records}
+
+    @property
+    def variants(self) -> list[str]:
+        """The expected rows' variants in cohort order, ``original`` first."""
+        return variant_order([r.variant for r in self.rows])
+
+
+def load_run_data(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunData:
+    """Read a run directory once (see the module docstring); the cohort comes
+    from ``cohort_path`` or the manifest when it names one that exists, else the
+    expected rows are the grid of the records."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError("run directory not found", file=str(run_dir))
-    records = load_records(run_dir)
-    manifest = load_manifest(run_dir)
+    file = read_records_file(run_dir)
+    records = list(file.records)
+    manifest, manifest_sha256 = load_manifest_hashed(run_dir)
     if not records:
         raise InputError("the run holds 0 records: there is nothing to analyse (run"
-                         " `guardrepro run` into it first)", file=str(run_dir / RECORDS_FILE))
-    check_one_provenance(records, manifest, run_dir / RECORDS_FILE, refusing="analyse")
-    if cohort_path is not None:
-        _check_same_cohort(Path(cohort_path), manifest)
-    if cohort_path is None:
-        cohort_path = manifest_cohort_path(run_dir, manifest)
-        if cohort_path is None:
-            rows = rows_from_records(records, None, records_file=run_dir / RECORDS_FILE)
-            return RunRows(
-                rows.rows,
-                f"grid (cohort {manifest.cohort.get('path')!r} not found on disk)",
-                rows.records,
-            )
-    return rows_from_records(
-        records, cohort_path, manifest.shard, records_file=run_dir / RECORDS_FILE
-    )
+                         " `guardrepro run` into it first)", file=str(file.path))
+    check_one_provenance(records, manifest, file.path, refusing="analyse")
+    cohort = _run_cohort(run_dir, manifest, cohort_path)
+    if cohort is None:
+        rows = rows_from_records(records, None, records_file=file.path)
+        expected = RunRows(
+            rows.rows, f"grid (cohort {manifest.cohort.get('path')!r} not found on disk)",
+            rows.records)
+    else:
+        given = cohort_path if cohort_path is not None else cohort.path
+        expected = rows_from_records(records, given, manifest.shard, records_file=file.path,
+                                     cohort_rows=cohort.rows)
+    return RunData(run_dir, manifest, file.path, file.records, file.sha256, cohort, expected,
+                   manifest_sha256)
+
+
+def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
+    """Rows of a run directory (``load_run_data(...).expected``)."""
+    return load_run_data(run_dir, cohort_path).expected

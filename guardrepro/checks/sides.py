@@ -13,14 +13,15 @@ on either side is reported as unknown, never as the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.runio import MANIFEST_FILE, RECORDS_FILE
+from guardrepro.checks.runio import MANIFEST_FILE, RECORDS_FILE, read_records_file
 from guardrepro.checks.serde import JsonValue
-from guardrepro.run.records import read_manifest, read_records
+from guardrepro.run.records import RunManifest, read_manifest
+from guardrepro.schema import Record
 
 FIELDS = ("guard", "checkpoint", "cohort")
 
@@ -41,12 +42,23 @@ def side_of_run(path: str | Path) -> Side:
         return Side()  # a predictions file says nothing of where it came from
     run_dir = path if path.is_dir() else path.parent
     manifest = read_manifest(run_dir) if (run_dir / MANIFEST_FILE).is_file() else None
+    records = run_dir / RECORDS_FILE
+    if manifest is None and records.is_file():
+        return side_from(path, None, read_records_file(records).records)
+    return side_from(path, manifest, None)
+
+
+def side_from(path: str | Path, manifest: RunManifest | None,
+              records: Sequence[Record] | None) -> Side:
+    """``side_of_run`` of a run the caller has read: its ``manifest`` (None when it
+    has none) and, used only without a manifest, its ``records``."""
+    path = Path(path)
+    if not path.is_dir() and path.name != RECORDS_FILE:
+        return Side()  # a predictions file says nothing of where it came from
     if manifest is None:
-        records = run_dir / RECORDS_FILE
-        if not records.is_file():
+        if records is None:
             return Side()
-        provs = {(r.provenance.guard, r.provenance.artifact_tree_sha256)
-                 for r in read_records(records)}
+        provs = {(r.provenance.guard, r.provenance.artifact_tree_sha256) for r in records}
         if len(provs) != 1:
             return Side()
         guard, tree = next(iter(provs))

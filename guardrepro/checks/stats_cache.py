@@ -1,7 +1,7 @@
 """When a run's stats.json may be reused instead of recomputed.
 
-Input: a run directory, the cohort file its expected rows come from (or
-None: the records' grid), and the interval settings asked for.
+Input: a run read once (``RunData``: its records, manifest and cohort file,
+hashed while read), and the interval settings asked for.
 
 Output: the ``cache_key`` object written into stats.json beside the
 statistics (``StatsResult.extra["cache_key"]``), and ``cached`` (the
@@ -32,16 +32,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.store import sha256_file
 from guardrepro.checks.figure import SHAPES
-from guardrepro.checks.runio import (
-    MANIFEST_FILE,
-    RECORDS_FILE,
-    load_manifest,
-    manifest_cohort_path,
-)
+from guardrepro.checks.runio import RunData
 from guardrepro.checks.stats_types import COUNTED, SCHEMA, STATISTICS, VIEWS, StatsResult
-from guardrepro.errors import InputError
+from guardrepro.limits import read_json_file
 
 SETTINGS = ("replicates", "seed", "confidence")
 
@@ -71,31 +65,18 @@ def fingerprint() -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _sha(path: Path | None) -> str | None:
-    return None if path is None or not path.is_file() else sha256_file(path)[0]
+def input_hashes(run: RunData) -> dict[str, str | None]:
+    """sha256 of the run's records, manifest and cohort file (None: no cohort
+    file, the records' grid), as ``load_run_data`` hashed them while reading."""
+    return {"records_sha256": run.records_sha256,
+            "manifest_sha256": run.manifest_sha256,
+            "cohort_sha256": None if run.cohort is None else run.cohort.sha256}
 
 
-def input_hashes(run_dir: str | Path, cohort: str | Path | None) -> dict[str, str | None]:
-    """sha256 of the run's records, manifest and cohort file (None: absent);
-    ``cohort`` None: the one the manifest names, when it is on disk (as
-    ``load_run``). A caller that has hashed these files already passes its
-    hashes to ``cache_key`` instead."""
-    run_dir = Path(run_dir)
-    if cohort is None:
-        cohort = manifest_cohort_path(run_dir, load_manifest(run_dir))
-    return {"records_sha256": _sha(run_dir / RECORDS_FILE),
-            "manifest_sha256": _sha(run_dir / MANIFEST_FILE),
-            "cohort_sha256": _sha(None if cohort is None else Path(cohort))}
-
-
-def cache_key(run_dir: str | Path, cohort: str | Path | None, *, replicates: int | None,
-              seed: int | None, confidence: float | None,
-              hashes: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-    """The key of the statistics of ``run_dir`` with these settings (``hashes``:
-    ``input_hashes`` of the run, computed here when not given)."""
-    if hashes is None:
-        hashes = input_hashes(run_dir, cohort)
-    return {"schema": SCHEMA, "fingerprint": fingerprint(), **hashes,
+def cache_key(run: RunData, *, replicates: int | None, seed: int | None,
+              confidence: float | None) -> dict[str, Any]:
+    """The key of the statistics of ``run`` with these settings."""
+    return {"schema": SCHEMA, "fingerprint": fingerprint(), **input_hashes(run),
             "replicates": replicates, "seed": seed, "confidence": confidence}
 
 
@@ -109,21 +90,16 @@ def cached(path: Path, key: Mapping[str, Any]) -> StatsResult | None:
     """stats.json at ``path`` when it exists and its ``cache_key`` matches ``key``."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from exc
+    data = read_json_file(path)
     stored = data.get("cache_key") if isinstance(data, Mapping) else None
     if not isinstance(stored, Mapping) or not matches(stored, key):
         return None
     return StatsResult.from_dict(data)
 
 
-def keyed(result: StatsResult, run_dir: str | Path, cohort: str | Path | None = None, *,
-          hashes: Mapping[str, str | None] | None = None) -> StatsResult:
-    """``result`` carrying the ``cache_key`` of its own settings over ``run_dir``
+def keyed(result: StatsResult, run: RunData) -> StatsResult:
+    """``result`` carrying the ``cache_key`` of its own settings over ``run``
     (what every writer of a run's stats.json stores, so readers can reuse it)."""
     s = result.settings
-    return result.with_extra(cache_key=cache_key(run_dir, cohort, replicates=s.replicates,
-                                                 seed=s.seed, confidence=s.confidence,
-                                                 hashes=hashes))
+    return result.with_extra(cache_key=cache_key(run, replicates=s.replicates, seed=s.seed,
+                                                 confidence=s.confidence))

@@ -3,7 +3,7 @@
 Input: the split's benchmark rows (``bench.tsbench.load_benchmark``, upstream
 order) and one or more sources, each one of
 
-- a run directory (``checks.runio.load_run``): the ``original`` rows of a run
+- a run directory (``checks.runio.load_run_data``): the ``original`` rows of a run
   of the split's cohort (``cohorts/<benchmark>-all.toml``);
 - a predictions JSONL file (``checks.predictions``), ``original`` rows;
 - a released-log directory holding ``preds.json``, ``labels.json`` and
@@ -82,15 +82,13 @@ def load_source(path: str | Path, rows: Sequence[BenchRow], benchmark: str) -> S
     if path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES):
         return _released(path, rows, benchmark)
     from guardrepro.checks.predictions import load_rows
-    from guardrepro.checks.runio import ORIGINAL
+    from guardrepro.checks.runio import ORIGINAL, RunData
 
     run = load_rows(path)
     guard = None
     kind = "predictions"
-    if path.is_dir():
-        from guardrepro.checks.runio import load_manifest
-
-        kind, guard = "run", load_manifest(path).provenance.guard
+    if isinstance(run, RunData):  # a run directory: its manifest names the guard
+        kind, guard = "run", run.manifest.provenance.guard
     preds: dict[str, float | None] = {}
     gold: dict[str, float] = {}
     for r in run.rows:

@@ -122,7 +122,7 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.association import format_rung
     from guardrepro.checks.ladder import interpretation
     from guardrepro.checks.predictions import load_rows
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.runio import RunData, write_json_atomic
     from guardrepro.checks.stats import compute_stats, format_table
     from guardrepro.checks.stats_cache import keyed
 
@@ -131,8 +131,8 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
                            progress=progress, expected_source=run.expected_source).with_extra(
         run_dir=str(path), interpretation=rung.to_dict())
-    if path.is_dir():  # the key that lets report / gr.stats reuse this stats.json
-        result = keyed(result, path, cohort)
+    if isinstance(run, RunData):  # the key that lets report / gr.stats reuse this stats.json
+        result = keyed(result, run)
     data = result.to_dict()
     written = write_json_atomic(stats_file(path, out), data)
     emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
@@ -181,30 +181,29 @@ def _emit(result: dict[str, Any], table: str, out: Path | None, as_json: bool) -
         say(as_json)(f"wrote {out}")
 
 
-def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str) -> list[float | None]:
+def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str
+                 ) -> tuple[list[float | None], set[str] | None]:
     """One prediction per benchmark row: the released ones, or a run's
-    original-variant records (a row without a record is None, fails closed)."""
+    original-variant records (a row without a record is None, fails closed),
+    read once; and the base ids holding an original record (None for the
+    released predictions, which cover every row)."""
     from guardrepro.checks.audit import preds_from_records, released_preds
 
     if preds == "released":
         from guardrepro.bench.released import load_released
 
-        return released_preds(rows, load_released(root, benchmark))
-    from guardrepro.checks.runio import RECORDS_FILE, load_records
+        return released_preds(rows, load_released(root, benchmark)), None
+    from guardrepro.checks.runio import read_records_file
 
-    path = Path(preds)
-    file = path / RECORDS_FILE if path.is_dir() else path
-    return preds_from_records(rows, load_records(path), file=str(file))
+    file = read_records_file(Path(preds))
+    recorded = {r.base_sample_id for r in file.records if r.variant == "original"}
+    return preds_from_records(rows, list(file.records), file=str(file.path)), recorded
 
 
-def _missing(rows: list[Any], preds: str) -> int:
-    """Benchmark rows without an original record in the run ``preds`` (0 for
-    the released predictions, which cover every row)."""
-    if preds == "released":
+def _missing(rows: list[Any], recorded: set[str] | None) -> int:
+    """Benchmark rows without an original record (0 for the released predictions)."""
+    if recorded is None:
         return 0
-    from guardrepro.checks.runio import load_records
-
-    recorded = {r.base_sample_id for r in load_records(Path(preds)) if r.variant == "original"}
     return sum(1 for row in rows if row.base_sample_id not in recorded)
 
 
@@ -221,7 +220,7 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
-    values = _predictions(root, rows, benchmark, preds)
+    values, _ = _predictions(root, rows, benchmark, preds)
     result = interaction_audit(rows, values).with_extra(benchmark=benchmark, preds=preds)
     _emit(result.to_dict(), format_interaction(result), out, as_json)
 
@@ -253,8 +252,8 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
     result = tool_lookup_audit(rows, max_splits=folds).with_extra(benchmark=benchmark)
     table = format_tool_lookup(result)
     if preds is not None:
-        values = _predictions(root, rows, benchmark, preds)
-        guard = guard_lookup(rows, values, source=preds, missing=_missing(rows, preds),
+        values, recorded = _predictions(root, rows, benchmark, preds)
+        guard = guard_lookup(rows, values, source=preds, missing=_missing(rows, recorded),
                              max_splits=folds)
         result = result.with_extra(guard=guard.to_dict())
         table += "\n" + format_guard_lookup(guard)
@@ -288,13 +287,10 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
                          field="only_recorded")
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
-    values = _predictions(root, rows, benchmark, preds)
+    values, recorded = _predictions(root, rows, benchmark, preds)
     left_out = 0
     if only_recorded:
-        from guardrepro.checks.runio import load_records
-
-        recorded = {r.base_sample_id for r in load_records(Path(preds))
-                    if r.variant == "original"}
+        assert recorded is not None  # a run directory's predictions (checked above)
         keep = [i for i, row in enumerate(rows) if row.base_sample_id in recorded]
         left_out = len(rows) - len(keep)
         rows, values = [rows[i] for i in keep], [values[i] for i in keep]

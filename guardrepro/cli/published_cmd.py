@@ -12,7 +12,6 @@ prints it on stdout (the table then goes to stderr).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import click
 
 from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, emit, say
 from guardrepro.errors import CheckFailed, InputError
+from guardrepro.limits import read_json_file
 
 DEFAULT_SPEC = Path("checks/published/ts-guard-q8.toml")
 
@@ -33,10 +33,7 @@ def _default_spec() -> Path:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid JSON: {exc}", file=str(path)) from None
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", file=str(path))
     return data
@@ -60,8 +57,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     """Print the run's figures beside the published ones, row by row."""
     from guardrepro.checks.predictions import load_rows
     from guardrepro.checks.published import compare, format_comparison, load_published
-    from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.checks.sides import side_of_run
+    from guardrepro.checks.runio import RunData, write_json_atomic
+    from guardrepro.checks.sides import side_from, side_of_run
     from guardrepro.checks.stats import compute_stats
 
     published = load_published(spec if spec is not None else _default_spec())
@@ -75,7 +72,8 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
                "gate": str(gate_file) if gate_file is not None else "not computed",
                "audit": "not computed"}
     result = compare(published, {"stats": stats, "gate": gate, "audit": None}, sources,
-                     run_side=side_of_run(path))
+                     run_side=side_from(path, run.manifest, None) if isinstance(run, RunData)
+                     else side_of_run(path))
     emit(as_json, result.to_dict(), format_comparison(result))
     if out is not None:
         write_json_atomic(out, result.to_dict())

@@ -54,7 +54,12 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
            split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.checks.report import FIGURES_NOTE, build_report, figures_available
+    from guardrepro.checks.report import (
+        FIGURES_NOTE,
+        build_report,
+        figures_available,
+        report_inputs,
+    )
 
     split_table = None
     if split_sources:
@@ -64,9 +69,11 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
                                      Path("locks/toolsafe.toml"), home,
                                      DEFAULT_REPLICATES if replicates is None else replicates,
                                      DEFAULT_SEED if seed is None else seed, progress)
+    inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
+                           cohort=cohort, progress=progress)  # read once for both reports
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
-                        split_table=split_table)
+                        split_table=split_table, inputs=inputs)
     click.echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):
@@ -76,4 +83,5 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
     if html:
         from guardrepro.checks.html_report import build_html
 
-        click.echo(f"wrote {build_html(run_dir, cohort=cohort, attribution=attribution)}")
+        html_path = build_html(run_dir, cohort=cohort, attribution=attribution, inputs=inputs)
+        click.echo(f"wrote {html_path}")

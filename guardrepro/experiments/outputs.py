@@ -15,7 +15,6 @@ fresh one write the same outputs; every file is written atomically.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,14 @@ from guardrepro.checks.figure import read_any
 from guardrepro.checks.figures import annotate_apart, pyplot, save_png
 from guardrepro.checks.formatting import frac
 from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
-from guardrepro.checks.runio import write_json_atomic
+from guardrepro.checks.runio import read_records_file, write_json_atomic
 from guardrepro.experiments.spec import SweepSpec
-from guardrepro.run.records import read_records, write_atomic
+from guardrepro.limits import read_json_file
+from guardrepro.run.records import write_atomic
 
 
 def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_file(path)
 
 
 def config_dirs(spec: SweepSpec, out: Path, device: str) -> list[tuple[str, Path]]:
@@ -208,9 +208,9 @@ def kl_figure(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 def flips(reference: Path, run: Path) -> dict[str, bool]:
-    ref = {r.row_id: r.strict_decision for r in read_records(reference / "records.jsonl")}
+    ref = {r.row_id: r.strict_decision for r in read_records_file(reference).records}
     return {r.row_id: r.strict_decision != ref[r.row_id]
-            for r in read_records(run / "records.jsonl") if r.row_id in ref}
+            for r in read_records_file(run).records if r.row_id in ref}
 
 
 def margin_figure(spec: SweepSpec, out: Path, device: str, path: Path) -> Path:

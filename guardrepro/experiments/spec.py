@@ -37,7 +37,6 @@ unique; the source lock, cohort spec and profiles must exist.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 
 from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
+from guardrepro.artifacts.store import sha256_bytes
 from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.frontier import AXES
 from guardrepro.errors import InputError
@@ -212,7 +212,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise InputError(f"axes must be two of {sorted(AXES)}", file=file, field="sweep.axes")
     artifacts = table.get("artifacts")
     spec = SweepSpec(
-        name=table["name"], path=path, sha256=hashlib.sha256(raw).hexdigest(),
+        name=table["name"], path=path, sha256=sha256_bytes(raw),
         source_lock=_path(base, table["source_lock"], file=file, field="sweep.source_lock"),
         cohort=_path(base, table["cohort"], file=file, field="sweep.cohort"),
         rows=rows,

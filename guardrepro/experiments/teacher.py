@@ -48,6 +48,7 @@ def _open_runner(profile: RunProfile, home: str | Path | None) -> tuple[Any, Any
 
 def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[ForcedRow]:
     """Prompt ids, generated ids and decision index of every recorded row."""
+    from guardrepro.guards.registry import record_parser
     from guardrepro.run.attempts import token_index_at
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.records import read_manifest, read_records
@@ -56,7 +57,7 @@ def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[Fo
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise InputError("no manifest.json", file=str(run_dir))
-    records = read_records(run_dir / "records.jsonl")
+    records = read_records(run_dir / "records.jsonl", parsers=record_parser)
     by_id = {r.row_id: r for r in records}
     cohort = [row for row in read_cohort(manifest.cohort["path"]) if row.row_id in by_id]
     prepared = prepare_rows(resolved.guard, resolved.tokenizer, cohort,

@@ -127,6 +127,16 @@ def get_parser(name: str) -> Callable[[str], ParseResult]:
     return adapter_info(name).parser
 
 
+def record_parser(name: str) -> Callable[[str], ParseResult] | None:
+    """The parser a record of guard ``name`` is re-checked with on read
+    (``run.records.read_records(parsers=record_parser)``): the adapter's parser
+    when it is scored by parsing its output, else None (a logit or rule guard,
+    or a guard this registry does not know)."""
+    if name not in ADAPTERS or ADAPTERS[name].scoring != "parse":
+        return None
+    return ADAPTERS[name].parser
+
+
 @functools.cache
 def _unbound(name: str) -> GuardAdapter:
     """Guard ``name``'s adapter for its declarations only (no template bound;

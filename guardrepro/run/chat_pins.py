@@ -24,10 +24,10 @@ run's provenance.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import PromptError
 from guardrepro.guards.base import ChatTemplatePin
 from guardrepro.schema import sha256_text
@@ -57,7 +57,7 @@ def check_pin(pin: ChatTemplatePin, checkpoint_dir: Path, tokenizer: Any) -> lis
     if pin.tokenizer_config_sha256 is not None:
         path = checkpoint_dir / "tokenizer_config.json"
         try:
-            observed = hashlib.sha256(path.read_bytes()).hexdigest()
+            observed = read_hashed(path)[1]
         except OSError as exc:
             raise PromptError(f"{path}: cannot read: {exc}") from exc
         if observed != pin.tokenizer_config_sha256:

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.run.records import read_cohort_hashed
 from guardrepro.run.runners.base import Generation, GenerationRequest
-from guardrepro.schema import CohortRow, DecodingParams, read_cohort
+from guardrepro.schema import CohortRow, DecodingParams
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,8 @@ def check_invariance(
         profile = profile.with_backend_options(batch_size=batch_size)
     size = chunk_size(profile.backend, profile.backend_options)
     cohort_path = Path(cohort_path).resolve()
-    rows = select_sample(read_cohort(cohort_path), sample, seed)
+    cohort_rows, cohort_sha256 = read_cohort_hashed(cohort_path)  # one read: rows and hash
+    rows = select_sample(cohort_rows, sample, seed)
     resolved = resolve_profile(profile, home=home)
     params = profile.decoding
     prepared = prepare_rows(resolved.guard, resolved.tokenizer, rows, params.max_new_tokens,
@@ -218,7 +220,7 @@ def check_invariance(
         profile=str(profile.path),
         backend=profile.backend,
         cohort=str(cohort_path),
-        cohort_sha256=hashlib.sha256(cohort_path.read_bytes()).hexdigest(),
+        cohort_sha256=cohort_sha256,
         sample=sample,
         seed=seed,
         batch_size=size,

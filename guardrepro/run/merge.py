@@ -29,7 +29,6 @@ then renamed into place).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -40,17 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import guardrepro
-from guardrepro.artifacts.store import fsync_dir, remove_stale_dirs
+from guardrepro.artifacts.store import fsync_dir, read_hashed, remove_stale_dirs
 from guardrepro.errors import InputError, ProvenanceError
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.records import (
     MANIFEST_FILE,
     RECORDS_FILE,
     RunManifest,
     check_one_provenance,
     git_commit,
+    parse_records,
     provenance_differences,
     read_manifest,
-    read_records,
     record_line,
     utc_now,
     write_atomic,
@@ -121,9 +121,9 @@ def load_source(run_dir: str | Path) -> SourceRun:
     records_path = path / RECORDS_FILE
     if not records_path.is_file():
         raise InputError(f"no {RECORDS_FILE}", file=str(path))
-    records = read_records(records_path)
+    data, digest = read_hashed(records_path)
+    records = parse_records(data, file=str(records_path), parsers=record_parser)
     check_one_provenance(records, manifest, records_path, refusing="merge")
-    digest = hashlib.sha256(records_path.read_bytes()).hexdigest()
     return SourceRun(path, manifest, records, digest)
 
 
@@ -174,14 +174,14 @@ def _cohort_ids(
         if given:
             raise InputError("cohort file not found", file=str(path))
         return None, path
-    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    data, actual = read_hashed(path)
     if actual != expected:
         if given:
             raise ProvenanceError(
                 f"{path}: sha256 {actual[:12]}... is not the runs' cohort {expected[:12]}..."
             )
         return None, path  # the recorded path now holds another file: fall back to counts
-    return [row.row_id for row in read_cohort(path)], path.resolve()
+    return [row.row_id for row in read_cohort(path, data)], path.resolve()
 
 
 def _check_no_duplicates(sources: Sequence[SourceRun]) -> None:

@@ -64,8 +64,10 @@ from pathlib import Path
 from typing import Any
 
 import guardrepro
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import InputError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardAdapter
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
@@ -74,6 +76,7 @@ from guardrepro.run.records import (
     RunManifest,
     check_resumable,
     git_commit,
+    read_cohort_hashed,
     read_manifest,
     utc_now,
     write_manifest,
@@ -91,7 +94,6 @@ from guardrepro.schema import (
     RECORD_STATUSES,
     CohortRow,
     Provenance,
-    read_cohort,
     sha256_text,
 )
 from guardrepro.versions import package_versions
@@ -185,12 +187,6 @@ def build_provenance(resolved: ResolvedProfile, runner: Runner, tree_sha256: str
 # the run
 
 
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
     """The profile's runner with the resolved options; an option error names
     the profile file."""
@@ -225,16 +221,19 @@ def _existing_manifest(writer: RecordWriter, run_dir: Path) -> RunManifest | Non
 
 def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Provenance,
                      profile: RunProfile, cohort_path: Path, cohort_rows: int,
-                     shard_spec: str | None, rows_selected: int) -> RunManifest:
+                     shard_spec: str | None, rows_selected: int,
+                     cohort_sha256: str | None = None) -> RunManifest:
     """This run's manifest: a new run's is written; a resumed run keeps its
-    own once ``check_resumable`` accepts the new one."""
+    own once ``check_resumable`` accepts the new one. ``cohort_sha256``: the
+    cohort file's hash when the caller took it as it read the file."""
+    if cohort_sha256 is None:
+        cohort_sha256 = read_hashed(cohort_path)[1]
     manifest = RunManifest(
         run_id=existing.run_id if existing else run_dir.name,
         created_at=utc_now(),
         provenance=provenance,
         provenance_sha256=provenance.sha256,
-        cohort={"path": str(cohort_path), "sha256": _file_sha256(cohort_path),
-                "rows": cohort_rows},
+        cohort={"path": str(cohort_path), "sha256": cohort_sha256, "rows": cohort_rows},
         profile={"path": str(profile.path), "sha256": profile.text_sha256},
         shard=shard_spec,
         rows_selected=rows_selected,
@@ -294,11 +293,10 @@ def run_cohort(
     run_dir = Path(run_dir).resolve()
     if limit is not None and limit < 0:
         raise InputError(f"limit must be >= 0, got {limit}", field="limit")
-    rows_all = read_cohort(cohort_path)
+    rows_all, digest = read_cohort_hashed(cohort_path)  # one read: the rows and their hash
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
-
-    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,)) as writer:  # see FAULTS.md
+    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,), parsers=record_parser) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
@@ -308,7 +306,7 @@ def run_cohort(
         try:
             provenance = build_provenance(resolved, runner, tree_sha)
             manifest = _settle_manifest(existing_manifest, run_dir, provenance, profile,
-                                        cohort_path, len(rows_all), shard_spec, len(rows))
+                                        cohort_path, len(rows_all), shard_spec, len(rows), digest)
             _check_existing(writer, rows, prepared, provenance.sha256)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
             already = len(prepared) - len(todo)

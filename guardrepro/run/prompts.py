@@ -29,7 +29,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from guardrepro.artifacts.fetch import materialize_lock
 from guardrepro.artifacts.locks import Lock, load_lock
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.artifacts.template import check_placeholders, extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import (
@@ -89,8 +89,7 @@ def template_from_lock(
             f"{lock_path}: {file_path} has no recorded sha256 yet (pending first download); "
             "run guardrepro fetch"
         )
-    data = target.read_bytes()
-    observed = hashlib.sha256(data).hexdigest()
+    data, observed = read_hashed(target)
     if observed != entry.sha256:
         raise PromptError(
             f"{target}: template file sha256 mismatch: expected {entry.sha256}, observed {observed}"

@@ -9,21 +9,29 @@ broken): ``gold_label`` is 0, 0.5 or 1; ``prompt_tokens`` is a non-negative inte
 null or a finite number; every attempt (``schema.Attempt``; keys checked, like those
 of ``provenance`` and ``timings``, by ``schema.Record.from_dict``) has fields of the
 right types, a known status, a score of null/0/0.5/1 set exactly when its status is ok.
-For a known guard (``provenance.guard``), re-parsing ``output_text`` -- and each
-attempt's ``text`` -- must give back the recorded status and score: a record whose
-score contradicts its own output is an IntegrityError (exit 2), not a silently
-trusted value. The re-parse is a few regular-expression searches over the output
-text, cheap next to reading the line.
+Given ``parsers`` (guard name -> that guard's output parser, or None when the guard
+is unknown or not scored by parsing: ``guards.registry.record_parser``, passed in by
+the reader's caller so that reading records imports no guard), re-parsing
+``output_text`` -- and each attempt's ``text`` -- must give back the recorded status
+and score: a record whose score contradicts its own output is an IntegrityError
+(exit 2), not a silently trusted value. The re-parse is a few regular-expression
+searches over the output text, cheap next to reading the line.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from guardrepro.errors import InputError, IntegrityError
-from guardrepro.guards.registry import GUARD_NAMES, adapter_info, get_parser
 from guardrepro.schema import RECORD_STATUSES, Attempt, Record, check_score
+
+if TYPE_CHECKING:
+    from guardrepro.guards.base import ParseResult
+
+# guard name -> its output parser, or None (unknown guard, or not scored by parsing)
+ParserLookup = Callable[[str], "Callable[[str], ParseResult] | None"]
 
 ATTEMPT_STATUSES = ("ok", "parse_error", "inference_error")
 
@@ -89,14 +97,16 @@ def _attempt(attempt: Attempt, where: dict[str, Any], prefix: str) -> None:
 
 
 def _consistent(
-    text: str, status: str, score: float | None, guard: str, where: dict[str, Any], name: str
+    text: str, status: str, score: float | None, guard: str,
+    parse: Callable[[str], ParseResult], where: dict[str, Any], name: str
 ) -> None:
-    """Re-parse ``text``; the recorded status/score must be what the parser gives.
-    Only for guards scored by parsing their output: a logit guard's score comes
-    from its recorded probability and a rule guard's from its rule."""
-    if status == "inference_error" or adapter_info(guard).scoring != "parse":
+    """Re-parse ``text`` with ``parse``; the recorded status/score must be what it
+    gives (the caller looks ``parse`` up only for guards scored by parsing their
+    output: a logit guard's score comes from its recorded probability and a rule
+    guard's from its rule)."""
+    if status == "inference_error":
         return
-    parsed = get_parser(guard)(text)
+    parsed = parse(text)
     expected = "ok" if parsed.status == "ok" else "parse_error"
     if (status, score) != (expected, parsed.score):
         file, row = where.get("file"), where.get("row")
@@ -109,8 +119,10 @@ def _consistent(
         )
 
 
-def check_record(record: Record, *, file: str | None, row: int | None) -> None:
-    """Raise InputError / IntegrityError (file, row, field named) on a bad record."""
+def check_record(record: Record, *, file: str | None, row: int | None,
+                 parsers: ParserLookup | None = None) -> None:
+    """Raise InputError / IntegrityError (file, row, field named) on a bad record;
+    with ``parsers``, also when its score contradicts its output text."""
     where: dict[str, Any] = {"file": file, "row": row}
     _score(record.gold_label, where, "gold_label")
     if record.gold_label is None:
@@ -124,9 +136,10 @@ def check_record(record: Record, *, file: str | None, row: int | None) -> None:
     for i, attempt in enumerate(record.attempts):
         _attempt(attempt, where, f"attempts[{i}]")
     guard = record.provenance.guard
-    if guard not in GUARD_NAMES:
+    parse = parsers(guard) if parsers is not None else None
+    if parse is None:
         return
-    _consistent(record.output_text, record.status, record.score, guard, where, "score")
+    _consistent(record.output_text, record.status, record.score, guard, parse, where, "score")
     for i, attempt in enumerate(record.attempts):
-        _consistent(attempt.text, attempt.status, attempt.score, guard, where,
+        _consistent(attempt.text, attempt.status, attempt.score, guard, parse, where,
                     f"attempts[{i}].score")

@@ -45,12 +45,13 @@ from guardrepro.artifacts.store import (
     describe_os_error,
     fsync_dir,
     output_error,
+    read_hashed,
 )
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
-from guardrepro.run.record_checks import check_record
-from guardrepro.schema import Provenance, Record
+from guardrepro.run.record_checks import ParserLookup, check_record
+from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
 from guardrepro.spec import check_keys, type_problem
 
 RECORDS_FILE = "records.jsonl"
@@ -243,7 +244,8 @@ def record_line(record: Record) -> str:
     return json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def _parse_line(line: bytes, *, file: str, row: int) -> Record:
+def _parse_line(line: bytes, *, file: str, row: int, parsers: ParserLookup | None = None
+                ) -> Record:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -252,20 +254,37 @@ def _parse_line(line: bytes, *, file: str, row: int) -> Record:
     data = load_json(text, file=file, row=row, line=row + 1, what="JSON record")
     try:
         record = Record.from_dict(data, file=file, row=row)
-        check_record(record, file=file, row=row)
+        check_record(record, file=file, row=row, parsers=parsers)
     except InputError as exc:
         raise at_line(exc, row) from None
     return record
 
 
-def _parse_records(data: bytes, *, file: str) -> list[Record]:
+def parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
+                  ) -> list[Record]:
+    """``read_records`` of a records file's bytes ``data`` (read by a caller who
+    hashes the same bytes); ``file`` is named in errors."""
+    if data and not data.endswith(b"\n"):
+        row = data.count(b"\n")
+        raise InputError(
+            "final line is incomplete (the writing process was interrupted); "
+            "resuming the run truncates it",
+            file=file,
+            row=row,
+            line=row + 1,
+        )
+    return _parse_records(data, file=file, parsers=parsers)
+
+
+def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
+                   ) -> list[Record]:
     records: list[Record] = []
     seen: dict[str, int] = {}
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     for index, line in enumerate(lines):
-        record = _parse_line(line, file=file, row=index)
+        record = _parse_line(line, file=file, row=index, parsers=parsers)
         if record.row_id in seen:
             raise InputError(
                 f"duplicate row_id {record.row_id!r} (first at line {seen[record.row_id] + 1})",
@@ -279,26 +298,39 @@ def _parse_records(data: bytes, *, file: str) -> list[Record]:
     return records
 
 
-def read_records(path: str | Path) -> list[Record]:
+def read_cohort_hashed(path: str | Path) -> tuple[list[CohortRow], str]:
+    """A cohort file's rows (``schema.read_cohort``) and its sha256, from one read."""
+    try:
+        data, digest = read_hashed(Path(path))
+    except OSError:
+        read_cohort(path)  # an InputError naming the missing or unreadable file
+        raise
+    return read_cohort(path, data), digest
+
+
+def records_path(run: str | Path) -> Path:
+    """The records file of a run given as a run directory or a records file (the one
+    place a run argument becomes its ``records.jsonl``); an InputError without one."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    if not path.is_file():
+        raise InputError("no records.jsonl here (expected a run directory or a records file)",
+                         file=str(path))
+    return path
+
+
+def read_records(path: str | Path, *, parsers: ParserLookup | None = None) -> list[Record]:
     """Read a records file strictly: every line a complete, valid record; unique row ids.
 
     ``path`` is ``records.jsonl`` or a run directory. A torn final line is an
-    error here (resume the run to repair it).
+    error here (resume the run to repair it). ``parsers`` (``guards.registry.record_parser``):
+    refuse a score its output text does not parse to (``run.record_checks.check_record``).
     """
     path = Path(path)
     if path.is_dir():
         path = path / RECORDS_FILE
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        row = data.count(b"\n")
-        raise InputError(
-            "final line is incomplete (the writing process was interrupted); "
-            "resuming the run truncates it",
-            file=str(path),
-            row=row,
-            line=row + 1,
-        )
-    return _parse_records(data, file=str(path))
+    return parse_records(path.read_bytes(), file=str(path), parsers=parsers)
 
 
 class RecordWriter:
@@ -309,8 +341,8 @@ class RecordWriter:
     (``self.records``, by row id). Use as a context manager or call ``close``.
     """
 
-    def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None
-                 ) -> None:
+    def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None,
+                 parsers: ParserLookup | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RECORDS_FILE
         # What this writer creates, so a run refused before its first record can
@@ -335,7 +367,8 @@ class RecordWriter:
         try:
             self.truncated_bytes = self._repair_tail()
             self.records: dict[str, Record] = {
-                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path))
+                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path),
+                                                    parsers=parsers)
             }
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
