@@ -4,6 +4,7 @@ manifest and cohort hashes, settings) matches; never trusted on mtime alone."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -92,11 +93,17 @@ def test_the_cohort_bytes_are_part_of_the_key(tmp_path: Path, computed: list[int
     assert computed == [40]
     key = stats_cache.cache_key(load_run_data(run, cohort), replicates=40, seed=None,
                                 confidence=None)
-    with cohort.open("a", encoding="utf-8") as fh:
-        fh.write("\n")  # same rows, other bytes
-    assert stats_cache.cache_key(load_run_data(run, cohort), replicates=40, seed=None,
-                                 confidence=None)["cohort_sha256"] != key["cohort_sha256"]
+    def sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
 
+    assert key["cohort_sha256"] == sha(cohort)
+    assert key["records_sha256"] == sha(run / "records.jsonl")
+    assert key["manifest_sha256"] == sha(run / "manifest.json")
+    (tmp_path / "run-cohort.jsonl").unlink()  # no cohort on disk: the records' grid, no hash
+    assert stats_cache.cache_key(load_run_data(run), replicates=40, seed=None,
+                                 confidence=None)["cohort_sha256"] is None
+    load_or_compute_stats(run, replicates=40)
+    assert computed == [40, 40]
 
 @pytest.mark.parametrize("stale", ["no key (an older stats.json)", "other fingerprint"])
 def test_an_old_schema_is_recomputed(tmp_path: Path, computed: list[int], stale: str) -> None:
