@@ -63,7 +63,7 @@ from guardrepro import errors
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
-from guardrepro.run.records import RecordWriter, RunManifest
+from guardrepro.run.records import MANIFEST_FILE, RecordWriter, RunManifest
 from guardrepro.schema import CohortRow, read_cohort
 
 SOCKET_ROOM = 75  # bytes Ray appends to its temp dir for a socket path
@@ -242,7 +242,8 @@ def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: b
             shared, from_allotment = ray_profile(request.profile, opts.cpus_per_worker)
             if shared.backend != "rule":  # a rule is deterministic and batch-invariant
                 preflight(shared)
-            writer = stack.enter_context(RecordWriter(request.run_dir))
+            writer = stack.enter_context(  # refused before a record: nothing left behind
+                RecordWriter(request.run_dir, refused_leaves=(MANIFEST_FILE,)))
             plans.append((writer, _plan(writer, shared, from_allotment, request, home)))
         jobs = [_pool_job(w, p, r) for (w, p), r in zip(plans, requests, strict=True) if p.todo]
         where = label or f"run {requests[0].run_dir}"
