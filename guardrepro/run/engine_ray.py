@@ -1,9 +1,12 @@
-"""``guardrepro run --engine ray``: one run, its units on a Ray actor pool.
+"""``guardrepro run --engine ray``: a run's units on a Ray actor pool.
 
 Input: a run profile, a cohort file, a run directory and ``RayOptions``
-(workers = actors, units, cluster address, CPUs/GPUs per actor). Output: an
-ordinary run directory (``manifest.json``, ``records.jsonl`` in cohort
-order) and a ``pipeline.RunSummary``. docs/SCALE.md is the user's guide.
+(workers = actors, units, cluster address, CPUs/GPUs per actor); or, for
+``run_many`` (``sweep --engine ray``), several ``RunRequest``s, each with the
+artifact tree hash pinned for it. Output: ordinary run directories
+(``manifest.json``, ``records.jsonl`` in cohort order) and a
+``pipeline.RunSummary`` each. docs/SCALE.md is the user's guide; the pool
+itself is ``run.ray_pool``.
 
 Invariants:
 
@@ -24,6 +27,12 @@ Invariants:
   them cores / N); each actor sets them from its own CPU allotment and
   refuses (``ProvenanceError`` in its constructor) when its provenance is
   not the driver's (``run.ray_actor``).
+- ``run_many`` plans every run first (each its own writer, lock and
+  manifest, all held at once; a pinned hash that the driver's own verified
+  artifact does not match is a ``ProvenanceError``), then feeds all their
+  units to one pool in one Ray job (``ray_pool.dispatch``); every run is
+  rewritten in cohort order at the end, even after a failure. A run refused
+  before its first record leaves nothing (``RecordWriter(refused_leaves=)``).
 - Each returned record is checked (provenance hash, a row of this run, the
   driver's ``input_sha256``) and appended, one fsync'd line, with the
   writer. A row that arrives again (a retried unit) is compared on its
