@@ -255,27 +255,30 @@ def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: b
                 RecordWriter(request.run_dir, refused_leaves=(MANIFEST_FILE,)))
             plans.append((writer, _plan(writer, shared, from_allotment, request, home)))
         jobs = [_pool_job(w, p, r) for (w, p), r in zip(plans, requests, strict=True) if p.todo]
-        where = label or f"run {requests[0].run_dir}"
+        bar = label or f"run {plans[0][1].manifest.run_id} (ray)"
+        shape = PoolShape(opts.workers, opts.units, opts.cpus_per_worker, opts.gpus_per_worker)
         generation_started = time.time()
         try:
             if jobs:
                 with ray_session(opts, session_dir or requests[0].run_dir) as ray:
                     generation_started = time.time()  # Ray up; actors start within the span
-                    dispatch(ray, jobs, PoolShape(opts.workers, opts.units,
-                                                  opts.cpus_per_worker, opts.gpus_per_worker),
-                             home, progress, where if label else
-                             f"run {plans[0][1].manifest.run_id} (ray)", where)
+                    dispatch(ray, jobs, shape, home, progress, bar,
+                             label or f"run {requests[0].run_dir}")
         finally:  # cohort order even for a partial run, so either engine resumes it
             for writer, plan in plans:
                 writer.rewrite_in_order([r.row_id for r in plan.rows])
         generation_finished = time.time()
-        return [RunSummary(
-            run_dir=writer.run_dir, run_id=plan.manifest.run_id, rows_in_cohort=plan.rows_all,
-            rows_selected=len(plan.rows), already_done=plan.already, generated=len(plan.todo),
-            remaining=len(plan.rows) - sum(_status_counts(writer, plan.rows).values()),
-            counts=_status_counts(writer, plan.rows), elapsed_s=time.perf_counter() - started,
-            generation_started=generation_started, generation_finished=generation_finished)
-            for writer, plan in plans]
+        summaries = []
+        for writer, plan in plans:
+            counts = _status_counts(writer, plan.rows)
+            summaries.append(RunSummary(
+                run_dir=writer.run_dir, run_id=plan.manifest.run_id,
+                rows_in_cohort=plan.rows_all, rows_selected=len(plan.rows),
+                already_done=plan.already, generated=len(plan.todo),
+                remaining=len(plan.rows) - sum(counts.values()), counts=counts,
+                elapsed_s=time.perf_counter() - started, generation_started=generation_started,
+                generation_finished=generation_finished))
+        return summaries
 
 
 def run_on_ray(
