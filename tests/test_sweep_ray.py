@@ -234,3 +234,41 @@ def test_interrupted_ray_sweep_resumes_without_repeating_work(
         fields = None if config == "runs/rule-nuisance" else same
         assert ([{k: r[k] for k in fields or r} for r in mine]
                 == [{k: r[k] for k in fields or r} for r in theirs]), config
+
+
+def test_pinned_hash_mismatch_is_refused_by_the_driver_and_by_the_actor(
+    cluster: Any, local_sweep: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose artifact does not hash to its pin is refused by the driver's
+    own check; with that check passed (the pin altered only in what the actors
+    get) the actor refuses it in its constructor, naming its node and the run.
+    Either way the run leaves nothing behind."""
+    import dataclasses
+
+    import guardrepro.run.engine_ray as engine_ray
+    from guardrepro.errors import ProvenanceError
+    from guardrepro.run.profile import RunProfile
+
+    cohort = local_sweep["local"] / "cohort-rows.jsonl"
+    profile = RunProfile.load(ROOT / "runners/toy-hf.toml").with_backend_options(threads=1)
+    home, wrong = local_sweep["home"], "0" * 64
+    options = RayOptions(workers=1, cpus_per_worker=1)
+    run_dir = tmp_path / "new" / "run"
+    with pytest.raises(ProvenanceError, match="not the pinned 000000000000"):
+        engine_ray.run_many([engine_ray.RunRequest(profile, cohort, run_dir, wrong)],
+                            options=options, progress=False, home=home)
+    assert not (tmp_path / "new").exists()
+
+    real = engine_ray._pool_job
+
+    def tampered(*args: Any) -> Any:
+        job = real(*args)
+        return dataclasses.replace(job, spec={**job.spec, "pinned_tree_sha256": wrong})
+
+    monkeypatch.setattr(engine_ray, "_pool_job", tampered)
+    with pytest.raises(ProvenanceError, match=r"Ray actor on node .* refuses run "
+                       rf"{re.escape(str(run_dir))}: its artifact hashes to [0-9a-f]{{12}}\.\.\. "
+                       r"here, not the pinned 000000000000"):
+        engine_ray.run_many([engine_ray.RunRequest(profile, cohort, run_dir)],
+                            options=options, progress=False, home=home)
+    assert not (tmp_path / "new").exists()
