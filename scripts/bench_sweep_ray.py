@@ -19,8 +19,8 @@ equal the local sweep's on every field but the timings. Configurations:
 Invariants: the same spec (reference ``runners/toy-hf.toml`` with one hf
 thread, recipes ``q8-g64`` and ``q4-g64`` (their CPU variants on a CPU MLX),
 the ``nuisance`` rule) into a fresh sweep directory per configuration, all
-sharing one cache; each configuration quantizes its own artifacts. Memory as
-in ``scripts/bench_ray.py``.
+sharing one cache, filled before the first (``warm_up``); each configuration
+quantizes its own artifacts. Memory as in ``scripts/bench_ray.py``.
 """
 
 from __future__ import annotations
@@ -62,6 +62,17 @@ def write_spec(work: Path, rows: int) -> Path:
     return spec
 
 
+def warm_up(home: Path) -> None:
+    """Fetch, materialise and hash the toy locks once, so no configuration pays
+    for the cache being filled."""
+    from guardrepro.artifacts.fetch import fetch_lock
+    from guardrepro.experiments.sweep_ray import pin
+
+    for lock in (ROOT / "locks/toy-guard.toml", ROOT / "locks/toy-bench.toml"):
+        fetch_lock(lock, home, progress=False)
+    pin(ROOT / "locks/toy-guard.toml", home)
+
+
 def _one(name: str, spec: Path, out: Path, home: Path, workers: int) -> dict[str, Any]:
     pool = RayOptions(workers=workers, units=1, cpus_per_worker=1)
     started = time.perf_counter()
@@ -92,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="gr-bench-sweep-ray-"))
     home = args.home or work / "home"
     spec = write_spec(work, args.rows)
+    warm_up(home)
     results = {name: _one(name, spec, work / name, home, args.workers) for name in CONFIGS}
     base = results["local"]
     print(f"toy sweep (reference, 2 recipes, 1 rule), {args.rows} rows, {args.workers} "

@@ -25,9 +25,10 @@ Invariants:
 - Before taking work of a run it builds that run's runner and provenance
   (``describe()``, package versions, artifact tree hash, ...) and compares it
   with the driver's: any difference raises ``ProvenanceError`` naming the
-  node and every differing field (for the first run, in ``__init__``; for a
-  later run of a sweep, when its first unit arrives; the previous runner is
-  closed first, so an actor holds one model at a time).
+  node and every differing field (for a single run, in ``__init__``; for
+  the runs of a sweep, when the actor's first unit of that run arrives; the
+  previous runner is closed first, so an actor holds one model at a time
+  and loads only the models of the runs it is given units of).
 - A unit is processed exactly as one ``--workers`` shard is by
   ``pipeline.run_cohort``: rows rendered and tokenized, sorted by prompt
   length when the profile says so, generated in chunks of the backend's
@@ -192,15 +193,20 @@ class UnitActor:
 
             ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
         self.jobs = [_Job(JobSpec(**spec), home) for spec in jobs]  # every artifact first
-        self.current = 0
-        self.runner, self.provenance = self.jobs[0].open()
+        self.current: int | None = None
+        self.runner: Any = None
+        self.provenance: Any = None
+        if len(self.jobs) == 1:  # one run: its provenance is checked here, before any unit
+            self._switch(0)
 
     def _switch(self, index: int) -> _Job:
         """Job ``index``, its runner held (one runner at a time)."""
         if index != self.current:
-            self.runner.close()
-            self.current = index
+            if self.runner is not None:
+                self.runner.close()
+                self.runner = None
             self.runner, self.provenance = self.jobs[index].open()
+            self.current = index
         return self.jobs[index]
 
     def __call__(self, batch: Any) -> Any:
