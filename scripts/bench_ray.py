@@ -37,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from guardrepro.run.engine_ray import TIMING_FIELDS, RayOptions, ray_session, run_on_ray
+from guardrepro.run.engine_ray import RayOptions, ray_session, run_on_ray
 from guardrepro.run.profile import RunProfile
+from guardrepro.run.ray_pool import TIMING_FIELDS
 from guardrepro.run.records import read_records
 from guardrepro.run.workers import run_with_workers
 from scripts.bench_runners import first_rows, toy_cohort

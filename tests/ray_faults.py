@@ -6,7 +6,8 @@ process itself.
 wraps ``attempts._safe_generate`` (the runner call of every chunk):
 
 - ``raise-<row_id>`` exists: a chunk holding that row raises ``RuntimeError``
-  (an application error inside a unit);
+  (an application error inside a unit); ``raise-<backend>-<row_id>``: the
+  same, only in a runner of that backend (one run of a sweep);
 - ``hold-<row_id>`` exists: the worker writes its pid to ``pid-<row_id>`` and
   waits while the file exists (the test kills it there, then removes it);
 - ``transformers-version`` exists: ``importlib.metadata.version`` reports its
@@ -36,7 +37,8 @@ def install() -> None:
 
     def faulty(runner: Any, requests: list[Any], params: Any) -> Any:
         for request in requests:
-            if (folder / f"raise-{request.row_id}").exists():
+            if ((folder / f"raise-{request.row_id}").exists()
+                    or (folder / f"raise-{runner.backend}-{request.row_id}").exists()):
                 raise RuntimeError(f"injected failure at {request.row_id}")
             hold = folder / f"hold-{request.row_id}"
             if hold.exists():

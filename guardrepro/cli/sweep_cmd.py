@@ -24,7 +24,7 @@ from guardrepro.errors import InputError
 @home_option
 @PROGRESS_OPTION
 @click.option("--workers", type=POSITIVE, default=1, show_default=True,
-              help="--engine ray: actors per configuration's run.")
+              help="--engine ray: actors in the pool that runs every configuration's units.")
 @engine_options
 def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int, engine: str,
           ray_address: str | None, units: int | None, cpus_per_worker: float | None,
@@ -42,13 +42,12 @@ def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int
         result = run_sweep(spec, out, home=home, progress=progress,
                            say=lambda line: click.echo(line, err=True))
     else:
-        from guardrepro.run.engine_ray import ray_session, run_on_ray
+        from guardrepro.experiments.sweep_ray import run_configurations
 
-        options = on_ray.checked()
-        with ray_session(options, out.resolve()):  # one Ray for every configuration
-            result = run_sweep(spec, out, home=home, progress=progress,
-                               say=lambda line: click.echo(line, err=True),
-                               run=functools.partial(run_on_ray, options=options))
+        result = run_sweep(spec, out, home=home, progress=progress,
+                           say=lambda line: click.echo(line, err=True),
+                           runs=functools.partial(run_configurations,
+                                                  options=on_ray.checked()))
     click.echo((result.out / "summary.md").read_text(encoding="utf-8"))
     click.echo((result.out / "frontier.md").read_text(encoding="utf-8"))
     click.echo(f"device: {result.device}")

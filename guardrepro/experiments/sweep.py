@@ -24,11 +24,14 @@ Invariants (resumable, no duplicate work, nothing half-written):
 - Runs resume through ``pipeline.run_cohort`` (records already written are not
   regenerated); the reference log-probs and each ``divergence.json`` are
   written atomically, once.
-- ``sweep --engine ray`` runs each configuration's cohort with
-  ``engine_ray.run_on_ray`` (its units across the cluster, one configuration
-  after another); the artifacts are still built here, once, and pinned by
-  their lock before a run reads them, and the reference's teacher
-  log-probabilities are computed once, here.
+- ``sweep --engine ray`` (``experiments.sweep_ray``) first builds every
+  recipe's artifact here, once, and pins it (``pins.json``: each artifact's
+  lock and verified tree hash) before any run reads it; then the reference's
+  and every configuration's cohort runs go, recipe x shard units side by
+  side, into one actor pool of one Ray job, the driver (this process)
+  owning every record store; then the loop below finishes each
+  configuration (divergence, compare, summary) as in a local sweep, and the
+  reference's teacher log-probabilities are computed once, here.
 - On a CPU-only MLX a recipe's ``cpu_recipe`` (float32 scales) replaces it;
   the summary names the recipe that actually ran and the device.
 """
@@ -62,8 +65,10 @@ class SweepResult:
     summary: list[dict[str, Any]] = field(default_factory=list)
     frontier: dict[str, Any] | None = None
     # how each configuration's cohort run is executed: None = pipeline.run_cohort
-    # here; `sweep --engine ray` passes engine_ray.run_on_ray with its options
+    # here; `sweep --engine ray`: the summaries of the runs made on Ray
     run: Callable[..., Any] | None = None
+    # each rule baseline's profile and lookup table, written once (``_rule_profile``)
+    rule_profiles: dict[str, tuple[Path, dict[str, Any] | None]] = field(default_factory=dict)
 
 
 def mlx_device() -> str:
@@ -167,24 +172,36 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
         "compare": comparison, "divergence": div["overall"]})
 
 
+def _rule_profile(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
+                  home: str | Path | None,
+                  result: SweepResult) -> tuple[Path, dict[str, Any] | None]:
+    """The rule baseline's run profile under ``rules/`` (and its fitted lookup
+    table), written once per sweep invocation."""
+    from guardrepro.experiments.rule_runs import fit_lookup_table, write_rule_profile
+    from guardrepro.schema import read_cohort
+
+    if entry.name not in result.rule_profiles:
+        table = None
+        if entry.rule == "lookup":
+            table = fit_lookup_table(spec.cohort, read_cohort(cohort), entry.train_split, home)
+        path = write_rule_profile(entry.name, entry.rule, out / "rules", table)
+        result.rule_profiles[entry.name] = (path, table)
+    return result.rule_profiles[entry.name]
+
+
 def _rule_config(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
                  home: str | Path | None, result: SweepResult, progress: bool) -> None:
     """A rule baseline: its run profile written under ``rules/``, then run like any
     profile (``experiments.rule_runs``)."""
-    from guardrepro.experiments.rule_runs import fit_lookup_table, write_rule_profile
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
-    from guardrepro.schema import read_cohort
 
     name = entry.name
     run_dir = out / "runs" / name
     if (run_dir / "summary.json").exists():
         result.actions.append(f"skip {name} (done)")
         return
-    table = None
-    if entry.rule == "lookup":
-        table = fit_lookup_table(spec.cohort, read_cohort(cohort), entry.train_split, home)
-    profile_path = write_rule_profile(name, entry.rule, out / "rules", table)
+    profile_path, table = _rule_profile(entry, spec, out, cohort, home, result)
     summary = (result.run or run_cohort)(RunProfile.load(profile_path), cohort, run_dir,
                                          progress=progress, home=home)
     result.actions.append(f"rule {name}: {summary.generated} rows")
@@ -223,17 +240,21 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
 
 def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | None = None,
               progress: bool = True, say: Say = print,
-              run: Callable[..., Any] | None = None) -> SweepResult:
-    """Run (or resume) the sweep; see the module docstring. ``run`` replaces
-    ``pipeline.run_cohort`` for every cohort run (``sweep --engine ray``)."""
+              runs: Callable[..., Callable[..., Any]] | None = None) -> SweepResult:
+    """Run (or resume) the sweep; see the module docstring. ``runs`` (``sweep
+    --engine ray``: ``sweep_ray.run_configurations``) is called once the cohort
+    is built, as ``runs(spec, out, cohort, home, result, progress)``, and
+    returns what replaces ``pipeline.run_cohort`` for every cohort run."""
     from guardrepro.artifacts.fetch import fetch_lock
 
     spec = load_sweep(spec_path)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    result = SweepResult(out=out, device=mlx_device(), run=run)
+    result = SweepResult(out=out, device=mlx_device())
     fetch_lock(spec.source_lock, home, progress=False)
     cohort = _cohort(spec, out, home)
+    if runs is not None:
+        result.run = runs(spec, out, cohort, home, result, progress)
     total = 1 + len(spec.recipes) + len(spec.rules)
     bar = progress_bar(total, f"sweep {spec.name}", "config", enabled=progress)
     try:

@@ -1,9 +1,12 @@
-"""``guardrepro run --engine ray``: one run, its units on a Ray actor pool.
+"""``guardrepro run --engine ray``: a run's units on a Ray actor pool.
 
 Input: a run profile, a cohort file, a run directory and ``RayOptions``
-(workers = actors, units, cluster address, CPUs/GPUs per actor). Output: an
-ordinary run directory (``manifest.json``, ``records.jsonl`` in cohort
-order) and a ``pipeline.RunSummary``. docs/SCALE.md is the user's guide.
+(workers = actors, units, cluster address, CPUs/GPUs per actor); or, for
+``run_many`` (``sweep --engine ray``), several ``RunRequest``s, each with the
+artifact tree hash pinned for it. Output: ordinary run directories
+(``manifest.json``, ``records.jsonl`` in cohort order) and a
+``pipeline.RunSummary`` each. docs/SCALE.md is the user's guide; the pool
+itself is ``run.ray_pool``.
 
 Invariants:
 
@@ -24,6 +27,12 @@ Invariants:
   them cores / N); each actor sets them from its own CPU allotment and
   refuses (``ProvenanceError`` in its constructor) when its provenance is
   not the driver's (``run.ray_actor``).
+- ``run_many`` plans every run first (each its own writer, lock and
+  manifest, all held at once; a pinned hash that the driver's own verified
+  artifact does not match is a ``ProvenanceError``), then feeds all their
+  units to one pool in one Ray job (``ray_pool.dispatch``); every run is
+  rewritten in cohort order at the end, even after a failure. A run refused
+  before its first record leaves nothing (``RecordWriter(refused_leaves=)``).
 - Each returned record is checked (provenance hash, a row of this run, the
   driver's ``input_sha256``) and appended, one fsync'd line, with the
   writer. A row that arrives again (a retried unit) is compared on its
@@ -50,33 +59,24 @@ Invariants:
 
 from __future__ import annotations
 
-import gc
-import json
-import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guardrepro import errors
-from guardrepro.errors import GuardreproError, InferenceError, InputError, ProvenanceError
+from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import RecordWriter, RunManifest
-from guardrepro.run.shard import shard_of
-from guardrepro.schema import CohortRow, Record, read_cohort
+from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
+from guardrepro.run.records import MANIFEST_FILE, RecordWriter, RunManifest
+from guardrepro.schema import CohortRow, read_cohort
 
-# Fields that may differ between two generations of the same row.
-TIMING_FIELDS = ("timings", "created_at", "peak_memory_bytes")
 SOCKET_ROOM = 75  # bytes Ray appends to its temp dir for a socket path
 UNIX_PATH_MAX = 107
-
-
-class NondeterminismError(InferenceError):
-    """A row generated twice (a retried unit) came back with different outputs."""
 
 
 @dataclass(frozen=True)
@@ -119,46 +119,6 @@ def ray_profile(profile: RunProfile, cpus_per_worker: float) -> tuple[RunProfile
     return profile, False
 
 
-def deterministic(record: Record) -> dict[str, Any]:
-    """The record's fields that a deterministic rerun must reproduce."""
-    data = record.to_dict()
-    for name in TIMING_FIELDS:
-        data.pop(name, None)
-    return data
-
-
-def accept(writer: RecordWriter, record: Record, *, provenance_sha256: str,
-           expected: Mapping[str, str]) -> bool:
-    """Append ``record`` (True), or drop an identical duplicate (False)."""
-    if record.provenance_sha256 != provenance_sha256:
-        raise ProvenanceError(f"{writer.path}: a Ray actor returned row {record.row_id!r} "
-                              f"with provenance {record.provenance_sha256[:12]}..., this run "
-                              f"{provenance_sha256[:12]}...")
-    if expected.get(record.row_id) != record.input_sha256:
-        raise ProvenanceError(f"{writer.path}: a Ray actor returned row {record.row_id!r}, "
-                              "which is not a row to do in this run or has another prompt")
-    known = writer.records.get(record.row_id)
-    if known is None:
-        writer.append(record)
-        return True
-    old, new = deterministic(known), deterministic(record)
-    if old != new:
-        fields = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise NondeterminismError(
-            f"{writer.path}: row {record.row_id!r} was generated twice (a retried Ray unit) "
-            f"with different results in {fields}; the first record is kept, nothing else is "
-            "written. The backend is not deterministic under retry: see docs/SCALE.md")
-    return False
-
-
-def split_units(rows: Sequence[Any], units: int) -> list[list[Any]]:
-    """Unit ``k`` (index ``k - 1``): the rows with ``shard_of(row_id, units) == k``."""
-    out: list[list[Any]] = [[] for _ in range(units)]
-    for item in rows:
-        out[shard_of(item.row.row_id, units) - 1].append(item)
-    return out
-
-
 def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
     """(Ray's temporary directory for this run, whether it lies inside the run)."""
     inside = run_dir / ".ray"
@@ -199,89 +159,6 @@ def ray_session(options: RayOptions, run_dir: Path) -> Iterator[Any]:
             shutil.rmtree(temp, ignore_errors=True)
 
 
-def _unit_tables(units: Sequence[Sequence[Any]]) -> list[Any]:
-    import pyarrow as pa
-
-    tables = []
-    for k, unit in enumerate(units, start=1):
-        if unit:
-            tables.append(pa.table({
-                "unit": pa.array([k] * len(unit), pa.int64()),
-                "row": pa.array([json.dumps(p.row.to_dict(), sort_keys=True) for p in unit],
-                                pa.string()),
-                "input_sha256": pa.array([p.input_sha256 for p in unit], pa.string()),
-            }))
-    return tables
-
-
-_RAISED = re.compile(r"^guardrepro\.errors\.(\w+): (.*)$", re.MULTILINE)
-
-
-def _guardrepro_cause(exc: BaseException) -> GuardreproError | None:
-    """The guardrepro error an actor raised, from the Ray exception around it.
-
-    Ray re-raises an actor's exception as a ``RayTaskError`` whose cause does
-    not survive (``UserCodeException`` from Ray Data), but whose text holds the
-    actor's traceback: its first ``guardrepro.errors.<Class>: <message>`` line
-    is the root cause."""
-    if isinstance(exc, GuardreproError) and not isinstance(exc, ray_error_types()):
-        return exc
-    match = _RAISED.search(str(exc))
-    if match is None:
-        return None
-    cls = getattr(errors, match.group(1), None)
-    if isinstance(cls, type) and issubclass(cls, GuardreproError):
-        try:
-            return cls(match.group(2))
-        except TypeError:
-            pass
-    return InferenceError(f"{match.group(1)}: {match.group(2)}")
-
-
-def ray_error_types() -> tuple[type[BaseException], ...]:
-    import ray
-
-    return (ray.exceptions.RayError,)
-
-
-def _translated(exc: Exception, run_dir: Path) -> GuardreproError:
-    """The guardrepro error to raise for a failure of the Ray job (the actor's
-    own error when there is one), naming the run."""
-    cause = _guardrepro_cause(exc)
-    if cause is not None:
-        return type(cause)(f"run {run_dir}: ray: {cause}")
-    text = str(exc).strip().splitlines()
-    return InferenceError(f"run {run_dir}: ray: {type(exc).__name__}: "
-                          f"{text[-1] if text else ''}")
-
-
-RELEASE_WAIT_S = 30.0
-
-
-def _kill_pool(ray: Any, registry: Any) -> None:
-    """Kill every actor of the job (the handles they registered) and the
-    registry itself: a Ray that outlives the job (one this process did not
-    start, or a cluster) gets their CPUs back even when Ray Data left an actor
-    alive after a failed unit. Killing an actor that already exited is a no-op."""
-    try:
-        handles = ray.get(registry.take.remote(), timeout=RELEASE_WAIT_S)
-    except ray.exceptions.RayError:  # the registry is gone: nothing to kill by handle
-        handles = []
-    for handle in handles:
-        ray.kill(handle, no_restart=True)
-    ray.kill(registry, no_restart=True)
-
-
-def _wait_released(ray: Any, cpus: float) -> None:
-    """Wait (bounded) until the cluster has ``cpus`` CPUs free again: killed
-    actors release their resources asynchronously."""
-    deadline = time.monotonic() + RELEASE_WAIT_S
-    while time.monotonic() < deadline:
-        if ray.available_resources().get("CPU", 0.0) >= cpus:
-            return
-        time.sleep(0.2)
-
-
 @dataclass(frozen=True)
 class _Plan:
     profile: RunProfile
@@ -294,8 +171,21 @@ class _Plan:
     already: int
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """One run for ``run_many``: its profile, cohort and directory, the artifact
+    tree hash pinned for it (``None``: whatever its lock verifies to) and the
+    row limit."""
+
+    profile: RunProfile
+    cohort: Path
+    run_dir: Path
+    pinned_tree_sha256: str | None = None
+    limit: int | None = None
+
+
 def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: bool,
-          cohort: Path, run_dir: Path, limit: int | None, home: str | Path | None) -> _Plan:
+          request: RunRequest, home: str | Path | None) -> _Plan:
     """Resolve once, build the provenance, settle the manifest, list the rows to do."""
     from guardrepro.run.pipeline import (
         _check_existing,
@@ -307,10 +197,16 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
     )
     from guardrepro.run.resolve import resolve_profile
 
+    cohort, run_dir, limit = request.cohort, request.run_dir, request.limit
     rows = read_cohort(cohort)
     scope = rows if limit is None else rows[:limit]
     existing = _existing_manifest(writer, run_dir)
     resolved = resolve_profile(profile, home=home)  # read and verified once, here
+    pinned = request.pinned_tree_sha256
+    if pinned is not None and resolved.tree_sha256 != pinned:
+        raise ProvenanceError(f"run {run_dir}: the artifact of {profile.path} hashes to "
+                              f"{resolved.tree_sha256[:12]}..., not the pinned "
+                              f"{pinned[:12]}...")
     prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
                             profile.decoding.max_new_tokens, cohort_path=cohort)
     runner = _create_runner(profile, resolved)
@@ -326,65 +222,63 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
                  len(prepared) - len(todo))
 
 
-def _dispatch(ray: Any, writer: RecordWriter, plan: _Plan, options: RayOptions, cohort: Path,
-              home: str | Path | None, progress: bool) -> int:
-    """Feed the units to the actor pool and append what comes back; returns the
-    number of identical duplicates dropped."""
-    import logging
+def _pool_job(writer: RecordWriter, plan: _Plan, request: RunRequest) -> PoolJob:
+    return PoolJob(writer, plan.todo, plan.manifest.provenance_sha256, {
+        "profile": plan.profile, "provenance": plan.provenance.to_dict(),
+        "run_id": plan.manifest.run_id, "cohort_path": str(request.cohort),
+        "run_dir": str(request.run_dir), "threads_from_allotment": plan.threads_from_allotment,
+        "pinned_tree_sha256": request.pinned_tree_sha256})
 
-    from ray.data import ActorPoolStrategy, DataContext
 
-    from guardrepro.progress import progress_bar
-    from guardrepro.run.ray_actor import PoolRegistry, UnitActor
-    from guardrepro.run.records import _parse_line
+def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: bool = True,
+             home: str | Path | None = None, session_dir: Path | None = None,
+             label: str | None = None) -> list[Any]:
+    """Run (or resume) every request in one actor pool of one Ray job (see the
+    module docstring and ``ray_pool``); a ``RunSummary`` per request, in order.
+    Ray's temporary directory goes under ``session_dir`` (default: the first
+    run's directory); ``label`` names the progress bar and the job in errors."""
+    from guardrepro.run.doctor import preflight
+    from guardrepro.run.pipeline import RunSummary, _status_counts
 
-    DataContext.get_current().enable_progress_bars = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    assert options.units is not None
-    blocks = _unit_tables(split_units(plan.todo, options.units))
-    expected = {p.row.row_id: p.input_sha256 for p in plan.todo}
-    free = float(ray.available_resources().get("CPU", 0.0))
-    registry = ray.remote(num_cpus=0)(PoolRegistry).remote()
-    ds = ray.data.from_blocks(blocks).map_batches(  # one block per unit, never re-split
-        UnitActor, batch_size=None, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=min(options.workers, len(blocks)),
-                                  max_tasks_in_flight_per_actor=1),
-        fn_constructor_kwargs={
-            "profile": plan.profile, "home": None if home is None else str(home),
-            "provenance": plan.provenance.to_dict(), "run_id": plan.manifest.run_id,
-            "cohort_path": str(cohort), "threads_from_allotment": plan.threads_from_allotment,
-            "registry": registry},
-        num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker or None)
-    bar = progress_bar(len(plan.todo), f"run {plan.manifest.run_id} (ray)", "row",
-                       enabled=progress)
-    dropped = 0
-    failure: GuardreproError | None = None
-    batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
-    try:
-        for batch in batches:
-            for line in batch.column("record").to_pylist():
-                record = _parse_line(line.encode("utf-8"), file=f"{writer.path} (from Ray)",
-                                     row=len(writer.records))
-                if accept(writer, record, provenance_sha256=plan.manifest.provenance_sha256,
-                          expected=expected):
-                    bar.update(1)
-                else:
-                    dropped += 1
-    except Exception as exc:
-        if isinstance(exc, ray_error_types()) or not isinstance(exc, GuardreproError):
-            failure = _translated(exc, writer.run_dir)
-        else:
-            failure = exc
-    finally:
-        bar.close()
-        batches.close()  # the executor and its actors go now, not when collected
-        del batches, ds
-        gc.collect()
-        _kill_pool(ray, registry)
-    if failure is not None:
-        _wait_released(ray, free)
-        raise failure.with_traceback(None) from None
-    return dropped
+    started = time.perf_counter()
+    opts = options.checked()
+    assert opts.cpus_per_worker is not None and opts.units is not None
+    with ExitStack() as stack:
+        plans: list[tuple[RecordWriter, _Plan]] = []
+        for request in requests:
+            if request.limit is not None and request.limit < 0:
+                raise InputError(f"limit must be >= 0, got {request.limit}", field="limit")
+            shared, from_allotment = ray_profile(request.profile, opts.cpus_per_worker)
+            if shared.backend != "rule":  # a rule is deterministic and batch-invariant
+                preflight(shared)
+            writer = stack.enter_context(  # refused before a record: nothing left behind
+                RecordWriter(request.run_dir, refused_leaves=(MANIFEST_FILE,)))
+            plans.append((writer, _plan(writer, shared, from_allotment, request, home)))
+        jobs = [_pool_job(w, p, r) for (w, p), r in zip(plans, requests, strict=True) if p.todo]
+        bar = label or f"run {plans[0][1].manifest.run_id} (ray)"
+        shape = PoolShape(opts.workers, opts.units, opts.cpus_per_worker, opts.gpus_per_worker)
+        generation_started = time.time()
+        try:
+            if jobs:
+                with ray_session(opts, session_dir or requests[0].run_dir) as ray:
+                    generation_started = time.time()  # Ray up; actors start within the span
+                    dispatch(ray, jobs, shape, home, progress, bar,
+                             label or f"run {requests[0].run_dir}")
+        finally:  # cohort order even for a partial run, so either engine resumes it
+            for writer, plan in plans:
+                writer.rewrite_in_order([r.row_id for r in plan.rows])
+        generation_finished = time.time()
+        summaries = []
+        for writer, plan in plans:
+            counts = _status_counts(writer, plan.rows)
+            summaries.append(RunSummary(
+                run_dir=writer.run_dir, run_id=plan.manifest.run_id,
+                rows_in_cohort=plan.rows_all, rows_selected=len(plan.rows),
+                already_done=plan.already, generated=len(plan.todo),
+                remaining=len(plan.rows) - sum(counts.values()), counts=counts,
+                elapsed_s=time.perf_counter() - started, generation_started=generation_started,
+                generation_finished=generation_finished))
+        return summaries
 
 
 def run_on_ray(
@@ -398,34 +292,6 @@ def run_on_ray(
     home: str | Path | None = None,
 ) -> Any:
     """Run (or resume) the cohort on Ray (see the module docstring); a ``RunSummary``."""
-    from guardrepro.run.doctor import preflight
-    from guardrepro.run.pipeline import RunSummary, _status_counts
-
-    started = time.perf_counter()
-    opts = options.checked()
-    assert opts.cpus_per_worker is not None
-    if limit is not None and limit < 0:
-        raise InputError(f"limit must be >= 0, got {limit}", field="limit")
-    cohort = Path(cohort_path).resolve()
-    out = Path(run_dir).resolve()
-    shared, from_allotment = ray_profile(profile, opts.cpus_per_worker)
-    if shared.backend != "rule":  # a rule is deterministic and batch-invariant by design
-        preflight(shared)
-    with RecordWriter(out) as writer:
-        plan = _plan(writer, shared, from_allotment, cohort, out, limit, home)
-        generation_started = time.time()
-        try:
-            if plan.todo:
-                with ray_session(opts, out) as ray:
-                    generation_started = time.time()  # Ray up; actors start within the span
-                    _dispatch(ray, writer, plan, opts, cohort, home, progress)
-        finally:  # cohort order even for a partial run, so either engine resumes it
-            writer.rewrite_in_order([r.row_id for r in plan.rows])
-        generation_finished = time.time()
-        counts = _status_counts(writer, plan.rows)
-    return RunSummary(
-        run_dir=out, run_id=plan.manifest.run_id, rows_in_cohort=plan.rows_all,
-        rows_selected=len(plan.rows), already_done=plan.already, generated=len(plan.todo),
-        remaining=len(plan.rows) - sum(counts.values()), counts=counts,
-        elapsed_s=time.perf_counter() - started,
-        generation_started=generation_started, generation_finished=generation_finished)
+    request = RunRequest(profile, Path(cohort_path).resolve(), Path(run_dir).resolve(),
+                         limit=limit)
+    return run_many([request], options=options, progress=progress, home=home)[0]

@@ -1,27 +1,34 @@
-"""The actor of ``guardrepro run --engine ray``: one runner per Ray actor.
+"""The actor of ``--engine ray``: runs units of one or more runs, one runner at a time.
 
-Input (constructor): the run profile the driver resolved (hf threads already
-fixed), the cache home, the driver's provenance (``Provenance.to_dict()``),
-the run id, the cohort path (for messages) and whether the hf thread count
-comes from the actor's CPU allotment. Input (per call): one Ray block = one
-unit, a ``pyarrow.Table`` with columns ``unit`` (1-based), ``row`` (the
-cohort row's JSON object) and ``input_sha256`` (the driver's hash of the
-rendered prompt). Output (per call): a table with columns ``row_id`` and
+Input (constructor): one ``JobSpec`` per run of the pool (the profile the
+driver resolved, hf threads already fixed; the driver's provenance,
+``Provenance.to_dict()``; the run id; the cohort path and run directory, for
+messages; whether the hf thread count comes from the actor's CPU allotment;
+the artifact tree hash the driver pinned, if any) and the cache home. Input
+(per call): one Ray block = one unit, a ``pyarrow.Table`` with columns
+``job`` (the run's index), ``unit`` (1-based), ``row`` (the cohort row's
+JSON object) and ``input_sha256`` (the driver's hash of the rendered
+prompt). Output (per call): a table with columns ``row_id``, ``job`` and
 ``record`` (the record's ``records.jsonl`` line).
 
 Invariants:
 
-- The actor resolves the profile itself (``run.resolve.resolve_profile``):
-  every lock is read, materialised and verified on the actor's own node;
-  nothing is trusted from the driver's paths.
+- The actor resolves every run's profile itself, in its constructor
+  (``run.resolve.resolve_profile``): every lock is read, materialised and
+  verified on the actor's own node; nothing is trusted from the driver's
+  paths. A run whose artifact tree hash is not the one the driver pinned is
+  refused there (``ProvenanceError`` naming the node and the run).
 - The hf thread count is the actor's own CPU allotment
   (``ray.get_runtime_context().get_assigned_resources()["CPU"]``, rounded
   down, at least 1) when the profile said ``"auto"``; it is part of the
   provenance, so an allotment that differs from the driver's plan is refused.
-- Before taking work it builds its runner and provenance (``describe()``,
-  package versions, artifact tree hash, ...) and compares it with the
-  driver's: any difference raises ``ProvenanceError`` in ``__init__``, naming
-  the node and every differing field.
+- Before taking work of a run it builds that run's runner and provenance
+  (``describe()``, package versions, artifact tree hash, ...) and compares it
+  with the driver's: any difference raises ``ProvenanceError`` naming the
+  node and every differing field (for a single run, in ``__init__``; for
+  the runs of a sweep, when the actor's first unit of that run arrives; the
+  previous runner is closed first, so an actor holds one model at a time
+  and loads only the models of the runs it is given units of).
 - A unit is processed exactly as one ``--workers`` shard is by
   ``pipeline.run_cohort``: rows rendered and tokenized, sorted by prompt
   length when the profile says so, generated in chunks of the backend's
@@ -41,6 +48,7 @@ import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
@@ -89,56 +97,74 @@ class PoolRegistry:
         return handles
 
 
-class UnitActor:
-    """Runs units for the driver (see the module docstring)."""
+@dataclass(frozen=True)
+class JobSpec:
+    """What an actor knows of one run of the pool (``ray_pool.PoolJob.spec``)."""
 
-    def __init__(self, profile: RunProfile, home: str | None, provenance: Mapping[str, Any],
-                 run_id: str, cohort_path: str, threads_from_allotment: bool,
-                 registry: Any = None) -> None:
-        from guardrepro.run.pipeline import _create_runner, build_provenance
+    profile: RunProfile
+    provenance: Mapping[str, Any]
+    run_id: str
+    cohort_path: str
+    run_dir: str
+    threads_from_allotment: bool
+    pinned_tree_sha256: str | None = None
+
+
+class _Job:
+    """One run as this actor sees it: its spec, its profile resolved (its
+    artifact materialised and verified) on this node, its backend's chunk size."""
+
+    def __init__(self, spec: JobSpec, home: str | None) -> None:
         from guardrepro.run.resolve import resolve_profile
         from guardrepro.run.runners.registry import chunk_size
 
-        if registry is not None:  # before anything that can fail or take long
-            import ray
-
-            ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
-        self.profile = actor_profile(profile, threads_from_allotment)
+        self.spec = spec
+        self.profile = actor_profile(spec.profile, spec.threads_from_allotment)
         self.resolved = resolve_profile(self.profile, home=home)  # verified on this node
-        self.runner = _create_runner(self.profile, self.resolved)
-        own = build_provenance(self.resolved, self.runner, self.resolved.tree_sha256)
-        diffs = provenance_differences(dict(provenance), own.to_dict())
-        if diffs:
-            self.runner.close()
-            listing = "; ".join(diffs)
+        pinned = spec.pinned_tree_sha256
+        if pinned is not None and self.resolved.tree_sha256 != pinned:
             raise ProvenanceError(
-                f"Ray actor on node {node_name()} (pid {os.getpid()}) refuses to run: its "
-                f"provenance differs from the driver's (driver != actor): {listing}")
-        self.provenance = own
-        self.run_id = run_id
-        self.cohort_path = cohort_path
+                f"Ray actor on node {node_name()} (pid {os.getpid()}) refuses run "
+                f"{spec.run_dir}: its artifact hashes to {self.resolved.tree_sha256[:12]}... "
+                f"here, not the pinned {pinned[:12]}...")
         self.chunk = chunk_size(self.profile.backend, self.profile.backend_options)
 
-    def _prepare(self, rows: Sequence[CohortRow], expected: Sequence[str]) -> list[PreparedRow]:
+    def open(self) -> tuple[Any, Any]:
+        """(runner, provenance) of this run on this node; ``ProvenanceError``
+        (runner closed) when the provenance is not the driver's."""
+        from guardrepro.run.pipeline import _create_runner, build_provenance
+
+        runner = _create_runner(self.profile, self.resolved)
+        own = build_provenance(self.resolved, runner, self.resolved.tree_sha256)
+        diffs = provenance_differences(dict(self.spec.provenance), own.to_dict())
+        if diffs:
+            runner.close()
+            raise ProvenanceError(
+                f"Ray actor on node {node_name()} (pid {os.getpid()}) refuses to run "
+                f"{self.spec.run_dir}: its provenance differs from the driver's "
+                f"(driver != actor): {'; '.join(diffs)}")
+        return runner, own
+
+    def prepare(self, rows: Sequence[CohortRow], expected: Sequence[str]) -> list[PreparedRow]:
         from guardrepro.run.pipeline import prepare_rows
 
+        cohort = self.spec.cohort_path
         prepared = prepare_rows(self.resolved.guard, self.resolved.tokenizer, rows,
-                                self.profile.decoding.max_new_tokens,
-                                cohort_path=self.cohort_path)
+                                self.profile.decoding.max_new_tokens, cohort_path=cohort)
         for p, want in zip(prepared, expected, strict=True):
             if p.input_sha256 != want:
                 raise ProvenanceError(
-                    f"{self.cohort_path}: row {p.row.row_id!r}: the prompt rendered on node "
+                    f"{cohort}: row {p.row.row_id!r}: the prompt rendered on node "
                     f"{node_name()} (input_sha256 {p.input_sha256[:12]}...) is not the "
                     f"driver's ({want[:12]}...)")
         return prepared
 
-    def _generate(self, chunk: Sequence[PreparedRow], unit: int) -> dict[str, Any]:
+    def generate(self, runner: Any, chunk: Sequence[PreparedRow], unit: int) -> dict[str, Any]:
         """``generate_chunk``; an exception names the row it came from."""
         decode = self.resolved.tokenizer.decode
         guard, params = self.resolved.guard, self.profile.decoding
         try:
-            return generate_chunk(self.runner, guard, chunk, params, decode)
+            return generate_chunk(runner, guard, chunk, params, decode)
         except GuardreproError:
             raise
         except Exception as exc:
@@ -146,36 +172,68 @@ class UnitActor:
             if len(chunk) > 1:  # find the row: one at a time (the unit fails anyway)
                 for p in chunk:
                     try:
-                        generate_chunk(self.runner, guard, [p], params, decode)
+                        generate_chunk(runner, guard, [p], params, decode)
                     except Exception:
                         culprit = [p.row.row_id]
                         break
             raise InferenceError(
-                f"{self.cohort_path}: unit {unit}: row {culprit[0]!r}"
+                f"{self.spec.cohort_path}: unit {unit}: row {culprit[0]!r}"
                 f"{' (or another of its chunk)' if len(culprit) > 1 else ''} failed on "
-                f"node {node_name()}: {type(exc).__name__}: {exc}") from exc
+                f"node {node_name()} (run {self.spec.run_dir}): {type(exc).__name__}: "
+                f"{exc}") from exc
+
+
+class UnitActor:
+    """Runs units for the driver (see the module docstring)."""
+
+    def __init__(self, jobs: Sequence[Mapping[str, Any]], home: str | None,
+                 registry: Any = None) -> None:
+        if registry is not None:  # before anything that can fail or take long
+            import ray
+
+            ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
+        self.jobs = [_Job(JobSpec(**spec), home) for spec in jobs]  # every artifact first
+        self.current: int | None = None
+        self.runner: Any = None
+        self.provenance: Any = None
+        if len(self.jobs) == 1:  # one run: its provenance is checked here, before any unit
+            self._switch(0)
+
+    def _switch(self, index: int) -> _Job:
+        """Job ``index``, its runner held (one runner at a time)."""
+        if index != self.current:
+            if self.runner is not None:
+                self.runner.close()
+                self.runner = None
+            self.runner, self.provenance = self.jobs[index].open()
+            self.current = index
+        return self.jobs[index]
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        units = sorted(set(batch.column("unit").to_pylist()))
-        if len(units) != 1:
-            raise InferenceError(f"a Ray block holds units {units}; one block must be one "
-                                 "unit (batch_size=None over one block per unit)")
-        rows = [CohortRow.from_dict(json.loads(text), file=self.cohort_path)
+        tags = sorted(set(zip(batch.column("job").to_pylist(),
+                              batch.column("unit").to_pylist(), strict=True)))
+        if len(tags) != 1:
+            raise InferenceError(f"a Ray block holds (job, unit) {tags}; one block must be "
+                                 "one unit (batch_size=None over one block per unit)")
+        index, unit = tags[0]
+        job = self._switch(index)
+        rows = [CohortRow.from_dict(json.loads(text), file=job.spec.cohort_path)
                 for text in batch.column("row").to_pylist()]
-        todo = self._prepare(rows, batch.column("input_sha256").to_pylist())
-        if self.profile.sort_by_length:
+        todo = job.prepare(rows, batch.column("input_sha256").to_pylist())
+        if job.profile.sort_by_length:
             todo.sort(key=lambda p: len(p.token_ids))
         ids: list[str] = []
         lines: list[str] = []
-        for start in range(0, len(todo), self.chunk):
-            chunk = todo[start : start + self.chunk]
-            history = self._generate(chunk, units[0])
+        for start in range(0, len(todo), job.chunk):
+            chunk = todo[start : start + job.chunk]
+            history = job.generate(self.runner, chunk, unit)
             for p in chunk:
-                record = make_record(self.run_id, p, history[p.row.row_id], self.provenance,
-                                     self.provenance.sha256)
+                record = make_record(job.spec.run_id, p, history[p.row.row_id],
+                                     self.provenance, self.provenance.sha256)
                 ids.append(p.row.row_id)
                 lines.append(record_line(record))
         return pa.table({"row_id": pa.array(ids, pa.string()),
+                         "job": pa.array([index] * len(ids), pa.int64()),
                          "record": pa.array(lines, pa.string())})
