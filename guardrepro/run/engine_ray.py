@@ -70,9 +70,11 @@ from typing import Any
 
 from guardrepro import errors
 from guardrepro.errors import InputError, ProvenanceError
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
 from guardrepro.run.records import MANIFEST_FILE, RecordWriter, RunManifest
+from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow, read_cohort
 
 SOCKET_ROOM = 75  # bytes Ray appends to its temp dir for a socket path
@@ -109,9 +111,10 @@ class RayOptions:
 
 
 def ray_profile(profile: RunProfile, cpus_per_worker: float) -> tuple[RunProfile, bool]:
-    """(the profile the actors run, whether their hf threads come from their
-    CPU allotment): threads ``"auto"``/unset become the CPUs per worker."""
-    if profile.backend != "hf":
+    """(the profile the actors run, whether their threads come from their CPU
+    allotment; a backend that declares the option ``threads``: hf): threads
+    ``"auto"``/unset become the CPUs per worker."""
+    if "threads" not in option_table(profile.backend).names:
         return profile, False
     threads = profile.backend_options.get("threads")
     if threads is None or threads == "auto":
@@ -249,10 +252,10 @@ def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: b
             if request.limit is not None and request.limit < 0:
                 raise InputError(f"limit must be >= 0, got {request.limit}", field="limit")
             shared, from_allotment = ray_profile(request.profile, opts.cpus_per_worker)
-            if shared.backend != "rule":  # a rule is deterministic and batch-invariant
-                preflight(shared)
+            preflight(shared)
             writer = stack.enter_context(  # refused before a record: nothing left behind
-                RecordWriter(request.run_dir, refused_leaves=(MANIFEST_FILE,)))
+                RecordWriter(request.run_dir, refused_leaves=(MANIFEST_FILE,),
+                             parsers=record_parser))
             plans.append((writer, _plan(writer, shared, from_allotment, request, home)))
         jobs = [_pool_job(w, p, r) for (w, p), r in zip(plans, requests, strict=True) if p.todo]
         bar = label or f"run {plans[0][1].manifest.run_id} (ray)"

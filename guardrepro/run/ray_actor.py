@@ -55,6 +55,7 @@ from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
 from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import provenance_differences, record_line
+from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow
 
 
@@ -74,8 +75,9 @@ def allotted_threads() -> int:
 
 
 def actor_profile(profile: RunProfile, threads_from_allotment: bool) -> RunProfile:
-    """The profile this actor runs: hf threads from its own CPU allotment."""
-    if threads_from_allotment and profile.backend == "hf":
+    """The profile this actor runs: threads (a backend that declares the option:
+    hf) from its own CPU allotment."""
+    if threads_from_allotment and "threads" in option_table(profile.backend).names:
         return profile.with_backend_options(threads=allotted_threads())
     return profile
 

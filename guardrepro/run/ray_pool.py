@@ -215,6 +215,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
 
     from ray.data import ActorPoolStrategy, DataContext
 
+    from guardrepro.guards.registry import record_parser
     from guardrepro.progress import progress_bar
     from guardrepro.run.ray_actor import PoolRegistry, UnitActor
     from guardrepro.run.records import _parse_line
@@ -243,7 +244,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
             for index, line in zip(indices, batch.column("record").to_pylist(), strict=True):
                 writer = jobs[index].writer
                 record = _parse_line(line.encode("utf-8"), file=f"{writer.path} (from Ray)",
-                                     row=len(writer.records))
+                                     row=len(writer.records), parsers=record_parser)
                 if accept(writer, record, provenance_sha256=jobs[index].provenance_sha256,
                           expected=expected[index]):
                     bar.update(1)
