@@ -1,7 +1,7 @@
 """guardrepro: reproduce safety guard outputs, gate parity, measure counterfactual flips.
 
 The Python API (``import guardrepro as gr``) is loaded lazily from
-``guardrepro.checks.frames`` so that importing the package stays light:
+``guardrepro.api`` so that importing the package stays light:
 
 - ``gr.load_run(path, cohort=None)``: DataFrame, one row per expected cohort row.
 - ``gr.read_run(path, cohort=None)`` -> ``RunData``: the run read once, which
@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
 
         return last_demo_run
     if name in API:
-        from guardrepro.checks import frames
+        from guardrepro import api
 
-        return getattr(frames, name)
+        return getattr(api, name)
     raise AttributeError(f"module 'guardrepro' has no attribute {name!r}")

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
-from guardrepro.checks.formatting import frac_equals, yes_no_unpinned
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.core.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
 
 if TYPE_CHECKING:
-    from guardrepro.checks.attribute import Attribution
-    from guardrepro.checks.compare import Comparison
-    from guardrepro.checks.gate import GateResult
-    from guardrepro.checks.report import ReportInputs
-    from guardrepro.checks.stats import StatsResult
+    from guardrepro.checks.parity.attribute import Attribution
+    from guardrepro.checks.parity.compare import Comparison
+    from guardrepro.checks.parity.gate import GateResult
+    from guardrepro.checks.report.markdown import ReportInputs
+    from guardrepro.checks.stats.compute import StatsResult
 
 Say = Callable[[str], None]
 
@@ -163,7 +163,7 @@ def run_demo(
         result.attribution = attribute_step(root, out, result, sampled, replicates=replicates,
                                             progress=progress, home=home)
         steps.mark("sampled_attribution")
-    from guardrepro.checks.html_report import build_html
+    from guardrepro.checks.report.html import build_html
 
     result.html = build_html(hf_dir, home=home, inputs=inputs)
     _record_last(hf_dir, home)
@@ -241,8 +241,8 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
              home: str | Path | None) -> None:
     """Steps 4-5: quantize to MLX Q8 g64, run it, compare with transformers."""
     from guardrepro.artifacts.quantize.convert import quantize
-    from guardrepro.checks.compare import compare_runs
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.compare import compare_runs
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
 
@@ -281,16 +281,16 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
                     replicates: int, home: str | Path | None) -> ReportInputs:
     """The last two steps: the parity gate, then stats.json and the report; returns
     what the report was made of (the HTML report takes it too)."""
-    from guardrepro.checks.gate import evaluate, load_spec, reference_rows
-    from guardrepro.checks.report import (
+    from guardrepro.checks.io.runio import load_run_data, write_json_atomic
+    from guardrepro.checks.parity.gate import evaluate, load_spec, reference_rows
+    from guardrepro.checks.report.markdown import (
         FIGURES_NOTE,
         ReportInputs,
         build_report,
         figures_available,
     )
-    from guardrepro.checks.runio import load_run_data, write_json_atomic
-    from guardrepro.checks.stats import compute_stats
-    from guardrepro.checks.stats_cache import keyed
+    from guardrepro.checks.stats.cache import keyed
+    from guardrepro.checks.stats.compute import compute_stats
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run_data(hf_dir)
@@ -319,9 +319,9 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     against the shipped reference; writes ``hf-fp32/attribution.json``."""
     import dataclasses
 
-    from guardrepro.checks.attribute import attribute, format_table
-    from guardrepro.checks.loaders import load_reference, load_run_input
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.attribute import attribute, format_table
+    from guardrepro.checks.parity.loaders import load_reference, load_run_input
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
 
@@ -354,8 +354,8 @@ def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
     from guardrepro.artifacts.fetch import materialize
     from guardrepro.bench.cohort.split import build_any_cohort_file
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.checks.toolsafe_table import load_published_tables, toolsafe_table
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.toolsafe_table import load_published_tables, toolsafe_table
     from guardrepro.run.pipeline import run_cohort
 
     steps.start("whole split: the rule guard on every row of the toy ASB split, "

@@ -30,14 +30,14 @@ import pandas as pd
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.checks.report import (
+from guardrepro.checks.io.runio import load_run
+from guardrepro.checks.report.markdown import (
     domain_bars,
     flip_bars,
     margin_groups,
     plot_flip_rates,
     plot_margin_histogram,
 )
-from guardrepro.checks.runio import load_run
 
 # parameters: the run (default: the last `guardrepro demo`) and where figures go
 # (default: a `figures` folder inside the run directory)

@@ -28,7 +28,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.checks.report import plot_score_confusion
+from guardrepro.checks.report.markdown import plot_score_confusion
 
 # parameters: the run (default: the last `guardrepro demo`) and where figures go
 # (default: a `figures` folder inside the run directory)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from IPython.display import Image, display
 
-from guardrepro.checks.frontier import format_frontier
+from guardrepro.experiments.frontier import format_frontier
 from guardrepro.experiments.outputs import flips, frontier_figure, kl_figure, summary_table
 
 # parameters: the sweep directory (required: the demo runs no sweep) and where figures

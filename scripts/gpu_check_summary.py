@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 def check_inputs(out: Path) -> int:
     from guardrepro.artifacts.fetch import fetch_lock
     from guardrepro.bench.cohort.build import build_cohort_file
-    from guardrepro.checks.gate import load_spec
+    from guardrepro.checks.parity.gate import load_spec
     from guardrepro.errors import GuardreproError
     from guardrepro.run.profile import RunProfile
 

@@ -1,7 +1,7 @@
 """The Python API (``import guardrepro as gr``) on hand-made runs.
 
 Expectations are worked out by hand from the specs below; the statistics
-themselves are those of ``guardrepro.checks.stats`` (tested there), so here
+themselves are those of ``guardrepro.checks.stats.compute`` (tested there), so here
 the API must pass the same rows through unchanged.
 """
 
@@ -15,8 +15,8 @@ from extras import needs_pyarrow
 from recordsets import grid, write_run
 
 import guardrepro as gr
-from guardrepro.checks.runio import load_run as load_rows
-from guardrepro.checks.stats import compute_stats
+from guardrepro.checks.io.runio import load_run as load_rows
+from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 
@@ -113,8 +113,8 @@ def test_gate_and_load_gate(run: Path, tmp_path: Path) -> None:
     assert gr.load_gate(run) is None  # gr.gate writes nothing
     # one GateResult type: the API returns the checks' own result, and a
     # gate.json written by the CLI reads back as an equal one
-    from guardrepro.checks.gate import GateResult
-    from guardrepro.checks.stats import StatsResult
+    from guardrepro.checks.parity.gate import GateResult
+    from guardrepro.checks.stats.compute import StatsResult
 
     assert gr.GateResult is GateResult and isinstance(result, GateResult)
     assert gr.StatsResult is StatsResult and isinstance(gr.stats(run, replicates=50), StatsResult)

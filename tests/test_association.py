@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from guardrepro.bench.tsbench import BenchRow, base_sample_id
-from guardrepro.checks.association import (
+from guardrepro.checks.audits.association import (
     association_audit,
     audit_rows,
     ladder,
@@ -226,7 +226,7 @@ def write_agentdojo(root: Path, preds_by_domain: dict[str, list[float | None]]) 
 def test_association_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from guardrepro.bench.released import load_released
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.audit import released_preds
+    from guardrepro.checks.audits.benchmark import released_preds
 
     by_domain = {"workspace": [1], "travel": [0], "slack": [s[5] for s in SPEC[7:]],
                  "banking": [s[5] for s in SPEC[:7]]}

@@ -4,7 +4,7 @@ Seven original rows; the reference, an unquantized greedy run, a quantized
 greedy run and five sampled repeats are written as run directories. Each row
 is built so that one cause holds (worked out by hand in the comments), and the
 expected counts per cause and level follow from the definitions in
-``guardrepro.checks.attribute``.
+``guardrepro.checks.parity.attribute``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from recordsets import write_run
 
-from guardrepro.checks.attribute import CAUSES, attribute
-from guardrepro.checks.loaders import load_reference, load_run_input
+from guardrepro.checks.parity.attribute import CAUSES, attribute
+from guardrepro.checks.parity.loaders import load_reference, load_run_input
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 
@@ -150,7 +150,7 @@ def test_cli(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_released_style_reference_keys_by_base(runs: dict) -> None:
     """A released reference is keyed by base sample id over the original rows."""
-    from guardrepro.checks.attribute import RefValue, RunInput
+    from guardrepro.checks.parity.attribute import RefValue, RunInput
     from guardrepro.run.records import read_records
 
     ref = {b: RefValue(b, float(s), b) for b, s in zip(BASES, REF, strict=True)}

@@ -10,13 +10,13 @@ import pytest
 
 from guardrepro.bench.shortcuts import tool_key
 from guardrepro.bench.tsbench import BenchRow, base_sample_id
-from guardrepro.checks.audit import (
+from guardrepro.checks.audits.benchmark import (
     group_kfold,
     interaction_audit,
     lookup_group,
     tool_lookup_audit,
 )
-from guardrepro.checks.figure import Figure
+from guardrepro.checks.core.figure import Figure
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 

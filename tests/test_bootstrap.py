@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from bootref import Row, reference_interval
 
-from guardrepro.checks.bootstrap import (
+from guardrepro.checks.core.bootstrap import (
     DEFAULT_SEED,
     check_settings,
     cluster_table,

@@ -1,4 +1,5 @@
-"""guardrepro.checks.compare and `guardrepro compare` on two hand-made runs with known divergences.
+"""guardrepro.checks.parity.compare and `guardrepro compare` on two hand-made runs with
+known divergences.
 
 Expected values below are worked out by hand from the row table, not by the code.
 """
@@ -13,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from recordsets import PROVENANCE
 
-from guardrepro.checks.compare import compare_runs, first_divergence, load_records, quantiles
-from guardrepro.checks.figure import RATE, encode
+from guardrepro.checks.core.figure import RATE, encode
+from guardrepro.checks.parity.compare import compare_runs, first_divergence, load_records, quantiles
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
 from guardrepro.schema import Provenance, Record, Timings

@@ -10,7 +10,8 @@ import pytest
 from extras import needs_matplotlib
 from recordsets import PROVENANCE
 
-from guardrepro.checks.frontier import (
+from guardrepro.errors import InputError
+from guardrepro.experiments.frontier import (
     Config,
     config_metrics,
     dominates,
@@ -20,7 +21,6 @@ from guardrepro.checks.frontier import (
     pareto,
     parse_costs,
 )
-from guardrepro.errors import InputError
 from guardrepro.schema import Provenance, Record, Timings
 
 # An unregistered guard: these hand-made records carry no output text to re-parse.
@@ -171,7 +171,7 @@ def test_agreement_follows_the_gate_rule() -> None:
     """Two invalid rows never agree: 4 shared rows, row r3 invalid on both
     sides, r2 valid on both with different decisions -> strict 2/4 (r0, r1);
     exact over the 3 jointly valid rows: r0 and r1 equal scores -> 2/3."""
-    from guardrepro.checks.frontier import agreement
+    from guardrepro.experiments.frontier import agreement
 
     ref = {r.row_id: r for r in (rec("r0", 1.0, 1.0), rec("r1", 0.0, 0.0), rec("r2", 1.0, 1.0),
                                  rec("r3", 1.0, None))}

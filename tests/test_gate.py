@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
-from guardrepro.checks.gate import GateResult, RefRow, evaluate, load_spec
-from guardrepro.checks.predictions import load_rows
-from guardrepro.checks.runio import load_run
+from guardrepro.checks.io.predictions import load_rows
+from guardrepro.checks.io.runio import load_run
+from guardrepro.checks.parity.gate import GateResult, RefRow, evaluate, load_spec
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 

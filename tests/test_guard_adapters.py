@@ -104,7 +104,7 @@ def test_qwen3guard_invalid_where_upstream_crashes(text: str, error: str) -> Non
 
 
 def test_qwen3guard_strict_counts_controversial_as_unsafe() -> None:
-    from guardrepro.checks.metrics import strict_decision
+    from guardrepro.checks.core.metrics import strict_decision
 
     assert strict_decision(parse_qwen3guard("Safety: Controversial\nCategories: None").score) == 1
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from recordsets import cohort_line, make_record, write_run
 
-from guardrepro.checks.attribute import Attribution, RowCause, RunAttribution
-from guardrepro.checks.html_report import build_html, highlight_edits, mark_divergence
-from guardrepro.checks.runio import write_json_atomic
+from guardrepro.checks.io.runio import write_json_atomic
+from guardrepro.checks.parity.attribute import Attribution, RowCause, RunAttribution
+from guardrepro.checks.report.html import build_html, highlight_edits, mark_divergence
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 1.0), ("b2", "slack", 0.0)]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from guardrepro.checks.figure import RATIO, Figure, encode
-from guardrepro.checks.metrics import confusion, interaction_weights, strict_decision
+from guardrepro.checks.core.figure import RATIO, Figure, encode
+from guardrepro.checks.core.metrics import confusion, interaction_weights, strict_decision
 from guardrepro.errors import InputError
 
 # row:       0    1    2     3    4    5    6    7

@@ -19,7 +19,7 @@ def test_wording_names_the_need_the_package_and_the_extra() -> None:
 
 
 def test_figures_without_matplotlib_name_the_report_extra(monkeypatch) -> None:
-    from guardrepro.checks.figures import pyplot
+    from guardrepro.checks.report.figures import pyplot
 
     # None in sys.modules makes the import fail exactly as when it is not installed.
     monkeypatch.setitem(sys.modules, "matplotlib", None)

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is needed as the reference ba
 
 from mlx_tiny import PROMPTS, build_source  # noqa: E402
 
-from guardrepro.checks.compare import first_divergence  # noqa: E402
+from guardrepro.checks.parity.compare import first_divergence  # noqa: E402
 from guardrepro.errors import InferenceError, InputError  # noqa: E402
 from guardrepro.run.prompts import PromptTokenizer  # noqa: E402
 from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 from bootref import reference_interval
 from q8rows import q8_rows, write_predictions
 
-from guardrepro.checks.published import compare, load_published
+from guardrepro.checks.parity.published import compare, load_published
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 
@@ -130,8 +130,8 @@ def test_a_changed_prediction_and_a_missing_variant_fail(tmp_path: Path) -> None
     assert run_cli(["vs-published", str(path), "--spec", str(spec)]) == 3
     no_combined = [r for r in q8_rows() if r["variant"] != "combined"]
     path = write_predictions(tmp_path / "b.jsonl", no_combined)
-    from guardrepro.checks.predictions import load_predictions
-    from guardrepro.checks.stats import compute_stats
+    from guardrepro.checks.io.predictions import load_predictions
+    from guardrepro.checks.stats.compute import compute_stats
 
     stats = compute_stats(load_predictions(path), replicates=10).to_dict()
     result = compare(load_published(spec), {"stats": stats, "gate": None, "audit": None})

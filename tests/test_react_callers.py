@@ -16,7 +16,7 @@ from guardrepro.bench.cohort.build import build_cohort
 from guardrepro.bench.cohort.spec import load_spec
 from guardrepro.bench.shortcuts import tool_key
 from guardrepro.bench.tsbench import load_bench_file
-from guardrepro.checks.audit import tool_lookup_audit
+from guardrepro.checks.audits.benchmark import tool_lookup_audit
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 

@@ -10,8 +10,8 @@ import pytest
 from extras import needs_matplotlib
 from recordsets import grid, write_run
 
-from guardrepro.checks.report import load_gate, margin_groups
-from guardrepro.checks.runio import load_run
+from guardrepro.checks.io.runio import load_run
+from guardrepro.checks.report.markdown import load_gate, margin_groups
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from guardrepro.checks.figures import label_offsets
-from guardrepro.checks.formatting import yes_no_unpinned
+from guardrepro.checks.core.formatting import yes_no_unpinned
+from guardrepro.checks.report.figures import label_offsets
 
 
 def test_tree_hash_match_in_words() -> None:

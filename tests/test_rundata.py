@@ -15,7 +15,7 @@ import pytest
 from recordsets import grid, write_run
 
 import guardrepro as gr
-from guardrepro.checks.runio import RunData, load_run_data
+from guardrepro.checks.io.runio import RunData, load_run_data
 from guardrepro.errors import InputError, IntegrityError
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0)]

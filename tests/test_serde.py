@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from guardrepro.checks.figure import (
+from guardrepro.checks.core.figure import (
     CI,
     COUNT,
     POINT,
@@ -21,7 +21,7 @@ from guardrepro.checks.figure import (
     decode,
     encode,
 )
-from guardrepro.checks.serde import JsonValue, as_json_value, from_json_value, opt
+from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
 from guardrepro.errors import InputError
 
 

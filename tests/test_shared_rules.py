@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from guardrepro.checks.figure import RATE, RATIO, Figure, decode, encode, read_any
-from guardrepro.checks.formatting import (
+from guardrepro.checks.core.figure import RATE, RATIO, Figure, decode, encode, read_any
+from guardrepro.checks.core.formatting import (
     fixed,
     fmt_num,
     frac,

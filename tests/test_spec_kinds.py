@@ -12,10 +12,10 @@ import pytest
 from guardrepro.artifacts.locks import load_lock
 from guardrepro.artifacts.quantize.recipe import load_recipe
 from guardrepro.bench.cohort.spec import load_spec as load_cohort_spec
-from guardrepro.checks.gate_spec import load_spec as load_gate_spec
-from guardrepro.checks.predictions import load_predictions
-from guardrepro.checks.published import load_published
-from guardrepro.checks.toolsafe_table import load_published_tables
+from guardrepro.checks.io.predictions import load_predictions
+from guardrepro.checks.parity.gate_spec import load_spec as load_gate_spec
+from guardrepro.checks.parity.published import load_published
+from guardrepro.checks.parity.toolsafe_table import load_published_tables
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 from guardrepro.experiments.spec import load_sweep

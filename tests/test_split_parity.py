@@ -127,7 +127,7 @@ def test_expected_rows_reference_needs_a_released_reference(tmp_path: Path) -> N
                     "min_coverage = 0.9\nmin_strict_agreement = 0.9\n"
                     "min_strict_agreement_gold_safe = 0.9\n"
                     "min_strict_agreement_gold_unsafe = 0.9\n")
-    from guardrepro.checks.gate_spec import load_spec
+    from guardrepro.checks.parity.gate_spec import load_spec
     from guardrepro.errors import InputError
 
     with pytest.raises(InputError, match="expected_rows"):
@@ -199,7 +199,7 @@ def test_attribute_counts_what_sampling_explains(tmp_path: Path, split: Split,
 def test_shipped_split_specs(benchmark: str, rows: int | str) -> None:
     # the published gate's thresholds (UPSTREAM.md), the split's row count from
     # UPSTREAM.md, or for ASB the released files' own count
-    from guardrepro.checks.gate_spec import load_spec
+    from guardrepro.checks.parity.gate_spec import load_spec
 
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "checks" / f"ts-guard-{benchmark}-split.toml")

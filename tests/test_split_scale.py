@@ -20,8 +20,8 @@ from sklearn.metrics import accuracy_score, f1_score, recall_score
 from guardrepro.bench.cohort.build import write_cohort
 from guardrepro.bench.cohort.split import build_split, load_split_spec
 from guardrepro.bench.tsbench import load_benchmark
-from guardrepro.checks.toolsafe_metrics import view_metrics
-from guardrepro.checks.toolsafe_table import load_source, split_predictions
+from guardrepro.checks.parity.toolsafe_table import load_source, split_predictions
+from guardrepro.checks.stats.toolsafe_metrics import view_metrics
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import read_records

@@ -19,8 +19,8 @@ import pytest
 from bootref import Row, reference_interval
 from recordsets import grid, write_run
 
-from guardrepro.checks.runio import load_run
-from guardrepro.checks.stats import StatsResult, compute_stats
+from guardrepro.checks.io.runio import load_run
+from guardrepro.checks.stats.compute import StatsResult, compute_stats
 from guardrepro.cli import main
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1),
@@ -218,7 +218,7 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_unpaired_edit_rows_are_counted() -> None:
-    from guardrepro.checks.runio import RowResult
+    from guardrepro.checks.io.runio import RowResult
 
     rows = [RowResult("a:o", "a", "original", "d", 0.0, "ok", 0.0),
             RowResult("a:m", "a", "marker_paraphrase", "d", 0.0, "ok", 1.0),
@@ -258,7 +258,7 @@ def test_run_with_mixed_provenance_is_refused(tmp_path: Path) -> None:
 
 
 def test_typed_result_reads_back_equal(tmp_path: Path) -> None:
-    from guardrepro.checks.figure import Figure
+    from guardrepro.checks.core.figure import Figure
 
     run = write_run(tmp_path / "run", grid(BASES, SCORES))
     result = compute_stats(load_run(run).rows, replicates=200)

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
-from guardrepro.checks import report, stats_cache
-from guardrepro.checks.report import load_or_compute_stats
-from guardrepro.checks.runio import load_run_data
+from guardrepro.checks.io.runio import load_run_data
+from guardrepro.checks.report import markdown as report
+from guardrepro.checks.report.markdown import load_or_compute_stats
+from guardrepro.checks.stats import cache as stats_cache
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
 # original accuracy: b1 0=0 right, b2 1=1 right, b3 0=0 right, b4 0 vs 1 wrong -> 3/4
@@ -148,9 +149,10 @@ def test_a_new_statistic_needs_its_definition_and_its_name(
     """The CONTRIBUTING.md recipe: a definition in ``stats.DEFINITIONS`` and a name
     in ``STATISTICS`` (patched here in every module that imported the tuple) give
     the JSON, the read-back, the report row and a recomputed older stats.json."""
-    from guardrepro.checks import stats, stats_types
-    from guardrepro.checks.report import build_report
-    from guardrepro.checks.stats import StatsResult
+    from guardrepro.checks.report.markdown import build_report
+    from guardrepro.checks.stats import compute as stats
+    from guardrepro.checks.stats import types as stats_types
+    from guardrepro.checks.stats.compute import StatsResult
 
     run = write_run(tmp_path / "run", grid(BASES, FIRST))
     load_or_compute_stats(run, replicates=40)  # written before the statistic existed

@@ -13,8 +13,8 @@ import pytest
 from q8rows import base_id, q8_rows, write_predictions
 from recordsets import write_run
 
-from guardrepro.checks.predictions import load_rows
-from guardrepro.checks.stats import compute_stats
+from guardrepro.checks.io.predictions import load_rows
+from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.cli import main
 from guardrepro.errors import InputError
 

@@ -13,8 +13,8 @@ import pytest
 from bootref import Row, reference_interval
 from q8rows import q8_rows, write_predictions
 
-from guardrepro.checks.predictions import load_predictions
-from guardrepro.checks.stats import compute_stats
+from guardrepro.checks.io.predictions import load_predictions
+from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.cli import main
 
 REPLICATES = 1100

@@ -15,8 +15,8 @@ from fixtures.released_data import guard_res_for, make_row, write_bench, write_j
 from sklearn.metrics import accuracy_score, f1_score, recall_score
 
 from guardrepro.bench.cohort.split import build_any_cohort_file
-from guardrepro.checks.bootstrap import ratio_interval
-from guardrepro.checks.toolsafe_metrics import SplitPrediction, mode_label, view_metrics
+from guardrepro.checks.core.bootstrap import ratio_interval
+from guardrepro.checks.stats.toolsafe_metrics import SplitPrediction, mode_label, view_metrics
 from guardrepro.cli import main
 from guardrepro.run.pipeline import run_cohort
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.cli.options import (
     JSON_OPTION,
     REPLICATES,
@@ -63,9 +63,9 @@ def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
         --bf16 runs/ts-guard-bf16 --quantized runs/ts-guard-q8 \\
         --sampled runs/sampled-s1 ... --sampled runs/sampled-s5
     """
-    from guardrepro.checks.attribute import attribute as run_attribution
-    from guardrepro.checks.attribute import format_table, write_json
-    from guardrepro.checks.loaders import load_reference, load_run_input
+    from guardrepro.checks.parity.attribute import attribute as run_attribution
+    from guardrepro.checks.parity.attribute import format_table, write_json
+    from guardrepro.checks.parity.loaders import load_reference, load_run_input
 
     ref, key_field, info = load_reference(reference, home)
     att = run_attribution(

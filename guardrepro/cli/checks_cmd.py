@@ -1,7 +1,7 @@
 """``guardrepro gate``, ``guardrepro stats`` and ``guardrepro audit``.
 
 PATH is a run directory or a predictions JSONL file
-(``guardrepro.checks.predictions``). Every verb here takes ``--json`` (the
+(``guardrepro.checks.io.predictions``). Every verb here takes ``--json`` (the
 result on stdout, human lines on stderr; see ``guardrepro.cli``).
 
 - ``gate PATH --spec checks/X.toml [--conservative] [--cohort FILE] [--out DIR]``:
@@ -23,7 +23,7 @@ result on stdout, human lines on stderr; see ``guardrepro.cli``).
   default, the fetched ``--lock`` (in ``--home``).
 - ``audit association --benchmark agentdojo|agentharm [--preds released|RUN_DIR]
   [--only-recorded] [--replicates N] [--seed S]``: rung 2 of the audit ladder
-  (``checks.association``), same outputs as the other audits.
+  (``checks.audits.association``), same outputs as the other audits.
 - ``audit ladder``: the three rungs and what each may and may not show.
   The rung-1 (tool-lookup) and rung-3 (stats) outputs carry their rung's
   statements under ``interpretation``.
@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.core.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.cli.options import (
     COHORT_OPTION,
     CONFIDENCE,
@@ -83,9 +83,9 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
          out: Path | None, home: Path | None, as_json: bool) -> None:
     """Gate the original rows of a run (or predictions file) against the spec's
     reference predictions."""
-    from guardrepro.checks.gate import format_table
-    from guardrepro.checks.parity import format_agreement, gate_run
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.gate import format_table
+    from guardrepro.checks.parity.rows import format_agreement, gate_run
 
     result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
     data = result.to_dict()
@@ -119,12 +119,12 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     """Strict accuracy per variant and paired flip statistics with intervals;
     writes stats.json in a run directory, PRED.stats.json beside (or, with --out,
     in) a predictions file PRED.jsonl, so two files' stats never share a name."""
-    from guardrepro.checks.association import format_rung
-    from guardrepro.checks.ladder import interpretation
-    from guardrepro.checks.predictions import load_rows
-    from guardrepro.checks.runio import RunData, write_json_atomic
-    from guardrepro.checks.stats import compute_stats, format_table
-    from guardrepro.checks.stats_cache import keyed
+    from guardrepro.checks.audits.association import format_rung
+    from guardrepro.checks.audits.ladder import interpretation
+    from guardrepro.checks.io.predictions import load_rows
+    from guardrepro.checks.io.runio import RunData, write_json_atomic
+    from guardrepro.checks.stats.cache import keyed
+    from guardrepro.checks.stats.compute import compute_stats, format_table
 
     run = load_rows(path, cohort)
     rung = interpretation(3)
@@ -173,7 +173,7 @@ def _data_dir(data_dir: Path | None, lock: Path, home: Path | None) -> Path:
 
 
 def _emit(result: dict[str, Any], table: str, out: Path | None, as_json: bool) -> None:
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
 
     emit(as_json, result, table)
     if out is not None:
@@ -187,13 +187,13 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str
     original-variant records (a row without a record is None, fails closed),
     read once; and the base ids holding an original record (None for the
     released predictions, which cover every row)."""
-    from guardrepro.checks.audit import preds_from_records, released_preds
+    from guardrepro.checks.audits.benchmark import preds_from_records, released_preds
 
     if preds == "released":
         from guardrepro.bench.released import load_released
 
         return released_preds(rows, load_released(root, benchmark)), None
-    from guardrepro.checks.runio import read_records_file
+    from guardrepro.checks.io.runio import read_records_file
 
     file = read_records_file(Path(preds))
     recorded = {r.base_sample_id for r in file.records if r.variant == "original"}
@@ -216,7 +216,7 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
                 out: Path | None, as_json: bool, home: Path | None) -> None:
     """Row vs equal-interaction vs interaction-majority strict F1."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.audit import format_interaction, interaction_audit
+    from guardrepro.checks.audits.benchmark import format_interaction, interaction_audit
 
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
@@ -240,7 +240,7 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out; with
     --preds, the same lookup on that guard's decisions."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.audit import (
+    from guardrepro.checks.audits.benchmark import (
         format_guard_lookup,
         format_tool_lookup,
         guard_lookup,
@@ -279,7 +279,7 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
                 home: Path | None) -> None:
     """Rung 2: the guard's decisions vs nuisance features (observational)."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.association import association_audit, format_association
+    from guardrepro.checks.audits.association import association_audit, format_association
     from guardrepro.errors import InputError
 
     if only_recorded and preds == "released":
@@ -306,7 +306,7 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
 @JSON_OPTION
 def ladder_cmd(out: Path | None, as_json: bool) -> None:
     """The audit ladder: what each rung may and may not be taken to show."""
-    from guardrepro.checks.association import format_ladder, ladder
+    from guardrepro.checks.audits.association import format_ladder, ladder
 
     result = ladder()
     _emit(result.to_dict(), format_ladder(result), out, as_json)

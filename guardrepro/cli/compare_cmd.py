@@ -2,7 +2,7 @@
 
 Input: two run directories (or records.jsonl files), or a run and a gate spec
 (``checks/*.toml``: the run against the spec's reference, e.g. the released
-predictions of a whole split, ``checks.parity``). Output: a readable
+predictions of a whole split, ``checks.parity.rows``). Output: a readable
 summary and the rows that moved on stdout; with ``--json`` the full comparison
 (every row) on stdout instead and the summary on stderr; ``--out FILE`` also
 writes the full comparison as JSON; the per-row table as CSV or Parquet with
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.compare import compare_runs, format_table, write_json
+from guardrepro.checks.parity.compare import compare_runs, format_table, write_json
 from guardrepro.cli.options import COHORT_OPTION, JSON_OPTION, emit, home_option, say
 from guardrepro.errors import InputError
 
@@ -53,8 +53,8 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, 
         write_json(comparison, json_out)
         say(as_json)(f"wrote {json_out}")
     if exports:
-        from guardrepro.checks.frames import comparison_frame
-        from guardrepro.checks.tables import write_table
+        from guardrepro.api import comparison_frame
+        from guardrepro.checks.core.tables import write_table
 
         table = comparison_frame(comparison)
         for path in exports:
@@ -64,13 +64,13 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, 
 def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bool,
                        exports: tuple[Path, ...], cohort: Path | None,
                        home: Path | None) -> None:
-    from guardrepro.checks.parity import compare_with_reference, format_agreement
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.rows import compare_with_reference, format_agreement
 
     if exports:
         raise InputError("--export applies to two runs; use --json or --out with a spec",
                          field="export")
-    from guardrepro.checks.sides import Side, compare_sides, side_of_run, sides_line
+    from guardrepro.checks.parity.sides import Side, compare_sides, side_of_run, sides_line
 
     result = compare_with_reference(run, spec, cohort=cohort, home=home)
     ref = result["reference"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.bootstrap import QUICK_REPLICATES
+from guardrepro.checks.core.bootstrap import QUICK_REPLICATES
 from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, home_option
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from guardrepro.checks.frontier import AXES
+from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.cli.options import JSON_OPTION, REPLICATES, SEED, emit, say
+from guardrepro.experiments.frontier import AXES
 
 
 @click.command(short_help="Cost, harm, dominance and the Pareto frontier.")
@@ -34,14 +34,14 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
              replicates: int, seed: int, out: Path, as_json: bool) -> None:
     """Cost, strict errors, cost-weighted harm, agreement, dominance and the
     Pareto frontier of RUN... (run directories or records.jsonl files)."""
-    from guardrepro.checks.frontier import (
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.errors import InputError
+    from guardrepro.experiments.frontier import (
         format_frontier,
         frontier_report,
         load_config,
         parse_costs,
     )
-    from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.errors import InputError
     from guardrepro.experiments.outputs import frontier_figure
 
     configs = []

@@ -6,7 +6,7 @@ Markdown table on stdout (coverage, accuracy, precision, recall, F1 on the
 original rows, flip rate per edit; each value with numerator/denominator and
 a cluster-bootstrap interval); ``--json`` puts the full table on stdout
 instead (the Markdown on stderr), ``--out FILE`` also writes it as JSON,
-``--figure`` a PNG of the same figures (``checks.guard_table``).
+``--figure`` a PNG of the same figures (``checks.report.guard_table``).
 ``--progress`` (the default) draws a bar on stderr, one step per run.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.cli.options import (
     JSON_OPTION,
     PROGRESS_OPTION,
@@ -37,7 +37,7 @@ from guardrepro.errors import InputError
               help="RUNS are whole-split sources (run directories of a split cohort, "
               "predictions files, released-log directories; SPLIT=PATH to name the split): "
               "ToolSafe's accuracy / F1 / recall per guard on every split, the paper's rows "
-              "beside (checks.guard_splits).")
+              "beside (checks.report.guard_splits).")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(["strict", "loose", "exact"]),
               help="With --splits: label modes (repeatable; default all three, strict first).")
 @click.option("--paper-guard", "paper_guards", multiple=True,
@@ -71,14 +71,14 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
     if modes or paper_guards or data_dir is not None:
         raise InputError("--mode, --paper-guard and --data-dir apply with --splits",
                          field="splits")
-    from guardrepro.checks.guard_table import (
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.report.guard_table import (
         format_guard_table,
         guard_table_figure,
     )
-    from guardrepro.checks.guard_table import (
+    from guardrepro.checks.report.guard_table import (
         guard_table as build,
     )
-    from guardrepro.checks.runio import write_json_atomic
 
     table = build([Path(r) for r in runs], list(labels) or None, replicates=replicates, seed=seed,
                   progress=progress)
@@ -95,10 +95,10 @@ def split_document(sources: list[str], labels: tuple[str, ...], modes: tuple[str
                    paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                    home: Path | None, replicates: int, seed: int,
                    progress: bool) -> dict[str, Any]:
-    """``checks.guard_splits.guard_split_table`` with the CLI's defaults (the
+    """``checks.report.guard_splits.guard_split_table`` with the CLI's defaults (the
     shipped published tables, the lock's data when no --data-dir)."""
-    from guardrepro.checks.guard_splits import guard_split_table
-    from guardrepro.checks.toolsafe_table import load_published_tables
+    from guardrepro.checks.parity.toolsafe_table import load_published_tables
+    from guardrepro.checks.report.guard_splits import guard_split_table
     from guardrepro.cli.table_cmd import _published_path
 
     named: dict[str, str] = {}
@@ -121,8 +121,8 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
                  paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                  home: Path | None, replicates: int, seed: int, json_path: Path | None,
                  as_json: bool, figure_path: Path | None, progress: bool) -> None:
-    from guardrepro.checks.guard_splits import format_markdown, guard_split_figure
-    from guardrepro.checks.runio import write_json_atomic
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.report.guard_splits import format_markdown, guard_split_figure
 
     doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
                          replicates, seed, progress)

@@ -3,7 +3,7 @@
 Uses RUN_DIR/stats.json (computed first when missing, or with
 ``--recompute``) and RUN_DIR/gate.json when present. Prints the path of
 report.md and the figures written. ``--html`` also writes the self-contained
-``report.html`` (``guardrepro.checks.html_report``). ``--progress`` (the
+``report.html`` (``guardrepro.checks.report.html``). ``--progress`` (the
 default) draws the interval engine's bar on stderr while statistics (and the
 guard table) are computed.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, home_option
 
 
@@ -54,7 +54,7 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
            split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.checks.report import (
+    from guardrepro.checks.report.markdown import (
         FIGURES_NOTE,
         build_report,
         figures_available,
@@ -81,7 +81,7 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
     else:
         click.echo(FIGURES_NOTE)
     if html:
-        from guardrepro.checks.html_report import build_html
+        from guardrepro.checks.report.html import build_html
 
         html_path = build_html(run_dir, cohort=cohort, attribution=attribution, inputs=inputs)
         click.echo(f"wrote {html_path}")

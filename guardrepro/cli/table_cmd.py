@@ -9,7 +9,7 @@ cohort, a predictions JSONL file, a released-log directory with
 ``--lock``'s verified copy in ``--home``; fetch it first). Output: per source
 and view (``upstream``, ``fail_closed``) rows, rows kept, accuracy, F1 and
 recall with cluster-bootstrap intervals by interaction, the paper's figure
-beside each and the difference (``checks.toolsafe_table``); ``--json`` puts
+beside each and the difference (``checks.parity.toolsafe_table``); ``--json`` puts
 one document on stdout (``{"rows": [...]}``), the text on stderr.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.cli.options import (
     JSON_OPTION,
     REPLICATES_OR_NONE,
@@ -89,8 +89,8 @@ def table(sources: tuple[str, ...], benchmark: str, mode: str, data_dir: Path | 
           home: Path | None) -> None:
     """Accuracy, F1 and recall of each SOURCE on the whole split, both views."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.runio import write_json_atomic
-    from guardrepro.checks.toolsafe_table import (
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.parity.toolsafe_table import (
         format_table,
         load_published_tables,
         toolsafe_table,

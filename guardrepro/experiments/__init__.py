@@ -1,2 +1,3 @@
 """Experiments over guard configurations: declarative recipe sweeps, teacher-forced
-divergence from a reference run, and the inputs of the cost-harm frontier."""
+divergence from a reference run, and the cost-harm frontier (``frontier``: dominance
+and the Pareto frontier) with its inputs."""

@@ -3,7 +3,7 @@
 Input: a sweep directory (``reference/`` and ``runs/<name>/`` with their
 ``summary.json``, ``divergence.json`` and records) and its spec.
 Output: ``summary.json`` and ``summary.md`` (one row per configuration),
-``frontier.json`` and ``frontier.md`` (``checks.frontier``), and the PNG
+``frontier.json`` and ``frontier.md`` (``guardrepro.experiments.frontier``), and the PNG
 figures ``frontier.png`` (the two chosen axes, harm whiskers = the cluster
 bootstrap interval, frontier points joined), ``kl.png`` (mean and p99 KL per
 recipe) and ``margins.png`` (per row, the candidate's decision margin under
@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.figure import read_any
-from guardrepro.checks.figures import annotate_apart, pyplot, save_png
-from guardrepro.checks.formatting import frac
-from guardrepro.checks.frontier import AXES, format_frontier, frontier_report, load_config
-from guardrepro.checks.runio import read_records_file, write_json_atomic
+from guardrepro.checks.core.figure import read_any
+from guardrepro.checks.core.formatting import frac
+from guardrepro.checks.io.runio import read_records_file, write_json_atomic
+from guardrepro.checks.report.figures import annotate_apart, pyplot, save_png
+from guardrepro.experiments.frontier import AXES, format_frontier, frontier_report, load_config
 from guardrepro.experiments.spec import SweepSpec
 from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic

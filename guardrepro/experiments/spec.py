@@ -45,9 +45,9 @@ from typing import Any
 from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.quantize.recipe import Recipe, load_recipe
 from guardrepro.artifacts.store import sha256_bytes
-from guardrepro.checks.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
-from guardrepro.checks.frontier import AXES
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.errors import InputError
+from guardrepro.experiments.frontier import AXES
 from guardrepro.experiments.rule_runs import RULES
 from guardrepro.guards.rule.lookup import TRAIN_SPLITS
 from guardrepro.spec import check_keys, expect_kind, parse_toml, type_problem

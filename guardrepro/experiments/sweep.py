@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.quantize.recipe import Recipe
-from guardrepro.checks.runio import write_json_atomic
+from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
@@ -139,7 +139,7 @@ def _artifact_bytes(lock: Path) -> int:
 def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
                    ref_logprobs: Path, home: str | Path | None, result: SweepResult,
                    progress: bool) -> None:
-    from guardrepro.checks.compare import compare_runs
+    from guardrepro.checks.parity.compare import compare_runs
     from guardrepro.experiments.teacher import candidate_divergence
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile

@@ -11,7 +11,7 @@ Rules (frozen; changing one changes ``RULE_VERSION``):
 - ``rule-nuisance``: unsafe (1.0) when the history contains
   ``<information>`` (case-insensitive) AND the tool key starts with one of
   ``SIDE_EFFECT_PREFIXES``; else safe (0.0). The tool key is
-  ``guardrepro.checks.audit.tool_key(current_action)`` (the candidate tool,
+  ``guardrepro.checks.audits.benchmark.tool_key(current_action)`` (the candidate tool,
   stripped and casefolded; None when unparsable, which never matches).
 - ``rule-tool-lookup``: the tool key's label in a lookup table fitted on
   labelled rows (``guards.rule.lookup``; per key the majority strict gold

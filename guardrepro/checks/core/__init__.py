@@ -1,0 +1,16 @@
+"""The values and rules every check shares: strict metrics, the interval engine, how figures
+are written, tables of results. Imports no other stage.
+
+Modules:
+
+- ``bootstrap``: the one interval engine, a seeded cluster bootstrap of a ratio of sums, and
+  the bootstrap defaults.
+- ``figure``: the one figure type: a count over a denominator, its point and an optional
+  interval.
+- ``formatting``: how counts, rates and numbers are written in every readable table.
+- ``metrics``: strict confusion (fail-closed) and the metrics derived from it, every figure
+  with its numerator and denominator.
+- ``serde``: plain JSON values of the checks' frozen dataclasses, derived from their fields.
+- ``tables``: pandas on demand, a nested result as one row per figure, CSV/Parquet export
+  (the result types' ``to_frame()``).
+"""

@@ -1,0 +1,164 @@
+"""The one figure type: a count over a denominator, its point and an optional interval.
+
+Input: a count and a denominator (integers, or weighted sums), the point
+estimate (usually ``count / denominator``; a published zero-division value
+when the denominator is 0) and, when a bootstrap ran, its ``CI``.
+
+Output: a frozen ``Figure`` that every check computes and every formatter
+(``checks.core.formatting``) prints, and its JSON in one of the shapes the
+project's files have always used (``SHAPES``; the shape belongs to the file
+format, not to the value):
+
+- ``ratio``: ``{numerator, denominator, value}`` (metrics, coverage, gate
+  figures; a gate figure with an interval adds ``interval: {point, lower,
+  upper, clusters, strata}``, null for an interval over no clusters);
+- ``rate``: ``{count, denominator, rate}`` (compare, frontier);
+- ``count``: ``{count, denominator}`` (stats flip counts);
+- ``point``: ``{count, denominator, point}`` (stats ``strict_accuracy``);
+- ``statistic``: ``{point, lower, upper, count, denominator, clusters}``
+  (stats intervals; no interval = null bounds over 0 clusters);
+- ``rate_bounds``: ``{count, denominator, rate, lower, upper}`` (attribution;
+  the clusters are named in its settings, so the interval's are not kept).
+
+Invariants: ``decode(encode(f, s), s) == f`` for every shape that carries
+the point (all but ``count``, whose point is recomputed); integral counts are
+written as JSON integers; an undefined point is ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from guardrepro.errors import InputError
+
+Number = int | float
+
+RATIO, RATE, COUNT, POINT, STATISTIC = "ratio", "rate", "count", "point", "statistic"
+RATE_BOUNDS = "rate_bounds"
+SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC, RATE_BOUNDS)
+BOOTSTRAP = "cluster bootstrap of a ratio of sums"
+STRATIFIED_BOOTSTRAP = "stratified cluster bootstrap of a ratio of sums"
+
+
+@dataclass(frozen=True)
+class CI:
+    """A bootstrap interval: bounds (None when undefined), how it was made, the
+    clusters it resampled and the strata it kept (None: unstratified)."""
+
+    lower: float | None
+    upper: float | None
+    method: str = BOOTSTRAP
+    clusters: int = 0
+    strata: str | None = None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """``count`` / ``denominator`` with its ``point`` and optional ``interval``."""
+
+    count: Number
+    denominator: Number
+    point: float | None
+    interval: CI | None = None
+
+    @classmethod
+    def of(cls, count: Number, denominator: Number, *, zero_division: float | None = None,
+           interval: CI | None = None) -> Figure:
+        """count / denominator; ``zero_division`` (None unless given) over a 0 denominator."""
+        point = zero_division if denominator == 0 else count / denominator
+        return cls(count, denominator, point, interval)
+
+    @property
+    def lower(self) -> float | None:
+        return None if self.interval is None else self.interval.lower
+
+    @property
+    def upper(self) -> float | None:
+        return None if self.interval is None else self.interval.upper
+
+    @property
+    def clusters(self) -> int:
+        return 0 if self.interval is None else self.interval.clusters
+
+
+def plain(x: Number) -> Number:
+    """Integers stay integers in JSON; integral floats from unweighted sums too."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
+        return int(x)
+    return x
+
+
+def encode(figure: Figure, shape: str) -> dict[str, Any]:
+    """The JSON object of ``figure`` in ``shape`` (module docstring)."""
+    count, den, point = plain(figure.count), plain(figure.denominator), figure.point
+    if shape == RATIO:
+        out: dict[str, Any] = {"numerator": count, "denominator": den, "value": point}
+        if figure.interval is not None:
+            iv = figure.interval
+            out["interval"] = None if iv.clusters == 0 else {
+                "point": point, "lower": iv.lower, "upper": iv.upper, "clusters": iv.clusters,
+                "strata": iv.strata}
+        return out
+    if shape == RATE:
+        return {"count": count, "denominator": den, "rate": point}
+    if shape == COUNT:
+        return {"count": count, "denominator": den}
+    if shape == POINT:
+        return {"count": count, "denominator": den, "point": point}
+    if shape == STATISTIC:
+        return {"point": point, "lower": figure.lower, "upper": figure.upper, "count": count,
+                "denominator": den, "clusters": figure.clusters}
+    if shape == RATE_BOUNDS:
+        return {"count": count, "denominator": den, "rate": point, "lower": figure.lower,
+                "upper": figure.upper}
+    raise ValueError(f"unknown figure shape {shape!r}")
+
+
+def decode(data: Mapping[str, Any], shape: str) -> Figure:
+    """The inverse of ``encode``; a field the shape needs and ``data`` lacks is an
+    ``InputError`` naming it."""
+    try:
+        if shape == RATIO:
+            iv = data.get("interval", ...)
+            ci = None if iv is ... else (
+                CI(None, None, STRATIFIED_BOOTSTRAP, 0, None) if iv is None
+                else CI(iv["lower"], iv["upper"], STRATIFIED_BOOTSTRAP, iv["clusters"],
+                        iv["strata"]))
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
+        if shape == RATE:
+            return Figure(data["count"], data["denominator"], data["rate"])
+        if shape == COUNT:
+            return Figure.of(data["count"], data["denominator"])
+        if shape == POINT:
+            return Figure(data["count"], data["denominator"], data["point"])
+        if shape == STATISTIC:
+            clusters = data["clusters"]
+            ci = CI(data["lower"], data["upper"], BOOTSTRAP, clusters) if clusters else None
+            return Figure(data["count"], data["denominator"], data["point"], ci)
+        if shape == RATE_BOUNDS:
+            return Figure(data["count"], data["denominator"], data["rate"],
+                          CI(data["lower"], data["upper"]))
+    except KeyError as exc:
+        raise InputError(f"a {shape} figure needs {exc.args[0]!r}",
+                         field=str(exc.args[0])) from exc
+    raise ValueError(f"unknown figure shape {shape!r}")
+
+
+def read_any(data: Mapping[str, Any]) -> Figure:
+    """A figure from a JSON object of any shape (``numerator`` or ``count``,
+    ``denominator``, and ``value``, ``point`` or ``rate`` when present, bounds
+    when present): the formatters' input when they are fed JSON rather than a
+    computed value."""
+    try:
+        count = data["numerator"] if "numerator" in data else data["count"]
+        den = data["denominator"]
+    except KeyError as exc:
+        raise InputError(f"a figure needs {exc.args[0]!r}", field=str(exc.args[0])) from exc
+    keys = [k for k in ("value", "point", "rate") if k in data]
+    ci = (CI(data["lower"], data.get("upper"), BOOTSTRAP, data.get("clusters") or 0)
+          if "lower" in data else None)
+    if not keys:
+        return Figure.of(count, den, interval=ci)
+    return Figure(count, den, data[keys[0]], ci)

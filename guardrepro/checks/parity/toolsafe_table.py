@@ -1,0 +1,238 @@
+"""ToolSafe's table for one split: sources -> per-row predictions -> both views.
+
+Input: the split's benchmark rows (``bench.tsbench.load_benchmark``, upstream
+order) and one or more sources, each one of
+
+- a run directory (``checks.io.runio.load_run_data``): the ``original`` rows of a run
+  of the split's cohort (``cohorts/<benchmark>-all.toml``);
+- a predictions JSONL file (``checks.io.predictions``), ``original`` rows;
+- a released-log directory holding ``preds.json``, ``labels.json`` and
+  ``meta_data.json`` (ToolSafe's ``guardian_test_logs/.../<guard>/``), aligned
+  with the rows by ``bench.released.align_released`` (every check there).
+
+Output: a document ``{"rows": [...]}`` with one entry per (source, view):
+``source``, ``benchmark``, ``mode``, ``view``, ``rows``, ``kept``,
+``accuracy``, ``f1``, ``recall`` (values in [0, 1]), their intervals, the
+paper's figure (``published``: percent, or null) and the difference in
+percentage points, and in strict mode a released directory's own
+``metrics_strict.json`` as stored (``released_metrics``); and a text
+rendering of it.
+
+Invariants: a source is read strictly; a row the source holds that is not a
+row of the split, or whose gold label differs from the split's, is an
+``InputError`` naming the source and the row; a split row the source lacks
+is a row without a valid prediction (dropped in ``upstream``, unsafe in
+``fail_closed``) and is counted, never hidden (``missing``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.bench.released import RELEASED_FILES, align_released
+from guardrepro.bench.tsbench import BenchRow, read_json_strict
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.stats.toolsafe_metrics import (
+    FIGURES,
+    VIEWS,
+    SplitPrediction,
+    check_mode,
+    view_metrics,
+)
+from guardrepro.errors import InputError
+from guardrepro.spec import Table, expect_kind, load_toml
+
+PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
+RELEASED_GUARD = "TS-Guard"  # the guard of ToolSafe's released logs
+METRICS_FILE = "metrics_strict.json"  # the evaluator's own strict-mode figures, if present
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source's predictions, keyed by base sample id."""
+
+    path: str
+    kind: str  # run | predictions | released
+    guard: str | None  # the guard's name where the source says it
+    preds: Mapping[str, float | None]
+    gold: Mapping[str, float]
+    metrics_strict: Mapping[str, Any] | None = None  # a released dir's metrics_strict.json
+
+
+def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
+    preds_file, labels_file, meta_file = (path / name for name in RELEASED_FILES)
+    released = align_released(preds_file, labels_file, meta_file, rows, benchmark=benchmark)
+    preds = {r.base_sample_id: r.pred for r in released.rows}
+    gold = {r.base_sample_id: r.gold_label for r in released.rows}
+    metrics = None
+    if (path / METRICS_FILE).is_file():  # shown as stored, never used for a figure
+        metrics = read_json_strict(path / METRICS_FILE)
+        if not isinstance(metrics, dict):
+            raise InputError("expected a JSON object", file=str(path / METRICS_FILE))
+    return Source(str(path), "released", path.name or RELEASED_GUARD, preds, gold, metrics)
+
+
+def load_source(path: str | Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
+    """Read one source (module docstring)."""
+    path = Path(path)
+    if path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES):
+        return _released(path, rows, benchmark)
+    from guardrepro.checks.io.predictions import load_rows
+    from guardrepro.checks.io.runio import ORIGINAL, RunData
+
+    run = load_rows(path)
+    guard = None
+    kind = "predictions"
+    if isinstance(run, RunData):  # a run directory: its manifest names the guard
+        kind, guard = "run", run.manifest.provenance.guard
+    preds: dict[str, float | None] = {}
+    gold: dict[str, float] = {}
+    for r in run.rows:
+        if r.variant != ORIGINAL:
+            raise InputError(f"row {r.row_id!r} has variant {r.variant!r}: a split's rows are "
+                             f"all {ORIGINAL!r} (build cohorts/<benchmark>-all.toml)",
+                             file=str(path), field="variant")
+        gold[r.base_sample_id] = r.gold_label
+        if r.present:  # a cohort row the run has no record for stays missing
+            preds[r.base_sample_id] = r.score if r.valid else None
+    return Source(str(path), kind, guard, preds, gold)
+
+
+def split_predictions(source: Source, rows: Sequence[BenchRow]) -> list[SplitPrediction]:
+    """One prediction per split row, in split order (None where the source has
+    no valid prediction or no row)."""
+    by_id = {row.base_sample_id: row for row in rows}
+    for base, gold in source.gold.items():
+        row = by_id.get(base)
+        if row is None:
+            raise InputError(f"row {base!r} is not a row of the split", file=source.path,
+                             field="base_sample_id")
+        if gold != row.score:
+            raise InputError(f"row {base!r} has gold {gold!r}, the split says {row.score!r}",
+                             file=source.path, field="gold_label")
+    return [SplitPrediction(row.base_sample_id, row.interaction_id, row.score,
+                            source.preds.get(row.base_sample_id)) for row in rows]
+
+
+@dataclass(frozen=True)
+class PublishedTables:
+    decimals: int
+    aliases: Mapping[str, str]
+    rows: Mapping[tuple[str, str, str], Mapping[str, float]]  # (guard, benchmark, mode)
+
+    def guard_name(self, guard: str | None) -> str | None:
+        if guard is None:
+            return None
+        return self.aliases.get(guard, guard)
+
+    def figures(self, guard: str | None, benchmark: str,
+                mode: str) -> Mapping[str, float] | None:
+        name = self.guard_name(guard)
+        return None if name is None else self.rows.get((name, benchmark, mode))
+
+
+def load_published_tables(path: str | Path) -> PublishedTables:
+    """Read a published-tables spec (``checks/published/toolsafe-tables.toml``) strictly."""
+    file = str(path)
+    data = load_toml(Path(path), "published tables")
+    expect_kind(data, "published_tables", file=file)
+    top = Table(data, file)
+    top.take("name", str)
+    top.take("description", str)
+    decimals = top.take("decimals", int)
+    aliases = top.take("aliases", dict, {})
+    items = top.take("row", list)
+    top.done()
+    rows: dict[tuple[str, str, str], dict[str, float]] = {}
+    for i, item in enumerate(items):
+        t = Table(item, file, f"row[{i}]")
+        key = (t.take("guard", str), t.take("benchmark", str), t.take("mode", str))
+        check_mode(key[2])
+        values = {name: float(t.take(name, (int, float))) for name in FIGURES}
+        t.done()
+        if key in rows:
+            raise t.fail(None, f"second row for {key}")
+        rows[key] = values
+    return PublishedTables(decimals, {str(k): str(v) for k, v in aliases.items()}, rows)
+
+
+def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: str,
+               published: PublishedTables, *, guard: str | None = None,
+               replicates: int, seed: int) -> list[dict[str, Any]]:
+    """The two views of one source (module docstring)."""
+    preds = split_predictions(source, rows)
+    paper_guard = published.guard_name(guard or source.guard)
+    paper = published.figures(paper_guard, benchmark, mode)
+    out = []
+    for view in VIEWS:
+        m = view_metrics(preds, mode, view, replicates=replicates, seed=seed)
+        entry: dict[str, Any] = {
+            "source": source.path, "kind": source.kind, "guard": source.guard,
+            "benchmark": benchmark, "mode": mode, "view": view, "rows": m["rows"],
+            "kept": m["kept"], "missing": sum(p.row_id not in source.preds for p in preds),
+            "invalid": sum(p.pred is None for p in preds), "paper_guard": paper_guard,
+            "interval": m.get("interval"), "figures": {name: m[name] for name in FIGURES},
+            "published": None if paper is None else dict(paper),
+            "released_metrics": (dict(source.metrics_strict) if mode == "strict"
+                                 and source.metrics_strict is not None else None),
+            "difference_pp": None,
+        }
+        for name in FIGURES:
+            entry[name] = m[name]["value"]
+        if paper is not None:
+            entry["difference_pp"] = {
+                name: None if entry[name] is None
+                else round(100 * entry[name] - paper[name], 6) for name in FIGURES}
+        out.append(entry)
+    return out
+
+
+def toolsafe_table(sources: Sequence[str | Path], rows: Sequence[BenchRow], benchmark: str,
+                   mode: str, published: PublishedTables, *, guard: str | None = None,
+                   replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Every source's two views (module docstring)."""
+    if not sources:
+        raise InputError("give at least one source")
+    check_mode(mode)
+    tables = published
+    out: list[dict[str, Any]] = []
+    for path in sources:
+        source = load_source(path, rows, benchmark)
+        out.extend(table_rows(source, rows, benchmark, mode, tables, guard=guard,
+                              replicates=replicates, seed=seed))
+    return {"benchmark": benchmark, "mode": mode, "split_rows": len(rows),
+            "replicates": replicates, "seed": seed, "decimals": tables.decimals, "rows": out}
+
+
+def _pct(value: float | None, decimals: int) -> str:
+    return "-" if value is None else f"{100 * value:.{decimals}f}"
+
+
+def format_table(doc: Mapping[str, Any]) -> str:
+    """One line per (source, view): figures in percent with their interval,
+    the paper's figure and the difference."""
+    d = doc["decimals"]
+    lines = [f"ToolSafe table: {doc['benchmark']}, {doc['mode']} mode, "
+             f"{doc['split_rows']} rows (intervals: cluster bootstrap by interaction, "
+             f"{doc['replicates']} replicates, seed {doc['seed']})"]
+    for e in doc["rows"]:
+        lines.append(f"{e['source']}  [{e['view']}]  rows {e['rows']}  kept {e['kept']}  "
+                     f"invalid/missing {e['invalid']}/{e['missing']}")
+        for name in FIGURES:
+            fig = e["figures"][name]
+            shown = f"  {name:<9} {_pct(fig['value'], d):>6}"
+            if "lower" in fig:
+                shown += f"  [{_pct(fig['lower'], d)}, {_pct(fig['upper'], d)}]"
+            if e["published"] is not None:
+                diff = e["difference_pp"][name]
+                shown += (f"  paper {e['published'][name]:.{d}f}"
+                          f"  diff {'-' if diff is None else f'{diff:+.{d}f}'}")
+            lines.append(shown)
+        if e.get("released_metrics") is not None:
+            lines.append(f"  {METRICS_FILE} (as stored): "
+                         f"{json.dumps(e['released_metrics'], sort_keys=True)}")
+    return "\n".join(lines)

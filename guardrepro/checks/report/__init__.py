@@ -1,0 +1,13 @@
+"""What a reader sees: ``report.md``, the HTML report, the guard tables and their figures. The
+top stage: nothing else in ``checks`` imports it.
+
+Modules:
+
+- ``charts``: the report's PNG figures, the data each one draws, and their captions.
+- ``figures``: the matplotlib (Agg) and PNG plumbing of the report, the guard tables and the
+  sweep outputs.
+- ``guard_splits``: several guards on every split, with the paper's rows beside.
+- ``guard_table``: several guards' runs of one cohort side by side.
+- ``html``: the self-contained HTML report.
+- ``markdown``: ``report.md`` and its PNG figures.
+"""

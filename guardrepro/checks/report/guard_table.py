@@ -1,0 +1,211 @@
+"""Side-by-side guard table: several runs of one cohort, one column block per guard.
+
+Input: run directories (``checks.io.runio.load_run_data``) that ran the same cohort
+(same cohort sha256 in their manifests, else ``InputError``), each labelled
+by its guard (the manifest's provenance) or an explicit label. Output: a
+JSON-ready dict and a text table with, per guard:
+
+- coverage (valid original rows / original rows);
+- accuracy, precision, recall and F1 of the strict decision on the original
+  rows, fail-closed (``checks.core.metrics.confusion``: an invalid row is
+  decision 1 and counts against coverage);
+- per edit (every non-original variant): the flip rate in both views of
+  ``checks.stats.compute``, each named: ``all_pairs`` (every pair, fail-closed: an
+  invalid row is decision 1; the figure ``stats`` and the demo print) and
+  ``valid_both_only`` (pairs where both rows are valid; the pairs left out
+  are counted). ``flip_views.<view>.<edit>`` holds both; ``flips.<edit>`` is
+  the ``valid_both_only`` one, kept under its old key and marked with
+  ``"view"``.
+
+Every figure carries numerator and denominator; each has a percentile
+cluster-bootstrap interval (``checks.core.bootstrap.ratio_interval``: clusters =
+base sample id, strata = domain x gold strict label, ratio of sums; the
+``all_pairs`` flip rate unstratified, as in ``checks.stats.compute``), with the same
+seed for every guard so the columns are comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
+from guardrepro.checks.core.figure import RATIO, Figure, encode
+from guardrepro.checks.core.formatting import plain
+from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
+from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
+from guardrepro.checks.report.figures import pyplot, save_png
+from guardrepro.checks.stats.pairs import make_pairs
+from guardrepro.checks.stats.types import VIEWS, stratified
+from guardrepro.errors import InputError
+from guardrepro.progress import progress_iter
+from guardrepro.run.records import RunManifest
+
+METRICS = ("accuracy", "precision", "recall", "f1")
+Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row
+
+
+def _cells(r: RowResult) -> Cells:
+    d, y = strict_decision(r.score if r.valid else None), strict_decision(r.gold_label)
+    return (int(d and y), int(d and not y), int(not d and not y), int(not d and y))
+
+
+_PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
+    "accuracy": lambda c: (c[0] + c[2], 1),
+    "precision": lambda c: (c[0], c[0] + c[1]),
+    "recall": lambda c: (c[0], c[0] + c[3]),
+    "f1": lambda c: (2 * c[0], 2 * c[0] + c[1] + c[3]),
+}
+
+
+def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
+            replicates: int, seed: int, zero_division: float | None = None,
+            stratify: bool = True) -> dict[str, Any]:
+    out = encode(Figure.of(sum(nums), sum(dens), zero_division=zero_division), RATIO)
+    if replicates > 0 and rows:
+        strata = ([f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
+                  if stratify else None)
+        iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
+                            replicates=replicates, seed=seed)
+        out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
+                           "seed": seed}
+    return out
+
+
+def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> dict[str, Any]:
+    """Coverage, metrics on the originals and flip rates per edit for one run."""
+    originals = [r for r in rows if r.variant == ORIGINAL]
+    if not originals:
+        raise InputError("the run has no original rows", field="variant")
+    conf = confusion([r.gold_label for r in originals],
+                     [r.score if r.valid else None for r in originals])
+    cells = [_cells(r) for r in originals]
+    column: dict[str, Any] = {"rows": len(originals),
+                              "coverage": encode(conf.coverage, RATIO), "metrics": {}, "flips": {}}
+    for name in METRICS:
+        parts = [_PARTS[name](c) for c in cells]
+        column["metrics"][name] = _figure(
+            [p[0] for p in parts], [p[1] for p in parts], originals, replicates, seed,
+            ZERO_DIVISION if name == "precision" else None)
+    column["flip_views"] = {view: {} for view in VIEWS}
+    for variant in sorted({r.variant for r in rows} - {ORIGINAL}):
+        pairs = make_pairs(rows, variant)
+        for view in VIEWS:
+            sub = pairs if view == "all_pairs" else [p for p in pairs if p.valid_both]
+            flips = [int(p.d_orig != p.d_edit) for p in sub]
+            fig = _figure(flips, [1] * len(sub), [p.original for p in sub], replicates, seed,
+                          stratify=stratified(view, "flip_rate"))
+            fig["view"] = view
+            fig["pairs"] = len(pairs)
+            fig["pairs_not_both_valid"] = sum(1 for p in pairs if not p.valid_both)
+            column["flip_views"][view][variant] = fig
+        column["flips"][variant] = column["flip_views"]["valid_both_only"][variant]
+    return column
+
+
+def _label(manifest: RunManifest) -> str:
+    guard = manifest.provenance.guard
+    backend = manifest.provenance.backend
+    return f"{guard} ({backend})"
+
+
+def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | None = None, *,
+                replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED,
+                progress: bool = False) -> dict[str, Any]:
+    """The table over ``runs`` (see the module docstring; a run is a directory,
+    or its ``RunData`` when the caller has read it); ``progress`` draws a bar on
+    stderr, one step per run."""
+    if not runs:
+        raise InputError("give at least one run directory")
+    if labels is not None and len(labels) != len(runs):
+        raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
+    cohorts = {}
+    columns: dict[str, Any] = {}
+    for i, run in enumerate(progress_iter(runs, "guard table", "run", enabled=progress,
+                                          leave=False)):
+        data = run if isinstance(run, RunData) else load_run_data(run)
+        run_dir, manifest = data.run_dir, data.manifest
+        cohorts[str(run_dir)] = manifest.cohort.get("sha256")
+        label = labels[i] if labels is not None else _label(manifest)
+        if label in columns:
+            raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
+        columns[label] = guard_column(data.rows, replicates=replicates, seed=seed)
+        columns[label]["run"] = str(run_dir)
+    if len(set(cohorts.values())) != 1:
+        raise InputError("the runs did not score the same cohort (cohort sha256: "
+                         + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
+                         field="cohort")
+    return {"cohort_sha256": next(iter(cohorts.values())), "replicates": replicates,
+            "seed": seed, "order": list(columns), "guards": columns}
+
+
+def _cell(fig: dict[str, Any]) -> str:
+    value = fig.get("value")
+    if value is None:
+        return f"-- ({fig['numerator']}/{fig['denominator']})"
+    iv = fig.get("interval")
+    ci = ""
+    if iv is not None and iv["lower"] is not None:
+        ci = f" [{iv['lower']:.2f},{iv['upper']:.2f}]"
+    return f"{value:.2f} ({plain(fig['numerator'])}/{plain(fig['denominator'])}){ci}"
+
+
+def format_guard_table(table: dict[str, Any]) -> str:
+    """Markdown table: one row per figure, one column per guard."""
+    guards = table["guards"]
+    names = list(table.get("order", guards))
+    lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines.append("| coverage | " + " | ".join(_cell(guards[n]["coverage"]) for n in names) + " |")
+    for metric in METRICS:
+        lines.append(f"| {metric} | "
+                     + " | ".join(_cell(guards[n]["metrics"][metric]) for n in names) + " |")
+    variants = sorted({v for n in names for v in guards[n]["flips"]})
+    for v in variants:
+        for view in VIEWS:
+            cells = [_cell(_flip(guards[n], view, v)) if v in guards[n]["flips"] else "n/a"
+                     for n in names]
+            lines.append(f"| flip rate: {v} ({view}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _flip(column: dict[str, Any], view: str, variant: str) -> dict[str, Any]:
+    """One edit's flip figure in ``view`` (a table written before ``flip_views``
+    existed holds only ``valid_both_only``, under ``flips``)."""
+    if "flip_views" in column:
+        return dict(column["flip_views"][view].get(variant, {"value": None}))
+    if view == "valid_both_only":
+        return dict(column["flips"].get(variant, {"value": None}))
+    return {"value": None, "numerator": "-", "denominator": "-"}
+
+
+def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
+    """Grouped bars: each figure per guard, with its interval as an error bar."""
+    plt = pyplot()
+    guards = table["guards"]
+    names = list(table.get("order", guards))
+    variants = sorted({v for n in names for v in guards[n]["flips"]})
+    labels = list(METRICS) + [f"flip: {v}\n(all_pairs)" for v in variants]
+    fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 2, 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        figs = [guards[name]["metrics"][m] for m in METRICS] + [
+            _flip(guards[name], "all_pairs", v) for v in variants]
+        xs = [j + i * width for j in range(len(labels))]
+        ys = [f.get("value") or 0.0 for f in figs]
+        bounds = [(f.get("interval") or {}) for f in figs]  # a bound may be None (no data)
+        lo = [0.0 if b.get("lower") is None else max(0.0, y - b["lower"])
+              for y, b in zip(ys, bounds, strict=True)]
+        hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
+              for y, b in zip(ys, bounds, strict=True)]
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        for x, y, f in zip(xs, ys, figs, strict=True):
+            if y == 0.0:  # a zero reads as a zero, not as a missing bar
+                ax.text(x, 0.01, "0" if f.get("value") is not None else "n/a", ha="center",
+                        fontsize=7, color=bars.patches[0].get_facecolor())
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
+                  rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("value (cluster-bootstrap interval)")
+    ax.legend(fontsize=8)
+    return save_png(fig, path)

@@ -1,0 +1,16 @@
+"""Statistics of one run: original/edit pairs, per-variant accuracy and the paired flip
+statistics (``stats.json``) with their typed result, and ToolSafe's whole-split metrics.
+Imports ``core`` and ``io``.
+
+Modules:
+
+- ``cache``: when a run's stats.json may be reused instead of recomputed.
+- ``compute``: strict accuracy per variant and the paired statistics per edit and view with
+  their intervals (``stats.json``).
+- ``extras``: the labelled extras beside the published statistics (exact-score transitions,
+  placebo correction).
+- ``pairs``: original/edit pairs per base, strict fail-closed decisions.
+- ``toolsafe_metrics``: ToolSafe's guard metrics on a whole split, in its two views.
+- ``types``: the typed results (frozen dataclasses; ``to_json()`` is the JSON the verb
+  writes, ``from_json()`` reads it back where it is read back).
+"""

@@ -1,0 +1,333 @@
+"""Cost and harm of guard configurations, dominance and the Pareto frontier.
+
+Input: configurations, each a name plus its records (a run directory or a
+``records.jsonl`` file: model runs, quantized copies and rule baselines alike)
+and optionally its artifact size; the per-error costs ``c_FN`` and ``c_FP``;
+the name of the reference configuration.
+Output: per configuration its cost (artifact bytes, peak memory, rows/s,
+prefill and decode tok/s, all from the records), its strict errors (FN, FP
+with denominators), its cost-weighted harm per 100 rows with a cluster
+bootstrap interval, its agreement with the reference (strict and exact);
+dominance relations; the frontier on two chosen axes; paired harm
+differences against the reference.
+
+Invariants:
+- Strict decisions are fail-closed: an invalid row (no parsed score) is an
+  "unsafe" decision. Gold is strict: gold score != 0 is unsafe. A row is an FN
+  when gold is unsafe and the decision safe, an FP when gold is safe and the
+  decision unsafe. Harm per 100 rows = 100 * (c_FN * FN + c_FP * FP) / rows.
+- A dominates B when A is no worse on every chosen axis and strictly better
+  on at least one. Equal configurations do not dominate each other, so ties
+  both stay on the frontier. A configuration with an unknown value on a
+  chosen axis is not placed (named, with the axis) rather than guessed.
+- Paired differences use only rows present in both configurations (the counts
+  of unpaired rows are reported); the interval is the percentile cluster
+  bootstrap of the mean per-row difference (clusters = base sample) from
+  ``checks.core.bootstrap.ratio_interval``; "better" is claimed only when the
+  interval excludes 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
+from guardrepro.checks.core.figure import RATE, Figure, encode, read_any
+from guardrepro.checks.core.formatting import fixed, frac, sig3
+from guardrepro.errors import InputError
+from guardrepro.limits import read_json_file
+from guardrepro.schema import Record, strict_decision
+
+# axis -> (field in the metrics, True when lower is better)
+AXES: dict[str, tuple[str, bool]] = {
+    "harm": ("harm_per_100", True),
+    "memory": ("peak_memory_bytes", True),
+    "bytes": ("artifact_bytes", True),
+    "rows_per_s": ("rows_per_s", False),
+    "fn": ("fn", True),
+    "fp": ("fp", True),
+    "disagreement": ("strict_disagreement", True),
+}
+DEFAULT_COSTS = {"FN": 1.0, "FP": 1.0}
+
+
+@dataclass(frozen=True)
+class Config:
+    """A named configuration: its records and (when known) its artifact size."""
+
+    name: str
+    source: str
+    records: tuple[Record, ...]
+    artifact_bytes: int | None
+
+
+def _artifact_bytes(path: Path) -> int | None:
+    """``artifact.json`` next to the records (written by the sweep), else the
+    sum of the file sizes of the manifest's profile checkpoint lock."""
+    folder = path if path.is_dir() else path.parent
+    side = folder / "artifact.json"
+    if side.is_file():
+        value = read_json_file(side).get("artifact_bytes")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError("artifact_bytes must be an integer", file=str(side),
+                             field="artifact_bytes")
+        return value
+    from guardrepro.artifacts.locks import load_lock
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.records import read_manifest
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return None
+    profile_path = Path(manifest.profile["path"])
+    if not profile_path.is_file():
+        return None
+    profile = RunProfile.load(profile_path)
+    if profile.checkpoint.lock is None:
+        return None
+    sizes = [f.size for f in load_lock(profile.checkpoint.lock).files]
+    return None if any(s is None for s in sizes) else sum(int(s) for s in sizes if s)
+
+
+def load_config(path: str | Path, name: str | None = None) -> Config:
+    """A configuration from a run directory or a records.jsonl file."""
+    from guardrepro.checks.io.runio import read_records_file
+
+    path = Path(path)
+    file = read_records_file(path)
+    records = file.records
+    if not records:
+        raise InputError("no records", file=str(file.path))
+    label = name or (path.name if path.is_dir() else path.parent.name)
+    return Config(label, str(path), records, _artifact_bytes(path))
+
+
+def parse_costs(text: str | None) -> dict[str, float]:
+    """``"FN=5,FP=1"`` -> {"FN": 5.0, "FP": 1.0}; both default to 1."""
+    costs = dict(DEFAULT_COSTS)
+    if not text:
+        return costs
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().upper()
+        if not sep or key not in costs:
+            raise InputError(f"expected FN=<number>,FP=<number>, got {part!r}", field="costs")
+        try:
+            costs[key] = float(value)
+        except ValueError as exc:
+            raise InputError(f"not a number: {value!r}", field=f"costs.{key}") from exc
+        if costs[key] < 0:
+            raise InputError("costs must be >= 0", field=f"costs.{key}")
+    return costs
+
+
+def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, float]:
+    """(fn, fp, harm) of one row, fail-closed."""
+    gold = strict_decision(record.gold_label)
+    decision = record.strict_decision
+    fn = int(gold == 1 and decision == 0)
+    fp = int(gold == 0 and decision == 1)
+    return fn, fp, costs["FN"] * fn + costs["FP"] * fp
+
+
+def _speed(records: Sequence[Record]) -> dict[str, float | None]:
+    wall = float(sum(r.timings.total_s for r in records))
+    prefill = float(sum(r.timings.prefill_s for r in records))
+    decode = float(sum(r.timings.decode_s for r in records))
+    prompt = sum(r.prompt_tokens for r in records)
+    output = sum(len(r.output_token_ids) for r in records)
+    return {
+        "seconds": wall,
+        "rows_per_s": len(records) / wall if wall > 0 else None,
+        "prefill_tok_per_s": prompt / prefill if prefill > 0 else None,
+        "decode_tok_per_s": output / decode if decode > 0 else None,
+    }
+
+
+def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dict[str, Any]:
+    """Strict and exact-score agreement on shared rows, by the gate's rule: a
+    row agrees only when both sides are valid (strict: same decision, over all
+    shared rows; exact: same score, over the jointly valid rows)."""
+    shared = [(r, reference[r.row_id]) for r in records if r.row_id in reference]
+    valid = [(a, b) for a, b in shared if a.valid and b.valid]
+    strict = sum(1 for a, b in valid if a.strict_decision == b.strict_decision)
+    exact = sum(1 for a, b in valid if a.score == b.score)
+    return {"rows": len(shared), "strict": encode(Figure.of(strict, len(shared)), RATE),
+            "exact": encode(Figure.of(exact, len(valid)), RATE)}
+
+
+def config_metrics(config: Config, costs: Mapping[str, float],
+                   reference: Mapping[str, Record] | None, *, replicates: int,
+                   seed: int) -> dict[str, Any]:
+    """Cost, errors, harm (with interval) and agreement of one configuration."""
+    records = config.records
+    per_row = [row_harm(r, costs) for r in records]
+    fn = sum(p[0] for p in per_row)
+    fp = sum(p[1] for p in per_row)
+    gold_unsafe = sum(strict_decision(r.gold_label) for r in records)
+    invalid = sum(1 for r in records if not r.valid)
+    harm = 100.0 * sum(p[2] for p in per_row) / len(records)
+    interval = ratio_interval([100.0 * p[2] for p in per_row], [1.0] * len(records),
+                              [r.base_sample_id for r in records], replicates=replicates,
+                              seed=seed)
+    peaks = [r.peak_memory_bytes for r in records]
+    agree = None if reference is None else agreement(records, reference)
+    return {
+        "name": config.name,
+        "source": config.source,
+        "rows": len(records),
+        "invalid_rows": invalid,
+        "artifact_bytes": config.artifact_bytes,
+        "peak_memory_bytes": None if any(p is None for p in peaks) else max(
+            int(p) for p in peaks if p is not None),
+        **_speed(records),
+        "fn": fn, "fp": fp,
+        "fn_rate": encode(Figure.of(fn, gold_unsafe), RATE),
+        "fp_rate": encode(Figure.of(fp, len(records) - gold_unsafe), RATE),
+        "harm_per_100": harm,
+        "harm_interval": interval.to_dict(),
+        "agreement": agree,
+        "strict_disagreement": None if agree is None or agree["strict"]["rate"] is None
+        else 1.0 - agree["strict"]["rate"],
+    }
+
+
+def axis_value(metrics: Mapping[str, Any], axis: str) -> float | None:
+    if axis not in AXES:
+        raise InputError(f"unknown axis {axis!r}; one of {sorted(AXES)}", field="axes")
+    value = metrics.get(AXES[axis][0])
+    return None if value is None else float(value)
+
+
+def dominates(a: Mapping[str, Any], b: Mapping[str, Any], axes: Sequence[str]) -> bool:
+    """A is no worse than B on every axis and strictly better on one (known values only)."""
+    strictly = False
+    for axis in axes:
+        va, vb = axis_value(a, axis), axis_value(b, axis)
+        if va is None or vb is None:
+            return False
+        lower = AXES[axis][1]
+        if (va > vb) if lower else (va < vb):
+            return False
+        if va != vb:
+            strictly = True
+    return strictly
+
+
+def pareto(metrics: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> dict[str, Any]:
+    """Frontier on ``axes``: names on it, each dominated name with its dominators,
+    and configurations not placed (unknown value on an axis)."""
+    placed = [m for m in metrics if all(axis_value(m, a) is not None for a in axes)]
+    unplaced = {m["name"]: [a for a in axes if axis_value(m, a) is None]
+                for m in metrics if m not in placed}
+    dominated: dict[str, list[str]] = {}
+    for m in placed:
+        by = [o["name"] for o in placed if o is not m and dominates(o, m, axes)]
+        if by:
+            dominated[m["name"]] = by
+    frontier = [m["name"] for m in placed if m["name"] not in dominated]
+    return {"axes": list(axes), "frontier": frontier, "dominated": dominated,
+            "unplaced": unplaced}
+
+
+def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, replicates: int,
+                      seed: int) -> dict[str, Any]:
+    """Harm per 100 rows of A minus B on their shared rows, with a cluster interval."""
+    mine = {r.row_id: r for r in a.records}
+    theirs = {r.row_id: r for r in b.records}
+    shared = [rid for rid in mine if rid in theirs]
+    if not shared:
+        raise InputError(f"{a.name} and {b.name} share no rows", field="paired")
+    diffs = [100.0 * (row_harm(mine[rid], costs)[2] - row_harm(theirs[rid], costs)[2])
+             for rid in shared]
+    clusters = [mine[rid].base_sample_id for rid in shared]
+    interval = ratio_interval(diffs, [1.0] * len(diffs), clusters, replicates=replicates,
+                              seed=seed)
+    low, high = interval.lower, interval.upper
+    if low is not None and high is not None and high < 0:
+        verdict = f"{a.name} better"
+    elif low is not None and high is not None and low > 0:
+        verdict = f"{b.name} better"
+    else:
+        verdict = "no difference shown (interval includes 0)"
+    return {"a": a.name, "b": b.name, "rows": len(shared),
+            "only_in_a": len(mine) - len(shared), "only_in_b": len(theirs) - len(shared),
+            "harm_difference_per_100": sum(diffs) / len(diffs),
+            "interval": interval.to_dict(), "verdict": verdict}
+
+
+def frontier_report(configs: Sequence[Config], *, reference: str | None,
+                    costs: Mapping[str, float], axes: Sequence[str] = ("memory", "harm"),
+                    replicates: int = DEFAULT_REPLICATES,
+                    seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Everything ``frontier.json`` holds (see module docstring)."""
+    if len(axes) != 2:
+        raise InputError("the frontier needs exactly two axes", field="axes")
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise InputError(f"configuration names must be unique, got {names}", field="name")
+    ref = next((c for c in configs if c.name == reference), None)
+    if reference is not None and ref is None:
+        raise InputError(f"reference {reference!r} is not one of {names}", field="reference")
+    ref_rows = None if ref is None else {r.row_id: r for r in ref.records}
+    metrics = [config_metrics(c, costs, ref_rows, replicates=replicates, seed=seed)
+               for c in configs]
+    all_axes = [a for a in AXES if a not in ("fn", "fp")]
+    paired = [] if ref is None else [
+        paired_difference(c, ref, costs, replicates=replicates, seed=seed)
+        for c in configs if c is not ref]
+    return {
+        "costs": dict(costs),
+        "reference": reference,
+        "configurations": metrics,
+        "frontier": pareto(metrics, axes),
+        "dominance_all_axes": pareto(metrics, all_axes),
+        "paired_vs_reference": paired,
+    }
+
+
+def _mb(value: Any) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def _frac(figure: Mapping[str, Any]) -> str:
+    return frac(read_any(figure) if figure else None)
+
+
+def format_frontier(report: Mapping[str, Any]) -> str:
+    """A readable table of the configurations, the frontier and paired differences."""
+    costs = report["costs"]
+    lines = [f"{'configuration':<22} {'bytes MB':>8} {'peak MB':>8} {'rows/s':>7} "
+             f"{'prefill':>8} {'decode':>7} {'FN':>7} {'FP':>7} {'harm/100':>9} "
+             f"{'95% CI':>15} {'strict':>7} {'exact':>7}"]
+    for m in report["configurations"]:
+        ci = m["harm_interval"]
+        interval = ("-" if ci["lower"] is None else f"[{ci['lower']:.1f}, {ci['upper']:.1f}]")
+        agree = m["agreement"] or {}
+        strict = agree.get("strict", {})
+        exact = agree.get("exact", {})
+        lines.append(
+            f"{m['name']:<22} {_mb(m['artifact_bytes']):>8} {_mb(m['peak_memory_bytes']):>8} "
+            f"{sig3(m['rows_per_s']):>7} {fixed(m['prefill_tok_per_s'], 0):>8} "
+            f"{fixed(m['decode_tok_per_s'], 0):>7} "
+            f"{m['fn_rate']['count']:>3}/{m['fn_rate']['denominator']:<3} "
+            f"{m['fp_rate']['count']:>3}/{m['fp_rate']['denominator']:<3} "
+            f"{m['harm_per_100']:>9.2f} {interval:>15} "
+            f"{_frac(strict):>7} {_frac(exact):>7}")
+    front = report["frontier"]
+    lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
+    lines.append(f"frontier ({front['axes'][0]} vs {front['axes'][1]}): "
+                 + ", ".join(front["frontier"]))
+    for name, by in front["dominated"].items():
+        lines.append(f"  dominated: {name} (by {', '.join(by)})")
+    for name, missing in front["unplaced"].items():
+        lines.append(f"  not placed: {name} (unknown {', '.join(missing)})")
+    for p in report["paired_vs_reference"]:
+        ci = p["interval"]
+        shown = "-" if ci["lower"] is None else f"[{ci['lower']:+.2f}, {ci['upper']:+.2f}]"
+        lines.append(f"paired harm {p['a']} - {p['b']}: {p['harm_difference_per_100']:+.2f} "
+                     f"per 100 rows on {p['rows']} rows {shown}: {p['verdict']}")
+    return "\n".join(lines)
