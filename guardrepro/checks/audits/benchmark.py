@@ -2,7 +2,9 @@
 tool-name lookup shortcut.
 
 Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and,
-for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
+for the interaction audit, one prediction per row (0 / 0.5 / 1 or None): the
+released ones (``released_preds``) or a run's, from a run already read
+(``run_preds``: a ``runio.RunData`` or ``RecordsFile``, nothing read again).
 
 Output: typed results (``checks.audits.types``: ``InteractionAudit``,
 ``ToolLookupAudit``; ``to_dict()`` is the JSON the audit verbs write, every
