@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from extras import needs_matplotlib
 from test_faults_input import _paired_cohort
 
 from guardrepro.run.records import read_manifest
@@ -99,6 +100,7 @@ def _rule_run(tmp_path: Path, env: dict[str, str], rows: int = 40) -> Path:
     return run
 
 
+@needs_matplotlib  # the files it checks include the report's PNGs
 def test_killed_report_leaves_no_half_written_file(tmp_path):
     """``report --html`` writes everything ``report`` does, and report.html."""
     env = _env(tmp_path / "home")
@@ -182,6 +184,7 @@ def test_killed_quantize_leaves_no_half_written_artifact(tmp_path):
     assert _litter(tmp_path / "out") == []
 
 
+@needs_matplotlib  # a sweep draws its figures
 def test_killed_sweep_resumes_to_the_same_records(tmp_path):
     pytest.importorskip("mlx_lm")
     from test_sweep import _spec
