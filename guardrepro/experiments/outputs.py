@@ -19,11 +19,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.figure import read_any
+from guardrepro.checks.core.figure import RATE, encode, read_any
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.io.runio import read_records_file, write_json_atomic
 from guardrepro.checks.report.figures import annotate_apart, pyplot, save_png
-from guardrepro.experiments.frontier import AXES, format_frontier, frontier_report, load_config
+from guardrepro.experiments.frontier import (
+    AXES,
+    FrontierReport,
+    format_frontier,
+    frontier_report,
+    load_config,
+)
 from guardrepro.experiments.spec import SweepSpec
 from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic
@@ -40,29 +46,29 @@ def config_dirs(spec: SweepSpec, out: Path, device: str) -> list[tuple[str, Path
 
 
 def summary_rows(spec: SweepSpec, out: Path, device: str,
-                 report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    metrics = {m["name"]: m for m in report["configurations"]}
+                 report: FrontierReport) -> list[dict[str, Any]]:
     rows = []
     for name, folder in config_dirs(spec, out, device):
         side = _json(folder / "summary.json") if (folder / "summary.json").exists() else {}
-        m = metrics[name]
+        m = report.metrics(name)
+        agree = m.agreement
         div = side.get("divergence") or {}
         comp = side.get("compare") or {}
         rows.append({
             "name": name, "kind": side.get("kind", "reference"),
             "recipe": side.get("recipe"), "device": side.get("device"),
-            "artifact_bytes": m["artifact_bytes"], "rows": m["rows"],
-            "invalid_rows": m["invalid_rows"],
+            "artifact_bytes": m.artifact_bytes, "rows": m.rows,
+            "invalid_rows": m.invalid_rows,
             "identical_tokens": comp.get("identical_tokens"),
-            "strict_agreement": (m["agreement"] or {}).get("strict"),
-            "exact_agreement": (m["agreement"] or {}).get("exact"),
+            "strict_agreement": None if agree is None else encode(agree.strict, RATE),
+            "exact_agreement": None if agree is None else encode(agree.exact, RATE),
             "mean_kl": div.get("mean_kl"), "p99_kl": div.get("p99_kl"),
             "top1_agreement": div.get("top1_agreement"),
             "decision_mean_kl": div.get("decision_mean_kl"),
             "decision_min_margin": div.get("decision_min_margin"),
-            "fn": m["fn_rate"], "fp": m["fp_rate"], "harm_per_100": m["harm_per_100"],
-            "peak_memory_bytes": m["peak_memory_bytes"], "rows_per_s": m["rows_per_s"],
-            "decode_tok_per_s": m["decode_tok_per_s"],
+            "fn": encode(m.fn_rate, RATE), "fp": encode(m.fp_rate, RATE),
+            "harm_per_100": m.harm_per_100, "peak_memory_bytes": m.peak_memory_bytes,
+            "rows_per_s": m.rows_per_s, "decode_tok_per_s": m.decode_tok_per_s,
         })
     return rows
 
@@ -94,13 +100,13 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def write_outputs(spec: SweepSpec, out: Path,
-                  device: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                  device: str) -> tuple[list[dict[str, Any]], FrontierReport]:
     configs = [load_config(folder, name) for name, folder in config_dirs(spec, out, device)]
     report = frontier_report(configs, reference=spec.reference_name, costs=spec.costs,
                              axes=spec.axes, replicates=spec.replicates, seed=spec.seed)
-    report["sweep"] = {"name": spec.name, "spec": str(spec.path), "spec_sha256": spec.sha256,
-                       "device": device}
-    write_json_atomic(out / "frontier.json", report)
+    report = report.with_extra(sweep={"name": spec.name, "spec": str(spec.path),
+                                      "spec_sha256": spec.sha256, "device": device})
+    write_json_atomic(out / "frontier.json", report.to_dict())
     write_atomic(out / "frontier.md", format_frontier(report) + "\n")
     rows = summary_rows(spec, out, device, report)
     write_json_atomic(out / "summary.json", rows)
@@ -108,20 +114,19 @@ def write_outputs(spec: SweepSpec, out: Path,
     frontier_figure(report, out / "frontier.png")
     kl_figure(rows, out / "kl.png")
     margin_figure(spec, out, device, out / "margins.png")
-    report["recommendation"] = recommend(rows, report)
-    write_json_atomic(out / "frontier.json", report)
+    report = report.with_extra(recommendation=recommend(rows, report))
+    write_json_atomic(out / "frontier.json", report.to_dict())
     write_atomic(out / "report.md", sweep_report(spec, device, rows, report))
     return rows, report
 
 
-def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> dict[str, Any]:
+def recommend(rows: Sequence[Mapping[str, Any]], report: FrontierReport) -> dict[str, Any]:
     """The smallest recipe artifact that agrees with the reference on every row
     the reference itself can agree on (its valid rows: the reference's
     agreement with itself under the gate's rule) and whose paired harm interval
     does not show it worse; ties go to the lower mean KL. None when no recipe
     qualifies."""
-    worse = {p["a"] for p in report["paired_vs_reference"]
-             if p["verdict"] == f"{p['b']} better"}
+    worse = {p.a for p in report.paired_vs_reference if p.verdict == f"{p.b} better"}
     ceiling = next((r["strict_agreement"]["count"] for r in rows
                     if r["kind"] == "reference" and r["strict_agreement"]), None)
     ok = [r for r in rows if r["kind"] == "recipe" and r["name"] not in worse
@@ -141,8 +146,8 @@ def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> d
 
 
 def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]],
-                 report: Mapping[str, Any]) -> str:
-    rec = report["recommendation"]
+                 report: FrontierReport) -> str:
+    rec = report.extra["recommendation"]
     lines = [
         f"# Sweep {spec.name}", "",
         f"Spec `{spec.path.name}` (sha256 {spec.sha256[:12]}...), MLX device {device}, "
@@ -162,25 +167,26 @@ def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]]
     return "\n".join(lines)
 
 
-def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
+def frontier_figure(report: FrontierReport, path: Path) -> Path:
     plt = pyplot()
-    x_axis, y_axis = report["frontier"]["axes"]
-    on = set(report["frontier"]["frontier"])
+    x_axis, y_axis = report.frontier.axes
+    on = set(report.frontier.frontier)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     points = []
     labels: list[tuple[str, float, float]] = []
-    for m in report["configurations"]:
-        x, y = m.get(AXES[x_axis][0]), m.get(AXES[y_axis][0])
+    for m in report.configurations:
+        x, y = getattr(m, AXES[x_axis][0]), getattr(m, AXES[y_axis][0])
         if x is None or y is None:
             continue
         x = x / 1e6 if x_axis in ("memory", "bytes") else x
         err = None
-        if y_axis == "harm" and m["harm_interval"]["lower"] is not None:
-            err = [[y - m["harm_interval"]["lower"]], [m["harm_interval"]["upper"] - y]]
+        low, high = m.harm_interval.lower, m.harm_interval.upper
+        if y_axis == "harm" and low is not None and high is not None:
+            err = [[y - low], [high - y]]
         ax.errorbar([x], [y], yerr=err, fmt="o", capsize=3,
-                    color="tab:blue" if m["name"] in on else "tab:gray")
-        labels.append((m["name"], x, y))
-        if m["name"] in on:
+                    color="tab:blue" if m.name in on else "tab:gray")
+        labels.append((m.name, x, y))
+        if m.name in on:
             points.append((x, y))
     if points:
         xs, ys = zip(*sorted(points), strict=True)

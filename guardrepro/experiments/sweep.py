@@ -50,6 +50,7 @@ from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
+from guardrepro.experiments.frontier import FrontierReport
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
 from guardrepro.run.records import write_atomic
@@ -63,7 +64,7 @@ class SweepResult:
     device: str
     actions: list[str] = field(default_factory=list)
     summary: list[dict[str, Any]] = field(default_factory=list)
-    frontier: dict[str, Any] | None = None
+    frontier: FrontierReport | None = None
     # how each configuration's cohort run is executed: None = pipeline.run_cohort
     # here; `sweep --engine ray`: the summaries of the runs made on Ray
     run: Callable[..., Any] | None = None

@@ -18,11 +18,27 @@ format, not to the value):
 - ``statistic``: ``{point, lower, upper, count, denominator, clusters}``
   (stats intervals; no interval = null bounds over 0 clusters);
 - ``rate_bounds``: ``{count, denominator, rate, lower, upper}`` (attribution;
-  the clusters are named in its settings, so the interval's are not kept).
+  the clusters are named in its settings, so the interval's are not kept);
+- ``ratio_seeded``: the ratio shape whose ``interval`` is ``{lower, upper,
+  replicates, seed}`` (the guard table; no interval key without a bootstrap);
+- ``ratio_clustered``: the ratio shape whose ``interval`` is ``{lower, upper,
+  clusters, strata}``, ``strata`` the number of strata (the gate's
+  ``agreement`` section; no interval key over no rows);
+- ``value_bounds``: ``{value, numerator, denominator, lower, upper,
+  undefined_replicates}``, the bounds only when a bootstrap ran (ToolSafe's
+  table).
+
+A macro average (a mean of per-class ratios, ToolSafe's exact mode) has no
+count and no denominator, so it is not a ``Figure``: it is an ``Average``
+(point and optional ``CI``), written in the ``value_bounds`` shape without
+``numerator`` and ``denominator``; the formatters read ``point``, ``lower``
+and ``upper``, which both types have.
 
 Invariants: ``decode(encode(f, s), s) == f`` for every shape that carries
-the point (all but ``count``, whose point is recomputed); integral counts are
-written as JSON integers; an undefined point is ``None``.
+the point (all but ``count``, whose point is recomputed) and the interval's
+method (``ratio_seeded`` and ``value_bounds`` do not write it: read back, it is
+the plain cluster bootstrap; ``decode_value`` reads ``value_bounds``); integral
+counts are written as JSON integers; an undefined point is ``None``.
 """
 
 from __future__ import annotations
@@ -37,7 +53,9 @@ Number = int | float
 
 RATIO, RATE, COUNT, POINT, STATISTIC = "ratio", "rate", "count", "point", "statistic"
 RATE_BOUNDS = "rate_bounds"
-SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC, RATE_BOUNDS)
+RATIO_SEEDED, RATIO_CLUSTERED, VALUE_BOUNDS = "ratio_seeded", "ratio_clustered", "value_bounds"
+SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC, RATE_BOUNDS, RATIO_SEEDED, RATIO_CLUSTERED,
+          VALUE_BOUNDS)
 BOOTSTRAP = "cluster bootstrap of a ratio of sums"
 STRATIFIED_BOOTSTRAP = "stratified cluster bootstrap of a ratio of sums"
 
@@ -45,13 +63,19 @@ STRATIFIED_BOOTSTRAP = "stratified cluster bootstrap of a ratio of sums"
 @dataclass(frozen=True)
 class CI:
     """A bootstrap interval: bounds (None when undefined), how it was made, the
-    clusters it resampled and the strata it kept (None: unstratified)."""
+    clusters it resampled and the strata it kept (None: unstratified); where a
+    file records them, its replicates and seed, the number of strata and the
+    replicates whose estimate was undefined."""
 
     lower: float | None
     upper: float | None
     method: str = BOOTSTRAP
     clusters: int = 0
     strata: str | None = None
+    replicates: int | None = None
+    seed: int | None = None
+    strata_count: int | None = None
+    undefined_replicates: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,23 @@ class Figure:
         return 0 if self.interval is None else self.interval.clusters
 
 
+@dataclass(frozen=True)
+class Average:
+    """A value that is no single count over a denominator (a macro average):
+    its ``point`` and optional ``interval`` (module docstring)."""
+
+    point: float | None
+    interval: CI | None = None
+
+    @property
+    def lower(self) -> float | None:
+        return None if self.interval is None else self.interval.lower
+
+    @property
+    def upper(self) -> float | None:
+        return None if self.interval is None else self.interval.upper
+
+
 def plain(x: Number) -> Number:
     """Integers stay integers in JSON; integral floats from unweighted sums too."""
     if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
@@ -90,9 +131,37 @@ def plain(x: Number) -> Number:
     return x
 
 
-def encode(figure: Figure, shape: str) -> dict[str, Any]:
+def _value_bounds(figure: Figure | Average) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": figure.point}
+    if isinstance(figure, Figure):
+        out["numerator"], out["denominator"] = plain(figure.count), plain(figure.denominator)
+    iv = figure.interval
+    if iv is not None:
+        out.update(lower=iv.lower, upper=iv.upper, undefined_replicates=iv.undefined_replicates)
+    return out
+
+
+def _with_interval(out: dict[str, Any], iv: CI | None, keys: tuple[str, ...]) -> dict[str, Any]:
+    if iv is not None:
+        values = {"lower": iv.lower, "upper": iv.upper, "replicates": iv.replicates,
+                  "seed": iv.seed, "clusters": iv.clusters, "strata": iv.strata_count}
+        out["interval"] = {k: values[k] for k in keys}
+    return out
+
+
+def encode(figure: Figure | Average, shape: str) -> dict[str, Any]:
     """The JSON object of ``figure`` in ``shape`` (module docstring)."""
+    if shape == VALUE_BOUNDS:
+        return _value_bounds(figure)
+    if not isinstance(figure, Figure):
+        raise ValueError(f"an average has no {shape} shape")
     count, den, point = plain(figure.count), plain(figure.denominator), figure.point
+    if shape == RATIO_SEEDED:
+        return _with_interval({"numerator": count, "denominator": den, "value": point},
+                              figure.interval, ("lower", "upper", "replicates", "seed"))
+    if shape == RATIO_CLUSTERED:
+        return _with_interval({"numerator": count, "denominator": den, "value": point},
+                              figure.interval, ("lower", "upper", "clusters", "strata"))
     if shape == RATIO:
         out: dict[str, Any] = {"numerator": count, "denominator": den, "value": point}
         if figure.interval is not None:
@@ -140,10 +209,34 @@ def decode(data: Mapping[str, Any], shape: str) -> Figure:
         if shape == RATE_BOUNDS:
             return Figure(data["count"], data["denominator"], data["rate"],
                           CI(data["lower"], data["upper"]))
+        if shape == RATIO_SEEDED:
+            iv = data.get("interval")
+            ci = None if iv is None else CI(iv["lower"], iv["upper"], replicates=iv["replicates"],
+                                            seed=iv["seed"])
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
+        if shape == RATIO_CLUSTERED:
+            iv = data.get("interval")
+            ci = None if iv is None else CI(iv["lower"], iv["upper"], STRATIFIED_BOOTSTRAP,
+                                            iv["clusters"], strata_count=iv["strata"])
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
     except KeyError as exc:
         raise InputError(f"a {shape} figure needs {exc.args[0]!r}",
                          field=str(exc.args[0])) from exc
     raise ValueError(f"unknown figure shape {shape!r}")
+
+
+def decode_value(data: Mapping[str, Any]) -> Figure | Average:
+    """A ``value_bounds`` object read back: a ``Figure`` when it has a numerator,
+    else an ``Average``."""
+    try:
+        ci = (CI(data["lower"], data["upper"], undefined_replicates=data["undefined_replicates"])
+              if "lower" in data else None)
+        if "numerator" in data:
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
+        return Average(data["value"], ci)
+    except KeyError as exc:
+        raise InputError(f"a {VALUE_BOUNDS} figure needs {exc.args[0]!r}",
+                         field=str(exc.args[0])) from exc
 
 
 def read_any(data: Mapping[str, Any]) -> Figure:

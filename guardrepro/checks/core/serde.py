@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, TypeVar, Union, cast
 
-from guardrepro.checks.core.figure import CI, Figure, decode, encode
+from guardrepro.checks.core.figure import CI, Average, Figure, decode, decode_value, encode
 from guardrepro.errors import InputError
 
 T = TypeVar("T")
@@ -47,7 +47,7 @@ def opt(*, key: str | None = None, shape: str | None = None, spread: bool = Fals
 
 def as_json_value(value: Any, shape: str | None = None) -> Any:
     """The plain JSON value of ``value`` (dataclasses by their fields)."""
-    if isinstance(value, Figure):
+    if isinstance(value, Figure | Average):
         if shape is None:
             raise TypeError("a Figure field needs opt(shape=...)")
         return encode(value, shape)
@@ -84,6 +84,8 @@ def from_json_value(tp: Any, data: Any, shape: str | None = None) -> Any:
         present = [a for a in typing.get_args(tp) if a is not type(None)]
         if data is None:
             return None
+        if set(present) == {Figure, Average}:
+            return decode_value(data)
         return from_json_value(present[0], data, shape) if len(present) == 1 else data
     if tp is Figure:
         return decode(data, shape or "")
