@@ -82,9 +82,9 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
 
     table = build([Path(r) for r in runs], list(labels) or None, replicates=replicates, seed=seed,
                   progress=progress)
-    emit(as_json, table, format_guard_table(table))
+    emit(as_json, table.to_dict(), format_guard_table(table))
     if json_path is not None:
-        write_json_atomic(json_path, table)
+        write_json_atomic(json_path, table.to_dict())
         say(True)(f"wrote {json_path}")
     if figure_path is not None:
         guard_table_figure(table, figure_path)

@@ -375,7 +375,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         table = guard_table([run, *map(Path, other_guards)],
                             replicates=DEFAULT_REPLICATES if replicates is None else replicates,
                             seed=DEFAULT_SEED if seed is None else seed, progress=progress)
-        write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
+        write_json_atomic(run_dir / GUARD_TABLE_JSON, table.to_dict())
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
         if figures_available():
             guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
