@@ -13,7 +13,7 @@ instead (the Markdown on stderr), ``--out FILE`` also writes it as JSON,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +28,9 @@ from guardrepro.cli.options import (
     say,
 )
 from guardrepro.errors import InputError
+
+if TYPE_CHECKING:
+    from guardrepro.checks.report.guard_splits import GuardSplitTable
 
 
 @click.command("guard-table", short_help="Several guards' runs of one cohort, side by side.")
@@ -94,7 +97,7 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
 def split_document(sources: list[str], labels: tuple[str, ...], modes: tuple[str, ...],
                    paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                    home: Path | None, replicates: int, seed: int,
-                   progress: bool) -> dict[str, Any]:
+                   progress: bool) -> GuardSplitTable:
     """``checks.report.guard_splits.guard_split_table`` with the CLI's defaults (the
     shipped published tables, the lock's data when no --data-dir)."""
     from guardrepro.checks.parity.toolsafe_table import load_published_tables
@@ -126,9 +129,9 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
 
     doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
                          replicates, seed, progress)
-    emit(as_json, doc, format_markdown(doc))
+    emit(as_json, doc.to_dict(), format_markdown(doc))
     if json_path is not None:
-        write_json_atomic(json_path, doc)
+        write_json_atomic(json_path, doc.to_dict())
         say(as_json)(f"wrote {json_path}")
     if figure_path is not None:
         guard_split_figure(doc, figure_path)
