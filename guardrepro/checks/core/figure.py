@@ -209,6 +209,11 @@ def decode(data: Mapping[str, Any], shape: str) -> Figure:
         if shape == RATE_BOUNDS:
             return Figure(data["count"], data["denominator"], data["rate"],
                           CI(data["lower"], data["upper"]))
+        if shape == VALUE_BOUNDS:
+            value = decode_value(data)
+            if not isinstance(value, Figure):
+                raise InputError("a figure needs 'numerator'", field="numerator")
+            return value
         if shape == RATIO_SEEDED:
             iv = data.get("interval")
             ci = None if iv is None else CI(iv["lower"], iv["upper"], replicates=iv["replicates"],

@@ -51,7 +51,7 @@ from guardrepro.checks.core.bootstrap import (
     cluster_table,
     replicate_sums,
 )
-from guardrepro.checks.core.figure import BOOTSTRAP, CI, VALUE_BOUNDS, Average, Figure
+from guardrepro.checks.core.figure import CI, VALUE_BOUNDS, Average, Figure
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score
@@ -217,10 +217,10 @@ def view_metrics(preds: Sequence[SplitPrediction], mode: str, view: str, *,
         value = float(points[name][0])
         point = None if np.isnan(value) else value
         ci = None
-        if estimates is not None and settings is not None:
+        if estimates is not None:
             lower, upper = bounds(estimates[name], confidence)
-            ci = CI(lower, upper, BOOTSTRAP, settings.clusters,
-                    undefined_replicates=int(np.isnan(estimates[name]).sum()))
+            # the clusters are the view's (``SplitBootstrap``), not repeated per figure
+            ci = CI(lower, upper, undefined_replicates=int(np.isnan(estimates[name]).sum()))
         ratio = parts[name]
         figs[name] = (Average(point, ci) if ratio is None
                       else Figure(_count(ratio[0]), _count(ratio[1]), point, ci))
