@@ -4,8 +4,9 @@ Input: a dataclass instance (``as_json_value``) or a class and a JSON value
 (``from_json_value``); the per-field options live in ``dataclasses.field``
 metadata made by ``opt``: ``key`` (the JSON key, default the field name),
 ``shape`` (how a ``Figure`` in the field, or in its mapping/tuple, is written:
-``checks.core.figure.SHAPES``), ``spread`` (a mapping field whose items sit in the
-parent object itself; on reading it takes every key no other field claims)
+``checks.core.figure.SHAPES`` and ``TABLE_SHAPES``), ``spread`` (a mapping field
+whose items sit in the parent object itself; on reading it takes every key no
+other field claims)
 and ``skip`` (not written; read back from its default).
 
 Output: dicts, lists and scalars (``json.dumps`` ready), or the rebuilt value.

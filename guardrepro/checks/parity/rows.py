@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.bootstrap import ratio_interval
-from guardrepro.checks.core.figure import CI, STRATIFIED_BOOTSTRAP, Figure
+from guardrepro.checks.core.figure import STRATIFIED_BOOTSTRAP, Figure, TableCI
 from guardrepro.checks.core.formatting import frac_value
 from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
@@ -114,8 +114,8 @@ def _figure(entries: Sequence[Mapping[str, Any]], field: str, spec: GateSpec) ->
                             [str(e["cluster"]) for e in entries],
                             [_stratum(e) for e in entries], replicates=spec.replicates,
                             seed=spec.seed, confidence=spec.confidence)
-        interval = CI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP,
-                      len({str(e["cluster"]) for e in entries}), strata_count=iv.strata)
+        interval = TableCI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP,
+                           len({str(e["cluster"]) for e in entries}), strata_count=iv.strata)
     return Figure.of(sum(bool(e[field]) for e in entries), len(entries), interval=interval)
 
 

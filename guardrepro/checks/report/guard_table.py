@@ -40,11 +40,11 @@ from pathlib import Path
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
 from guardrepro.checks.core.figure import (
     BOOTSTRAP,
-    CI,
     RATIO,
     RATIO_SEEDED,
     STRATIFIED_BOOTSTRAP,
     Figure,
+    TableCI,
 )
 from guardrepro.checks.core.formatting import frac, plain
 from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
@@ -119,8 +119,8 @@ def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
                   if stratify else None)
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
-        interval = CI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP if stratify else BOOTSTRAP,
-                      iv.clusters, replicates=replicates, seed=seed)
+        interval = TableCI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP if stratify else BOOTSTRAP,
+                           iv.clusters, replicates=replicates, seed=seed)
     return Figure.of(sum(nums), sum(dens), zero_division=zero_division, interval=interval)
 
 

@@ -51,7 +51,7 @@ from guardrepro.checks.core.bootstrap import (
     cluster_table,
     replicate_sums,
 )
-from guardrepro.checks.core.figure import CI, VALUE_BOUNDS, Average, Figure
+from guardrepro.checks.core.figure import VALUE_BOUNDS, Average, Figure, TableCI
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score
@@ -220,7 +220,7 @@ def view_metrics(preds: Sequence[SplitPrediction], mode: str, view: str, *,
         if estimates is not None:
             lower, upper = bounds(estimates[name], confidence)
             # the clusters are the view's (``SplitBootstrap``), not repeated per figure
-            ci = CI(lower, upper, undefined_replicates=int(np.isnan(estimates[name]).sum()))
+            ci = TableCI(lower, upper, undefined_replicates=int(np.isnan(estimates[name]).sum()))
         ratio = parts[name]
         figs[name] = (Average(point, ci) if ratio is None
                       else Figure(_count(ratio[0]), _count(ratio[1]), point, ci))
