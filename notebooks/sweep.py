@@ -29,7 +29,7 @@ from pathlib import Path
 
 from IPython.display import Image, display
 
-from guardrepro.experiments.frontier import format_frontier
+from guardrepro.experiments.frontier import FrontierReport, format_frontier
 from guardrepro.experiments.outputs import flips, frontier_figure, kl_figure, summary_table
 
 # parameters: the sweep directory (required: the demo runs no sweep) and where figures
@@ -39,9 +39,11 @@ if not os.environ.get("GUARDREPRO_SWEEP_DIR"):
 SWEEP_DIR = Path(os.environ["GUARDREPRO_SWEEP_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or SWEEP_DIR / "figures")
 FIG_DIR.mkdir(parents=True, exist_ok=True)
-frontier = json.loads((SWEEP_DIR / "frontier.json").read_text(encoding="utf-8"))
+frontier = FrontierReport.from_dict(
+    json.loads((SWEEP_DIR / "frontier.json").read_text(encoding="utf-8")))
 summary = json.loads((SWEEP_DIR / "summary.json").read_text(encoding="utf-8"))
-print(f"sweep {frontier['sweep']['name']} on {frontier['sweep']['device']}: "
+sweep = frontier.extra["sweep"]
+print(f"sweep {sweep['name']} on {sweep['device']}: "
       f"{len(summary)} configurations")
 
 # %% [markdown]
