@@ -204,13 +204,16 @@ def test_agreement_follows_the_gate_rule() -> None:
 def test_recommendation_uses_the_reference_agreement_ceiling() -> None:
     """The reference agrees with itself on its 3 valid rows of 4 (gate rule):
     a recipe reaching 3/4 qualifies, one at 2/4 does not even if smaller."""
-    from guardrepro.experiments.outputs import recommend
+    from guardrepro.experiments.outputs import SummaryRow, recommend
 
-    def row(name: str, kind: str, count: int, size: int | None) -> dict[str, Any]:
-        return {"name": name, "kind": kind, "artifact_bytes": size, "mean_kl": 0.0,
-                "strict_agreement": {"count": count, "denominator": 4, "rate": count / 4},
-                "exact_agreement": {"count": count, "denominator": 3, "rate": count / 3},
-                "decision_min_margin": 1.0}
+    def row(name: str, kind: str, count: int, size: int | None) -> SummaryRow:
+        return SummaryRow(
+            name=name, kind=kind, recipe=None, device=None, artifact_bytes=size, rows=4,
+            invalid_rows=0, mean_kl=0.0, p99_kl=0.0, decision_mean_kl=0.0,
+            decision_min_margin=1.0, harm_per_100=0.0, peak_memory_bytes=None, rows_per_s=None,
+            decode_tok_per_s=None, identical_tokens=None,
+            strict_agreement=Figure.of(count, 4), exact_agreement=Figure.of(count, 3),
+            top1_agreement=None, fn=Figure.of(0, 1), fp=Figure.of(0, 1))
 
     rows = [row("ref", "reference", 3, 100), row("big", "recipe", 3, 50),
             row("small", "recipe", 2, 10)]

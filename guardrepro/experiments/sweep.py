@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.checks.io.runio import write_json_atomic
@@ -55,6 +55,9 @@ from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_
 from guardrepro.progress import progress_bar
 from guardrepro.run.records import write_atomic
 
+if TYPE_CHECKING:
+    from guardrepro.experiments.outputs import SummaryRow
+
 Say = Callable[[str], None]
 
 
@@ -63,7 +66,7 @@ class SweepResult:
     out: Path
     device: str
     actions: list[str] = field(default_factory=list)
-    summary: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[SummaryRow] = field(default_factory=list)
     frontier: FrontierReport | None = None
     # how each configuration's cohort run is executed: None = pipeline.run_cohort
     # here; `sweep --engine ray`: the summaries of the runs made on Ray
