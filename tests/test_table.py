@@ -93,6 +93,9 @@ def test_released_logs_match_sklearn_in_both_views(
                      "--data-dir", str(tmp_path), "--replicates", "200")
     views = {e["view"]: e for e in doc["rows"]}
     assert set(views) == {"upstream", "fail_closed"}
+    from guardrepro.checks.parity.toolsafe_table import ToolsafeTable
+
+    assert ToolsafeTable.from_dict(doc).to_dict() == doc  # the document reads back
     gold = [r["score"] for r in rows]
     kept = [(g, p) for g, p in zip(gold, preds, strict=True) if p is not None]
     expected = {
