@@ -262,21 +262,3 @@ def decode_value(data: Mapping[str, Any]) -> Figure | Average:
     except KeyError as exc:
         raise InputError(f"a {VALUE_BOUNDS} figure needs {exc.args[0]!r}",
                          field=str(exc.args[0])) from exc
-
-
-def read_any(data: Mapping[str, Any]) -> Figure:
-    """A figure from a JSON object of any shape (``numerator`` or ``count``,
-    ``denominator``, and ``value``, ``point`` or ``rate`` when present, bounds
-    when present): the formatters' input when they are fed JSON rather than a
-    computed value."""
-    try:
-        count = data["numerator"] if "numerator" in data else data["count"]
-        den = data["denominator"]
-    except KeyError as exc:
-        raise InputError(f"a figure needs {exc.args[0]!r}", field=str(exc.args[0])) from exc
-    keys = [k for k in ("value", "point", "rate") if k in data]
-    ci = (CI(data["lower"], data.get("upper"), BOOTSTRAP, data.get("clusters") or 0)
-          if "lower" in data else None)
-    if not keys:
-        return Figure.of(count, den, interval=ci)
-    return Figure(count, den, data[keys[0]], ci)
