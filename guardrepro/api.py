@@ -33,7 +33,7 @@ from guardrepro.checks.io.runio import RowResult, RunData, load_run_data, varian
 from guardrepro.checks.parity.attribute import attribute as run_attribution
 from guardrepro.checks.parity.compare import Comparison, RowComparison, compare_runs
 from guardrepro.checks.parity.gate import GateResult
-from guardrepro.checks.parity.loaders import load_reference, load_run_input
+from guardrepro.checks.parity.loaders import RunSource, load_reference, load_run_input
 from guardrepro.checks.report.markdown import load_gate as read_gate
 from guardrepro.checks.report.markdown import load_or_compute_stats
 from guardrepro.checks.stats.compute import StatsResult, compute_stats
@@ -175,11 +175,14 @@ def export(df: Any, path: str | Path) -> Path:
     return write_table(df, path)
 
 
-def attribute(reference: str | Path, *, bf16: str | Path | None = None,
-              quantized: Sequence[str | Path] = (), sampled: Sequence[str | Path] = (),
+def attribute(reference: RunSource, *, bf16: RunSource | None = None,
+              quantized: Sequence[RunSource] = (), sampled: Sequence[RunSource] = (),
               replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED) -> Any:
     """Attribution of every disagreement (one row per run, row and level);
-    the full ``Attribution`` is in ``df.attrs["attribution"]``."""
+    the full ``Attribution`` is in ``df.attrs["attribution"]``. The reference is a
+    gate spec or a run; each run is a directory or records file (read once) or a
+    run already read (``read_run``'s ``RunData``, or a ``runio.RecordsFile``),
+    which is not read again."""
     ref, key_field, info = load_reference(reference)
     att = run_attribution(
         ref, key_field=key_field, reference_info=info,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.pipeline import prepare_rows
 from guardrepro.run.records import read_records
 from guardrepro.run.resolve import resolve_profile
@@ -84,7 +85,9 @@ def run(args: argparse.Namespace, home: Path, work: Path) -> dict[str, Any]:
     results = []
     for name, runs_of in samples.items():
         times = [s.gen_s for s in runs_of]
-        prefill = [sum(r.timings.prefill_s for r in read_records(s.run_dir)) for s in runs_of]
+        prefill = [sum(r.timings.prefill_s
+                       for r in read_records(s.run_dir, parsers=record_parser))
+                   for s in runs_of]
         identical = min(sum(1 for row, value in outputs(s.run_dir).items()
                             if reference.get(row) == value) for s in runs_of)
         results.append({"name": name, "rows": args.rows, "min_s": min(times),

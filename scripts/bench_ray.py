@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guardrepro.guards.registry import record_parser
 from guardrepro.run.engine_ray import RayOptions, ray_session, run_on_ray
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_pool import TIMING_FIELDS
@@ -102,7 +103,7 @@ class PeakMemory:
 
 def _fields(run_dir: Path) -> list[dict[str, Any]]:
     out = []
-    for record in read_records(run_dir):
+    for record in read_records(run_dir, parsers=record_parser):
         data = record.to_dict()
         for name in TIMING_FIELDS:
             data.pop(name)

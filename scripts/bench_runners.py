@@ -53,6 +53,7 @@ from guardrepro.artifacts.quantize.convert import quantize
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.bench.cohort.build import build_cohort_file
 from guardrepro.errors import InferenceError
+from guardrepro.guards.registry import record_parser
 from guardrepro.run import workers
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import read_records
@@ -183,7 +184,7 @@ def measure(name: str, profile: RunProfile, cohort: Path, run_dir: Path, home: P
 
 def outputs(run_dir: Path) -> dict[str, tuple[tuple[int, ...], str | None]]:
     return {r.row_id: (tuple(r.output_token_ids), r.finish_reason)
-            for r in read_records(run_dir)}
+            for r in read_records(run_dir, parsers=record_parser)}
 
 
 def summarise(samples: list[Sample]) -> list[dict[str, Any]]:

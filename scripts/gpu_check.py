@@ -198,9 +198,10 @@ def summarize(directory: Path, out: Path) -> dict[str, Any]:
 
 def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[str, Any]:
     """Wall time, tokens/s and batch-1 agreement of the TS-Guard cohort run."""
+    from guardrepro.guards.registry import record_parser
     from guardrepro.run.records import read_manifest, read_records
 
-    records = read_records(run_dir)
+    records = read_records(run_dir, parsers=record_parser)
     manifest = read_manifest(run_dir)
     tokens = sum(len(a.token_ids) for r in records for a in r.attempts)
     gen_s = sum(r.timings.total_s for r in records)

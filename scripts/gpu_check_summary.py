@@ -60,6 +60,7 @@ def _read(path: Path) -> Any:
 
 
 def summarize(out: Path, failed: list[str]) -> int:
+    from guardrepro.guards.registry import record_parser
     from guardrepro.run.records import read_records
 
     stages = {}
@@ -87,7 +88,7 @@ def summarize(out: Path, failed: list[str]) -> int:
                 f"forced lengths {v['forced_lengths_ok']}/{v['rows']}")
     run_dir = out / "toy-run"
     if (run_dir / "records.jsonl").exists():
-        records = list(read_records(run_dir))
+        records = list(read_records(run_dir, parsers=record_parser))
         tokens = sum(len(r.output_token_ids) for r in records)
         wall = stages.get("toy-run", {}).get("wall_s")
         summary["toy_run"] = {"rows": len(records), "generated_tokens": tokens, "wall_s": wall}

@@ -132,3 +132,22 @@ def test_stage_packages_are_a_docstring_listing_their_modules() -> None:
     assert top is not None
     assert [line.split("``")[1] for line in top.splitlines() if line.startswith("- ``")] \
         == list(STAGES)
+
+
+PIPELINE = ("artifacts", "bench", "guards", "run", "checks")
+
+
+def test_lower_pipeline_stages_never_import_a_higher_one() -> None:
+    """artifacts -> bench -> guards -> run -> checks: a module of one stage imports
+    none of a later stage, deferred imports included (docs/ARCHITECTURE.md)."""
+    upward = []
+    for name, (source, is_init) in sources().items():
+        here = name.split(".")[1:2]
+        if not here or here[0] not in PIPELINE:
+            continue
+        for line, target in imported(name, source, is_init):
+            there = target.split(".")
+            if there[0] == "guardrepro" and len(there) > 1 and there[1] in PIPELINE \
+                    and PIPELINE.index(there[1]) > PIPELINE.index(here[0]):
+                upward.append(f"{name}:{line} imports {target}")
+    assert sorted(set(upward)) == []

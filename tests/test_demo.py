@@ -133,6 +133,8 @@ def test_notebooks_run_on_the_demo(notebook: Path, demo: tuple[Path, str], tmp_p
     monkeypatch.setenv("GUARDREPRO_FIGURES_DIR", str(tmp_path))
     monkeypatch.setenv("GUARDREPRO_REPLICATES", "300")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the kernel imports this checkout's package, not an installed copy
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     nb = jupytext.read(notebook)
     nb.cells.append(nbformat.v4.new_code_cell(dump_cell(tmp_path / "frames")))
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",

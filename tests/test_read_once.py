@@ -1,4 +1,7 @@
-"""One verb reads each file of a run once: ``gate`` and ``report --html``.
+"""One verb reads each file of a run once: ``gate``, ``report --html`` (with
+``--split-source`` too), ``compare``, ``stats``, ``attribute`` and the audits
+with ``--preds RUN_DIR``; ``gr.attribute`` and the audits' predictions of a
+run already read read nothing.
 
 A real toy run (the shipped toy guard through ``runners/toy-hf.toml`` on the
 first rows of the toy cohort) is gated against a copy of its own records, then
@@ -7,7 +10,8 @@ for real; a counter wrapped around the three ways a file is opened for reading
 (``io.open``, which ``Path.read_bytes`` / ``read_text`` / ``open`` call, the
 builtin ``open``, and ``os.open``, which ``artifacts.store.sha256_file`` calls)
 only observes which paths are opened, so a file hashed and then parsed counts
-twice, as it would be read twice.
+twice, as it would be read twice. The split report runs on a hand-made split
+(``splitsets``) and a run written over it (``recordsets``), without torch.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from extras import needs_matplotlib
+from recordsets import grid, write_run
+from splitsets import write_split
 
 from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.bench.cohort.build import build_cohort_file
@@ -51,6 +55,8 @@ def _bases(cohort: Path) -> set[str]:
 def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A real toy-guard run of 16 cohort rows, a gate spec whose reference is a
     copy of its records, and the toy home."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     base = tmp_path_factory.mktemp("read-once")
     home = base / "home"
     fetch_lock(ROOT / "locks/toy-guard.toml", home, progress=False)
@@ -150,6 +156,115 @@ def test_report_html_reads_each_file_once(toy: dict[str, Path],
     assert count(reads, run / "stats.json") == 1
     assert count(reads, run / "records.jsonl") == 1
     assert count(reads, toy["cohort"]) == 1
+
+
+def test_compare_reads_each_run_once(toy: dict[str, Path], tmp_path: Path,
+                                     reads: collections.Counter[str]) -> None:
+    run = toy["run"]
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    reads.clear()
+    assert main(["compare", str(run), str(other), "--json"]) == 0
+    for side in (run, other):
+        assert count(reads, side / "records.jsonl") == 1
+        assert count(reads, side / "manifest.json") == 1
+
+
+def test_stats_reads_each_file_once(toy: dict[str, Path], tmp_path: Path,
+                                    reads: collections.Counter[str]) -> None:
+    run = toy["run"]
+    assert main(["stats", str(run), "--replicates", "50", "--no-progress",
+                 "--out", str(tmp_path / "stats.json")]) == 0
+    assert count(reads, run / "records.jsonl") == 1
+    assert count(reads, toy["cohort"]) == 1
+    assert count(reads, run / "manifest.json") == 1
+
+
+SPLIT = [("harmful_steps", 1, "send", 1.0), ("harmful_steps", 2, "send", 1.0),
+         ("benign_steps", 1, "read", 0.0), ("benign_steps", 2, "read", 0.0)]
+
+
+@needs_matplotlib
+def test_report_with_a_split_source_reads_the_run_once(
+        tmp_path: Path, reads: collections.Counter[str]) -> None:
+    """The split table takes the report's ``RunData``: the run is not read again."""
+    from guardrepro.bench.released import released_dir
+
+    split = write_split(tmp_path, "agentharm", SPLIT, [1, 1, 0, 0.5])
+    run = write_run(tmp_path / "rule", grid(split.bases, {"original": [1, 0, 0, 0]}),
+                    split=True)
+    logs = split.root / released_dir("agentharm")
+    reads.clear()
+    assert main(["report", str(run), "--html", "--replicates", "20", "--no-progress",
+                 "--split-source", str(logs), "--data-dir", str(split.root)]) == 0
+    assert (run / "guard_splits.json").is_file() and (run / "report.html").is_file()
+    assert count(reads, run / "records.jsonl") == 1
+    assert count(reads, run / "manifest.json") == 1
+    assert count(reads, logs / "preds.json") == 1  # the other source: read once too
+
+
+def test_attribute_reads_each_run_once(toy: dict[str, Path], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str],
+                                       reads: collections.Counter[str]) -> None:
+    run = toy["run"]
+    quant = tmp_path / "quant"
+    shutil.copytree(run, quant)
+    capsys.readouterr()
+    reads.clear()
+    assert main(["attribute", "--reference", str(toy["ref"]), "--bf16", str(run),
+                 "--quantized", str(quant), "--replicates", "20", "--json"]) == 0
+    assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["run", "quant"]
+    assert count(reads, run / "records.jsonl") == 1
+    assert count(reads, quant / "records.jsonl") == 1
+    assert count(reads, toy["ref"]) == 1
+    reads.clear()
+    # one run given twice (as the reference and as --quantized) is read once
+    assert main(["attribute", "--reference", str(run), "--bf16", str(toy["ref"]),
+                 "--quantized", str(run / "records.jsonl"), "--replicates", "20"]) == 0
+    assert count(reads, run / "records.jsonl") == 1
+    assert count(reads, toy["ref"]) == 1
+
+
+def test_gr_attribute_takes_runs_already_read(toy: dict[str, Path],
+                                              reads: collections.Counter[str]) -> None:
+    import guardrepro as gr
+    from guardrepro.checks.io.runio import read_records_file
+
+    run = toy["run"]
+    by_paths = gr.attribute(toy["ref"], bf16=run, quantized=[toy["ref"]], replicates=20)
+    data, ref = gr.read_run(run), read_records_file(toy["ref"])
+    reads.clear()
+    read = gr.attribute(ref, bf16=data, quantized=[ref], replicates=20)
+    assert count(reads, run / "records.jsonl") == 0 and count(reads, toy["ref"]) == 0
+    assert read.attrs["attribution"] == by_paths.attrs["attribution"]
+    assert read.equals(by_paths)
+
+
+AUDIT_ROWS = [(domain, n, tool, gold) for domain in ("workspace", "travel", "slack", "banking")
+              for n, tool, gold in ((1, "toola", 1.0), (2, "toolb", 0.0))]
+AUDIT_SCORES = [1, 0, 1, 1, 0.5, 0, 0]  # the eighth row has no record
+
+
+def test_audits_read_the_preds_run_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        reads: collections.Counter[str]) -> None:
+    from guardrepro.bench.tsbench import load_benchmark
+    from guardrepro.checks.audits.benchmark import run_preds
+    from guardrepro.checks.io.runio import load_run_data, read_records_file
+
+    split = write_split(tmp_path, "agentdojo", AUDIT_ROWS)
+    run = write_run(tmp_path / "run", grid(split.bases[:7], {"original": AUDIT_SCORES}),
+                    split=True)
+    for verb in (["tool-lookup"], ["association", "--replicates", "20"]):
+        reads.clear()
+        assert main(["audit", *verb, "--data-dir", str(split.root), "--preds", str(run),
+                     "--json"]) == 0
+        assert count(reads, run / "records.jsonl") == 1
+    rows = load_benchmark(split.root, "agentdojo")
+    data, file = load_run_data(run), read_records_file(run)
+    reads.clear()
+    want = ([*map(float, AUDIT_SCORES), None], {b for b, _, _ in split.bases[:7]})
+    assert run_preds(rows, data) == want and run_preds(rows, file) == want
+    assert count(reads, run / "records.jsonl") == 0
 
 
 def test_reading_records_imports_no_guard() -> None:

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-from guardrepro.artifacts.store import atomic_write_bytes, check_relpath
+from guardrepro.artifacts.store import atomic_write_bytes, check_relpath, sha256_file
 from guardrepro.errors import LockError, UnsafePathError
 from guardrepro.limits import lone_surrogate_field
 from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind, read_toml
@@ -394,8 +394,6 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
     """A ``kind = "checkpoint"``, ``type = "local"`` lock pinning every file of
     ``directory`` by sha256 and size (its absolute path, so moving the lock
     file breaks nothing); ``progress``: a bar on stderr of the bytes hashed."""
-    import hashlib
-
     from guardrepro.progress import progress_bar
 
     root = Path(directory).resolve()
@@ -413,13 +411,8 @@ def directory_lock(directory: str | os.PathLike[str], name: str, lock_path: Path
                 raise LockError(f"{root}: the file name {os.fsencode(rel)!r} is not UTF-8;"
                                 " a lock records UTF-8 paths only (rename the file)")
             check_relpath(rel)
-            digest = hashlib.sha256()
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-                    bar.update(len(block))
-            entries.append(LockedFile(path=rel, sha256=digest.hexdigest(),
-                                      size=path.stat().st_size))
+            digest, size = sha256_file(path, bar.update)
+            entries.append(LockedFile(path=rel, sha256=digest, size=size))
     if not entries:
         raise LockError(f"{root}: no files to lock")
     # absolute: the lock stays valid wherever the lock file is moved or copied

@@ -31,7 +31,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import platformdirs
@@ -110,8 +110,10 @@ def open_regular(path: Path) -> int:
     return fd
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
-    """(sha256 hex, size in bytes) of a regular file; refuses symlinks."""
+def sha256_file(path: Path, on_chunk: Callable[[int], object] | None = None
+                ) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a regular file; refuses symlinks.
+    ``on_chunk`` is called with each chunk's size (a progress bar's ``update``)."""
     fd = open_regular(path)
     digest = hashlib.sha256()
     size = 0
@@ -119,6 +121,8 @@ def sha256_file(path: Path) -> tuple[str, int]:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
             size += len(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     return digest.hexdigest(), size
 
 

@@ -38,7 +38,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from guardrepro.bench.tsbench import (
     BenchRow,
@@ -48,7 +48,6 @@ from guardrepro.bench.tsbench import (
     validate_row,
 )
 from guardrepro.errors import InputError
-from guardrepro.guards.base import ParseResult
 from guardrepro.schema import check_score
 from guardrepro.spec import check_keys
 
@@ -309,8 +308,20 @@ class ReparseRow:
         }
 
 
+class Parsed(Protocol):
+    """What ``reparse_released`` reads of a parse (a guard's ``guards.base.ParseResult``:
+    the parser is passed in, so this stage names no guard type)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def error_type(self) -> str | None: ...
+
+
 def reparse_released(
-    released: ReleasedSet, parse: Callable[[str], ParseResult]
+    released: ReleasedSet, parse: Callable[[str], Parsed]
 ) -> list[ReparseRow]:
     """Re-parse every stored raw output; a row is reproduced when the parse
     gives the released prediction (an error for a null prediction)."""

@@ -13,7 +13,9 @@ attribution is measurement, not a gate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +29,9 @@ from guardrepro.cli.options import (
     home_option,
     say,
 )
+
+if TYPE_CHECKING:
+    from guardrepro.checks.io.runio import RecordsFile
 
 RUN = RUN_OR_FILE
 
@@ -67,14 +72,33 @@ def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
     from guardrepro.checks.parity.attribute import format_table, write_json
     from guardrepro.checks.parity.loaders import load_reference, load_run_input
 
-    ref, key_field, info = load_reference(reference, home)
+    read = _reader()
+    ref, key_field, info = load_reference(
+        reference if reference.is_file() and reference.suffix == ".toml" else read(reference),
+        home)
     att = run_attribution(
         ref, key_field=key_field, reference_info=info,
-        bf16=load_run_input(bf16, key_field) if bf16 is not None else None,
-        quantized=[load_run_input(q, key_field) for q in quantized],
-        sampled=[load_run_input(s, key_field) for s in sampled],
+        bf16=load_run_input(read(bf16), key_field) if bf16 is not None else None,
+        quantized=[load_run_input(read(q), key_field) for q in quantized],
+        sampled=[load_run_input(read(s), key_field) for s in sampled],
         replicates=replicates, seed=seed)
     emit(as_json, att.to_dict(), format_table(att))
     if json_out is not None:
         write_json(att, json_out)
         say(as_json)(f"wrote {json_out}")
+
+
+def _reader() -> Callable[[Path], RecordsFile]:
+    """Reads a run's records once per verb: a path given twice (say as the
+    reference and as --bf16) is read and hashed once."""
+    from guardrepro.checks.io.runio import read_records_file
+    from guardrepro.run.records import records_path
+
+    done: dict[Path, RecordsFile] = {}
+
+    def read(path: Path) -> RecordsFile:
+        key = records_path(path).resolve()
+        if key not in done:
+            done[key] = read_records_file(path)
+        return done[key]
+    return read

@@ -187,7 +187,7 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str
     original-variant records (a row without a record is None, fails closed),
     read once; and the base ids holding an original record (None for the
     released predictions, which cover every row)."""
-    from guardrepro.checks.audits.benchmark import preds_from_records, released_preds
+    from guardrepro.checks.audits.benchmark import released_preds, run_preds
 
     if preds == "released":
         from guardrepro.bench.released import load_released
@@ -195,9 +195,7 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str
         return released_preds(rows, load_released(root, benchmark)), None
     from guardrepro.checks.io.runio import read_records_file
 
-    file = read_records_file(Path(preds))
-    recorded = {r.base_sample_id for r in file.records if r.variant == "original"}
-    return preds_from_records(rows, list(file.records), file=str(file.path)), recorded
+    return run_preds(rows, read_records_file(Path(preds)))  # read once
 
 
 def _missing(rows: list[Any], recorded: set[str] | None) -> int:

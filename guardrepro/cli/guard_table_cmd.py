@@ -12,6 +12,7 @@ instead (the Markdown on stderr), ``--out FILE`` also writes it as JSON,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from guardrepro.cli.options import (
 from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
+    from guardrepro.checks.io.runio import RunData
     from guardrepro.checks.report.guard_splits import GuardSplitTable
 
 
@@ -94,7 +96,8 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
         say(True)(f"wrote {figure_path}")
 
 
-def split_document(sources: list[str], labels: tuple[str, ...], modes: tuple[str, ...],
+def split_document(sources: Sequence[str | RunData], labels: tuple[str, ...],
+                   modes: tuple[str, ...],
                    paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                    home: Path | None, replicates: int, seed: int,
                    progress: bool) -> GuardSplitTable:

@@ -54,6 +54,7 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
            split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
            progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
+    from guardrepro.checks.io.runio import load_run_data
     from guardrepro.checks.report.markdown import (
         FIGURES_NOTE,
         build_report,
@@ -61,16 +62,17 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
         report_inputs,
     )
 
+    data = load_run_data(run_dir, cohort)  # read once: both reports and the split table
     split_table = None
     if split_sources:
         from guardrepro.cli.guard_table_cmd import split_document
 
-        split_table = split_document([str(run_dir), *split_sources], (), (), (), data_dir,
+        split_table = split_document([data, *split_sources], (), (), (), data_dir,
                                      Path("locks/toolsafe.toml"), home,
                                      DEFAULT_REPLICATES if replicates is None else replicates,
                                      DEFAULT_SEED if seed is None else seed, progress)
     inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
-                           cohort=cohort, progress=progress)  # read once for both reports
+                           cohort=cohort, progress=progress, data=data)
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
                         split_table=split_table, inputs=inputs)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guardrepro.artifacts.quantize.recipe import Recipe
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
@@ -114,7 +115,7 @@ def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | Non
 
     folder = spec.artifacts or out / "artifacts"
     # keyed by recipe and source: a shared artifacts folder never mixes two sources
-    source = hashlib.sha256(spec.source_lock.read_bytes()).hexdigest()
+    source = read_hashed(spec.source_lock)[1]
     key = hashlib.sha256(f"{recipe.sha256}:{source}".encode()).hexdigest()[:12]
     target = folder / f"{recipe.name}-{key}"
     lock = lock_path_for(target)

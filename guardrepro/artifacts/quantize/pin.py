@@ -21,14 +21,19 @@ tree hash covers exactly the converted files).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guardrepro.artifacts.store import atomic_write_bytes, sha256_file, walk_files
+from guardrepro.artifacts.store import (
+    atomic_write_bytes,
+    read_hashed,
+    sha256_bytes,
+    sha256_file,
+    walk_files,
+)
 from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
@@ -71,7 +76,7 @@ def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
     elif isinstance(lock.source, GithubSource):
         repo, revision = lock.source.repo, lock.source.commit
     tree = cached_tree_hash(directory, home)  # materialize just verified it
-    lock_sha256 = hashlib.sha256(model.read_bytes()).hexdigest()
+    lock_sha256 = read_hashed(model)[1]
     return source_cls(directory=directory, pinned=True, lock_path=str(model.resolve()),
                       lock_sha256=lock_sha256, repo=repo or lock.name,
                       revision=revision, tree_sha256=tree.sha256)
@@ -132,7 +137,7 @@ def write_artifact_lock(result: QuantizeResult, *, files_dir: Path) -> list[Path
         f"# quantized weights: {len(result.quantized)}; other tensors: "
         f"{len(result.not_quantized)}",
         f"# expected tree hash: {match}",
-        f"# full provenance: {prov_path.name} (sha256 {hashlib.sha256(prov_bytes).hexdigest()})",
+        f"# full provenance: {prov_path.name} (sha256 {sha256_bytes(prov_bytes)})",
     ]) + "\n"
     lock_path = result.lock_path
     rel_dir = os.path.relpath(out, lock_path.parent)

@@ -33,12 +33,12 @@ group 32; mxfp8: bits 8, group 32) before anything is converted.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.store import sha256_bytes
 from guardrepro.errors import InputError
 from guardrepro.spec import (
     HEX40,
@@ -237,5 +237,5 @@ def load_recipe(path: str | Path) -> Recipe:
         source_dtype=None if source_dtype == "any" else source_dtype,
         expected=tuple(_expected(i, t, file) for i, t in enumerate(expected_raw)),
         path=file,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=sha256_bytes(raw),
     )

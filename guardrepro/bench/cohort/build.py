@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.artifacts.store import atomic_write_bytes, read_hashed, sha256_bytes
 from guardrepro.bench.cohort.spec import CohortSpec, SourceSpec, load_spec
 from guardrepro.bench.edits import (
     TEXT_FIELDS,
@@ -237,7 +237,7 @@ def read_sources(
             raise InputError("benchmark file not found", file=str(path)) from None
         except OSError as exc:
             raise InputError(f"cannot read benchmark file: {exc}", file=str(path)) from None
-        sha, size = hashlib.sha256(data).hexdigest(), len(data)
+        sha, size = sha256_bytes(data), len(data)
         expected = None
         if lock is not None:
             hint = "(pass --unpinned to build from unpinned data)"
@@ -355,7 +355,7 @@ def _manifest(
 ) -> dict[str, Any]:
     from guardrepro import __version__
 
-    sha = hashlib.sha256(data).hexdigest()
+    sha = sha256_bytes(data)
     eligible = {
         domain: [c.eligible for c in cells if c.domain == domain] for domain in spec.domains
     }
@@ -369,7 +369,7 @@ def _manifest(
 
     spec_sha = None
     if spec.path is not None and spec.path.is_file():
-        spec_sha = hashlib.sha256(spec.path.read_bytes()).hexdigest()
+        spec_sha = read_hashed(spec.path)[1]
     return {
         "cohort": spec.name,
         "guardrepro_version": __version__,
@@ -442,7 +442,7 @@ def cohort_is_built(out: str | Path) -> bool:
         recorded = json.loads(meta.read_text(encoding="utf-8")).get("sha256")
     except (OSError, ValueError, AttributeError):
         return False
-    return bool(recorded == hashlib.sha256(out.read_bytes()).hexdigest())
+    return bool(recorded == read_hashed(out)[1])
 
 
 def build_cohort_file(

@@ -37,7 +37,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import Counter
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.store import read_hashed, sha256_bytes
 from guardrepro.bench.cohort.build import CohortBuild, read_sources, serialize_rows, write_cohort
 from guardrepro.bench.tsbench import BenchRow, benchmark_files, check_unique_ids
 from guardrepro.errors import InputError
@@ -179,13 +179,13 @@ def _manifest(spec: SplitSpec, sources: list[dict[str, Any]], rows: list[BenchRo
               blob: bytes, pinned: bool, non_string: dict[str, int]) -> dict[str, Any]:
     from guardrepro import __version__
 
-    sha = hashlib.sha256(blob).hexdigest()
+    sha = sha256_bytes(blob)
 
     def matches(expected: Any, observed: Any) -> bool | None:
         return None if expected is None else expected == observed
 
     gold = Counter(row.score for row in rows)
-    spec_sha = (hashlib.sha256(spec.path.read_bytes()).hexdigest()
+    spec_sha = (read_hashed(spec.path)[1]
                 if spec.path is not None and spec.path.is_file() else None)
     return {
         "cohort": spec.name, "name": spec.name, "kind": SPLIT_KIND,

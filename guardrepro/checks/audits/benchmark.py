@@ -2,7 +2,9 @@
 tool-name lookup shortcut.
 
 Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and,
-for the interaction audit, one prediction per row (0 / 0.5 / 1 or None).
+for the interaction audit, one prediction per row (0 / 0.5 / 1 or None): the
+released ones (``released_preds``) or a run's, from a run already read
+(``run_preds``: a ``runio.RunData`` or ``RecordsFile``, nothing read again).
 
 Output: typed results (``checks.audits.types``: ``InteractionAudit``,
 ``ToolLookupAudit``; ``to_dict()`` is the JSON the audit verbs write, every
@@ -79,6 +81,7 @@ from guardrepro.checks.core.metrics import (
     interaction_weights,
     strict_decision,
 )
+from guardrepro.checks.io.runio import ORIGINAL, RecordsFile, RunData
 from guardrepro.errors import InputError
 from guardrepro.schema import Record
 
@@ -138,6 +141,18 @@ def preds_from_records(rows: Sequence[BenchRow], records: Sequence[Record],
                              f"row has {rows[i].score}", file=file, row=n, field="gold_label")
         preds[i] = rec.score
     return preds
+
+
+def run_preds(rows: Sequence[BenchRow], run: RunData | RecordsFile
+              ) -> tuple[list[float | None], set[str]]:
+    """``preds_from_records`` of a run already read (nothing is read again), and
+    the base ids holding an original record."""
+    if isinstance(run, RunData):
+        records, file = run.records, run.records_file
+    else:
+        records, file = run.records, run.path
+    recorded = {r.base_sample_id for r in records if r.variant == ORIGINAL}
+    return preds_from_records(rows, records, file=str(file)), recorded
 
 
 def released_preds(rows: Sequence[BenchRow], released: ReleasedSet) -> list[float | None]:

@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardrepro.bench.released import RELEASED_FILES, align_released
 from guardrepro.bench.tsbench import BenchRow, read_json_strict
@@ -50,6 +50,9 @@ from guardrepro.checks.stats.toolsafe_metrics import (
 )
 from guardrepro.errors import InputError
 from guardrepro.spec import Table, expect_kind, load_toml
+
+if TYPE_CHECKING:
+    from guardrepro.checks.io.runio import RunData, RunRows
 
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
 RELEASED_GUARD = "TS-Guard"  # the guard of ToolSafe's released logs
@@ -81,15 +84,20 @@ def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
     return Source(str(path), "released", path.name or RELEASED_GUARD, preds, gold, metrics)
 
 
-def load_source(path: str | Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
-    """Read one source (module docstring)."""
-    path = Path(path)
-    if path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES):
-        return _released(path, rows, benchmark)
+def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark: str) -> Source:
+    """Read one source (module docstring); a run already read (``RunData``) is
+    not read again."""
     from guardrepro.checks.io.predictions import load_rows
     from guardrepro.checks.io.runio import ORIGINAL, RunData
 
-    run = load_rows(path)
+    run: RunRows | RunData
+    if isinstance(path, RunData):
+        run, path = path, path.run_dir
+    else:
+        path = Path(path)
+        if path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES):
+            return _released(path, rows, benchmark)
+        run = load_rows(path)
     guard = None
     kind = "predictions"
     if isinstance(run, RunData):  # a run directory: its manifest names the guard

@@ -39,6 +39,7 @@ from guardrepro.bench.released import RELEASED_FILES
 from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.io.runio import RunData
 from guardrepro.checks.parity.toolsafe_table import (
     PublishedTables,
     Source,
@@ -114,7 +115,9 @@ def _check_split(split: str, rows: Mapping[str, Sequence[BenchRow]],
         raise InputError(f"the data directory has no {split} files", file=str(data_dir))
 
 
-def _parse(arg: str | Path) -> tuple[str | None, Path]:
+def _parse(arg: str | Path | RunData) -> tuple[str | None, Path]:
+    if isinstance(arg, RunData):
+        return None, arg.run_dir
     text = str(arg)
     head, sep, tail = text.partition("=")
     if sep and head in SPLITS:
@@ -126,13 +129,14 @@ def _is_released(path: Path) -> bool:
     return path.is_dir() and all((path / name).is_file() for name in RELEASED_FILES)
 
 
-def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
+def guard_split_table(sources: Sequence[str | Path | RunData], data_dir: str | Path,
                       published: PublishedTables, *, labels: Sequence[str] | None = None,
                       paper_guards: Mapping[str, str] | None = None,
                       modes: Sequence[str] = MODES, replicates: int = QUICK_REPLICATES,
                       seed: int = DEFAULT_SEED, progress: bool = False) -> GuardSplitTable:
     """The document of the module docstring. ``paper_guards``: label -> the
-    paper's guard name, where the label alone does not say it."""
+    paper's guard name, where the label alone does not say it. A source may be
+    a run already read (``RunData``), which is not read again."""
     if not sources:
         raise InputError("give at least one source")
     if labels is not None and len(labels) != len(sources):
@@ -148,12 +152,13 @@ def guard_split_table(sources: Sequence[str | Path], data_dir: str | Path,
     for i, arg in enumerate(progress_iter(sources, "guard table", "source",
                                           enabled=progress, leave=False)):
         given, path = _parse(arg)
-        if _is_released(path):
+        if not isinstance(arg, RunData) and _is_released(path):
             split = given or _split_of(path, None, rows)
             _check_split(split, rows, data_dir)
             source = load_source(path, rows[split], split)
         else:  # a run or predictions file: the split's rows are not needed to read it
-            source = load_source(path, [], given or SPLITS[0])
+            source = load_source(arg if isinstance(arg, RunData) else path, [],
+                                 given or SPLITS[0])
             split = given or _split_of(path, source, rows)
             _check_split(split, rows, data_dir)
         label = labels[i] if labels is not None else (source.guard or path.name)

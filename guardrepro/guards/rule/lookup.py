@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.store import atomic_write_bytes
+from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
 from guardrepro.bench.shortcuts import fit_lookup, tool_key
 from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError
@@ -62,12 +62,18 @@ def save_table(table: dict[str, Any], path: Path) -> None:
 
 
 def load_table(path: Path) -> dict[str, Any]:
+    return load_table_hashed(path)[0]
+
+
+def load_table_hashed(path: Path) -> tuple[dict[str, Any], str]:
+    """The lookup table and the sha256 of the bytes parsed (one read)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        raw, digest = read_hashed(Path(path))
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read the lookup table: {exc}", file=str(path)) from exc
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise InputError(f"not a {VERSION} file", file=str(path), field="version")
     if data.get("fallback") not in (0, 1) or not isinstance(data.get("table"), dict):
         raise InputError("expected 'fallback' 0|1 and a 'table' object", file=str(path))
-    return data
+    return data, digest

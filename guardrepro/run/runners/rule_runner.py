@@ -12,7 +12,6 @@ by ``rule-tool-lookup``) and ``batch_size``. The table's sha256 goes into
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -36,10 +35,9 @@ class RuleRunner:
         self.lookup_sha256: str | None = None
         path = options.get("lookup_table")
         if path is not None:
-            from guardrepro.guards.rule.lookup import load_table
+            from guardrepro.guards.rule.lookup import load_table_hashed
 
-            self.lookup = load_table(Path(path))
-            self.lookup_sha256 = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            self.lookup, self.lookup_sha256 = load_table_hashed(Path(path))  # one read
 
     def describe(self) -> dict[str, Any]:
         from guardrepro.guards.rule.adapter import RULE_VERSION
