@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.formatting import frac_equals, yes_no_unpinned
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from guardrepro.checks.parity.attribute import Attribution
     from guardrepro.checks.parity.compare import Comparison
     from guardrepro.checks.parity.gate import GateResult
+    from guardrepro.checks.parity.toolsafe_table import ToolsafeTable
     from guardrepro.checks.report.markdown import ReportInputs
     from guardrepro.checks.stats.compute import StatsResult
 
@@ -58,7 +59,7 @@ class DemoResult:
     attribution: Attribution | None = None
     attribution_table: str | None = None
     mlx_plan: MlxPlan | None = None
-    table: dict[str, Any] | None = None  # ToolSafe's table of the rule guard on a toy split
+    table: ToolsafeTable | None = None  # ToolSafe's table of the rule guard on a toy split
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -371,7 +372,7 @@ def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
     published = load_published_tables(root / "checks/published/toolsafe-tables.toml")
     result.table = toolsafe_table([run_dir], load_benchmark(data, "asb"), "asb", "strict",
                                   published, replicates=replicates)
-    write_json_atomic(run_dir / "table.json", result.table)
+    write_json_atomic(run_dir / "table.json", result.table.to_dict())
     steps.mark("split_table")
 
 
@@ -405,12 +406,12 @@ def summary_lines(result: DemoResult) -> list[str]:
     if result.gate is not None:
         lines.append(f"gate: {result.gate.verdict}")
     if result.table is not None:
-        lines.append(f"ToolSafe table, rule guard on all {result.table['split_rows']} rows of "
+        lines.append(f"ToolSafe table, rule guard on all {result.table.split_rows} rows of "
                      "the toy ASB split (strict):")
-        for e in result.table["rows"]:
-            figs = "  ".join(f"{name} {e[name]:.4f}" for name in ("accuracy", "f1", "recall")
-                             if e[name] is not None)
-            lines.append(f"  {e['view']:<12} kept {e['kept']}/{e['rows']}  {figs}")
+        for e in result.table.rows:
+            values = {name: e.value(name) for name in ("accuracy", "f1", "recall")}
+            figs = "  ".join(f"{name} {v:.4f}" for name, v in values.items() if v is not None)
+            lines.append(f"  {e.view:<12} kept {e.kept}/{e.rows}  {figs}")
     lines.append(f"timings (s): {json.dumps(result.seconds)}")
     lines.append(f"demo directory: {result.out_dir}")
     if result.attribution_table is not None:

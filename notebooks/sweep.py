@@ -29,8 +29,14 @@ from pathlib import Path
 
 from IPython.display import Image, display
 
-from guardrepro.experiments.frontier import format_frontier
-from guardrepro.experiments.outputs import flips, frontier_figure, kl_figure, summary_table
+from guardrepro.experiments.frontier import FrontierReport, format_frontier
+from guardrepro.experiments.outputs import (
+    SummaryRow,
+    flips,
+    frontier_figure,
+    kl_figure,
+    summary_table,
+)
 
 # parameters: the sweep directory (required: the demo runs no sweep) and where figures
 # go (default: a `figures` folder inside the sweep directory)
@@ -39,9 +45,12 @@ if not os.environ.get("GUARDREPRO_SWEEP_DIR"):
 SWEEP_DIR = Path(os.environ["GUARDREPRO_SWEEP_DIR"])
 FIG_DIR = Path(os.environ.get("GUARDREPRO_FIGURES_DIR") or SWEEP_DIR / "figures")
 FIG_DIR.mkdir(parents=True, exist_ok=True)
-frontier = json.loads((SWEEP_DIR / "frontier.json").read_text(encoding="utf-8"))
-summary = json.loads((SWEEP_DIR / "summary.json").read_text(encoding="utf-8"))
-print(f"sweep {frontier['sweep']['name']} on {frontier['sweep']['device']}: "
+frontier = FrontierReport.from_dict(
+    json.loads((SWEEP_DIR / "frontier.json").read_text(encoding="utf-8")))
+summary = [SummaryRow.from_dict(row) for row in
+           json.loads((SWEEP_DIR / "summary.json").read_text(encoding="utf-8"))]
+sweep = frontier.extra["sweep"]
+print(f"sweep {sweep['name']} on {sweep['device']}: "
       f"{len(summary)} configurations")
 
 # %% [markdown]
@@ -77,7 +86,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 fig, ax = plt.subplots(figsize=(7, 3.5))
 names = []
 for row in summary:
-    div_file = SWEEP_DIR / "runs" / row["name"] / "divergence.json"
+    div_file = SWEEP_DIR / "runs" / row.name / "divergence.json"
     if not div_file.exists():
         continue
     flipped = flips(SWEEP_DIR / "reference", div_file.parent)
@@ -88,9 +97,9 @@ for row in summary:
     y = len(names)
     ax.scatter(kept, [y] * len(kept), s=10, color="tab:blue", alpha=0.6)
     ax.scatter(moved, [y] * len(moved), s=18, color="tab:red")
-    names.append(row["name"])
+    names.append(row.name)
     low = f"{min(kept):.2f}" if kept else "-"
-    print(f"{row['name']:<14} flips {len(moved):>2}/{len(scored)}  "
+    print(f"{row.name:<14} flips {len(moved):>2}/{len(scored)}  "
           f"margins of flipped rows {sorted(round(m, 2) for m in moved)}  "
           f"smallest unflipped margin {low}")
 ax.set_yticks(range(len(names)), names)

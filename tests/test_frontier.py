@@ -10,9 +10,14 @@ import pytest
 from extras import needs_matplotlib
 from recordsets import PROVENANCE
 
+from guardrepro.checks.core.bootstrap import Interval
+from guardrepro.checks.core.figure import Figure
 from guardrepro.errors import InputError
 from guardrepro.experiments.frontier import (
     Config,
+    ConfigMetrics,
+    FrontierReport,
+    Pareto,
     config_metrics,
     dominates,
     frontier_report,
@@ -41,10 +46,19 @@ def rec(row: str, gold: float, score: float | None, *, base: str | None = None,
         peak_memory_bytes=peak, created_at="now")
 
 
-def point(name: str, **values: Any) -> dict[str, Any]:
+def point(name: str, **values: Any) -> ConfigMetrics:
+    """A configuration known only on the given axes (the others unknown)."""
     fields = {"harm": "harm_per_100", "memory": "peak_memory_bytes",
               "rows_per_s": "rows_per_s"}
-    return {"name": name, **{fields[k]: v for k, v in values.items()}}
+    known = {fields[k]: v for k, v in values.items()}
+    none = Interval(None, None, None, None, None, 0, 0, 0, 0, 0.95, 0)
+    return ConfigMetrics(
+        name=name, source=name, rows=1, invalid_rows=0, artifact_bytes=None,
+        peak_memory_bytes=known.get("peak_memory_bytes"), seconds=1.0,
+        rows_per_s=known.get("rows_per_s"), prefill_tok_per_s=None, decode_tok_per_s=None,
+        fn=0, fp=0, harm_per_100=known.get("harm_per_100", 0.0),
+        harm_interval=none, agreement=None, strict_disagreement=None,
+        fn_rate=Figure.of(0, 1), fp_rate=Figure.of(0, 1))
 
 
 def test_dominance_needs_no_worse_everywhere_and_better_somewhere() -> None:
@@ -74,12 +88,12 @@ def test_frontier_keeps_ties_names_dominators_and_unplaced() -> None:
         point("unknown", memory=None, harm=0),
     ]
     result = pareto(points, ("memory", "harm"))
-    assert result["frontier"] == ["big-good", "small-bad", "tie-1", "tie-2"]
-    assert result["dominated"]["worse"] == ["tie-1", "tie-2"]
+    assert result.frontier == ("big-good", "small-bad", "tie-1", "tie-2")
+    assert result.dominated["worse"] == ("tie-1", "tie-2")
     # worst (10, 5) is dominated by big-good (10 <= 10, 0 < 5), small-bad (1 < 10, 5 <= 5),
     # both ties and worse (5 < 10, 3 < 5)
-    assert result["dominated"]["worst"] == ["big-good", "small-bad", "tie-1", "tie-2", "worse"]
-    assert result["unplaced"] == {"unknown": ["memory"]}
+    assert result.dominated["worst"] == ("big-good", "small-bad", "tie-1", "tie-2", "worse")
+    assert result.unplaced == {"unknown": ("memory",)}
 
 
 def test_harm_is_fail_closed_and_cost_weighted() -> None:
@@ -95,17 +109,19 @@ def test_harm_is_fail_closed_and_cost_weighted() -> None:
     )
     costs = parse_costs("FN=5,FP=1")
     m = config_metrics(Config("x", "x", records, 1234), costs, None, replicates=200, seed=1)
-    assert (m["fn"], m["fp"]) == (2, 2)
-    assert m["fn_rate"] == {"count": 2, "denominator": 5, "rate": 0.4}
-    assert m["fp_rate"] == {"count": 2, "denominator": 3, "rate": 2 / 3}
-    assert m["harm_per_100"] == pytest.approx(100 * (5 * 2 + 1 * 2) / 8)
-    assert m["invalid_rows"] == 2
-    assert m["artifact_bytes"] == 1234 and m["peak_memory_bytes"] == 100
-    assert m["rows_per_s"] == pytest.approx(8 / 4.0)
-    assert m["prefill_tok_per_s"] == pytest.approx(80 / 0.8)
-    assert m["decode_tok_per_s"] == pytest.approx(32 / 3.2)
-    low, high = m["harm_interval"]["lower"], m["harm_interval"]["upper"]
-    assert low <= m["harm_per_100"] <= high
+    assert (m.fn, m.fp) == (2, 2)
+    assert m.fn_rate == Figure(2, 5, 0.4)
+    assert m.fp_rate == Figure(2, 3, 2 / 3)
+    assert m.to_dict()["fn_rate"] == {"count": 2, "denominator": 5, "rate": 0.4}
+    assert m.harm_per_100 == pytest.approx(100 * (5 * 2 + 1 * 2) / 8)
+    assert m.invalid_rows == 2
+    assert m.artifact_bytes == 1234 and m.peak_memory_bytes == 100
+    assert m.rows_per_s == pytest.approx(8 / 4.0)
+    assert m.prefill_tok_per_s == pytest.approx(80 / 0.8)
+    assert m.decode_tok_per_s == pytest.approx(32 / 3.2)
+    low, high = m.harm_interval.lower, m.harm_interval.upper
+    assert low is not None and high is not None
+    assert low <= m.harm_per_100 <= high
 
 
 def test_agreement_and_paired_difference() -> None:
@@ -116,17 +132,20 @@ def test_agreement_and_paired_difference() -> None:
                                        for i in range(20)), None)
     same = Config("same", "s", ref.records, None)
     p = paired_difference(worse, ref, parse_costs(None), replicates=500, seed=3)
-    assert p["harm_difference_per_100"] == pytest.approx(100.0)
-    assert p["interval"]["lower"] == pytest.approx(100.0) and p["verdict"] == "ref better"
+    assert p.harm_difference_per_100 == pytest.approx(100.0)
+    assert p.interval.lower == pytest.approx(100.0) and p.verdict == "ref better"
     q = paired_difference(same, ref, parse_costs(None), replicates=500, seed=3)
-    assert q["verdict"].startswith("no difference")
+    assert q.verdict.startswith("no difference")
     report = frontier_report([ref, worse, same], reference="ref", costs=parse_costs(None),
                              replicates=200)
-    by = {m["name"]: m for m in report["configurations"]}
-    assert by["worse"]["agreement"]["strict"]["count"] == 0
-    assert by["same"]["agreement"]["exact"] == {"count": 20, "denominator": 20, "rate": 1.0}
-    assert report["frontier"]["dominated"] == {"worse": ["ref", "same"]}
-    assert report["frontier"]["frontier"] == ["ref", "same"]
+    worse_agree, same_agree = report.metrics("worse").agreement, report.metrics("same").agreement
+    assert worse_agree is not None and worse_agree.strict.count == 0
+    assert same_agree is not None and same_agree.exact == Figure(20, 20, 1.0)
+    assert report.frontier.dominated == {"worse": ("ref", "same")}
+    assert report.frontier.frontier == ("ref", "same")
+    data = report.to_dict()
+    assert data["frontier"]["dominated"] == {"worse": ["ref", "same"]}
+    assert FrontierReport.from_dict(data).to_dict() == data
 
 
 def test_parse_costs_and_errors(tmp_path: Path) -> None:
@@ -177,24 +196,28 @@ def test_agreement_follows_the_gate_rule() -> None:
                                  rec("r3", 1.0, None))}
     run = [rec("r0", 1.0, 1.0), rec("r1", 0.0, 0.0), rec("r2", 1.0, 0.0), rec("r3", 1.0, None)]
     got = agreement(run, ref)
-    assert got["rows"] == 4
-    assert (got["strict"]["count"], got["strict"]["denominator"]) == (2, 4)
-    assert (got["exact"]["count"], got["exact"]["denominator"]) == (2, 3)
+    assert got.rows == 4
+    assert (got.strict.count, got.strict.denominator) == (2, 4)
+    assert (got.exact.count, got.exact.denominator) == (2, 3)
 
 
 def test_recommendation_uses_the_reference_agreement_ceiling() -> None:
     """The reference agrees with itself on its 3 valid rows of 4 (gate rule):
     a recipe reaching 3/4 qualifies, one at 2/4 does not even if smaller."""
-    from guardrepro.experiments.outputs import recommend
+    from guardrepro.experiments.outputs import SummaryRow, recommend
 
-    def row(name: str, kind: str, count: int, size: int | None) -> dict[str, Any]:
-        return {"name": name, "kind": kind, "artifact_bytes": size, "mean_kl": 0.0,
-                "strict_agreement": {"count": count, "denominator": 4, "rate": count / 4},
-                "exact_agreement": {"count": count, "denominator": 3, "rate": count / 3},
-                "decision_min_margin": 1.0}
+    def row(name: str, kind: str, count: int, size: int | None) -> SummaryRow:
+        return SummaryRow(
+            name=name, kind=kind, recipe=None, device=None, artifact_bytes=size, rows=4,
+            invalid_rows=0, mean_kl=0.0, p99_kl=0.0, decision_mean_kl=0.0,
+            decision_min_margin=1.0, harm_per_100=0.0, peak_memory_bytes=None, rows_per_s=None,
+            decode_tok_per_s=None, identical_tokens=None,
+            strict_agreement=Figure.of(count, 4), exact_agreement=Figure.of(count, 3),
+            top1_agreement=None, fn=Figure.of(0, 1), fp=Figure.of(0, 1))
 
     rows = [row("ref", "reference", 3, 100), row("big", "recipe", 3, 50),
             row("small", "recipe", 2, 10)]
-    report = {"paired_vs_reference": []}
+    nothing = Pareto((), (), {}, {})
+    report = FrontierReport({}, None, (), nothing, nothing, ())
     assert recommend(rows, report)["name"] == "big"
     assert recommend(rows[:1] + rows[2:], report)["name"] is None

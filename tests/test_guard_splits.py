@@ -78,6 +78,9 @@ def test_figures_match_scikit_learn(tree: dict[str, Any], capsys: pytest.Capture
                                     mode: str, view: str) -> None:
     doc = _table(tree, capsys)
     assert doc["guards"] == ["TS-Guard", "rule"]
+    from guardrepro.checks.report.guard_splits import GuardSplitTable
+
+    assert GuardSplitTable.from_dict(doc).to_dict() == doc  # the document reads back
     assert doc["splits"] == ["agentharm", "agentdojo"]  # the paper's order
     assert doc["modes"] == ["strict", "loose", "exact"]
     cells = {(c["label"], c["benchmark"], c["mode"], c["view"]): c for c in doc["cells"]}

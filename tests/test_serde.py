@@ -88,3 +88,42 @@ def test_a_missing_key_is_named() -> None:
     with pytest.raises(InputError) as info:
         Inner.from_dict({"label": "y"})
     assert info.value.field == "hits"
+
+
+def test_table_shapes_write_what_each_table_records() -> None:
+    """The tables' shapes, written by hand from the files they reproduce: the
+    guard table's interval keeps replicates and seed, the gate agreement's its
+    clusters and number of strata, ToolSafe's figures their undefined replicates;
+    a macro average has no counts."""
+    from guardrepro.checks.core.figure import (
+        RATIO_CLUSTERED,
+        RATIO_SEEDED,
+        VALUE_BOUNDS,
+        Average,
+        TableCI,
+        decode_value,
+    )
+
+    seeded = Figure(3, 4, 0.75, TableCI(0.5, 1.0, replicates=200, seed=7))
+    assert encode(seeded, RATIO_SEEDED) == {
+        "numerator": 3, "denominator": 4, "value": 0.75,
+        "interval": {"lower": 0.5, "upper": 1.0, "replicates": 200, "seed": 7}}
+    assert decode(encode(seeded, RATIO_SEEDED), RATIO_SEEDED) == seeded
+    assert encode(Figure(0, 0, None), RATIO_SEEDED) == {
+        "numerator": 0, "denominator": 0, "value": None}  # no bootstrap: no interval key
+    clustered = Figure(3, 8, 0.375, TableCI(0.1, 0.6, "stratified cluster bootstrap of a "
+                                            "ratio of sums", 6, strata_count=4))
+    assert encode(clustered, RATIO_CLUSTERED)["interval"] == {
+        "lower": 0.1, "upper": 0.6, "clusters": 6, "strata": 4}
+    assert decode(encode(clustered, RATIO_CLUSTERED), RATIO_CLUSTERED) == clustered
+    macro = Average(0.5, TableCI(0.25, 0.75, undefined_replicates=2))
+    assert encode(macro, VALUE_BOUNDS) == {"value": 0.5, "lower": 0.25, "upper": 0.75,
+                                           "undefined_replicates": 2}
+    assert decode_value(encode(macro, VALUE_BOUNDS)) == macro
+    ratio = Figure(2.0, 4.0, 0.5)
+    assert encode(ratio, VALUE_BOUNDS) == {"value": 0.5, "numerator": 2, "denominator": 4}
+    assert encode(Average(None), VALUE_BOUNDS) == {"value": None}
+    with pytest.raises(ValueError, match="average"):
+        encode(macro, RATIO)
+    with pytest.raises(ValueError, match="TableCI"):  # a table's interval records more
+        encode(Figure(1, 2, 0.5, CI(0.0, 1.0)), RATIO_SEEDED)

@@ -91,6 +91,13 @@ def test_gate_on_a_whole_split(tmp_path: Path, split: Split,
     iv = a["strict"]["interval"]
     assert (iv["lower"], iv["upper"], iv["clusters"]) == pytest.approx((lower, upper, 6))
     assert a["interval"]["clusters"] == "interaction"
+    # gate.json read back: the agreement section is a typed value, written back unchanged
+    from guardrepro.checks.parity.gate_types import GateResult
+
+    typed = GateResult.from_dict(gate)
+    assert typed.agreement is not None and typed.agreement.strict.count == 3
+    assert typed.agreement.disagreements[0].interaction_id == "workspace/2"
+    assert typed.to_dict() == gate
     out = capsys.readouterr().out
     assert "strict                 3/8 (0.3750) [" in out
     assert "disagreeing rows: 5 (local_invalid 1, missing 1, reference_invalid 1, strict 2)" \

@@ -79,7 +79,7 @@ def test_seven_thousand_rows_resume_workers_progress_and_table(
     m = view_metrics(preds, "strict", "upstream", replicates=200)
     gold = [int(p.gold != 0) for p in preds if p.pred is not None]
     pred = [int(p.pred != 0) for p in preds if p.pred is not None]
-    assert m["kept"] == len(gold) == ROWS
-    assert m["accuracy"]["value"] == pytest.approx(accuracy_score(gold, pred))
-    assert m["f1"]["value"] == pytest.approx(f1_score(gold, pred))
-    assert m["recall"]["value"] == pytest.approx(recall_score(gold, pred))
+    assert m.kept == len(gold) == ROWS
+    assert m.accuracy.point == pytest.approx(accuracy_score(gold, pred))
+    assert m.f1.point == pytest.approx(f1_score(gold, pred))
+    assert m.recall.point == pytest.approx(recall_score(gold, pred))

@@ -16,7 +16,13 @@ from sklearn.metrics import accuracy_score, f1_score, recall_score
 
 from guardrepro.bench.cohort.split import build_any_cohort_file
 from guardrepro.checks.core.bootstrap import ratio_interval
-from guardrepro.checks.stats.toolsafe_metrics import SplitPrediction, mode_label, view_metrics
+from guardrepro.checks.core.figure import Average, Figure
+from guardrepro.checks.stats.toolsafe_metrics import (
+    SplitPrediction,
+    ViewMetrics,
+    mode_label,
+    view_metrics,
+)
 from guardrepro.cli import main
 from guardrepro.run.pipeline import run_cohort
 
@@ -87,6 +93,9 @@ def test_released_logs_match_sklearn_in_both_views(
                      "--data-dir", str(tmp_path), "--replicates", "200")
     views = {e["view"]: e for e in doc["rows"]}
     assert set(views) == {"upstream", "fail_closed"}
+    from guardrepro.checks.parity.toolsafe_table import ToolsafeTable
+
+    assert ToolsafeTable.from_dict(doc).to_dict() == doc  # the document reads back
     gold = [r["score"] for r in rows]
     kept = [(g, p) for g, p in zip(gold, preds, strict=True) if p is not None]
     expected = {
@@ -180,12 +189,15 @@ def test_accuracy_interval_is_the_interval_engines(tmp_path: Path) -> None:
                for s in kept if s.pred is not None]
     iv = ratio_interval(correct, [1.0] * len(kept), [s.interaction_id for s in kept],
                         replicates=500, seed=5)
-    assert (m["accuracy"]["lower"], m["accuracy"]["upper"]) == (iv.lower, iv.upper)
-    assert m["interval"]["clusters"] == len({s.interaction_id for s in kept})
+    assert (m.accuracy.lower, m.accuracy.upper) == (iv.lower, iv.upper)
+    assert m.interval is not None
+    assert m.interval.clusters == len({s.interaction_id for s in kept})
     # same seed, same intervals; the recall interval covers its point
     again = view_metrics(split, "strict", "upstream", replicates=500, seed=5)
     assert again == m
-    assert m["recall"]["lower"] <= m["recall"]["value"] <= m["recall"]["upper"]
+    low, point, high = m.recall.lower, m.recall.point, m.recall.upper
+    assert low is not None and point is not None and high is not None
+    assert low <= point <= high
 
 
 def test_binary_figures_over_zero_are_zero_as_sklearns_default(recwarn: Any) -> None:
@@ -196,11 +208,14 @@ def test_binary_figures_over_zero_are_zero_as_sklearns_default(recwarn: Any) -> 
              for i, (g, p) in enumerate(zip(gold, pred, strict=True))]
     m = view_metrics(split, "strict", "upstream", replicates=50, seed=3)
     y = _labels(gold, "strict")
-    assert m["f1"]["value"] == f1_score(y, y) == 0.0
-    assert m["recall"]["value"] == recall_score(y, y) == 0.0
-    assert (m["f1"]["numerator"], m["f1"]["denominator"]) == (0, 0)
-    assert (m["recall"]["numerator"], m["recall"]["denominator"]) == (0, 0)
-    assert m["f1"]["lower"] == m["f1"]["upper"] == 0.0
+    assert m.f1.point == f1_score(y, y) == 0.0
+    assert m.recall.point == recall_score(y, y) == 0.0
+    assert isinstance(m.f1, Figure) and isinstance(m.recall, Figure)
+    assert (m.f1.count, m.f1.denominator) == (0, 0)
+    assert (m.recall.count, m.recall.denominator) == (0, 0)
+    assert m.f1.lower == m.f1.upper == 0.0
+    assert m.to_dict()["f1"] == {"value": 0.0, "numerator": 0, "denominator": 0,
+                                 "lower": 0.0, "upper": 0.0, "undefined_replicates": 0}
 
 
 def test_exact_macro_counts_a_class_seen_only_in_predictions() -> None:
@@ -210,8 +225,12 @@ def test_exact_macro_counts_a_class_seen_only_in_predictions() -> None:
              for i, (g, p) in enumerate(zip(gold, pred, strict=True))]
     m = view_metrics(split, "exact", "upstream", replicates=0)
     want = _sklearn(gold, pred, "exact")
-    assert m["f1"]["value"] == pytest.approx(want["f1"])
-    assert m["recall"]["value"] == pytest.approx(want["recall"])
+    assert m.f1.point == pytest.approx(want["f1"])
+    assert m.recall.point == pytest.approx(want["recall"])
+    # a macro average is no ratio of counts: an Average, written without them
+    assert isinstance(m.f1, Average) and isinstance(m.accuracy, Figure)
+    assert m.to_dict()["recall"] == {"value": m.recall.point}
+    assert ViewMetrics.from_dict(m.to_dict()) == m
     assert np.isclose(want["recall"], (1 / 2 + 0 + 1 / 2) / 3)  # classes 0, 1, 2
 
 

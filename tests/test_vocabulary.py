@@ -98,6 +98,9 @@ def test_flips_name_their_view_and_agree(toy: dict[str, Path],
     stats = json.loads((toy["run"] / "stats.json").read_text())["edits"]["combined"]
     table = _json(["guard-table", str(toy["run"]), "--replicates", "200",
                    "--no-progress"], capsys)
+    from guardrepro.checks.report.guard_table import GuardTable
+
+    assert GuardTable.from_dict(table).to_dict() == table  # the document reads back
     column = next(iter(table["guards"].values()))
     for view, key in (("all_pairs", "flips_all"), ("valid_both_only", "flips_valid")):
         fig = column["flip_views"][view]["combined"]

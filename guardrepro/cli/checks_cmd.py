@@ -91,8 +91,8 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     data = result.to_dict()
     # the verdict is printed before gate.json is written, so an unwritable
     # output directory (exit 2) still shows it
-    emit(as_json, data, format_table(result) + "\n" + format_agreement(
-        result.extra["agreement"]) + "\n" + result.verdict)
+    agreement = "" if result.agreement is None else format_agreement(result.agreement) + "\n"
+    emit(as_json, data, format_table(result) + "\n" + agreement + result.verdict)
     written = write_json_atomic(out_dir(path, out) / "gate.json", data)
     say(as_json)(f"wrote {written}")
     if not result.passed:

@@ -73,11 +73,12 @@ def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bo
     from guardrepro.checks.parity.sides import Side, compare_sides, side_of_run, sides_line
 
     result = compare_with_reference(run, spec, cohort=cohort, home=home)
-    ref = result["reference"]
+    ref = result.reference
     ref_side = side_of_run(ref["path"]) if ref.get("type") == "records" else Side()
-    result["sides"] = compare_sides(side_of_run(run), ref_side)
-    emit(as_json, result, f"{sides_line(result['sides'], ('A', 'B'))}\n"
-         f"A: {run}\nB: {spec} ({ref['type']})\n" + format_agreement(result["agreement"]))
+    sides = compare_sides(side_of_run(run), ref_side)
+    result = result.with_extra(sides=sides)
+    emit(as_json, result.to_dict(), f"{sides_line(sides, ('A', 'B'))}\n"
+         f"A: {run}\nB: {spec} ({ref['type']})\n" + format_agreement(result.agreement))
     if json_out is not None:
-        write_json_atomic(json_out, result)
+        write_json_atomic(json_out, result.to_dict())
         say(as_json)(f"wrote {json_out}")

@@ -57,7 +57,7 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
                              costs=parse_costs(costs), axes=chosen, replicates=replicates,
                              seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "frontier.json", report)
+    write_json_atomic(out / "frontier.json", report.to_dict())
     frontier_figure(report, out / "frontier.png")
-    emit(as_json, report, format_frontier(report))
+    emit(as_json, report.to_dict(), format_frontier(report))
     say(as_json)(f"wrote {out / 'frontier.json'} and {out / 'frontier.png'}")

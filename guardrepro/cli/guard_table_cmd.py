@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -32,6 +32,7 @@ from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
     from guardrepro.checks.io.runio import RunData
+    from guardrepro.checks.report.guard_splits import GuardSplitTable
 
 
 @click.command("guard-table", short_help="Several guards' runs of one cohort, side by side.")
@@ -86,9 +87,9 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
 
     table = build([Path(r) for r in runs], list(labels) or None, replicates=replicates, seed=seed,
                   progress=progress)
-    emit(as_json, table, format_guard_table(table))
+    emit(as_json, table.to_dict(), format_guard_table(table))
     if json_path is not None:
-        write_json_atomic(json_path, table)
+        write_json_atomic(json_path, table.to_dict())
         say(True)(f"wrote {json_path}")
     if figure_path is not None:
         guard_table_figure(table, figure_path)
@@ -99,7 +100,7 @@ def split_document(sources: Sequence[str | RunData], labels: tuple[str, ...],
                    modes: tuple[str, ...],
                    paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                    home: Path | None, replicates: int, seed: int,
-                   progress: bool) -> dict[str, Any]:
+                   progress: bool) -> GuardSplitTable:
     """``checks.report.guard_splits.guard_split_table`` with the CLI's defaults (the
     shipped published tables, the lock's data when no --data-dir)."""
     from guardrepro.checks.parity.toolsafe_table import load_published_tables
@@ -131,9 +132,9 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
 
     doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
                          replicates, seed, progress)
-    emit(as_json, doc, format_markdown(doc))
+    emit(as_json, doc.to_dict(), format_markdown(doc))
     if json_path is not None:
-        write_json_atomic(json_path, doc)
+        write_json_atomic(json_path, doc.to_dict())
         say(as_json)(f"wrote {json_path}")
     if figure_path is not None:
         guard_split_figure(doc, figure_path)

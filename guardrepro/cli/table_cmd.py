@@ -105,7 +105,7 @@ def table(sources: tuple[str, ...], benchmark: str, mode: str, data_dir: Path | 
     published = load_published_tables(_published_path(published_path))
     doc = toolsafe_table(paths, rows, benchmark, mode, published,
                          guard=published_guard, replicates=replicates, seed=seed)
-    emit(as_json, doc, format_table(doc))
+    emit(as_json, doc.to_dict(), format_table(doc))
     if out is not None:
-        write_json_atomic(out, doc)
+        write_json_atomic(out, doc.to_dict())
         say(as_json)(f"wrote {out}")

@@ -25,18 +25,31 @@ Invariants:
   bootstrap of the mean per-row difference (clusters = base sample) from
   ``checks.core.bootstrap.ratio_interval``; "better" is claimed only when the
   interval excludes 0.
+
+The result is typed: ``FrontierReport`` (``to_dict()`` is ``frontier.json``,
+``to_json()`` its text) of ``ConfigMetrics`` (FN and FP rates as
+``checks.core.figure.Figure`` in the rate shape, harm with its bootstrap
+``Interval``, an ``Agreement`` of two ``Figure``), two ``Pareto`` and the
+``PairedDifference`` rows; what a sweep adds (``sweep``, ``recommendation``)
+goes through ``with_extra``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
-from guardrepro.checks.core.figure import RATE, Figure, encode, read_any
+from guardrepro.checks.core.bootstrap import (
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    Interval,
+    ratio_interval,
+)
+from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import fixed, frac, sig3
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.limits import read_json_file
 from guardrepro.schema import Record, strict_decision
@@ -62,6 +75,88 @@ class Config:
     source: str
     records: tuple[Record, ...]
     artifact_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Agreement(JsonValue):
+    """Agreement with the reference on the shared rows (``agreement``)."""
+
+    rows: int
+    strict: Figure = opt(shape=RATE)
+    exact: Figure = opt(shape=RATE)
+
+
+@dataclass(frozen=True)
+class ConfigMetrics(JsonValue):
+    """Cost, errors, harm and agreement of one configuration (``config_metrics``)."""
+
+    name: str
+    source: str
+    rows: int
+    invalid_rows: int
+    artifact_bytes: int | None
+    peak_memory_bytes: int | None
+    seconds: float
+    rows_per_s: float | None
+    prefill_tok_per_s: float | None
+    decode_tok_per_s: float | None
+    fn: int
+    fp: int
+    harm_per_100: float
+    harm_interval: Interval
+    agreement: Agreement | None
+    strict_disagreement: float | None
+    fn_rate: Figure = opt(shape=RATE)
+    fp_rate: Figure = opt(shape=RATE)
+
+
+@dataclass(frozen=True)
+class Pareto(JsonValue):
+    """The frontier on ``axes``, the dominated names with their dominators and
+    the names not placed with their unknown axes (``pareto``)."""
+
+    axes: tuple[str, ...]
+    frontier: tuple[str, ...]
+    dominated: Mapping[str, tuple[str, ...]]
+    unplaced: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class PairedDifference(JsonValue):
+    """Harm per 100 rows of ``a`` minus ``b`` on their shared rows (``paired_difference``)."""
+
+    a: str
+    b: str
+    rows: int
+    only_in_a: int
+    only_in_b: int
+    harm_difference_per_100: float
+    interval: Interval
+    verdict: str
+
+
+@dataclass(frozen=True)
+class FrontierReport(JsonValue):
+    """Everything ``frontier.json`` holds; ``extra`` (written beside the other
+    keys) is what a caller adds, as a sweep its ``sweep`` and ``recommendation``."""
+
+    costs: Mapping[str, float]
+    reference: str | None
+    configurations: tuple[ConfigMetrics, ...]
+    frontier: Pareto
+    dominance_all_axes: Pareto
+    paired_vs_reference: tuple[PairedDifference, ...]
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)
+
+    def with_extra(self, **extra: Any) -> FrontierReport:
+        return replace(self, extra={**self.extra, **extra})
+
+    def metrics(self, name: str) -> ConfigMetrics:
+        """The configuration named ``name``."""
+        for m in self.configurations:
+            if m.name == name:
+                return m
+        raise InputError(f"no configuration {name!r}", field="name")
 
 
 def _artifact_bytes(path: Path) -> int | None:
@@ -133,7 +228,7 @@ def row_harm(record: Record, costs: Mapping[str, float]) -> tuple[int, int, floa
     return fn, fp, costs["FN"] * fn + costs["FP"] * fp
 
 
-def _speed(records: Sequence[Record]) -> dict[str, float | None]:
+def _speed(records: Sequence[Record]) -> dict[str, Any]:
     wall = float(sum(r.timings.total_s for r in records))
     prefill = float(sum(r.timings.prefill_s for r in records))
     decode = float(sum(r.timings.decode_s for r in records))
@@ -147,7 +242,7 @@ def _speed(records: Sequence[Record]) -> dict[str, float | None]:
     }
 
 
-def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dict[str, Any]:
+def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> Agreement:
     """Strict and exact-score agreement on shared rows, by the gate's rule: a
     row agrees only when both sides are valid (strict: same decision, over all
     shared rows; exact: same score, over the jointly valid rows)."""
@@ -155,13 +250,12 @@ def agreement(records: Sequence[Record], reference: Mapping[str, Record]) -> dic
     valid = [(a, b) for a, b in shared if a.valid and b.valid]
     strict = sum(1 for a, b in valid if a.strict_decision == b.strict_decision)
     exact = sum(1 for a, b in valid if a.score == b.score)
-    return {"rows": len(shared), "strict": encode(Figure.of(strict, len(shared)), RATE),
-            "exact": encode(Figure.of(exact, len(valid)), RATE)}
+    return Agreement(len(shared), Figure.of(strict, len(shared)), Figure.of(exact, len(valid)))
 
 
 def config_metrics(config: Config, costs: Mapping[str, float],
                    reference: Mapping[str, Record] | None, *, replicates: int,
-                   seed: int) -> dict[str, Any]:
+                   seed: int) -> ConfigMetrics:
     """Cost, errors, harm (with interval) and agreement of one configuration."""
     records = config.records
     per_row = [row_harm(r, costs) for r in records]
@@ -175,34 +269,29 @@ def config_metrics(config: Config, costs: Mapping[str, float],
                               seed=seed)
     peaks = [r.peak_memory_bytes for r in records]
     agree = None if reference is None else agreement(records, reference)
-    return {
-        "name": config.name,
-        "source": config.source,
-        "rows": len(records),
-        "invalid_rows": invalid,
-        "artifact_bytes": config.artifact_bytes,
-        "peak_memory_bytes": None if any(p is None for p in peaks) else max(
+    speed = _speed(records)
+    return ConfigMetrics(
+        name=config.name, source=config.source, rows=len(records), invalid_rows=invalid,
+        artifact_bytes=config.artifact_bytes,
+        peak_memory_bytes=None if any(p is None for p in peaks) else max(
             int(p) for p in peaks if p is not None),
-        **_speed(records),
-        "fn": fn, "fp": fp,
-        "fn_rate": encode(Figure.of(fn, gold_unsafe), RATE),
-        "fp_rate": encode(Figure.of(fp, len(records) - gold_unsafe), RATE),
-        "harm_per_100": harm,
-        "harm_interval": interval.to_dict(),
-        "agreement": agree,
-        "strict_disagreement": None if agree is None or agree["strict"]["rate"] is None
-        else 1.0 - agree["strict"]["rate"],
-    }
+        seconds=speed["seconds"], rows_per_s=speed["rows_per_s"],
+        prefill_tok_per_s=speed["prefill_tok_per_s"],
+        decode_tok_per_s=speed["decode_tok_per_s"], fn=fn, fp=fp,
+        fn_rate=Figure.of(fn, gold_unsafe), fp_rate=Figure.of(fp, len(records) - gold_unsafe),
+        harm_per_100=harm, harm_interval=interval, agreement=agree,
+        strict_disagreement=None if agree is None or agree.strict.point is None
+        else 1.0 - agree.strict.point)
 
 
-def axis_value(metrics: Mapping[str, Any], axis: str) -> float | None:
+def axis_value(metrics: ConfigMetrics, axis: str) -> float | None:
     if axis not in AXES:
         raise InputError(f"unknown axis {axis!r}; one of {sorted(AXES)}", field="axes")
-    value = metrics.get(AXES[axis][0])
+    value = getattr(metrics, AXES[axis][0])
     return None if value is None else float(value)
 
 
-def dominates(a: Mapping[str, Any], b: Mapping[str, Any], axes: Sequence[str]) -> bool:
+def dominates(a: ConfigMetrics, b: ConfigMetrics, axes: Sequence[str]) -> bool:
     """A is no worse than B on every axis and strictly better on one (known values only)."""
     strictly = False
     for axis in axes:
@@ -217,24 +306,23 @@ def dominates(a: Mapping[str, Any], b: Mapping[str, Any], axes: Sequence[str]) -
     return strictly
 
 
-def pareto(metrics: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> dict[str, Any]:
+def pareto(metrics: Sequence[ConfigMetrics], axes: Sequence[str]) -> Pareto:
     """Frontier on ``axes``: names on it, each dominated name with its dominators,
     and configurations not placed (unknown value on an axis)."""
     placed = [m for m in metrics if all(axis_value(m, a) is not None for a in axes)]
-    unplaced = {m["name"]: [a for a in axes if axis_value(m, a) is None]
-                for m in metrics if m not in placed}
-    dominated: dict[str, list[str]] = {}
+    unplaced = {m.name: tuple(a for a in axes if axis_value(m, a) is None)
+                for m in metrics if not any(m is p for p in placed)}
+    dominated: dict[str, tuple[str, ...]] = {}
     for m in placed:
-        by = [o["name"] for o in placed if o is not m and dominates(o, m, axes)]
+        by = tuple(o.name for o in placed if o is not m and dominates(o, m, axes))
         if by:
-            dominated[m["name"]] = by
-    frontier = [m["name"] for m in placed if m["name"] not in dominated]
-    return {"axes": list(axes), "frontier": frontier, "dominated": dominated,
-            "unplaced": unplaced}
+            dominated[m.name] = by
+    frontier = tuple(m.name for m in placed if m.name not in dominated)
+    return Pareto(tuple(axes), frontier, dominated, unplaced)
 
 
 def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, replicates: int,
-                      seed: int) -> dict[str, Any]:
+                      seed: int) -> PairedDifference:
     """Harm per 100 rows of A minus B on their shared rows, with a cluster interval."""
     mine = {r.row_id: r for r in a.records}
     theirs = {r.row_id: r for r in b.records}
@@ -253,16 +341,15 @@ def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, repli
         verdict = f"{b.name} better"
     else:
         verdict = "no difference shown (interval includes 0)"
-    return {"a": a.name, "b": b.name, "rows": len(shared),
-            "only_in_a": len(mine) - len(shared), "only_in_b": len(theirs) - len(shared),
-            "harm_difference_per_100": sum(diffs) / len(diffs),
-            "interval": interval.to_dict(), "verdict": verdict}
+    return PairedDifference(a.name, b.name, len(shared), len(mine) - len(shared),
+                            len(theirs) - len(shared), sum(diffs) / len(diffs), interval,
+                            verdict)
 
 
 def frontier_report(configs: Sequence[Config], *, reference: str | None,
                     costs: Mapping[str, float], axes: Sequence[str] = ("memory", "harm"),
                     replicates: int = DEFAULT_REPLICATES,
-                    seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                    seed: int = DEFAULT_SEED) -> FrontierReport:
     """Everything ``frontier.json`` holds (see module docstring)."""
     if len(axes) != 2:
         raise InputError("the frontier needs exactly two axes", field="axes")
@@ -276,58 +363,47 @@ def frontier_report(configs: Sequence[Config], *, reference: str | None,
     metrics = [config_metrics(c, costs, ref_rows, replicates=replicates, seed=seed)
                for c in configs]
     all_axes = [a for a in AXES if a not in ("fn", "fp")]
-    paired = [] if ref is None else [
+    paired = () if ref is None else tuple(
         paired_difference(c, ref, costs, replicates=replicates, seed=seed)
-        for c in configs if c is not ref]
-    return {
-        "costs": dict(costs),
-        "reference": reference,
-        "configurations": metrics,
-        "frontier": pareto(metrics, axes),
-        "dominance_all_axes": pareto(metrics, all_axes),
-        "paired_vs_reference": paired,
-    }
+        for c in configs if c is not ref)
+    return FrontierReport(dict(costs), reference, tuple(metrics), pareto(metrics, axes),
+                          pareto(metrics, all_axes), paired)
 
 
 def _mb(value: Any) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
-def _frac(figure: Mapping[str, Any]) -> str:
-    return frac(read_any(figure) if figure else None)
-
-
-def format_frontier(report: Mapping[str, Any]) -> str:
+def format_frontier(report: FrontierReport) -> str:
     """A readable table of the configurations, the frontier and paired differences."""
-    costs = report["costs"]
+    costs = report.costs
     lines = [f"{'configuration':<22} {'bytes MB':>8} {'peak MB':>8} {'rows/s':>7} "
              f"{'prefill':>8} {'decode':>7} {'FN':>7} {'FP':>7} {'harm/100':>9} "
              f"{'95% CI':>15} {'strict':>7} {'exact':>7}"]
-    for m in report["configurations"]:
-        ci = m["harm_interval"]
-        interval = ("-" if ci["lower"] is None else f"[{ci['lower']:.1f}, {ci['upper']:.1f}]")
-        agree = m["agreement"] or {}
-        strict = agree.get("strict", {})
-        exact = agree.get("exact", {})
+    for m in report.configurations:
+        ci = m.harm_interval
+        interval = ("-" if ci.lower is None or ci.upper is None
+                    else f"[{ci.lower:.1f}, {ci.upper:.1f}]")
+        agree = m.agreement
         lines.append(
-            f"{m['name']:<22} {_mb(m['artifact_bytes']):>8} {_mb(m['peak_memory_bytes']):>8} "
-            f"{sig3(m['rows_per_s']):>7} {fixed(m['prefill_tok_per_s'], 0):>8} "
-            f"{fixed(m['decode_tok_per_s'], 0):>7} "
-            f"{m['fn_rate']['count']:>3}/{m['fn_rate']['denominator']:<3} "
-            f"{m['fp_rate']['count']:>3}/{m['fp_rate']['denominator']:<3} "
-            f"{m['harm_per_100']:>9.2f} {interval:>15} "
-            f"{_frac(strict):>7} {_frac(exact):>7}")
-    front = report["frontier"]
+            f"{m.name:<22} {_mb(m.artifact_bytes):>8} {_mb(m.peak_memory_bytes):>8} "
+            f"{sig3(m.rows_per_s):>7} {fixed(m.prefill_tok_per_s, 0):>8} "
+            f"{fixed(m.decode_tok_per_s, 0):>7} "
+            f"{m.fn_rate.count:>3}/{m.fn_rate.denominator:<3} "
+            f"{m.fp_rate.count:>3}/{m.fp_rate.denominator:<3} "
+            f"{m.harm_per_100:>9.2f} {interval:>15} "
+            f"{frac(None if agree is None else agree.strict):>7} "
+            f"{frac(None if agree is None else agree.exact):>7}")
+    front = report.frontier
     lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
-    lines.append(f"frontier ({front['axes'][0]} vs {front['axes'][1]}): "
-                 + ", ".join(front["frontier"]))
-    for name, by in front["dominated"].items():
+    lines.append(f"frontier ({front.axes[0]} vs {front.axes[1]}): " + ", ".join(front.frontier))
+    for name, by in front.dominated.items():
         lines.append(f"  dominated: {name} (by {', '.join(by)})")
-    for name, missing in front["unplaced"].items():
+    for name, missing in front.unplaced.items():
         lines.append(f"  not placed: {name} (unknown {', '.join(missing)})")
-    for p in report["paired_vs_reference"]:
-        ci = p["interval"]
-        shown = "-" if ci["lower"] is None else f"[{ci['lower']:+.2f}, {ci['upper']:+.2f}]"
-        lines.append(f"paired harm {p['a']} - {p['b']}: {p['harm_difference_per_100']:+.2f} "
-                     f"per 100 rows on {p['rows']} rows {shown}: {p['verdict']}")
+    for p in report.paired_vs_reference:
+        low, high = p.interval.lower, p.interval.upper
+        shown = "-" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+        lines.append(f"paired harm {p.a} - {p.b}: {p.harm_difference_per_100:+.2f} "
+                     f"per 100 rows on {p.rows} rows {shown}: {p.verdict}")
     return "\n".join(lines)

@@ -9,6 +9,11 @@ bootstrap interval, frontier points joined), ``kl.png`` (mean and p99 KL per
 recipe) and ``margins.png`` (per row, the candidate's decision margin under
 teacher forcing, flipped rows marked).
 
+The summary is typed: one ``SummaryRow`` per configuration, its figures
+``checks.core.figure.Figure`` (the rate shape, top-1 agreement the count
+shape, as ``divergence.json`` writes it), the frontier a
+``frontier.FrontierReport``.
+
 Invariants: everything is recomputed from the files, so a resumed sweep and a
 fresh one write the same outputs; every file is written atomically.
 """
@@ -16,14 +21,22 @@ fresh one write the same outputs; every file is written atomically.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.figure import read_any
+from guardrepro.checks.core.figure import COUNT, RATE, Figure, decode
 from guardrepro.checks.core.formatting import frac
+from guardrepro.checks.core.serde import JsonValue, as_json_value, opt
 from guardrepro.checks.io.runio import read_records_file, write_json_atomic
 from guardrepro.checks.report.figures import annotate_apart, pyplot, save_png
-from guardrepro.experiments.frontier import AXES, format_frontier, frontier_report, load_config
+from guardrepro.experiments.frontier import (
+    AXES,
+    FrontierReport,
+    format_frontier,
+    frontier_report,
+    load_config,
+)
 from guardrepro.experiments.spec import SweepSpec
 from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic
@@ -39,31 +52,62 @@ def config_dirs(spec: SweepSpec, out: Path, device: str) -> list[tuple[str, Path
     return [(spec.reference_name, out / "reference")] + [(n, out / "runs" / n) for n in names]
 
 
+@dataclass(frozen=True)
+class SummaryRow(JsonValue):
+    """One configuration of ``summary.json``: what it is, its cost, errors and
+    harm (from the frontier), its agreement with the reference and, for a
+    recipe, its divergence and token identity (its own ``summary.json``)."""
+
+    name: str
+    kind: str
+    recipe: str | None
+    device: str | None
+    artifact_bytes: int | None
+    rows: int
+    invalid_rows: int
+    mean_kl: float | None
+    p99_kl: float | None
+    decision_mean_kl: float | None
+    decision_min_margin: float | None
+    harm_per_100: float
+    peak_memory_bytes: int | None
+    rows_per_s: float | None
+    decode_tok_per_s: float | None
+    identical_tokens: Figure | None = opt(shape=RATE)
+    strict_agreement: Figure | None = opt(shape=RATE)
+    exact_agreement: Figure | None = opt(shape=RATE)
+    top1_agreement: Figure | None = opt(shape=COUNT)
+    fn: Figure = opt(shape=RATE)
+    fp: Figure = opt(shape=RATE)
+
+
+def _side_figure(side: Mapping[str, Any], key: str, shape: str) -> Figure | None:
+    data = side.get(key)
+    return None if data is None else decode(data, shape)
+
+
 def summary_rows(spec: SweepSpec, out: Path, device: str,
-                 report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    metrics = {m["name"]: m for m in report["configurations"]}
+                 report: FrontierReport) -> list[SummaryRow]:
     rows = []
     for name, folder in config_dirs(spec, out, device):
         side = _json(folder / "summary.json") if (folder / "summary.json").exists() else {}
-        m = metrics[name]
+        m = report.metrics(name)
+        agree = m.agreement
         div = side.get("divergence") or {}
         comp = side.get("compare") or {}
-        rows.append({
-            "name": name, "kind": side.get("kind", "reference"),
-            "recipe": side.get("recipe"), "device": side.get("device"),
-            "artifact_bytes": m["artifact_bytes"], "rows": m["rows"],
-            "invalid_rows": m["invalid_rows"],
-            "identical_tokens": comp.get("identical_tokens"),
-            "strict_agreement": (m["agreement"] or {}).get("strict"),
-            "exact_agreement": (m["agreement"] or {}).get("exact"),
-            "mean_kl": div.get("mean_kl"), "p99_kl": div.get("p99_kl"),
-            "top1_agreement": div.get("top1_agreement"),
-            "decision_mean_kl": div.get("decision_mean_kl"),
-            "decision_min_margin": div.get("decision_min_margin"),
-            "fn": m["fn_rate"], "fp": m["fp_rate"], "harm_per_100": m["harm_per_100"],
-            "peak_memory_bytes": m["peak_memory_bytes"], "rows_per_s": m["rows_per_s"],
-            "decode_tok_per_s": m["decode_tok_per_s"],
-        })
+        rows.append(SummaryRow(
+            name=name, kind=side.get("kind", "reference"), recipe=side.get("recipe"),
+            device=side.get("device"), artifact_bytes=m.artifact_bytes, rows=m.rows,
+            invalid_rows=m.invalid_rows, mean_kl=div.get("mean_kl"), p99_kl=div.get("p99_kl"),
+            decision_mean_kl=div.get("decision_mean_kl"),
+            decision_min_margin=div.get("decision_min_margin"), harm_per_100=m.harm_per_100,
+            peak_memory_bytes=m.peak_memory_bytes, rows_per_s=m.rows_per_s,
+            decode_tok_per_s=m.decode_tok_per_s,
+            identical_tokens=_side_figure(comp, "identical_tokens", RATE),
+            strict_agreement=None if agree is None else agree.strict,
+            exact_agreement=None if agree is None else agree.exact,
+            top1_agreement=_side_figure(div, "top1_agreement", COUNT),
+            fn=m.fn_rate, fp=m.fp_rate))
     return rows
 
 
@@ -71,78 +115,73 @@ def _g(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _frac(figure: Mapping[str, Any] | None) -> str:
-    return frac(read_any(figure) if figure else None)
-
-
-def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def summary_table(rows: Sequence[SummaryRow]) -> str:
     head = ("| config | MB | tokens identical | strict agree | exact agree | mean KL | p99 KL "
             "| top-1 agree | decision KL | min decision margin | FN | FP | harm/100 "
             "| peak MB | rows/s |")
     lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for r in rows:
-        mb = None if r["artifact_bytes"] is None else r["artifact_bytes"] / 1e6
-        peak = None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 1e6
+        mb = None if r.artifact_bytes is None else r.artifact_bytes / 1e6
+        peak = None if r.peak_memory_bytes is None else r.peak_memory_bytes / 1e6
         lines.append(
-            f"| {r['name']} | {_g(mb, '.2f')} | {_frac(r['identical_tokens'])} "
-            f"| {_frac(r['strict_agreement'])} | {_frac(r['exact_agreement'])} "
-            f"| {_g(r['mean_kl'], '.2e')} | {_g(r['p99_kl'], '.2e')} "
-            f"| {_frac(r['top1_agreement'])} | {_g(r['decision_mean_kl'], '.2e')} "
-            f"| {_g(r['decision_min_margin'], '.2f')} | {_frac(r['fn'])} | {_frac(r['fp'])} "
-            f"| {r['harm_per_100']:.1f} | {_g(peak, '.0f')} | {_g(r['rows_per_s'], '.3g')} |")
+            f"| {r.name} | {_g(mb, '.2f')} | {frac(r.identical_tokens)} "
+            f"| {frac(r.strict_agreement)} | {frac(r.exact_agreement)} "
+            f"| {_g(r.mean_kl, '.2e')} | {_g(r.p99_kl, '.2e')} "
+            f"| {frac(r.top1_agreement)} | {_g(r.decision_mean_kl, '.2e')} "
+            f"| {_g(r.decision_min_margin, '.2f')} | {frac(r.fn)} | {frac(r.fp)} "
+            f"| {r.harm_per_100:.1f} | {_g(peak, '.0f')} | {_g(r.rows_per_s, '.3g')} |")
     return "\n".join(lines) + "\n"
 
 
 def write_outputs(spec: SweepSpec, out: Path,
-                  device: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                  device: str) -> tuple[list[SummaryRow], FrontierReport]:
     configs = [load_config(folder, name) for name, folder in config_dirs(spec, out, device)]
     report = frontier_report(configs, reference=spec.reference_name, costs=spec.costs,
                              axes=spec.axes, replicates=spec.replicates, seed=spec.seed)
-    report["sweep"] = {"name": spec.name, "spec": str(spec.path), "spec_sha256": spec.sha256,
-                       "device": device}
-    write_json_atomic(out / "frontier.json", report)
+    report = report.with_extra(sweep={"name": spec.name, "spec": str(spec.path),
+                                      "spec_sha256": spec.sha256, "device": device})
+    write_json_atomic(out / "frontier.json", report.to_dict())
     write_atomic(out / "frontier.md", format_frontier(report) + "\n")
     rows = summary_rows(spec, out, device, report)
-    write_json_atomic(out / "summary.json", rows)
+    write_json_atomic(out / "summary.json", as_json_value(rows))
     write_atomic(out / "summary.md", summary_table(rows))
     frontier_figure(report, out / "frontier.png")
     kl_figure(rows, out / "kl.png")
     margin_figure(spec, out, device, out / "margins.png")
-    report["recommendation"] = recommend(rows, report)
-    write_json_atomic(out / "frontier.json", report)
+    report = report.with_extra(recommendation=recommend(rows, report))
+    write_json_atomic(out / "frontier.json", report.to_dict())
     write_atomic(out / "report.md", sweep_report(spec, device, rows, report))
     return rows, report
 
 
-def recommend(rows: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> dict[str, Any]:
+def recommend(rows: Sequence[SummaryRow], report: FrontierReport) -> dict[str, Any]:
     """The smallest recipe artifact that agrees with the reference on every row
     the reference itself can agree on (its valid rows: the reference's
     agreement with itself under the gate's rule) and whose paired harm interval
     does not show it worse; ties go to the lower mean KL. None when no recipe
     qualifies."""
-    worse = {p["a"] for p in report["paired_vs_reference"]
-             if p["verdict"] == f"{p['b']} better"}
-    ceiling = next((r["strict_agreement"]["count"] for r in rows
-                    if r["kind"] == "reference" and r["strict_agreement"]), None)
-    ok = [r for r in rows if r["kind"] == "recipe" and r["name"] not in worse
-          and r["strict_agreement"] and ceiling is not None
-          and r["strict_agreement"]["count"] == ceiling
-          and r["artifact_bytes"] is not None]
+    worse = {p.a for p in report.paired_vs_reference if p.verdict == f"{p.b} better"}
+    ceiling = next((r.strict_agreement.count for r in rows
+                    if r.kind == "reference" and r.strict_agreement is not None), None)
+    ok = [r for r in rows if r.kind == "recipe" and r.name not in worse
+          and r.strict_agreement is not None and ceiling is not None
+          and r.strict_agreement.count == ceiling and r.artifact_bytes is not None]
     if not ok:
         return {"name": None, "reason": "no recipe agrees with the reference on every row"}
-    best = min(ok, key=lambda r: (r["artifact_bytes"], r["mean_kl"] or 0.0))
-    return {"name": best["name"], "artifact_bytes": best["artifact_bytes"],
-            "reason": (f"smallest artifact ({best['artifact_bytes'] / 1e6:.2f} MB) with strict "
-                       f"agreement {_frac(best['strict_agreement'])} and exact agreement "
-                       f"{_frac(best['exact_agreement'])} with the reference, mean KL "
-                       f"{_g(best['mean_kl'], '.2e')}, smallest decision margin "
-                       f"{_g(best['decision_min_margin'], '.2f')}; the paired harm interval "
+    best = min(ok, key=lambda r: (r.artifact_bytes or 0, r.mean_kl or 0.0))
+    size = best.artifact_bytes or 0
+    return {"name": best.name, "artifact_bytes": best.artifact_bytes,
+            "reason": (f"smallest artifact ({size / 1e6:.2f} MB) with strict "
+                       f"agreement {frac(best.strict_agreement)} and exact agreement "
+                       f"{frac(best.exact_agreement)} with the reference, mean KL "
+                       f"{_g(best.mean_kl, '.2e')}, smallest decision margin "
+                       f"{_g(best.decision_min_margin, '.2f')}; the paired harm interval "
                        "does not show it worse")}
 
 
-def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]],
-                 report: Mapping[str, Any]) -> str:
-    rec = report["recommendation"]
+def sweep_report(spec: SweepSpec, device: str, rows: Sequence[SummaryRow],
+                 report: FrontierReport) -> str:
+    rec = report.extra["recommendation"]
     lines = [
         f"# Sweep {spec.name}", "",
         f"Spec `{spec.path.name}` (sha256 {spec.sha256[:12]}...), MLX device {device}, "
@@ -162,25 +201,26 @@ def sweep_report(spec: SweepSpec, device: str, rows: Sequence[Mapping[str, Any]]
     return "\n".join(lines)
 
 
-def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
+def frontier_figure(report: FrontierReport, path: Path) -> Path:
     plt = pyplot()
-    x_axis, y_axis = report["frontier"]["axes"]
-    on = set(report["frontier"]["frontier"])
+    x_axis, y_axis = report.frontier.axes
+    on = set(report.frontier.frontier)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     points = []
     labels: list[tuple[str, float, float]] = []
-    for m in report["configurations"]:
-        x, y = m.get(AXES[x_axis][0]), m.get(AXES[y_axis][0])
+    for m in report.configurations:
+        x, y = getattr(m, AXES[x_axis][0]), getattr(m, AXES[y_axis][0])
         if x is None or y is None:
             continue
         x = x / 1e6 if x_axis in ("memory", "bytes") else x
         err = None
-        if y_axis == "harm" and m["harm_interval"]["lower"] is not None:
-            err = [[y - m["harm_interval"]["lower"]], [m["harm_interval"]["upper"] - y]]
+        low, high = m.harm_interval.lower, m.harm_interval.upper
+        if y_axis == "harm" and low is not None and high is not None:
+            err = [[y - low], [high - y]]
         ax.errorbar([x], [y], yerr=err, fmt="o", capsize=3,
-                    color="tab:blue" if m["name"] in on else "tab:gray")
-        labels.append((m["name"], x, y))
-        if m["name"] in on:
+                    color="tab:blue" if m.name in on else "tab:gray")
+        labels.append((m.name, x, y))
+        if m.name in on:
             points.append((x, y))
     if points:
         xs, ys = zip(*sorted(points), strict=True)
@@ -193,13 +233,13 @@ def frontier_figure(report: Mapping[str, Any], path: Path) -> Path:
     return save_png(fig, path)
 
 
-def kl_figure(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+def kl_figure(rows: Sequence[SummaryRow], path: Path) -> Path:
     plt = pyplot()
-    scored = [r for r in rows if r["mean_kl"] is not None]
+    scored = [r for r in rows if r.mean_kl is not None]
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    names = [r["name"] for r in scored]
-    ax.bar(names, [r["mean_kl"] for r in scored], label="mean KL per token")
-    ax.plot(names, [r["p99_kl"] for r in scored], "o", color="tab:red", label="p99 KL")
+    names = [r.name for r in scored]
+    ax.bar(names, [r.mean_kl for r in scored], label="mean KL per token")
+    ax.plot(names, [r.p99_kl for r in scored], "o", color="tab:red", label="p99 KL")
     ax.set_yscale("log")
     ax.set_ylabel("KL(reference || recipe), nats")
     ax.legend(fontsize=8)

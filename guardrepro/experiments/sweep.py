@@ -44,16 +44,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.artifacts.store import read_hashed
 from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
+from guardrepro.experiments.frontier import FrontierReport
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
 from guardrepro.run.records import write_atomic
+
+if TYPE_CHECKING:
+    from guardrepro.experiments.outputs import SummaryRow
 
 Say = Callable[[str], None]
 
@@ -63,8 +67,8 @@ class SweepResult:
     out: Path
     device: str
     actions: list[str] = field(default_factory=list)
-    summary: list[dict[str, Any]] = field(default_factory=list)
-    frontier: dict[str, Any] | None = None
+    summary: list[SummaryRow] = field(default_factory=list)
+    frontier: FrontierReport | None = None
     # how each configuration's cohort run is executed: None = pipeline.run_cohort
     # here; `sweep --engine ray`: the summaries of the runs made on Ray
     run: Callable[..., Any] | None = None

@@ -92,6 +92,10 @@ class Interval:
             "undefined_replicates": self.undefined_replicates,
         }
 
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
+        """``checks.core.serde``'s hook: an ``Interval`` field is written as ``to_dict``."""
+        return self.to_dict()
+
 
 def _plain(x: float | None) -> int | float | None:
     if x is None:

@@ -19,10 +19,29 @@ format, not to the value):
   (stats intervals; no interval = null bounds over 0 clusters);
 - ``rate_bounds``: ``{count, denominator, rate, lower, upper}`` (attribution;
   the clusters are named in its settings, so the interval's are not kept).
+The tables' shapes (``TABLE_SHAPES``), whose interval is a ``TableCI`` (a
+``CI`` with what the table records beside it):
+
+- ``ratio_seeded``: the ratio shape whose ``interval`` is ``{lower, upper,
+  replicates, seed}`` (the guard table; no interval key without a bootstrap);
+- ``ratio_clustered``: the ratio shape whose ``interval`` is ``{lower, upper,
+  clusters, strata}``, ``strata`` the number of strata (the gate's
+  ``agreement`` section; no interval key over no rows);
+- ``value_bounds``: ``{value, numerator, denominator, lower, upper,
+  undefined_replicates}``, the bounds only when a bootstrap ran (ToolSafe's
+  table).
+
+A macro average (a mean of per-class ratios, ToolSafe's exact mode) has no
+count and no denominator, so it is not a ``Figure``: it is an ``Average``
+(point and optional ``CI``), written in the ``value_bounds`` shape without
+``numerator`` and ``denominator``; the formatters read ``point``, ``lower``
+and ``upper``, which both types have.
 
 Invariants: ``decode(encode(f, s), s) == f`` for every shape that carries
-the point (all but ``count``, whose point is recomputed); integral counts are
-written as JSON integers; an undefined point is ``None``.
+the point (all but ``count``, whose point is recomputed) and the interval's
+method (``ratio_seeded`` and ``value_bounds`` do not write it: read back, it is
+the plain cluster bootstrap; ``decode_value`` reads ``value_bounds``); integral
+counts are written as JSON integers; an undefined point is ``None``.
 """
 
 from __future__ import annotations
@@ -37,7 +56,12 @@ Number = int | float
 
 RATIO, RATE, COUNT, POINT, STATISTIC = "ratio", "rate", "count", "point", "statistic"
 RATE_BOUNDS = "rate_bounds"
+RATIO_SEEDED, RATIO_CLUSTERED, VALUE_BOUNDS = "ratio_seeded", "ratio_clustered", "value_bounds"
 SHAPES = (RATIO, RATE, COUNT, POINT, STATISTIC, RATE_BOUNDS)
+# the tables' shapes, whose intervals are a ``TableCI``; kept apart from SHAPES because
+# the stats.json cache fingerprint hashes SHAPES and every type reachable from the
+# stats result, and no stats figure uses these (a new table shape leaves caches valid)
+TABLE_SHAPES = (RATIO_SEEDED, RATIO_CLUSTERED, VALUE_BOUNDS)
 BOOTSTRAP = "cluster bootstrap of a ratio of sums"
 STRATIFIED_BOOTSTRAP = "stratified cluster bootstrap of a ratio of sums"
 
@@ -52,6 +76,18 @@ class CI:
     method: str = BOOTSTRAP
     clusters: int = 0
     strata: str | None = None
+
+
+@dataclass(frozen=True)
+class TableCI(CI):
+    """An interval of a table (``TABLE_SHAPES``) with what that table records
+    beside its bounds: the replicates and seed, the number of strata, the
+    replicates whose estimate was undefined (None: not recorded)."""
+
+    replicates: int | None = None
+    seed: int | None = None
+    strata_count: int | None = None
+    undefined_replicates: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +119,23 @@ class Figure:
         return 0 if self.interval is None else self.interval.clusters
 
 
+@dataclass(frozen=True)
+class Average:
+    """A value that is no single count over a denominator (a macro average):
+    its ``point`` and optional ``interval`` (module docstring)."""
+
+    point: float | None
+    interval: CI | None = None
+
+    @property
+    def lower(self) -> float | None:
+        return None if self.interval is None else self.interval.lower
+
+    @property
+    def upper(self) -> float | None:
+        return None if self.interval is None else self.interval.upper
+
+
 def plain(x: Number) -> Number:
     """Integers stay integers in JSON; integral floats from unweighted sums too."""
     if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
@@ -90,9 +143,44 @@ def plain(x: Number) -> Number:
     return x
 
 
-def encode(figure: Figure, shape: str) -> dict[str, Any]:
+def _value_bounds(figure: Figure | Average) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": figure.point}
+    if isinstance(figure, Figure):
+        out["numerator"], out["denominator"] = plain(figure.count), plain(figure.denominator)
+    if figure.interval is not None:
+        iv = _table_ci(figure.interval)
+        out.update(lower=iv.lower, upper=iv.upper, undefined_replicates=iv.undefined_replicates)
+    return out
+
+
+def _table_ci(iv: CI) -> TableCI:
+    if not isinstance(iv, TableCI):
+        raise ValueError("a table shape's interval is a TableCI")
+    return iv
+
+
+def _with_interval(out: dict[str, Any], iv: CI | None, keys: tuple[str, ...]) -> dict[str, Any]:
+    if iv is not None:
+        t = _table_ci(iv)
+        values = {"lower": t.lower, "upper": t.upper, "replicates": t.replicates,
+                  "seed": t.seed, "clusters": t.clusters, "strata": t.strata_count}
+        out["interval"] = {k: values[k] for k in keys}
+    return out
+
+
+def encode(figure: Figure | Average, shape: str) -> dict[str, Any]:
     """The JSON object of ``figure`` in ``shape`` (module docstring)."""
+    if shape == VALUE_BOUNDS:
+        return _value_bounds(figure)
+    if not isinstance(figure, Figure):
+        raise ValueError(f"an average has no {shape} shape")
     count, den, point = plain(figure.count), plain(figure.denominator), figure.point
+    if shape == RATIO_SEEDED:
+        return _with_interval({"numerator": count, "denominator": den, "value": point},
+                              figure.interval, ("lower", "upper", "replicates", "seed"))
+    if shape == RATIO_CLUSTERED:
+        return _with_interval({"numerator": count, "denominator": den, "value": point},
+                              figure.interval, ("lower", "upper", "clusters", "strata"))
     if shape == RATIO:
         out: dict[str, Any] = {"numerator": count, "denominator": den, "value": point}
         if figure.interval is not None:
@@ -140,25 +228,37 @@ def decode(data: Mapping[str, Any], shape: str) -> Figure:
         if shape == RATE_BOUNDS:
             return Figure(data["count"], data["denominator"], data["rate"],
                           CI(data["lower"], data["upper"]))
+        if shape == VALUE_BOUNDS:
+            value = decode_value(data)
+            if not isinstance(value, Figure):
+                raise InputError("a figure needs 'numerator'", field="numerator")
+            return value
+        if shape == RATIO_SEEDED:
+            iv = data.get("interval")
+            ci = None if iv is None else TableCI(iv["lower"], iv["upper"],
+                                                 replicates=iv["replicates"], seed=iv["seed"])
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
+        if shape == RATIO_CLUSTERED:
+            iv = data.get("interval")
+            ci = None if iv is None else TableCI(iv["lower"], iv["upper"], STRATIFIED_BOOTSTRAP,
+                                                 iv["clusters"], strata_count=iv["strata"])
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
     except KeyError as exc:
         raise InputError(f"a {shape} figure needs {exc.args[0]!r}",
                          field=str(exc.args[0])) from exc
     raise ValueError(f"unknown figure shape {shape!r}")
 
 
-def read_any(data: Mapping[str, Any]) -> Figure:
-    """A figure from a JSON object of any shape (``numerator`` or ``count``,
-    ``denominator``, and ``value``, ``point`` or ``rate`` when present, bounds
-    when present): the formatters' input when they are fed JSON rather than a
-    computed value."""
+def decode_value(data: Mapping[str, Any]) -> Figure | Average:
+    """A ``value_bounds`` object read back: a ``Figure`` when it has a numerator,
+    else an ``Average``."""
     try:
-        count = data["numerator"] if "numerator" in data else data["count"]
-        den = data["denominator"]
+        ci = (TableCI(data["lower"], data["upper"],
+                      undefined_replicates=data["undefined_replicates"])
+              if "lower" in data else None)
+        if "numerator" in data:
+            return Figure(data["numerator"], data["denominator"], data["value"], ci)
+        return Average(data["value"], ci)
     except KeyError as exc:
-        raise InputError(f"a figure needs {exc.args[0]!r}", field=str(exc.args[0])) from exc
-    keys = [k for k in ("value", "point", "rate") if k in data]
-    ci = (CI(data["lower"], data.get("upper"), BOOTSTRAP, data.get("clusters") or 0)
-          if "lower" in data else None)
-    if not keys:
-        return Figure.of(count, den, interval=ci)
-    return Figure(count, den, data[keys[0]], ci)
+        raise InputError(f"a {VALUE_BOUNDS} figure needs {exc.args[0]!r}",
+                         field=str(exc.args[0])) from exc

@@ -1,7 +1,7 @@
 """How counts, rates and numbers are written in every readable table.
 
-Input: ``checks.core.figure.Figure`` values (a figure read from JSON goes through
-``checks.core.figure.read_any`` first) and plain numbers that may be None. Output:
+Input: ``checks.core.figure.Figure`` values (a figure read from JSON is read
+back by its result type's ``from_dict``) and plain numbers that may be None. Output:
 short strings for text, Markdown and HTML tables.
 
 Invariants: an undefined number prints as ``-`` (``n/a`` where a table says

@@ -4,8 +4,9 @@ Input: a dataclass instance (``as_json_value``) or a class and a JSON value
 (``from_json_value``); the per-field options live in ``dataclasses.field``
 metadata made by ``opt``: ``key`` (the JSON key, default the field name),
 ``shape`` (how a ``Figure`` in the field, or in its mapping/tuple, is written:
-``checks.core.figure.SHAPES``), ``spread`` (a mapping field whose items sit in the
-parent object itself; on reading it takes every key no other field claims)
+``checks.core.figure.SHAPES`` and ``TABLE_SHAPES``), ``spread`` (a mapping field
+whose items sit in the parent object itself; on reading it takes every key no
+other field claims)
 and ``skip`` (not written; read back from its default).
 
 Output: dicts, lists and scalars (``json.dumps`` ready), or the rebuilt value.
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, TypeVar, Union, cast
 
-from guardrepro.checks.core.figure import CI, Figure, decode, encode
+from guardrepro.checks.core.figure import CI, Average, Figure, decode, decode_value, encode
 from guardrepro.errors import InputError
 
 T = TypeVar("T")
@@ -47,7 +48,7 @@ def opt(*, key: str | None = None, shape: str | None = None, spread: bool = Fals
 
 def as_json_value(value: Any, shape: str | None = None) -> Any:
     """The plain JSON value of ``value`` (dataclasses by their fields)."""
-    if isinstance(value, Figure):
+    if isinstance(value, Figure | Average):
         if shape is None:
             raise TypeError("a Figure field needs opt(shape=...)")
         return encode(value, shape)
@@ -84,6 +85,8 @@ def from_json_value(tp: Any, data: Any, shape: str | None = None) -> Any:
         present = [a for a in typing.get_args(tp) if a is not type(None)]
         if data is None:
             return None
+        if set(present) == {Figure, Average}:
+            return decode_value(data)
         return from_json_value(present[0], data, shape) if len(present) == 1 else data
     if tp is Figure:
         return decode(data, shape or "")

@@ -9,8 +9,11 @@ object (schema ``guardrepro.gate/2``; ``to_json()`` is its text):
 the ratio shape, with a bootstrap interval when the gate ran
 conservatively), ``GateCheck`` rows, the ``ScoreConfusion`` of reference by
 local score, ``GateDisagreement`` and ``ExactDisagreement`` rows and one
-``GateRow`` per gated row present locally; all but ``GateResult`` are
-(de)serialised by ``checks.core.serde`` from their fields.
+``GateRow`` per gated row present locally, and (``checks.parity.rows.gate_run``)
+the ``Agreement`` section: strict and exact agreement with intervals, by
+domain and gold class (``Figure`` in the ``ratio_clustered`` shape), and the
+``ReferenceDisagreement`` rows in the reference's order; all but
+``GateResult`` are (de)serialised by ``checks.core.serde`` from their fields.
 
 Invariants: ``from_dict(to_dict())`` rebuilds an equal value, and
 ``to_dict(from_dict(data))`` writes ``data`` back unchanged.
@@ -25,7 +28,13 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.figure import CI, RATIO, STRATIFIED_BOOTSTRAP, Figure
+from guardrepro.checks.core.figure import (
+    CI,
+    RATIO,
+    RATIO_CLUSTERED,
+    STRATIFIED_BOOTSTRAP,
+    Figure,
+)
 from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
 from guardrepro.checks.core.tables import pandas
 from guardrepro.checks.parity.gate_spec import GateSpec
@@ -138,6 +147,42 @@ class GateDisagreement(ExactDisagreement):
 
 
 @dataclass(frozen=True)
+class ReferenceDisagreement(GateDisagreement):
+    """A disagreement placed in the reference: its interaction (None: the
+    reference does not know it) and its 0-based position in the reference."""
+
+    interaction_id: str | None = None
+    reference_index: int | None = None
+
+
+@dataclass(frozen=True)
+class AgreementSettings(JsonValue):
+    """How the agreement intervals were made: what a cluster is, the strata,
+    replicates, seed and confidence."""
+
+    clusters: str
+    strata: str
+    replicates: int
+    seed: int
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Agreement(JsonValue):
+    """The ``agreement`` section of a gate against reference predictions
+    (``checks.parity.rows.agreement``)."""
+
+    rows: int
+    disagreements_by_reason: Mapping[str, int]
+    disagreements: tuple[ReferenceDisagreement, ...]
+    interval: AgreementSettings
+    strict: Figure = opt(shape=RATIO_CLUSTERED)
+    exact_jointly_valid: Figure = opt(shape=RATIO_CLUSTERED)
+    strict_by_domain: Mapping[str, Figure] = opt(shape=RATIO_CLUSTERED)
+    strict_by_gold: Mapping[str, Figure] = opt(shape=RATIO_CLUSTERED)
+
+
+@dataclass(frozen=True)
 class GateRow(JsonValue):
     """A gated row present locally: its agreement and decision margin."""
 
@@ -152,7 +197,7 @@ class GateRow(JsonValue):
 class GateResult:
     """The outcome of a gate; ``to_dict()`` is the gate.json object, ``to_json()``
     its text (``extra`` holds what the caller adds: the reference description,
-    the run path)."""
+    the run path; ``agreement`` the section ``gate_run`` adds, None without it)."""
 
     spec: GateSpec
     conservative: bool
@@ -165,6 +210,7 @@ class GateResult:
     exact_disagreements: tuple[ExactDisagreement, ...]
     rows: tuple[GateRow, ...]
     extra: Mapping[str, Any] = dc_field(default_factory=dict)
+    agreement: Agreement | None = None
 
     @property
     def causal_interpretation(self) -> str:
@@ -195,7 +241,7 @@ class GateResult:
         spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
                  "missing_rows", "figures", "checks", "confusion", "disagreements",
-                 "exact_disagreements", "rows"}
+                 "exact_disagreements", "rows", "agreement"}
         return cls(
             spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
                           rows=spec["rows"], reference=spec["reference"],
@@ -213,6 +259,8 @@ class GateResult:
                                                 data["exact_disagreements"]),
             rows=from_json_value(tuple[GateRow, ...], data["rows"]),
             extra={k: v for k, v in data.items() if k not in known},
+            agreement=(None if data.get("agreement") is None
+                       else Agreement.from_dict(data["agreement"])),
         )
 
     def to_frame(self) -> Any:
@@ -249,5 +297,6 @@ class GateResult:
             "disagreements": as_json_value(self.disagreement_rows),
             "exact_disagreements": as_json_value(self.exact_disagreements),
             "rows": as_json_value(self.rows),
+            **({} if self.agreement is None else {"agreement": self.agreement.to_dict()}),
             **self.extra,
         }

@@ -8,11 +8,12 @@ gated like the 64-step cohort: its rows are all ``original``, so the gate's
 row set is the whole split.
 
 Output: the gate (``checks.parity.gate.evaluate``, the one gate rule: a missing or
-invalid row on either side is a disagreement) with an ``agreement`` section
-added to its JSON: strict and exact agreement, each with a cluster-bootstrap
-interval, per domain and per gold class, the disagreements counted by reason
-and listed in the reference's row order. ``compare RUN SPEC`` prints the same
-figures without a verdict.
+invalid row on either side is a disagreement) with its ``agreement``
+(``gate_types.Agreement``, written into its JSON): strict and exact agreement,
+each a ``Figure`` with a cluster-bootstrap interval, per domain and per gold
+class, the disagreements counted by reason and listed in the reference's row
+order. ``compare RUN SPEC`` prints the same figures without a verdict
+(``ReferenceComparison``).
 
 Intervals (``checks.core.bootstrap.ratio_interval``, the spec's replicates, seed
 and confidence): clusters are interactions (``"<domain>/<id-interaction>"``,
@@ -26,17 +27,26 @@ says how many disagreements the sampler's own spread explains.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.bootstrap import ratio_interval
-from guardrepro.checks.core.figure import read_any
+from guardrepro.checks.core.figure import STRATIFIED_BOOTSTRAP, Figure, TableCI
 from guardrepro.checks.core.formatting import frac_value
 from guardrepro.checks.core.metrics import strict_decision
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.runio import RunData, RunRows
 from guardrepro.checks.parity.gate import RefRow, evaluate, reference_rows
 from guardrepro.checks.parity.gate_spec import GateSpec, load_spec, with_expected_rows
-from guardrepro.checks.parity.gate_types import GateResult
+from guardrepro.checks.parity.gate_types import (
+    Agreement,
+    AgreementSettings,
+    GateDisagreement,
+    GateFigures,
+    GateResult,
+    ReferenceDisagreement,
+)
 
 SHOWN_ROWS = 20  # disagreeing rows printed in the table (all of them are in the JSON)
 
@@ -59,9 +69,9 @@ def gate_run(path: str | Path | RunData, spec: str | Path | GateSpec, *,
     gate_spec = with_expected_rows(gate_spec, len(reference))
     result = evaluate(gate_spec, run.rows, key_field=key_field, reference=reference,
                       conservative=conservative)
-    return result.with_extra(reference=ref_info, run_dir=str(path),
-                             expected_rows_source=run.expected_source,
-                             agreement=agreement(result, reference, key_field))
+    result = result.with_extra(reference=ref_info, run_dir=str(path),
+                               expected_rows_source=run.expected_source)
+    return replace(result, agreement=agreement(result, reference, key_field))
 
 
 def _gated(result: GateResult, reference: Mapping[str, RefRow], key_field: str,
@@ -97,23 +107,20 @@ def _stratum(e: Mapping[str, Any]) -> str:
     return f"{e['domain']}:{gold}"
 
 
-def _figure(entries: Sequence[Mapping[str, Any]], field: str, spec: GateSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {"numerator": sum(bool(e[field]) for e in entries),
-                           "denominator": len(entries)}
-    out["value"] = out["numerator"] / out["denominator"] if entries else None
+def _figure(entries: Sequence[Mapping[str, Any]], field: str, spec: GateSpec) -> Figure:
+    interval = None
     if entries:
         iv = ratio_interval([int(bool(e[field])) for e in entries], [1] * len(entries),
                             [str(e["cluster"]) for e in entries],
                             [_stratum(e) for e in entries], replicates=spec.replicates,
                             seed=spec.seed, confidence=spec.confidence)
-        out["interval"] = {"lower": iv.lower, "upper": iv.upper,
-                           "clusters": len({str(e["cluster"]) for e in entries}),
-                           "strata": iv.strata}
-    return out
+        interval = TableCI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP,
+                           len({str(e["cluster"]) for e in entries}), strata_count=iv.strata)
+    return Figure.of(sum(bool(e[field]) for e in entries), len(entries), interval=interval)
 
 
 def agreement(result: GateResult, reference: Mapping[str, RefRow], key_field: str,
-              ) -> dict[str, Any]:
+              ) -> Agreement:
     """Strict and exact agreement with intervals, by domain and gold class, and
     the disagreements by reason in the reference's row order."""
     spec = result.spec
@@ -126,64 +133,83 @@ def agreement(result: GateResult, reference: Mapping[str, RefRow], key_field: st
                               and strict_decision(e["gold"]) == label], "strict", spec)
                for name, label in (("gold_safe", 0), ("gold_unsafe", 1))}
     order = {k: i for i, k in enumerate(reference)}
-    rows = sorted((d.to_dict() for d in result.disagreement_rows),
-                  key=lambda d: order.get(d["row_id" if key_field == "row_id"
-                                            else "base_sample_id"], len(order)))
+
+    def key_of(d: GateDisagreement) -> str | None:
+        return d.row_id if key_field == "row_id" else d.base_sample_id
+
+    def position(d: GateDisagreement) -> int:
+        key = key_of(d)
+        return len(order) if key is None else order.get(key, len(order))
+
+    rows = sorted(result.disagreement_rows, key=position)
     reasons: dict[str, int] = {}
     for d in rows:
-        reasons[d["reason"]] = reasons.get(d["reason"], 0) + 1
+        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    placed = []
     for d in rows:
-        key = d["row_id" if key_field == "row_id" else "base_sample_id"]
+        key = key_of(d)
         ref = reference.get(key) if key is not None else None
-        d["interaction_id"] = None if ref is None else ref.interaction_id
-        d["reference_index"] = order.get(key) if key is not None else None
-    return {
-        "rows": len(entries),
-        "strict": _figure(entries, "strict", spec),
-        "exact_jointly_valid": _figure(joint, "exact", spec),
-        "strict_by_domain": by_domain,
-        "strict_by_gold": by_gold,
-        "disagreements_by_reason": dict(sorted(reasons.items())),
-        "disagreements": rows,
-        "interval": {"clusters": "interaction" if any(r.interaction_id for r in
-                                                      reference.values()) else "base_sample_id",
-                     "strata": "domain:gold strict label", "replicates": spec.replicates,
-                     "seed": spec.seed, "confidence": spec.confidence},
-    }
+        placed.append(ReferenceDisagreement(
+            **{f.name: getattr(d, f.name) for f in fields(d)},
+            interaction_id=None if ref is None else ref.interaction_id,
+            reference_index=order.get(key) if key is not None else None))
+    settings = AgreementSettings(
+        "interaction" if any(r.interaction_id for r in reference.values()) else "base_sample_id",
+        "domain:gold strict label", spec.replicates, spec.seed, spec.confidence)
+    return Agreement(len(entries), dict(sorted(reasons.items())), tuple(placed), settings,
+                     _figure(entries, "strict", spec), _figure(joint, "exact", spec),
+                     by_domain, by_gold)
 
 
-def _fig(f: Mapping[str, Any]) -> str:
-    iv = f.get("interval") or {}
-    ci = "" if iv.get("lower") is None else f" [{iv['lower']:.4f}, {iv['upper']:.4f}]"
-    return frac_value(read_any(f)) + ci
+def _fig(f: Figure) -> str:
+    ci = "" if f.lower is None else f" [{f.lower:.4f}, {f.upper:.4f}]"
+    return frac_value(f) + ci
 
 
-def format_agreement(a: Mapping[str, Any]) -> str:
+def format_agreement(a: Agreement) -> str:
     """The agreement section as text: figures with intervals, then the rows."""
-    s = a["interval"]
-    lines = [f"agreement over {a['rows']} gated rows (intervals: {s['confidence']:.0%} cluster "
-             f"bootstrap, clusters = {s['clusters']}, {s['replicates']} replicates)",
-             f"  strict                 {_fig(a['strict'])}",
-             f"  exact (jointly valid)  {_fig(a['exact_jointly_valid'])}"]
-    for name, f in (*a["strict_by_gold"].items(), *a["strict_by_domain"].items()):
+    s = a.interval
+    lines = [f"agreement over {a.rows} gated rows (intervals: {s.confidence:.0%} cluster "
+             f"bootstrap, clusters = {s.clusters}, {s.replicates} replicates)",
+             f"  strict                 {_fig(a.strict)}",
+             f"  exact (jointly valid)  {_fig(a.exact_jointly_valid)}"]
+    for name, f in (*a.strict_by_gold.items(), *a.strict_by_domain.items()):
         lines.append(f"  strict {name:<15} {_fig(f)}")
-    reasons = ", ".join(f"{k} {v}" for k, v in a["disagreements_by_reason"].items()) or "none"
-    lines.append(f"disagreeing rows: {len(a['disagreements'])} ({reasons})")
-    for d in a["disagreements"][:SHOWN_ROWS]:
-        lines.append(f"  #{d['reference_index']} {d['base_sample_id']} {d['domain']} gold "
-                     f"{d['gold_label']} reference {d['reference_score']} local "
-                     f"{d['local_score'] if d['local_status'] == 'ok' else d['local_status']}"
-                     f" ({d['reason']})")
-    if len(a["disagreements"]) > SHOWN_ROWS:
-        lines.append(f"  ... {len(a['disagreements']) - SHOWN_ROWS} more (see --json)")
+    reasons = ", ".join(f"{k} {v}" for k, v in a.disagreements_by_reason.items()) or "none"
+    lines.append(f"disagreeing rows: {len(a.disagreements)} ({reasons})")
+    for d in a.disagreements[:SHOWN_ROWS]:
+        lines.append(f"  #{d.reference_index} {d.base_sample_id} {d.domain} gold "
+                     f"{d.gold_label} reference {d.reference_score} local "
+                     f"{d.local_score if d.local_status == 'ok' else d.local_status}"
+                     f" ({d.reason})")
+    if len(a.disagreements) > SHOWN_ROWS:
+        lines.append(f"  ... {len(a.disagreements) - SHOWN_ROWS} more (see --json)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ReferenceComparison(JsonValue):
+    """``compare RUN SPEC``: the gate's figures and its agreement, no verdict;
+    ``extra`` (written beside the other keys) is what the caller adds, as the
+    ``sides`` of the comparison."""
+
+    run: str
+    spec: str
+    reference: Mapping[str, Any]
+    figures: GateFigures
+    agreement: Agreement
+    extra: Mapping[str, Any] = opt(spread=True, default_factory=dict)
+
+    def with_extra(self, **extra: Any) -> ReferenceComparison:
+        return replace(self, extra={**self.extra, **extra})
 
 
 def compare_with_reference(path: str | Path, spec: str | Path, *,
                            cohort: str | Path | None = None,
-                           home: str | Path | None = None) -> dict[str, Any]:
+                           home: str | Path | None = None) -> ReferenceComparison:
     """``compare RUN SPEC``: the gate's figures and the agreement section,
     without a verdict (measurement, never a failure)."""
     result = gate_run(path, spec, cohort=cohort, home=home)
-    return {"run": str(path), "spec": str(spec), "reference": result.extra["reference"],
-            "figures": result.figures.to_dict(), "agreement": result.extra["agreement"]}
+    assert result.agreement is not None  # gate_run always adds it
+    return ReferenceComparison(str(path), str(spec), result.extra["reference"], result.figures,
+                               result.agreement)

@@ -10,13 +10,15 @@ order) and one or more sources, each one of
   ``meta_data.json`` (ToolSafe's ``guardian_test_logs/.../<guard>/``), aligned
   with the rows by ``bench.released.align_released`` (every check there).
 
-Output: a document ``{"rows": [...]}`` with one entry per (source, view):
-``source``, ``benchmark``, ``mode``, ``view``, ``rows``, ``kept``,
-``accuracy``, ``f1``, ``recall`` (values in [0, 1]), their intervals, the
-paper's figure (``published``: percent, or null) and the difference in
-percentage points, and in strict mode a released directory's own
-``metrics_strict.json`` as stored (``released_metrics``); and a text
-rendering of it.
+Output: a ``ToolsafeTable`` (``to_dict()`` the document, ``to_json()`` its
+text) whose ``rows`` hold one ``TableRow`` per (source, view): ``source``,
+``benchmark``, ``mode``, ``view``, ``rows``, ``kept``, the figures
+(``checks.stats.toolsafe_metrics``: accuracy, F1, recall as ``Figure``, a
+macro average as ``Average``, with their intervals; their values in [0, 1]
+are also written at the top of the entry), the paper's figure
+(``published``: percent, or null) and the difference in percentage points,
+and in strict mode a released directory's own ``metrics_strict.json`` as
+stored (``released_metrics``); and a text rendering of it.
 
 Invariants: a source is read strictly; a row the source holds that is not a
 row of the split, or whose gold label differs from the split's, is an
@@ -36,9 +38,12 @@ from typing import TYPE_CHECKING, Any
 from guardrepro.bench.released import RELEASED_FILES, align_released
 from guardrepro.bench.tsbench import BenchRow, read_json_strict
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.core.figure import VALUE_BOUNDS, Average, Figure
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.stats.toolsafe_metrics import (
     FIGURES,
     VIEWS,
+    SplitBootstrap,
     SplitPrediction,
     check_mode,
     view_metrics,
@@ -168,9 +173,66 @@ def load_published_tables(path: str | Path) -> PublishedTables:
     return PublishedTables(decimals, {str(k): str(v) for k, v in aliases.items()}, rows)
 
 
+@dataclass(frozen=True)
+class TableRow(JsonValue):
+    """One (source, view) entry of the table (module docstring); each figure's
+    value is written again under its own name beside ``figures``."""
+
+    source: str
+    kind: str
+    guard: str | None
+    benchmark: str
+    mode: str
+    view: str
+    rows: int
+    kept: int
+    missing: int
+    invalid: int
+    paper_guard: str | None
+    interval: SplitBootstrap | None
+    published: Mapping[str, float] | None
+    released_metrics: Mapping[str, Any] | None
+    difference_pp: Mapping[str, float | None] | None
+    figures: Mapping[str, Figure | Average] = opt(shape=VALUE_BOUNDS)
+
+    def value(self, name: str) -> float | None:
+        """The point of the figure named ``name`` (``FIGURES``)."""
+        return self.figures[name].point
+
+    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
+        return {**out, **{name: self.value(name) for name in FIGURES}}
+
+    @classmethod
+    def _load(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in data.items() if k not in FIGURES}
+
+
+@dataclass(frozen=True)
+class ToolsafeTable(JsonValue):
+    """Every source's two views on one split (``toolsafe_table``)."""
+
+    benchmark: str
+    mode: str
+    split_rows: int
+    replicates: int
+    seed: int
+    decimals: int
+    rows: tuple[TableRow, ...]
+
+
+def _difference(figs: Mapping[str, Figure | Average],
+                paper: Mapping[str, float]) -> dict[str, float | None]:
+    """Each figure minus the paper's, in percentage points (None: undefined)."""
+    out: dict[str, float | None] = {}
+    for name in FIGURES:
+        point = figs[name].point
+        out[name] = None if point is None else round(100 * point - paper[name], 6)
+    return out
+
+
 def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: str,
                published: PublishedTables, *, guard: str | None = None,
-               replicates: int, seed: int) -> list[dict[str, Any]]:
+               replicates: int, seed: int) -> list[TableRow]:
     """The two views of one source (module docstring)."""
     preds = split_predictions(source, rows)
     paper_guard = published.guard_name(guard or source.guard)
@@ -178,69 +240,62 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
     out = []
     for view in VIEWS:
         m = view_metrics(preds, mode, view, replicates=replicates, seed=seed)
-        entry: dict[str, Any] = {
-            "source": source.path, "kind": source.kind, "guard": source.guard,
-            "benchmark": benchmark, "mode": mode, "view": view, "rows": m["rows"],
-            "kept": m["kept"], "missing": sum(p.row_id not in source.preds for p in preds),
-            "invalid": sum(p.pred is None for p in preds), "paper_guard": paper_guard,
-            "interval": m.get("interval"), "figures": {name: m[name] for name in FIGURES},
-            "published": None if paper is None else dict(paper),
-            "released_metrics": (dict(source.metrics_strict) if mode == "strict"
-                                 and source.metrics_strict is not None else None),
-            "difference_pp": None,
-        }
-        for name in FIGURES:
-            entry[name] = m[name]["value"]
-        if paper is not None:
-            entry["difference_pp"] = {
-                name: None if entry[name] is None
-                else round(100 * entry[name] - paper[name], 6) for name in FIGURES}
-        out.append(entry)
+        figs = {name: m.figure(name) for name in FIGURES}
+        difference = None if paper is None else _difference(figs, paper)
+        out.append(TableRow(
+            source=source.path, kind=source.kind, guard=source.guard, benchmark=benchmark,
+            mode=mode, view=view, rows=m.rows, kept=m.kept,
+            missing=sum(p.row_id not in source.preds for p in preds),
+            invalid=sum(p.pred is None for p in preds), paper_guard=paper_guard,
+            interval=m.interval, published=None if paper is None else dict(paper),
+            released_metrics=(dict(source.metrics_strict) if mode == "strict"
+                              and source.metrics_strict is not None else None),
+            difference_pp=difference, figures=figs))
     return out
 
 
 def toolsafe_table(sources: Sequence[str | Path], rows: Sequence[BenchRow], benchmark: str,
                    mode: str, published: PublishedTables, *, guard: str | None = None,
-                   replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                   replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED) -> ToolsafeTable:
     """Every source's two views (module docstring)."""
     if not sources:
         raise InputError("give at least one source")
     check_mode(mode)
     tables = published
-    out: list[dict[str, Any]] = []
+    out: list[TableRow] = []
     for path in sources:
         source = load_source(path, rows, benchmark)
         out.extend(table_rows(source, rows, benchmark, mode, tables, guard=guard,
                               replicates=replicates, seed=seed))
-    return {"benchmark": benchmark, "mode": mode, "split_rows": len(rows),
-            "replicates": replicates, "seed": seed, "decimals": tables.decimals, "rows": out}
+    return ToolsafeTable(benchmark, mode, len(rows), replicates, seed, tables.decimals,
+                         tuple(out))
 
 
 def _pct(value: float | None, decimals: int) -> str:
     return "-" if value is None else f"{100 * value:.{decimals}f}"
 
 
-def format_table(doc: Mapping[str, Any]) -> str:
+def format_table(doc: ToolsafeTable) -> str:
     """One line per (source, view): figures in percent with their interval,
     the paper's figure and the difference."""
-    d = doc["decimals"]
-    lines = [f"ToolSafe table: {doc['benchmark']}, {doc['mode']} mode, "
-             f"{doc['split_rows']} rows (intervals: cluster bootstrap by interaction, "
-             f"{doc['replicates']} replicates, seed {doc['seed']})"]
-    for e in doc["rows"]:
-        lines.append(f"{e['source']}  [{e['view']}]  rows {e['rows']}  kept {e['kept']}  "
-                     f"invalid/missing {e['invalid']}/{e['missing']}")
+    d = doc.decimals
+    lines = [f"ToolSafe table: {doc.benchmark}, {doc.mode} mode, "
+             f"{doc.split_rows} rows (intervals: cluster bootstrap by interaction, "
+             f"{doc.replicates} replicates, seed {doc.seed})"]
+    for e in doc.rows:
+        lines.append(f"{e.source}  [{e.view}]  rows {e.rows}  kept {e.kept}  "
+                     f"invalid/missing {e.invalid}/{e.missing}")
         for name in FIGURES:
-            fig = e["figures"][name]
-            shown = f"  {name:<9} {_pct(fig['value'], d):>6}"
-            if "lower" in fig:
-                shown += f"  [{_pct(fig['lower'], d)}, {_pct(fig['upper'], d)}]"
-            if e["published"] is not None:
-                diff = e["difference_pp"][name]
-                shown += (f"  paper {e['published'][name]:.{d}f}"
+            fig = e.figures[name]
+            shown = f"  {name:<9} {_pct(fig.point, d):>6}"
+            if fig.interval is not None:
+                shown += f"  [{_pct(fig.lower, d)}, {_pct(fig.upper, d)}]"
+            if e.published is not None and e.difference_pp is not None:
+                diff = e.difference_pp[name]
+                shown += (f"  paper {e.published[name]:.{d}f}"
                           f"  diff {'-' if diff is None else f'{diff:+.{d}f}'}")
             lines.append(shown)
-        if e.get("released_metrics") is not None:
+        if e.released_metrics is not None:
             lines.append(f"  {METRICS_FILE} (as stored): "
-                         f"{json.dumps(e['released_metrics'], sort_keys=True)}")
+                         f"{json.dumps(e.released_metrics, sort_keys=True)}")
     return "\n".join(lines)

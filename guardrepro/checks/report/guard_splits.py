@@ -7,13 +7,15 @@ guard name: the run manifest's guard, or the released-log folder name), the
 data directory holding the three splits, and the published tables
 (``checks/published/toolsafe-tables.toml``).
 
-Output: a JSON-ready document and its renderings:
+Output: a ``GuardSplitTable`` (``to_dict()`` the JSON document, ``to_json()``
+its text) and its renderings:
 
-- ``cells``: one entry per (guard, split, mode, view), the entry of
-  ``toolsafe_table.table_rows`` (rows, kept, accuracy, F1, recall with
-  cluster-bootstrap intervals by interaction, the paper's figure and the
-  difference) plus ``label``;
-- ``paper``: the paper's row for each guard shown that the paper scored;
+- ``cells``: one ``SplitCell`` per (guard, split, mode, view), the
+  ``toolsafe_table.TableRow`` (rows, kept, accuracy, F1, recall as
+  ``Figure`` / ``Average`` with cluster-bootstrap intervals by interaction,
+  the paper's figure and the difference) plus ``label``, written in one object;
+- ``paper``: the paper's row (``PaperRow``) for each guard shown that the
+  paper scored;
 - a Markdown table per mode (strict first, as the paper's Table 3), one line
   per guard and view and the paper's line under each guard, columns split x
   (ACC, F1, Recall) in percent, splits in the paper's order;
@@ -30,14 +32,21 @@ id). A source matching no split, or two sources for one (guard, split), is an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from guardrepro.bench.released import RELEASED_FILES
 from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.runio import RunData
-from guardrepro.checks.parity.toolsafe_table import PublishedTables, Source, load_source, table_rows
+from guardrepro.checks.parity.toolsafe_table import (
+    PublishedTables,
+    Source,
+    TableRow,
+    load_source,
+    table_rows,
+)
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.toolsafe_metrics import FIGURES, MODES, VIEWS, check_mode
 from guardrepro.errors import InputError
@@ -46,6 +55,41 @@ from guardrepro.progress import progress_iter
 SPLITS = ("agentharm", "asb", "agentdojo")  # the paper's column order
 SPLIT_NAMES = {"agentharm": "AgentHarm-Traj", "asb": "ASB-Traj", "agentdojo": "AgentDojo-Traj"}
 SHORT = {"accuracy": "ACC", "f1": "F1", "recall": "Recall"}
+
+
+@dataclass(frozen=True)
+class SplitCell(JsonValue):
+    """One guard's entry on one split, mode and view: its label and the
+    ``TableRow``, written in one object."""
+
+    label: str
+    row: TableRow = opt(spread=True)
+
+
+@dataclass(frozen=True)
+class PaperRow(JsonValue):
+    """The paper's figures (percent) of one guard on one split and mode."""
+
+    guard: str
+    label: str
+    benchmark: str
+    mode: str
+    figures: Mapping[str, float] = opt(spread=True)
+
+
+@dataclass(frozen=True)
+class GuardSplitTable(JsonValue):
+    """The document of the module docstring."""
+
+    guards: tuple[str, ...]
+    splits: tuple[str, ...]
+    modes: tuple[str, ...]
+    views: tuple[str, ...]
+    replicates: int
+    seed: int
+    decimals: int
+    cells: tuple[SplitCell, ...]
+    paper: tuple[PaperRow, ...]
 
 
 def _split_of(path: Path, source: Source | None, rows: Mapping[str, Sequence[BenchRow]]) -> str:
@@ -89,7 +133,7 @@ def guard_split_table(sources: Sequence[str | Path | RunData], data_dir: str | P
                       published: PublishedTables, *, labels: Sequence[str] | None = None,
                       paper_guards: Mapping[str, str] | None = None,
                       modes: Sequence[str] = MODES, replicates: int = QUICK_REPLICATES,
-                      seed: int = DEFAULT_SEED, progress: bool = False) -> dict[str, Any]:
+                      seed: int = DEFAULT_SEED, progress: bool = False) -> GuardSplitTable:
     """The document of the module docstring. ``paper_guards``: label -> the
     paper's guard name, where the label alone does not say it. A source may be
     a run already read (``RunData``), which is not read again."""
@@ -123,34 +167,33 @@ def guard_split_table(sources: Sequence[str | Path | RunData], data_dir: str | P
                              file=str(path), field="label")
         loaded[(label, split)] = (source, split)
     order = list(dict.fromkeys(label for label, _ in loaded))
-    cells: list[dict[str, Any]] = []
+    cells: list[SplitCell] = []
     for (label, split), (source, _) in loaded.items():
         paper = (paper_guards or {}).get(label)
         for mode in modes:
             for entry in table_rows(source, rows[split], split, mode, published,
                                     guard=paper, replicates=replicates, seed=seed):
-                cells.append({"label": label, **entry})
+                cells.append(SplitCell(label, entry))
     shown = [s for s in SPLITS if any(k[1] == s for k in loaded)]
     paper_rows = []
     for label in order:
-        names = {c["paper_guard"] for c in cells if c["label"] == label and c["paper_guard"]}
+        names = {c.row.paper_guard for c in cells if c.label == label and c.row.paper_guard}
         for name in sorted(names):
             for mode in modes:
                 for split in shown:
                     figs = published.figures(name, split, mode)
                     if figs is not None:
-                        paper_rows.append({"guard": name, "label": label, "benchmark": split,
-                                           "mode": mode, **dict(figs)})
-    return {"guards": order, "splits": shown,
-            "modes": modes, "views": list(VIEWS), "replicates": replicates, "seed": seed,
-            "decimals": published.decimals, "cells": cells, "paper": paper_rows}
+                        paper_rows.append(PaperRow(name, label, split, mode, dict(figs)))
+    return GuardSplitTable(tuple(order), tuple(shown), tuple(modes), tuple(VIEWS), replicates,
+                           seed, published.decimals, tuple(cells), tuple(paper_rows))
 
 
-def _cell(doc: Mapping[str, Any], label: str, split: str, mode: str,
-          view: str) -> Mapping[str, Any] | None:
-    for c in doc["cells"]:
-        if (c["label"], c["benchmark"], c["mode"], c["view"]) == (label, split, mode, view):
-            return c
+def _cell(doc: GuardSplitTable, label: str, split: str, mode: str,
+          view: str) -> TableRow | None:
+    for c in doc.cells:
+        r = c.row
+        if (c.label, r.benchmark, r.mode, r.view) == (label, split, mode, view):
+            return r
     return None
 
 
@@ -158,39 +201,39 @@ def _pct(value: float | None, d: int) -> str:
     return "-" if value is None else f"{100 * value:.{d}f}"
 
 
-def format_markdown(doc: Mapping[str, Any]) -> str:
+def format_markdown(doc: GuardSplitTable) -> str:
     """One Markdown table per mode (strict first): guards by split x figure."""
-    d, splits = doc["decimals"], doc["splits"]
+    d, splits = doc.decimals, doc.splits
     out: list[str] = []
-    for mode in doc["modes"]:
+    for mode in doc.modes:
         head = ["guard", "view"] + [f"{SPLIT_NAMES[s]} {SHORT[f]}" for s in splits
                                     for f in FIGURES]
         lines = [f"### {mode} mode (percent; upstream drops unparsed rows, fail_closed "
                  "counts them unsafe)", "", "| " + " | ".join(head) + " |",
                  "|" + "---|" * len(head)]
-        for label in doc["guards"]:
-            for view in doc["views"]:
+        for label in doc.guards:
+            for view in doc.views:
                 vals = []
                 for s in splits:
                     c = _cell(doc, label, s, mode, view)
-                    vals += ["n/a" if c is None else _pct(c[f], d) for f in FIGURES]
+                    vals += ["n/a" if c is None else _pct(c.value(f), d) for f in FIGURES]
                 lines.append(f"| {label} | {view} | " + " | ".join(vals) + " |")
-            for name in sorted({p["guard"] for p in doc["paper"] if p["label"] == label}):
+            for name in sorted({p.guard for p in doc.paper if p.label == label}):
                 vals = []
                 for s in splits:
-                    p = next((x for x in doc["paper"] if x["guard"] == name
-                              and x["benchmark"] == s and x["mode"] == mode), None)
-                    vals += ["-" if p is None else f"{p[f]:.{d}f}" for f in FIGURES]
+                    p = next((x for x in doc.paper if x.guard == name
+                              and x.benchmark == s and x.mode == mode), None)
+                    vals += ["-" if p is None else f"{p.figures[f]:.{d}f}" for f in FIGURES]
                 lines.append(f"| paper: {name} | | " + " | ".join(vals) + " |")
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
-def guard_split_figure(doc: Mapping[str, Any], path: Path, view: str = "upstream") -> Path:
+def guard_split_figure(doc: GuardSplitTable, path: Path, view: str = "upstream") -> Path:
     """Panels (mode x split, strict first): bars per guard with intervals, the
     paper's value as a black tick."""
     plt = pyplot()
-    modes, splits, guards = doc["modes"], doc["splits"], doc["guards"]
+    modes, splits, guards = doc.modes, doc.splits, doc.guards
     fig, axes = plt.subplots(len(modes), len(splits), squeeze=False,
                              figsize=(4.2 * len(splits), 3.2 * len(modes)))
     width = 0.8 / max(1, len(guards))
@@ -202,15 +245,15 @@ def guard_split_figure(doc: Mapping[str, Any], path: Path, view: str = "upstream
                 if c is None:
                     continue
                 xs = [n + k * width for n in range(len(FIGURES))]
-                ys = [c[f] or 0.0 for f in FIGURES]
-                figs = [c["figures"][f] for f in FIGURES]
-                lo = [0.0 if g.get("lower") is None else max(0.0, y - g["lower"])
+                figs = [c.figures[f] for f in FIGURES]
+                ys = [g.point or 0.0 for g in figs]
+                lo = [0.0 if g.lower is None else max(0.0, y - g.lower)
                       for y, g in zip(ys, figs, strict=True)]
-                hi = [0.0 if g.get("upper") is None else max(0.0, g["upper"] - y)
+                hi = [0.0 if g.upper is None else max(0.0, g.upper - y)
                       for y, g in zip(ys, figs, strict=True)]
                 ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
-                if c["published"] is not None:
-                    ax.scatter(xs, [c["published"][f] / 100 for f in FIGURES], marker="_",
+                if c.published is not None:
+                    ax.scatter(xs, [c.published[f] / 100 for f in FIGURES], marker="_",
                                s=200, color="black", zorder=3)
             ax.set_xticks([n + width * (len(guards) - 1) / 2 for n in range(len(FIGURES))],
                           [SHORT[f] for f in FIGURES])

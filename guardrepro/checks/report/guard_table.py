@@ -22,18 +22,33 @@ cluster-bootstrap interval (``checks.core.bootstrap.ratio_interval``: clusters =
 base sample id, strata = domain x gold strict label, ratio of sums; the
 ``all_pairs`` flip rate unstratified, as in ``checks.stats.compute``), with the same
 seed for every guard so the columns are comparable.
+
+The table is typed: ``GuardTable`` (``to_dict()`` the JSON document,
+``to_json()`` its text) of ``GuardColumn``, whose figures are
+``checks.core.figure.Figure`` (coverage in the ratio shape, metrics and flip
+rates in the ``ratio_seeded`` shape: the interval written with its replicates
+and seed) and whose flip rates are ``FlipFigure`` (the figure with its view
+and pair counts beside it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
-from guardrepro.checks.core.figure import RATIO, Figure, encode
-from guardrepro.checks.core.formatting import plain
+from guardrepro.checks.core.figure import (
+    BOOTSTRAP,
+    RATIO,
+    RATIO_SEEDED,
+    STRATIFIED_BOOTSTRAP,
+    Figure,
+    TableCI,
+)
+from guardrepro.checks.core.formatting import frac, plain
 from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.pairs import make_pairs
@@ -59,36 +74,73 @@ _PARTS: dict[str, Callable[[Cells], tuple[int, int]]] = {
 }
 
 
+@dataclass(frozen=True)
+class FlipFigure(JsonValue):
+    """One edit's flip rate in one view, with the edit's pairs and those not
+    both valid (written beside the figure's own keys)."""
+
+    view: str
+    pairs: int
+    pairs_not_both_valid: int
+    figure: Figure = opt(shape=RATIO_SEEDED, spread=True)
+
+
+@dataclass(frozen=True)
+class GuardColumn(JsonValue):
+    """One guard's column: coverage, metrics on the originals, flip rates per
+    edit in both views (``flips``: the ``valid_both_only`` ones, under their
+    old key) and the run it came from."""
+
+    rows: int
+    run: str
+    flips: Mapping[str, FlipFigure]
+    flip_views: Mapping[str, Mapping[str, FlipFigure]]
+    coverage: Figure = opt(shape=RATIO)
+    metrics: Mapping[str, Figure] = opt(shape=RATIO_SEEDED)
+
+
+@dataclass(frozen=True)
+class GuardTable(JsonValue):
+    """The table over several runs of one cohort (module docstring)."""
+
+    cohort_sha256: str | None
+    replicates: int
+    seed: int
+    order: tuple[str, ...]
+    guards: Mapping[str, GuardColumn]
+
+
 def _figure(nums: Sequence[int], dens: Sequence[int], rows: Sequence[RowResult],
             replicates: int, seed: int, zero_division: float | None = None,
-            stratify: bool = True) -> dict[str, Any]:
-    out = encode(Figure.of(sum(nums), sum(dens), zero_division=zero_division), RATIO)
+            stratify: bool = True) -> Figure:
+    interval = None
     if replicates > 0 and rows:
         strata = ([f"{r.domain}:{strict_decision(r.gold_label)}" for r in rows]
                   if stratify else None)
         iv = ratio_interval(nums, dens, [r.base_sample_id for r in rows], strata,
                             replicates=replicates, seed=seed)
-        out["interval"] = {"lower": iv.lower, "upper": iv.upper, "replicates": replicates,
-                           "seed": seed}
-    return out
+        interval = TableCI(iv.lower, iv.upper, STRATIFIED_BOOTSTRAP if stratify else BOOTSTRAP,
+                           iv.clusters, replicates=replicates, seed=seed)
+    return Figure.of(sum(nums), sum(dens), zero_division=zero_division, interval=interval)
 
 
-def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> dict[str, Any]:
-    """Coverage, metrics on the originals and flip rates per edit for one run."""
+def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int,
+                 run: str = "") -> GuardColumn:
+    """Coverage, metrics on the originals and flip rates per edit for one run
+    (``run``: the run directory the column names)."""
     originals = [r for r in rows if r.variant == ORIGINAL]
     if not originals:
         raise InputError("the run has no original rows", field="variant")
     conf = confusion([r.gold_label for r in originals],
                      [r.score if r.valid else None for r in originals])
     cells = [_cells(r) for r in originals]
-    column: dict[str, Any] = {"rows": len(originals),
-                              "coverage": encode(conf.coverage, RATIO), "metrics": {}, "flips": {}}
+    metrics: dict[str, Figure] = {}
     for name in METRICS:
         parts = [_PARTS[name](c) for c in cells]
-        column["metrics"][name] = _figure(
+        metrics[name] = _figure(
             [p[0] for p in parts], [p[1] for p in parts], originals, replicates, seed,
             ZERO_DIVISION if name == "precision" else None)
-    column["flip_views"] = {view: {} for view in VIEWS}
+    flip_views: dict[str, dict[str, FlipFigure]] = {view: {} for view in VIEWS}
     for variant in sorted({r.variant for r in rows} - {ORIGINAL}):
         pairs = make_pairs(rows, variant)
         for view in VIEWS:
@@ -96,12 +148,10 @@ def guard_column(rows: Sequence[RowResult], *, replicates: int, seed: int) -> di
             flips = [int(p.d_orig != p.d_edit) for p in sub]
             fig = _figure(flips, [1] * len(sub), [p.original for p in sub], replicates, seed,
                           stratify=stratified(view, "flip_rate"))
-            fig["view"] = view
-            fig["pairs"] = len(pairs)
-            fig["pairs_not_both_valid"] = sum(1 for p in pairs if not p.valid_both)
-            column["flip_views"][view][variant] = fig
-        column["flips"][variant] = column["flip_views"]["valid_both_only"][variant]
-    return column
+            flip_views[view][variant] = FlipFigure(
+                view, len(pairs), sum(1 for p in pairs if not p.valid_both), fig)
+    return GuardColumn(rows=len(originals), run=run, flips=dict(flip_views["valid_both_only"]),
+                       flip_views=flip_views, coverage=conf.coverage, metrics=metrics)
 
 
 def _label(manifest: RunManifest) -> str:
@@ -112,7 +162,7 @@ def _label(manifest: RunManifest) -> str:
 
 def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | None = None, *,
                 replicates: int = QUICK_REPLICATES, seed: int = DEFAULT_SEED,
-                progress: bool = False) -> dict[str, Any]:
+                progress: bool = False) -> GuardTable:
     """The table over ``runs`` (see the module docstring; a run is a directory,
     or its ``RunData`` when the caller has read it); ``progress`` draws a bar on
     stderr, one step per run."""
@@ -121,7 +171,7 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
     if labels is not None and len(labels) != len(runs):
         raise InputError(f"{len(runs)} runs but {len(labels)} labels", field="label")
     cohorts = {}
-    columns: dict[str, Any] = {}
+    columns: dict[str, GuardColumn] = {}
     for i, run in enumerate(progress_iter(runs, "guard table", "run", enabled=progress,
                                           leave=False)):
         data = run if isinstance(run, RunData) else load_run_data(run)
@@ -130,78 +180,69 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
         label = labels[i] if labels is not None else _label(manifest)
         if label in columns:
             raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
-        columns[label] = guard_column(data.rows, replicates=replicates, seed=seed)
-        columns[label]["run"] = str(run_dir)
+        columns[label] = guard_column(data.rows, replicates=replicates, seed=seed,
+                                      run=str(run_dir))
     if len(set(cohorts.values())) != 1:
         raise InputError("the runs did not score the same cohort (cohort sha256: "
                          + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
                          field="cohort")
-    return {"cohort_sha256": next(iter(cohorts.values())), "replicates": replicates,
-            "seed": seed, "order": list(columns), "guards": columns}
+    return GuardTable(next(iter(cohorts.values())), replicates, seed, tuple(columns), columns)
 
 
-def _cell(fig: dict[str, Any]) -> str:
-    value = fig.get("value")
+def _cell(fig: Figure) -> str:
+    value = fig.point
     if value is None:
-        return f"-- ({fig['numerator']}/{fig['denominator']})"
-    iv = fig.get("interval")
+        return f"-- ({frac(fig)})"
     ci = ""
-    if iv is not None and iv["lower"] is not None:
-        ci = f" [{iv['lower']:.2f},{iv['upper']:.2f}]"
-    return f"{value:.2f} ({plain(fig['numerator'])}/{plain(fig['denominator'])}){ci}"
+    if fig.lower is not None:
+        ci = f" [{fig.lower:.2f},{fig.upper:.2f}]"
+    return f"{value:.2f} ({plain(fig.count)}/{plain(fig.denominator)}){ci}"
 
 
-def format_guard_table(table: dict[str, Any]) -> str:
+def format_guard_table(table: GuardTable) -> str:
     """Markdown table: one row per figure, one column per guard."""
-    guards = table["guards"]
-    names = list(table.get("order", guards))
+    guards = table.guards
+    names = list(table.order)
     lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines.append("| coverage | " + " | ".join(_cell(guards[n]["coverage"]) for n in names) + " |")
+    lines.append("| coverage | " + " | ".join(_cell(guards[n].coverage) for n in names) + " |")
     for metric in METRICS:
         lines.append(f"| {metric} | "
-                     + " | ".join(_cell(guards[n]["metrics"][metric]) for n in names) + " |")
-    variants = sorted({v for n in names for v in guards[n]["flips"]})
+                     + " | ".join(_cell(guards[n].metrics[metric]) for n in names) + " |")
+    variants = sorted({v for n in names for v in guards[n].flips})
     for v in variants:
         for view in VIEWS:
-            cells = [_cell(_flip(guards[n], view, v)) if v in guards[n]["flips"] else "n/a"
-                     for n in names]
+            cells = [_cell(guards[n].flip_views[view][v].figure) if v in guards[n].flips
+                     else "n/a" for n in names]
             lines.append(f"| flip rate: {v} ({view}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _flip(column: dict[str, Any], view: str, variant: str) -> dict[str, Any]:
-    """One edit's flip figure in ``view`` (a table written before ``flip_views``
-    existed holds only ``valid_both_only``, under ``flips``)."""
-    if "flip_views" in column:
-        return dict(column["flip_views"][view].get(variant, {"value": None}))
-    if view == "valid_both_only":
-        return dict(column["flips"].get(variant, {"value": None}))
-    return {"value": None, "numerator": "-", "denominator": "-"}
-
-
-def guard_table_figure(table: dict[str, Any], path: Path) -> Path:
+def guard_table_figure(table: GuardTable, path: Path) -> Path:
     """Grouped bars: each figure per guard, with its interval as an error bar."""
     plt = pyplot()
-    guards = table["guards"]
-    names = list(table.get("order", guards))
-    variants = sorted({v for n in names for v in guards[n]["flips"]})
+    guards = table.guards
+    names = list(table.order)
+    variants = sorted({v for n in names for v in guards[n].flips})
     labels = list(METRICS) + [f"flip: {v}\n(all_pairs)" for v in variants]
     fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 2, 4))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
-        figs = [guards[name]["metrics"][m] for m in METRICS] + [
-            _flip(guards[name], "all_pairs", v) for v in variants]
+        column = guards[name]
+        figs = [column.metrics[m] for m in METRICS] + [
+            column.flip_views["all_pairs"][v].figure if v in column.flips else None
+            for v in variants]
         xs = [j + i * width for j in range(len(labels))]
-        ys = [f.get("value") or 0.0 for f in figs]
-        bounds = [(f.get("interval") or {}) for f in figs]  # a bound may be None (no data)
-        lo = [0.0 if b.get("lower") is None else max(0.0, y - b["lower"])
-              for y, b in zip(ys, bounds, strict=True)]
-        hi = [0.0 if b.get("upper") is None else max(0.0, b["upper"] - y)
-              for y, b in zip(ys, bounds, strict=True)]
+        ys = [(f.point if f is not None else None) or 0.0 for f in figs]
+        # a bound may be None (no data, or no bootstrap)
+        lo = [0.0 if f is None or f.lower is None else max(0.0, y - f.lower)
+              for y, f in zip(ys, figs, strict=True)]
+        hi = [0.0 if f is None or f.upper is None else max(0.0, f.upper - y)
+              for y, f in zip(ys, figs, strict=True)]
         bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
         for x, y, f in zip(xs, ys, figs, strict=True):
             if y == 0.0:  # a zero reads as a zero, not as a missing bar
-                ax.text(x, 0.01, "0" if f.get("value") is not None else "n/a", ha="center",
+                ax.text(x, 0.01, "0" if f is not None and f.point is not None else "n/a",
+                        ha="center",
                         fontsize=7, color=bars.patches[0].get_facecolor())
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(labels))], labels,
                   rotation=30, ha="right")

@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.core.figure import Figure
@@ -68,6 +68,9 @@ from guardrepro.checks.stats.compute import (
 )
 from guardrepro.limits import read_json_file
 from guardrepro.run.records import write_atomic
+
+if TYPE_CHECKING:
+    from guardrepro.checks.report.guard_splits import GuardSplitTable
 
 GUARD_TABLE_PNG = "guard_table.png"
 GUARD_TABLE_JSON = "guard_table.json"
@@ -336,14 +339,14 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                  replicates: int | None = None, seed: int | None = None,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
-                 split_table: Mapping[str, Any] | None = None,
+                 split_table: GuardSplitTable | None = None,
                  inputs: ReportInputs | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
     adds ``guard_table.png`` / ``guard_table.json`` (``checks.report.guard_table``).
     ``progress``: bars on stderr while statistics and the guard table are
-    computed. ``split_table``: a ``checks.report.guard_splits`` document (guards on
+    computed. ``split_table``: a ``checks.report.guard_splits`` table (guards on
     every split), written as ``guard_splits.json`` with ``guard_splits.png``.
     ``replicates``/``seed``: None reuses stats.json whatever its settings
     (``load_or_compute_stats``); the defaults when something is computed.
@@ -375,7 +378,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
         table = guard_table([run, *map(Path, other_guards)],
                             replicates=DEFAULT_REPLICATES if replicates is None else replicates,
                             seed=DEFAULT_SEED if seed is None else seed, progress=progress)
-        write_json_atomic(run_dir / GUARD_TABLE_JSON, table)
+        write_json_atomic(run_dir / GUARD_TABLE_JSON, table.to_dict())
         text += "\n## Guards side by side\n\n" + format_guard_table(table) + "\n"
         if figures_available():
             guard_table_figure(table, run_dir / GUARD_TABLE_PNG)
@@ -383,7 +386,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     if split_table is not None:
         from guardrepro.checks.report.guard_splits import format_markdown, guard_split_figure
 
-        write_json_atomic(run_dir / GUARD_SPLITS_JSON, split_table)
+        write_json_atomic(run_dir / GUARD_SPLITS_JSON, split_table.to_dict())
         text += "\n## Guards on every split\n\n" + format_markdown(split_table) + "\n"
         if figures_available():
             guard_split_figure(split_table, run_dir / GUARD_SPLITS_PNG)

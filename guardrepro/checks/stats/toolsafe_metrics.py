@@ -3,11 +3,16 @@
 
 Input: one ``SplitPrediction`` per benchmark row (gold score, predicted score
 or None when the guard gave no valid prediction, the row's interaction), a
-label mode and a view. Output: a dict with ``rows``, ``kept`` and accuracy,
-F1 and recall, each ``{"value", "lower", "upper", "numerator",
-"denominator"}`` (numerator/denominator only for a ratio of counts), from the
-project's cluster bootstrap (``checks.core.bootstrap``: clusters = interactions,
-one stratum, seeded).
+label mode and a view. Output: a ``ViewMetrics`` with ``rows``, ``kept``,
+the bootstrap settings (``SplitBootstrap``, None without one) and accuracy, F1
+and recall, each a ``checks.core.figure.Figure`` (count, denominator, point
+and a ``CI`` with its undefined replicates; written in the ``value_bounds``
+shape ``{"value", "numerator", "denominator", "lower", "upper",
+"undefined_replicates"}``), except the exact mode's macro F1 and recall,
+which are no single ratio of counts and so are an ``Average`` (point and
+``CI``, written without numerator and denominator); the intervals come from
+the project's cluster bootstrap (``checks.core.bootstrap``: clusters =
+interactions, one stratum, seeded).
 
 Rules:
 
@@ -34,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -47,6 +51,8 @@ from guardrepro.checks.core.bootstrap import (
     cluster_table,
     replicate_sums,
 )
+from guardrepro.checks.core.figure import VALUE_BOUNDS, Average, Figure, TableCI
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score
 
@@ -66,6 +72,40 @@ class SplitPrediction:
     interaction_id: str
     gold: float
     pred: float | None
+
+
+@dataclass(frozen=True)
+class SplitBootstrap(JsonValue):
+    """How a view's intervals were made: clusters = the split's interactions."""
+
+    replicates: int
+    seed: int
+    confidence: float
+    clusters: int
+    cluster: str = "interaction"
+
+
+@dataclass(frozen=True)
+class ViewMetrics(JsonValue):
+    """One view's figures (module docstring); ``interval`` is None when no
+    bootstrap ran (``replicates=0`` or no kept row)."""
+
+    mode: str
+    view: str
+    rows: int
+    kept: int
+    dropped: int
+    interval: SplitBootstrap | None
+    accuracy: Figure = opt(shape=VALUE_BOUNDS)
+    f1: Figure | Average = opt(shape=VALUE_BOUNDS)
+    recall: Figure | Average = opt(shape=VALUE_BOUNDS)
+
+    def figure(self, name: str) -> Figure | Average:
+        """The figure named in ``FIGURES``."""
+        if name not in FIGURES:
+            raise InputError(f"no figure {name!r}; known: {list(FIGURES)}", field="figure")
+        value: Figure | Average = getattr(self, name)
+        return value
 
 
 def mode_label(score: float, mode: str) -> int:
@@ -151,15 +191,13 @@ def _ratio_parts(total: np.ndarray, mode: str) -> dict[str, tuple[float, float] 
     return parts
 
 
-def _plain(x: float) -> float | int | None:
-    if np.isnan(x):
-        return None
+def _count(x: float) -> float | int:
     return int(x) if float(x).is_integer() else float(x)
 
 
 def view_metrics(preds: Sequence[SplitPrediction], mode: str, view: str, *,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
-                 confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Any]:
+                 confidence: float = DEFAULT_CONFIDENCE) -> ViewMetrics:
     """The figures of one view (module docstring); ``replicates=0`` skips the
     intervals."""
     if replicates:
@@ -167,24 +205,26 @@ def view_metrics(preds: Sequence[SplitPrediction], mode: str, view: str, *,
     matrix, clusters = row_vectors(preds, mode, view)
     total = matrix.sum(axis=0) if len(matrix) else np.zeros(_WIDTH)
     points = figures(total, mode)
-    out: dict[str, Any] = {"mode": mode, "view": view, "rows": len(preds),
-                           "kept": int(total[1]), "dropped": len(preds) - int(total[1])}
     estimates: dict[str, np.ndarray] | None = None
+    settings = None
     if replicates and len(matrix):
         table = cluster_table(matrix.tolist(), clusters)
         estimates = figures(replicate_sums(table, replicates, seed), mode)
-        out["interval"] = {"replicates": replicates, "seed": seed, "confidence": confidence,
-                           "clusters": table.clusters, "cluster": "interaction"}
+        settings = SplitBootstrap(replicates, seed, confidence, table.clusters)
     parts = _ratio_parts(total, mode)
+    figs: dict[str, Figure | Average] = {}
     for name in FIGURES:
         value = float(points[name][0])
-        fig: dict[str, Any] = {"value": None if np.isnan(value) else value}
-        ratio = parts[name]
-        if ratio is not None:
-            fig["numerator"], fig["denominator"] = _plain(ratio[0]), _plain(ratio[1])
+        point = None if np.isnan(value) else value
+        ci = None
         if estimates is not None:
             lower, upper = bounds(estimates[name], confidence)
-            fig["lower"], fig["upper"] = lower, upper
-            fig["undefined_replicates"] = int(np.isnan(estimates[name]).sum())
-        out[name] = fig
-    return out
+            # the clusters are the view's (``SplitBootstrap``), not repeated per figure
+            ci = TableCI(lower, upper, undefined_replicates=int(np.isnan(estimates[name]).sum()))
+        ratio = parts[name]
+        figs[name] = (Average(point, ci) if ratio is None
+                      else Figure(_count(ratio[0]), _count(ratio[1]), point, ci))
+    accuracy = figs["accuracy"]
+    assert isinstance(accuracy, Figure)  # always one ratio of counts
+    return ViewMetrics(mode, view, len(preds), int(total[1]), len(preds) - int(total[1]),
+                       settings, accuracy, figs["f1"], figs["recall"])
