@@ -16,14 +16,38 @@ wraps ``attempts._safe_generate`` (the runner call of every chunk):
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ENV = "GUARDREPRO_TEST_RAY_FAULTS"
 HOLD_LIMIT_S = 120.0
+
+
+@contextlib.contextmanager
+def local_ray(faults: Path, root: Path) -> Iterator[Any]:
+    """A local Ray of 2 CPUs in its own temp dir, shut down (and the dir removed)
+    at the end; the faults of ``faults`` installed in its worker processes only,
+    which import this checkout (``root``) and these test helpers."""
+    import ray
+
+    temp = Path(tempfile.mkdtemp(prefix="gr-ray-"))
+    path = os.pathsep.join([str(root), str(root / "tests")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING", object_store_memory=128 * 1024**2, _temp_dir=str(temp),
+             runtime_env={"env_vars": {ENV: str(faults), "PYTHONPATH": path},
+                          "worker_process_setup_hook": "ray_faults.install"})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def install() -> None:

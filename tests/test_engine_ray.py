@@ -25,7 +25,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]'")
 
-from ray_faults import ENV  # noqa: E402
+from ray_faults import local_ray  # noqa: E402
 
 from guardrepro.errors import InferenceError, ProvenanceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions, run_on_ray  # noqa: E402
@@ -56,17 +56,8 @@ def faults() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def cluster(faults: Path) -> Iterator[Any]:
     """A local Ray of 2 CPUs for this module, in its own temp dir, shut down at the end."""
-    temp = Path(tempfile.mkdtemp(prefix="gr-ray-"))
-    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING", object_store_memory=128 * 1024**2, _temp_dir=str(temp),
-             runtime_env={"env_vars": {ENV: str(faults), "PYTHONPATH": path},
-                          "worker_process_setup_hook": "ray_faults.install"})
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_ray(faults, ROOT) as ray_module:
+        yield ray_module
 
 
 @pytest.fixture(scope="module")

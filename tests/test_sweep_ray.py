@@ -10,7 +10,6 @@ Builds and teacher passes are counted by wrapping the real functions.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]'")
 pytest.importorskip("mlx_lm")
 
-from ray_faults import ENV  # noqa: E402
+from ray_faults import local_ray  # noqa: E402
 
 from guardrepro.errors import InferenceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions  # noqa: E402
@@ -50,17 +49,8 @@ def faults() -> Iterator[Path]:
 def cluster(faults: Path) -> Iterator[Any]:
     """A local Ray of 2 CPUs for this module, in its own temp dir, shut down at the
     end; faults (tests/ray_faults.py) installed in its worker processes only."""
-    temp = Path(tempfile.mkdtemp(prefix="gr-ray-"))
-    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING", object_store_memory=128 * 1024**2, _temp_dir=str(temp),
-             runtime_env={"env_vars": {ENV: str(faults), "PYTHONPATH": path},
-                          "worker_process_setup_hook": "ray_faults.install"})
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_ray(faults, ROOT) as ray_module:
+        yield ray_module
 
 
 def _spec(tmp: Path) -> Path:
