@@ -281,3 +281,35 @@ def test_module_entry_point_exits_with_the_code(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "guardrepro", "--version"],
                           capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0 and "guardrepro" in done.stdout
+
+
+
+def _raise_in_guards(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    """`guardrepro guards` raises ``exc`` where it would print."""
+    from guardrepro.cli import guards_cmd
+
+    def raiser(*args: object, **kwargs: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(guards_cmd, "emit", raiser)
+
+
+@pytest.mark.parametrize("wrapped", [
+    RuntimeError("Failed to import transformers.models.auto"),  # transformers' lazy import
+    ModuleNotFoundError("Could not import module 'AutoTokenizer'"),
+])
+def test_ctrl_c_wrapped_by_a_library_exits_130(wrapped: Exception, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        raise wrapped from KeyboardInterrupt()
+    except Exception as exc:
+        _raise_in_guards(monkeypatch, exc)
+    assert main(["guards"]) == 130
+    assert capsys.readouterr().err.strip().endswith("Aborted.")
+
+
+def test_an_error_without_an_interrupt_is_not_taken_for_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _raise_in_guards(monkeypatch, RuntimeError("a bug"))
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["guards"])

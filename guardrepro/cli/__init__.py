@@ -173,8 +173,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except Exception as exc:
+        if not _interrupted(exc):
+            raise
+        # Ctrl-C inside a library that wraps it (transformers' lazy imports turn a
+        # KeyboardInterrupt during an import into an import or runtime error)
+        click.echo("Aborted.", err=True)
+        return 130
     # --help and --version end in click's Exit, which it returns as the code
     return value if isinstance(value, int) else 0
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is anywhere in ``exc``'s cause or context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _os_error_text(exc: OSError, argv: list[str] | None = None) -> str:
