@@ -58,13 +58,16 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -112,13 +115,31 @@ def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
     return profile
 
 
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """SIGINT held back while the runner's libraries import: a KeyboardInterrupt
+    raised inside an import can be swallowed by the library and leave a half
+    initialised module, which forked workers would inherit (they then fail to
+    import the model class). A Ctrl-C meanwhile is delivered as soon as the
+    block ends, as a KeyboardInterrupt in this process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def start_method(backend: str) -> str:
     """``fork`` after importing the runner's module in this process (a backend
     whose descriptor is ``fork_safe``, hf, on Linux), else ``spawn`` (see the
     module docstring)."""
     if backend_of(backend).fork_safe and sys.platform.startswith("linux") \
             and "fork" in multiprocessing.get_all_start_methods():
-        runner_class(backend)  # the imports every worker would otherwise repeat
+        with _sigint_deferred():  # the imports every worker would otherwise repeat
+            runner_class(backend)
         return "fork"
     return "spawn"
 
