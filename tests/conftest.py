@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from loopback import LoopbackServer
@@ -20,6 +24,24 @@ def server() -> Iterator[LoopbackServer]:
 # ``--all-tiers`` (scripts/test.sh, hence .ci/run) or a ``-m`` expression
 # naming the tier (``-m faults``).
 TIERS = ("slow", "faults")
+
+
+@pytest.fixture(scope="module")
+def faults() -> Iterator[Path]:
+    """A folder of Ray fault markers for one test module (tests/ray_faults.py)."""
+    folder = Path(tempfile.mkdtemp(prefix="gr-faults-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(faults: Path) -> Iterator[Any]:
+    """A local Ray of 2 CPUs for one test module, its faults installed in the
+    workers (``ray_faults.local_ray``), shut down at the module's end."""
+    from ray_faults import local_ray
+
+    with local_ray(faults, Path(__file__).resolve().parents[1]) as ray_module:
+        yield ray_module
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

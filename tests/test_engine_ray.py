@@ -17,7 +17,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]'")
 
-from ray_faults import local_ray  # noqa: E402
 
 from guardrepro.errors import InferenceError, ProvenanceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions, run_on_ray  # noqa: E402
@@ -45,19 +43,6 @@ TWO = RayOptions(workers=2, cpus_per_worker=1)
 SAME = ("row_id", "output_token_ids", "output_text", "score", "status", "input_sha256",
         "provenance_sha256")
 
-
-@pytest.fixture(scope="module")
-def faults() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="gr-faults-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(faults: Path) -> Iterator[Any]:
-    """A local Ray of 2 CPUs for this module, in its own temp dir, shut down at the end."""
-    with local_ray(faults, ROOT) as ray_module:
-        yield ray_module
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,6 @@ import pytest
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]'")
 pytest.importorskip("mlx_lm")
 
-from ray_faults import local_ray  # noqa: E402
 
 from guardrepro.errors import InferenceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions  # noqa: E402
@@ -37,20 +33,6 @@ CONFIGS = ("reference", "runs/q8-g64-f32", "runs/rule-nuisance")
 MEASURED = {"rows_per_s", "decode_tok_per_s", "prefill_tok_per_s", "peak_memory_bytes",
             "seconds", "elapsed_s", "generation_started", "generation_finished", "run_dir"}
 
-
-@pytest.fixture(scope="module")
-def faults() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="gr-faults-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(faults: Path) -> Iterator[Any]:
-    """A local Ray of 2 CPUs for this module, in its own temp dir, shut down at the
-    end; faults (tests/ray_faults.py) installed in its worker processes only."""
-    with local_ray(faults, ROOT) as ray_module:
-        yield ray_module
 
 
 def _spec(tmp: Path) -> Path:
