@@ -244,6 +244,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     from guardrepro.artifacts.quantize.convert import quantize
     from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.compare import compare_runs
+    from guardrepro.experiments.frontier import write_artifact_side
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
 
@@ -269,6 +270,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     profile = RunProfile.load(root / "runners/toy-mlx-q8.toml").with_checkpoint_lock(lock)
     mlx_dir = out / "mlx-q8"
     run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
+    write_artifact_side(mlx_dir, lock)  # the frontier's bytes axis: this run's lock
     result.runs["mlx-q8"] = mlx_dir
     # on the originals subset the two runs' cohorts differ by design: compare the
     # rows they share (the 64 originals)

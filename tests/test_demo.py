@@ -109,6 +109,20 @@ def test_mlx_q8_run_is_compared_with_transformers(demo: tuple[Path, str]) -> Non
     assert config["quantization"]["group_size"] == 64
 
 
+def test_frontier_reads_the_mlx_runs_own_artifact(demo: tuple[Path, str]) -> None:
+    """The MLX run substitutes the profile's checkpoint lock; its artifact.json
+    gives the frontier the artifact's size: the bytes of its files on disk."""
+    out, _ = demo
+    pytest.importorskip("mlx_lm", reason="the MLX step needs guardrepro[mlx]")
+    from guardrepro.experiments.frontier import load_config
+
+    artifact = out / "artifacts" / "toy-guard-mlx-q8"
+    on_disk = sum(p.stat().st_size for p in artifact.rglob("*") if p.is_file())
+    side = json.loads((out / "mlx-q8" / "artifact.json").read_text())
+    assert side["lock"] == str(out / "artifacts" / "toy-guard-mlx-q8.lock.toml")
+    assert load_config(out / "mlx-q8").artifact_bytes == side["artifact_bytes"] == on_disk
+
+
 def test_rerun_resumes_without_generating(demo: tuple[Path, str], tmp_path: Path) -> None:
     out, _ = demo
     before = (out / "hf-fp32" / "records.jsonl").read_bytes()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from extras import needs_matplotlib
-from recordsets import PROVENANCE
+from recordsets import PROVENANCE, write_run
 
 from guardrepro.checks.core.bootstrap import Interval
 from guardrepro.checks.core.figure import Figure
@@ -160,6 +160,34 @@ def test_parse_costs_and_errors(tmp_path: Path) -> None:
     assert config.name == "named" and config.artifact_bytes == 7
     with pytest.raises(InputError, match="unique"):
         frontier_report([config, config], reference=None, costs=parse_costs(None))
+
+
+def test_artifact_size_of_a_run_with_another_lock(tmp_path: Path) -> None:
+    """A run whose profile's own checkpoint lock is absent (the run used another
+    lock) is refused with the lock named; artifact.json written beside it by
+    write_artifact_side gives the size: 10 + 32 bytes from a hand-written lock."""
+    from guardrepro.experiments.frontier import write_artifact_side
+
+    run = write_run(tmp_path / "run", [("b0", "original", "d", 1.0, 1.0)])
+    profile = tmp_path / "profile.toml"
+    profile.write_text('name = "p"\nbackend = "hf"\n[guard]\nname = "toy-guard"\n'
+                       'template_lock = "guard.toml"\ntemplate_file = "template.txt"\n'
+                       '[checkpoint]\nlock = "absent.lock.toml"\n')
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["profile"]["path"] = str(profile)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"artifact\.json") as err:
+        load_config(run)
+    assert "absent.lock.toml" in str(err.value)
+    lock = tmp_path / "other.lock.toml"
+    lock.write_text('name = "other"\nkind = "checkpoint"\n[source]\ntype = "local"\n'
+                    f'path = "{tmp_path}"\n'
+                    f'[[file]]\npath = "a"\nsha256 = "{"1" * 64}"\nsize = 10\n'
+                    f'[[file]]\npath = "b"\nsha256 = "{"2" * 64}"\nsize = 32\n')
+    write_artifact_side(run, lock, recipe="q8")
+    side = json.loads((run / "artifact.json").read_text())
+    assert side == {"artifact_bytes": 42, "lock": str(lock), "recipe": "q8"}
+    assert load_config(run).artifact_bytes == 42
 
 
 @needs_matplotlib

@@ -51,7 +51,7 @@ from guardrepro.artifacts.store import read_hashed
 from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
-from guardrepro.experiments.frontier import FrontierReport
+from guardrepro.experiments.frontier import FrontierReport, artifact_bytes, write_artifact_side
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
 from guardrepro.run.records import write_atomic
@@ -135,12 +135,6 @@ def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | Non
     return lock
 
 
-def _artifact_bytes(lock: Path) -> int:
-    from guardrepro.artifacts.locks import load_lock
-
-    return sum(int(f.size or 0) for f in load_lock(lock).files)
-
-
 def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
                    ref_logprobs: Path, home: str | Path | None, result: SweepResult,
                    progress: bool) -> None:
@@ -159,9 +153,8 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
     summary = (result.run or run_cohort)(profile, cohort, run_dir, progress=progress,
                                          home=home)
     result.actions.append(f"run {recipe.name}: {summary.generated} generated")
-    write_json_atomic(run_dir / "artifact.json", {
-        "artifact_bytes": _artifact_bytes(lock), "lock": str(lock), "recipe": recipe.to_dict(),
-        "requested_recipe": entry.recipe.name, "device": result.device})
+    write_artifact_side(run_dir, lock, recipe=recipe.to_dict(),
+                        requested_recipe=entry.recipe.name, device=result.device)
     divergence_file = run_dir / "divergence.json"
     if not divergence_file.exists():
         div = candidate_divergence(profile, ref_logprobs, home=home, progress=progress,
@@ -173,7 +166,7 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
     write_json_atomic(run_dir / "summary.json", {
         "name": recipe.name, "kind": "recipe", "recipe": recipe.to_dict(),
         "requested_recipe": entry.recipe.name, "device": result.device,
-        "artifact_bytes": _artifact_bytes(lock), "run": summary.to_dict(),
+        "artifact_bytes": artifact_bytes(lock), "run": summary.to_dict(),
         "compare": comparison, "divergence": div["overall"]})
 
 
