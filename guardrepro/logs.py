@@ -18,7 +18,9 @@ same log).
 (ours, third-party ones, captured print lines) go to ``queue`` instead of a handler
 of its own, and the parent passes each one to ``handle``: its stderr at the
 parent's level and, during a run, the run's ``run.log``. Each ``run.log`` line
-names the process that logged it (``[pid N]``).
+names the process that logged it (``[pid N]``). ``to_buffer(level)`` does the
+same for a Ray actor, whose records travel to the driver by value
+(``as_entry`` dicts, replayed there by ``handle_entry``).
 
 Invariants: calling ``setup`` again only changes the level (never a second
 handler); nothing here touches stdout, which stays for each verb's result.
@@ -115,6 +117,55 @@ def to_queue(queue: Any, level: int) -> None:
 def handle(record: logging.LogRecord) -> None:
     """In the parent: a worker's record to this process's handlers (stderr, run.log)."""
     logging.getLogger().handle(record)
+
+
+def as_entry(record: logging.LogRecord) -> dict[str, Any]:
+    """A record as plain data (message formatted, traceback as text): what a
+    process whose results travel by value (a Ray actor) sends its parent."""
+    exc_text = record.exc_text
+    if exc_text is None and record.exc_info:
+        exc_text = logging.Formatter().formatException(record.exc_info)
+    return {"name": record.name, "levelno": record.levelno, "levelname": record.levelname,
+            "msg": record.getMessage(), "created": record.created, "msecs": record.msecs,
+            "process": record.process, "processName": record.processName,
+            "exc_text": exc_text}
+
+
+def handle_entry(entry: dict[str, Any]) -> None:
+    """In the parent: an ``as_entry`` record to this process's handlers."""
+    handle(logging.makeLogRecord(entry))
+
+
+class BufferHandler(logging.Handler):
+    """Keeps every record as an ``as_entry`` dict until ``take``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.entries.append(as_entry(record))
+        except Exception:  # a record that cannot be formatted: logging's own report
+            self.handleError(record)
+
+    def take(self) -> list[dict[str, Any]]:
+        entries, self.entries = self.entries, []
+        return entries
+
+
+def to_buffer(level: int) -> BufferHandler:
+    """In a Ray actor: every record at ``level`` or above (the driver's root
+    level) is also kept in the returned buffer, which the actor sends to the
+    driver; a buffer from an earlier call in this process is replaced."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, BufferHandler)]:
+        root.removeHandler(handler)
+    buffer = BufferHandler()
+    root.addHandler(buffer)
+    root.setLevel(level)
+    adopt_libraries()
+    return buffer
 
 
 class _LogWriter(io.TextIOBase):

@@ -121,6 +121,17 @@ def test_ray_records_equal_two_local_workers_toy_guard(
     manifest = read_manifest(got)
     assert manifest is not None and manifest.provenance.backend_config["threads"] == 1
     assert manifest.shard is None
+    # run.log: the driver's start and summary, and each unit's line logged in an actor
+    log = (got / "run.log").read_text(encoding="utf-8")
+    assert f"[pid {os.getpid()}]: run {got}: profile toy-hf" in log
+    assert "ray engine, 2 worker(s), 2 unit(s)" in log
+    assert f"{TOY_ROWS} row(s) generated, 0 already recorded, 0 remaining" in log
+    units = re.findall(r"\[pid (\d+)\]: unit (\d) of run (\S+): (\d+) row\(s\) generated", log)
+    assert sorted(u for _, u, _, _ in units) == ["1", "2"], log
+    assert all(int(pid) != os.getpid() and where == str(got) for pid, _, where, _ in units)
+    by_unit = {u: int(n) for _, u, _, n in units}
+    ids = [r.row_id for r in read_cohort(toy["cohort"])]
+    assert by_unit == {str(k): sum(shard_of(i, 2) == k for i in ids) for k in (1, 2)}
 
 
 def test_ray_records_equal_two_local_workers_rule_guard_2000_rows(

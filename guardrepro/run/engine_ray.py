@@ -59,6 +59,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -73,9 +74,11 @@ from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
-from guardrepro.run.records import MANIFEST_FILE, RecordWriter, RunManifest
+from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, RunManifest
 from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow, read_cohort
+
+log = logging.getLogger(__name__)
 
 SOCKET_ROOM = 75  # bytes Ray appends to its temp dir for a socket path
 UNIX_PATH_MAX = 107
@@ -294,7 +297,23 @@ def run_on_ray(
     progress: bool = True,
     home: str | Path | None = None,
 ) -> Any:
-    """Run (or resume) the cohort on Ray (see the module docstring); a ``RunSummary``."""
+    """Run (or resume) the cohort on Ray (see the module docstring); a ``RunSummary``.
+    Its start, progress lines, every actor's log records and its summary go to
+    ``<run_dir>/run.log``, as for ``--engine local`` (a run refused before its
+    first record leaves no run.log)."""
+    from guardrepro.logs import run_log
+    from guardrepro.run.leftovers import refused_leaves_nothing
+    from guardrepro.run.workers import LOG_FILE, log_summary
+
     request = RunRequest(profile, Path(cohort_path).resolve(), Path(run_dir).resolve(),
                          limit=limit)
-    return run_many([request], options=options, progress=progress, home=home)[0]
+    out = request.run_dir
+    with refused_leaves_nothing(out, LOG_FILE, records=[out / RECORDS_FILE]), run_log(
+            out / LOG_FILE):
+        log.info("run %s: profile %s, cohort %s, ray engine, %d worker(s), %s unit(s)%s",
+                 out, profile.name, request.cohort, options.workers,
+                 options.units or options.workers,
+                 "" if limit is None else f", first {limit} rows")
+        summary = run_many([request], options=options, progress=progress, home=home)[0]
+        log_summary(summary)
+    return summary

@@ -36,7 +36,10 @@ Invariants:
   (``attempts.make_record``). The actor never writes to the run directory.
 - Its first act is to register its own handle with the driver's
   ``PoolRegistry`` (when given one), so the driver can kill it when the job
-  fails.
+  fails. With a ``log_level`` (the driver's root level) its log records
+  (ours and the libraries', one INFO line per unit) are also kept and sent
+  through the registry at the end of the constructor and of every unit,
+  failed or not; the driver replays them into its stderr and ``run.log``.
 - A prompt that renders differently from the driver's is a ``ProvenanceError``
   naming the row. Any other exception in a unit fails it with the row named:
   a chunk that raises is generated again one row at a time to find the row.
@@ -45,12 +48,14 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardrepro import logs
 from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
 from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
 from guardrepro.run.profile import RunProfile
@@ -58,6 +63,7 @@ from guardrepro.run.records import provenance_differences, record_line
 from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow
 
+log = logging.getLogger(__name__)
 
 def node_name() -> str:
     """This process's Ray node id and host name (for messages)."""
@@ -86,10 +92,13 @@ class PoolRegistry:
     """A zero-CPU Ray actor the driver starts per job: every pool actor hands it
     its own handle first thing in its constructor, so that the driver can kill
     the job's actors itself (``ray.kill``) when the job fails, rather than
-    relying on Ray Data to release an actor that was busy with another unit."""
+    relying on Ray Data to release an actor that was busy with another unit.
+    It also holds the log records the actors send (``logs.as_entry`` dicts)
+    until the driver takes them for its stderr and ``run.log``."""
 
     def __init__(self) -> None:
         self.handles: list[Any] = []
+        self.entries: list[dict[str, Any]] = []
 
     def add(self, handle: Any) -> None:
         self.handles.append(handle)
@@ -97,6 +106,13 @@ class PoolRegistry:
     def take(self) -> list[Any]:
         handles, self.handles = self.handles, []
         return handles
+
+    def log(self, entries: list[dict[str, Any]]) -> None:
+        self.entries.extend(entries)
+
+    def take_logs(self) -> list[dict[str, Any]]:
+        entries, self.entries = self.entries, []
+        return entries
 
 
 @dataclass(frozen=True)
@@ -185,21 +201,52 @@ class _Job:
                 f"{exc}") from exc
 
 
+def _adopt_transformers(jobs: Sequence[Mapping[str, Any]]) -> None:
+    """When a run loads a checkpoint's tokenizer (every backend with a model),
+    import transformers' logging now and route it to the root logger, so that
+    its records from the tokenizer and model loads reach the buffer too."""
+    from guardrepro.run.runners.registry import backend_of
+
+    if any(backend_of(spec["profile"].backend).needs_model for spec in jobs):
+        import transformers.utils.logging  # noqa: F401
+
+        logs.adopt_libraries()
+
+
 class UnitActor:
     """Runs units for the driver (see the module docstring)."""
 
     def __init__(self, jobs: Sequence[Mapping[str, Any]], home: str | None,
-                 registry: Any = None) -> None:
+                 registry: Any = None, log_level: int | None = None) -> None:
+        self.registry = registry
+        self.logs: logs.BufferHandler | None = None
         if registry is not None:  # before anything that can fail or take long
             import ray
 
             ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
-        self.jobs = [_Job(JobSpec(**spec), home) for spec in jobs]  # every artifact first
+            if log_level is not None:  # records go to the driver's run.log too
+                self.logs = logs.to_buffer(log_level)
+                _adopt_transformers(jobs)
         self.current: int | None = None
         self.runner: Any = None
         self.provenance: Any = None
-        if len(self.jobs) == 1:  # one run: its provenance is checked here, before any unit
-            self._switch(0)
+        try:
+            self.jobs = [_Job(JobSpec(**spec), home) for spec in jobs]  # every artifact first
+            if len(self.jobs) == 1:  # one run: its provenance is checked here, before a unit
+                self._switch(0)
+        finally:
+            self._send_logs()
+
+    def _send_logs(self) -> None:
+        """The records logged here since the last call, to the driver (through
+        the registry; waited for, so they arrive before this unit's records)."""
+        if self.logs is None:
+            return
+        entries = self.logs.take()
+        if entries:
+            import ray
+
+            ray.get(self.registry.log.remote(entries))
 
     def _switch(self, index: int) -> _Job:
         """Job ``index``, its runner held (one runner at a time)."""
@@ -209,9 +256,16 @@ class UnitActor:
                 self.runner = None
             self.runner, self.provenance = self.jobs[index].open()
             self.current = index
+            logs.adopt_libraries()  # transformers, imported by the runner, logs to root
         return self.jobs[index]
 
     def __call__(self, batch: Any) -> Any:
+        try:
+            return self._unit(batch)
+        finally:
+            self._send_logs()
+
+    def _unit(self, batch: Any) -> Any:
         import pyarrow as pa
 
         tags = sorted(set(zip(batch.column("job").to_pylist(),
@@ -236,6 +290,8 @@ class UnitActor:
                                      self.provenance, self.provenance.sha256)
                 ids.append(p.row.row_id)
                 lines.append(record_line(record))
+        log.info("unit %d of run %s: %d row(s) generated on node %s", unit, job.spec.run_dir,
+                 len(ids), node_name())
         return pa.table({"row_id": pa.array(ids, pa.string()),
                          "job": pa.array([index] * len(ids), pa.int64()),
                          "record": pa.array(lines, pa.string())})

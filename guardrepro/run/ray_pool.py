@@ -19,6 +19,9 @@ Invariants:
   do of that run, the driver's ``input_sha256``) and appended with that run's
   writer; a duplicate (a retried unit) is compared on its deterministic
   fields (``accept``): identical, dropped; different, ``NondeterminismError``.
+- The actors' log records (sent through the registry) are replayed into the
+  driver's handlers before the records of each unit and when the job ends,
+  so ``run.log`` holds what every actor logged, failed units included.
 - An actor's failure is re-raised as the guardrepro error it raised (naming
   the row); when the job ends every actor it started is killed
   (``ray_actor.PoolRegistry``), and after a failure the driver waits
@@ -149,6 +152,20 @@ def _translated(exc: Exception, where: str) -> GuardreproError:
 RELEASE_WAIT_S = 30.0
 
 
+def _relay_logs(ray: Any, registry: Any) -> None:
+    """The actors' log records held by the registry, replayed into this
+    process's handlers (stderr at its level, ``run.log``), each naming the
+    actor's pid. A registry already gone has nothing left to relay."""
+    from guardrepro import logs
+
+    try:
+        entries = ray.get(registry.take_logs.remote(), timeout=RELEASE_WAIT_S)
+    except ray.exceptions.RayError:
+        return
+    for entry in entries:
+        logs.handle_entry(entry)
+
+
 def _kill_pool(ray: Any, registry: Any) -> None:
     """Kill every actor of the job (the handles they registered) and the
     registry itself: a Ray that outlives the job (one this process did not
@@ -232,7 +249,8 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
                                   max_tasks_in_flight_per_actor=1),
         fn_constructor_kwargs={"jobs": [dict(job.spec) for job in jobs],
                                "home": None if home is None else str(home),
-                               "registry": registry},
+                               "registry": registry,
+                               "log_level": logging.getLogger().getEffectiveLevel()},
         num_cpus=shape.cpus_per_worker, num_gpus=shape.gpus_per_worker or None)
     bar = progress_bar(sum(len(job.todo) for job in jobs), label, "row", enabled=progress)
     dropped = 0
@@ -240,6 +258,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
     batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
         for batch in batches:
+            _relay_logs(ray, registry)  # the actor's lines for this unit, before its rows
             indices = batch.column("job").to_pylist()
             for index, line in zip(indices, batch.column("record").to_pylist(), strict=True):
                 writer = jobs[index].writer
@@ -260,6 +279,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
         batches.close()  # the executor and its actors go now, not when collected
         del batches, ds
         gc.collect()
+        _relay_logs(ray, registry)  # what the actors logged up to their end or failure
         _kill_pool(ray, registry)
     if failure is not None:
         _wait_released(ray, free)

@@ -306,7 +306,7 @@ def run_with_workers(
             log.info(*start)
             summary = run_cohort(one_process, cohort, out, limit=limit, progress=progress,
                                  home=home)
-            _log_summary(summary)
+            log_summary(summary)
         return summary
     shard_records = [d / RECORDS_FILE for d in _shard_dirs(out, workers)]
     base = shard_records[0].parent.parent.parent
@@ -317,13 +317,13 @@ def run_with_workers(
         with run_log(base / LOG_FILE):
             log.info(*start)
             summary = _run_shards(shared, cohort, out, workers, progress, home)
-            _log_summary(summary)
+            log_summary(summary)
     os.replace(base / LOG_FILE, out / LOG_FILE)
     shutil.rmtree(base)
     return summary
 
 
-def _log_summary(summary: Any) -> None:
+def log_summary(summary: Any) -> None:
     log.info("run %s: %d row(s) generated, %d already recorded, %d remaining, %s; %.1f s",
              summary.run_dir, summary.generated, summary.already_done, summary.remaining,
              dict(sorted(summary.counts.items())), summary.elapsed_s)
