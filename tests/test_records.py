@@ -265,6 +265,10 @@ def test_manifest_roundtrip_atomic(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(InputError, match="extra_key"):
         read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_bytes(b'{"run_id": "caf\xe9"}')  # Latin-1, not UTF-8
+    with pytest.raises(InputError, match="not UTF-8") as info:
+        read_manifest(tmp_path)
+    assert str(tmp_path / "manifest.json") in str(info.value)
 
 
 def test_resume_check_lists_every_difference(tmp_path: Path) -> None:

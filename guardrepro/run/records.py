@@ -213,8 +213,17 @@ def read_manifest(run_dir: str | Path) -> RunManifest | None:
     path = Path(run_dir) / MANIFEST_FILE
     if not path.exists():
         return None
-    data = load_json(path.read_text(encoding="utf-8"), file=str(path))
-    return RunManifest.from_dict(data, file=str(path))
+    return parse_manifest(path.read_bytes(), file=str(path))
+
+
+def parse_manifest(data: bytes, *, file: str) -> RunManifest:
+    """A manifest from the bytes of ``file`` (not UTF-8, not JSON or not a
+    manifest: ``InputError`` naming the file)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc}", file=file) from exc
+    return RunManifest.from_dict(load_json(text, file=file), file=file)
 
 
 def write_manifest(run_dir: str | Path, manifest: RunManifest) -> Path:

@@ -42,12 +42,12 @@ from typing import Any
 from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.registry import record_parser
-from guardrepro.limits import load_json
 from guardrepro.run.records import (
     MANIFEST_FILE,
     RECORDS_FILE,  # noqa: F401 (re-exported)
     RunManifest,
     check_one_provenance,
+    parse_manifest,
     parse_records,
     read_cohort_hashed,
     records_path,
@@ -125,11 +125,7 @@ def load_manifest_hashed(run_dir: str | Path) -> tuple[RunManifest, str]:
     if not path.is_file():
         raise InputError("manifest.json not found in run directory", file=str(path))
     data, digest = read_hashed(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text: {exc}", file=str(path)) from exc
-    return RunManifest.from_dict(load_json(text, file=str(path)), file=str(path)), digest
+    return parse_manifest(data, file=str(path)), digest
 
 
 @dataclass(frozen=True)
