@@ -97,3 +97,20 @@ def test_ratios_min_median_and_identical_rows(tmp_path: Path) -> None:
     assert lines[0].split()[:6] == ["config", "rows", "min_s", "median_s", "rows/s", "vs"]
     assert lines[2].split()[:10] == ["toy-hf", "4", "2.00", "2.25", "2.00", "5.00x", "4.90x",
                                      "3/4", "5.25", "2.29x"]
+
+
+def test_bench_ray_identity_names_each_differing_field() -> None:
+    """scripts/bench_ray.py's identical column, on hand-built records: equal ->
+    yes; a margin off on 2 of 3 rows by 1e-6 and 3e-6 and one text changed ->
+    the two fields, their row counts and the margins' largest difference."""
+    from scripts.bench_ray import identity
+
+    def rec(rid: str, margin: float, text: str = "safe") -> dict[str, object]:
+        return {"row_id": rid, "output_text": text, "attempts": [{"margin": margin}]}
+
+    want = [rec("a", 0.5), rec("b", 0.25), rec("c", 0.125)]
+    assert identity([dict(r) for r in want], want) == "yes"
+    got = [rec("a", 0.5 + 1e-6), rec("b", 0.25 - 3e-6, "unsafe"), rec("c", 0.125)]
+    assert identity(got, want) == ("no: attempts.0.margin 2/3 (max 3.0e-06), "
+                                   "output_text 1/3")
+    assert identity(list(reversed(got)), want) == "no: other rows"

@@ -73,6 +73,7 @@ from guardrepro import errors
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
 from guardrepro.run.profile import RunProfile
+from guardrepro.run.ray_actor import adopt_transformers
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, RunManifest
 from guardrepro.run.runners.registry import option_table
@@ -204,6 +205,7 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
     from guardrepro.run.resolve import resolve_profile
 
     cohort, run_dir, limit = request.cohort, request.run_dir, request.limit
+    adopt_transformers([profile])  # its records from the loads below reach run.log
     rows = read_cohort(cohort)
     scope = rows if limit is None else rows[:limit]
     existing = _existing_manifest(writer, run_dir)

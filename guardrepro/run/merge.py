@@ -47,7 +47,6 @@ from guardrepro.run.records import (
     RECORDS_FILE,
     RunManifest,
     check_one_provenance,
-    git_commit,
     parse_records,
     provenance_differences,
     read_manifest,
@@ -58,6 +57,7 @@ from guardrepro.run.records import (
 )
 from guardrepro.run.shard import parse_shard, shard_of
 from guardrepro.schema import Record, read_cohort
+from guardrepro.versions import git_commit
 
 MERGE_FILE = "merge.json"
 MERGE_TAG = ".merge-"  # the temp directory: .<out>.merge-<pid>-<random>

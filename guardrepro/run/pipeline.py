@@ -75,7 +75,6 @@ from guardrepro.run.records import (
     RecordWriter,
     RunManifest,
     check_resumable,
-    git_commit,
     read_cohort_hashed,
     read_manifest,
     utc_now,
@@ -96,7 +95,7 @@ from guardrepro.schema import (
     Provenance,
     sha256_text,
 )
-from guardrepro.versions import package_versions
+from guardrepro.versions import git_commit, package_versions
 
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
 # backend-specific versions are in runner.describe().

@@ -201,13 +201,14 @@ class _Job:
                 f"{exc}") from exc
 
 
-def _adopt_transformers(jobs: Sequence[Mapping[str, Any]]) -> None:
+def adopt_transformers(profiles: Sequence[RunProfile]) -> None:
     """When a run loads a checkpoint's tokenizer (every backend with a model),
     import transformers' logging now and route it to the root logger, so that
-    its records from the tokenizer and model loads reach the buffer too."""
+    its records from the tokenizer and model loads reach this process's
+    handlers (the actor's buffer; the driver's stderr and run.log)."""
     from guardrepro.run.runners.registry import backend_of
 
-    if any(backend_of(spec["profile"].backend).needs_model for spec in jobs):
+    if any(backend_of(profile.backend).needs_model for profile in profiles):
         import transformers.utils.logging  # noqa: F401
 
         logs.adopt_libraries()
@@ -226,7 +227,7 @@ class UnitActor:
             ray.get(registry.add.remote(ray.get_runtime_context().current_actor))
             if log_level is not None:  # records go to the driver's run.log too
                 self.logs = logs.to_buffer(log_level)
-                _adopt_transformers(jobs)
+                adopt_transformers([spec["profile"] for spec in jobs])
         self.current: int | None = None
         self.runner: Any = None
         self.provenance: Any = None

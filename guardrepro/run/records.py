@@ -33,7 +33,6 @@ import datetime as _dt
 import errno
 import json
 import os
-import subprocess
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -66,25 +65,6 @@ class TornRecordWarning(RuntimeWarning):
 def utc_now() -> str:
     """An ISO-8601 UTC timestamp with second precision."""
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def git_commit() -> str | None:
-    """The commit of the guardrepro source checkout, or None when not a git checkout."""
-    root = Path(__file__).resolve().parents[2]  # guardrepro/run/records.py -> checkout
-    if not (root / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and len(commit) == 40 else None
 
 
 def write_atomic(path: Path, text: str) -> None:
