@@ -47,6 +47,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -64,6 +65,7 @@ from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow
 
 log = logging.getLogger(__name__)
+
 
 def node_name() -> str:
     """This process's Ray node id and host name (for messages)."""
@@ -247,7 +249,10 @@ class UnitActor:
         if entries:
             import ray
 
-            ray.get(self.registry.log.remote(entries))
+            # a registry already killed (the job is over) has no one to pass them
+            # to, and the unit's own outcome must not be masked by that
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(self.registry.log.remote(entries))
 
     def _switch(self, index: int) -> _Job:
         """Job ``index``, its runner held (one runner at a time)."""
