@@ -20,6 +20,7 @@ from guardrepro.experiments.frontier import (
     Pareto,
     config_metrics,
     dominates,
+    format_frontier,
     frontier_report,
     load_config,
     paired_difference,
@@ -146,6 +147,32 @@ def test_agreement_and_paired_difference() -> None:
     data = report.to_dict()
     assert data["frontier"]["dominated"] == {"worse": ["ref", "same"]}
     assert FrontierReport.from_dict(data).to_dict() == data
+
+
+def test_configurations_over_other_rows_are_compared_on_the_shared_rows() -> None:
+    """"big" has 8 rows whose extra 4 are all misses, "small" the first 4 of
+    them, all right. On its own rows big's harm would be 4 FN / 8 = 50 per 100;
+    on the 4 shared rows both are 0, so neither dominates the other on harm,
+    and frontier.json says big lost 4 rows."""
+    big = Config("big", "b", tuple(rec(f"r{i}", 1.0, 1.0 if i < 4 else 0.0)
+                                   for i in range(8)), None)
+    small = Config("small", "s", big.records[:4], None)
+    report = frontier_report([big, small], reference="big", costs=parse_costs(None),
+                             axes=("memory", "harm"), replicates=100)
+    assert [(m.rows, m.fn, m.harm_per_100) for m in report.configurations] == [
+        (4, 0, 0.0), (4, 0, 0.0)]
+    assert report.frontier.dominated == {}
+    assert report.extra == {"shared_rows": 4, "rows_left_out": {"big": 4}}
+    data = report.to_dict()
+    assert data["shared_rows"] == 4 and data["rows_left_out"] == {"big": 4}
+    assert "rows: the 4 rows every configuration has (left out: big 4)" in (
+        format_frontier(report))
+    same = frontier_report([small, Config("copy", "c", small.records, None)], reference=None,
+                           costs=parse_costs(None), replicates=100)
+    assert same.extra == {} and "shared_rows" not in same.to_dict()
+    apart = Config("apart", "a", (rec("x", 1.0, 1.0),), None)
+    with pytest.raises(InputError, match="share no rows"):
+        frontier_report([small, apart], reference=None, costs=parse_costs(None))
 
 
 def test_parse_costs_and_errors(tmp_path: Path) -> None:

@@ -20,6 +20,12 @@ Invariants:
   on at least one. Equal configurations do not dominate each other, so ties
   both stay on the frontier. A configuration with an unknown value on a
   chosen axis is not placed (named, with the axis) rather than guessed.
+- Every configuration is measured on the rows all of them have: runs over
+  different row sets (the demo's MLX run scores the 64 originals, its
+  transformers run all 256 rows) are restricted to the shared rows, and
+  ``frontier.json`` then says how many (``shared_rows``) and how many rows of
+  each configuration were left out (``rows_left_out``); runs over the same
+  rows (a sweep) are untouched. No shared row at all is an ``InputError``.
 - Paired differences use only rows present in both configurations (the counts
   of unpaired rows are reported); the interval is the percentile cluster
   bootstrap of the mean per-row difference (clusters = base sample) from
@@ -375,6 +381,22 @@ def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, repli
                             verdict)
 
 
+def shared_rows(configs: Sequence[Config]) -> tuple[list[Config], dict[str, int]]:
+    """Every configuration restricted to the rows all of them have (harm per
+    100 rows and dominance compare like with like), and per configuration that
+    had more, how many of its rows were left out (empty: same rows)."""
+    common = set.intersection(*({r.row_id for r in c.records} for c in configs))
+    if not common:
+        raise InputError(f"the configurations {[c.name for c in configs]} share no rows",
+                         field="runs")
+    left = {c.name: len(c.records) - len(common) for c in configs
+            if len(c.records) != len(common)}
+    if not left:
+        return list(configs), {}
+    return [replace(c, records=tuple(r for r in c.records if r.row_id in common))
+            for c in configs], left
+
+
 def frontier_report(configs: Sequence[Config], *, reference: str | None,
                     costs: Mapping[str, float], axes: Sequence[str] = ("memory", "harm"),
                     replicates: int = DEFAULT_REPLICATES,
@@ -385,9 +407,10 @@ def frontier_report(configs: Sequence[Config], *, reference: str | None,
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise InputError(f"configuration names must be unique, got {names}", field="name")
-    ref = next((c for c in configs if c.name == reference), None)
-    if reference is not None and ref is None:
+    if reference is not None and reference not in names:
         raise InputError(f"reference {reference!r} is not one of {names}", field="reference")
+    configs, left_out = shared_rows(configs)
+    ref = next((c for c in configs if c.name == reference), None)
     ref_rows = None if ref is None else {r.row_id: r for r in ref.records}
     metrics = [config_metrics(c, costs, ref_rows, replicates=replicates, seed=seed)
                for c in configs]
@@ -395,8 +418,11 @@ def frontier_report(configs: Sequence[Config], *, reference: str | None,
     paired = () if ref is None else tuple(
         paired_difference(c, ref, costs, replicates=replicates, seed=seed)
         for c in configs if c is not ref)
-    return FrontierReport(dict(costs), reference, tuple(metrics), pareto(metrics, axes),
-                          pareto(metrics, all_axes), paired)
+    report = FrontierReport(dict(costs), reference, tuple(metrics), pareto(metrics, axes),
+                            pareto(metrics, all_axes), paired)
+    if left_out:  # only then: runs over the same rows keep frontier.json as it was
+        report = report.with_extra(shared_rows=metrics[0].rows, rows_left_out=left_out)
+    return report
 
 
 def _mb(value: Any) -> str:
@@ -424,6 +450,10 @@ def format_frontier(report: FrontierReport) -> str:
             f"{frac(None if agree is None else agree.strict):>7} "
             f"{frac(None if agree is None else agree.exact):>7}")
     front = report.frontier
+    if "rows_left_out" in report.extra:
+        left = ", ".join(f"{name} {n}" for name, n in report.extra["rows_left_out"].items())
+        lines.append(f"rows: the {report.extra['shared_rows']} rows every configuration has "
+                     f"(left out: {left})")
     lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
     lines.append(f"frontier ({front.axes[0]} vs {front.axes[1]}): " + ", ".join(front.frontier))
     for name, by in front.dominated.items():
