@@ -309,12 +309,11 @@ def run_on_ray(
 
     request = RunRequest(profile, Path(cohort_path).resolve(), Path(run_dir).resolve(),
                          limit=limit)
-    out = request.run_dir
+    out, shape = request.run_dir, options.checked()
     with refused_leaves_nothing(out, LOG_FILE, records=[out / RECORDS_FILE]), run_log(
             out / LOG_FILE):
-        log.info("run %s: profile %s, cohort %s, ray engine, %d worker(s), %s unit(s)%s",
-                 out, profile.name, request.cohort, options.workers,
-                 options.units or options.workers,
+        log.info("run %s: profile %s, cohort %s, ray engine, %d worker(s), %d unit(s)%s",
+                 out, profile.name, request.cohort, shape.workers, shape.units,
                  "" if limit is None else f", first {limit} rows")
         summary = run_many([request], options=options, progress=progress, home=home)[0]
         log_summary(summary)

@@ -262,7 +262,6 @@ class UnitActor:
                 self.runner = None
             self.runner, self.provenance = self.jobs[index].open()
             self.current = index
-            logs.adopt_libraries()  # transformers, imported by the runner, logs to root
         return self.jobs[index]
 
     def __call__(self, batch: Any) -> Any:
