@@ -20,6 +20,16 @@ Invariants:
 - A logit guard (``scoring == "logit"``) is scored from the raw logits of
   ``score_tokens`` at the first generated position (``score_logits``), not
   from its text; its record keeps the probability in ``components``.
+- ``decision_labels`` is a plain declarative value: each decision label as the
+  guard writes it (the text whose first character ``decision_char_offset``
+  points at) -> its score on the common scale (0.0, 0.5, 1.0). A model guard
+  declares at least two; a rule guard declares none. ``label_scores(text)``
+  is the score each label would give *this* output, given what the guard
+  generated before the decision position (TS-Guard: the composite score with
+  the generated flags; every other guard: ``decision_labels`` itself). The
+  record's ``label_probs`` and ``p_unsafe`` are read from the labels' tokens
+  at the decision position (``guards.decision``; docs/PROTOCOL.md,
+  "Decision labels and P(unsafe)").
 """
 
 from __future__ import annotations
@@ -33,6 +43,31 @@ from typing import Any, Protocol
 from guardrepro.artifacts.template import GuardTemplate as GuardTemplate
 
 Messages = list[dict[str, str]]
+
+# A guard's decision labels: label text -> score on the common scale.
+DecisionLabels = Mapping[str, float]
+DECISION_SCORES = (0.0, 0.5, 1.0)
+
+
+def check_decision_labels(labels: Mapping[str, Any], *, what: str) -> dict[str, float]:
+    """``labels`` as a ``DecisionLabels`` value, or a ``ValueError`` naming
+    ``what`` (the guard or spec field): non-empty distinct label strings, each
+    a score in 0.0 / 0.5 / 1.0, at least two labels and both a safe (0.0) and
+    an unsafe (non-zero) one."""
+    out: dict[str, float] = {}
+    for label, score in labels.items():
+        if not isinstance(label, str) or not label or label != label.strip():
+            raise ValueError(f"{what}: decision label {label!r} must be a non-empty string "
+                             "without surrounding whitespace")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or \
+                float(score) not in DECISION_SCORES:
+            raise ValueError(f"{what}: decision label {label!r} has score {score!r}; "
+                             f"expected one of {DECISION_SCORES}")
+        out[label] = float(score)
+    if len(out) < 2 or 0.0 not in out.values() or not any(v != 0.0 for v in out.values()):
+        raise ValueError(f"{what}: decision labels need a safe (0.0) and an unsafe label, "
+                         f"got {out}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -144,6 +179,8 @@ class GuardAdapter(Protocol):
     # guard's published setup (TS-Guard through Qwen2.5's template); elsewhere a
     # system prompt the template adds is reported as a warning.
     default_system_expected: bool
+    # label text -> score (0.0 / 0.5 / 1.0); empty for a rule guard
+    decision_labels: DecisionLabels
 
     def messages(self, sample: Mapping[str, Any]) -> Messages: ...
 
@@ -156,6 +193,12 @@ class GuardAdapter(Protocol):
     def decision_char_offset(self, text: str) -> int | None:
         """Character offset in ``text`` where the decision starts (the decision
         position), or None when it was never generated."""
+        ...
+
+    def label_scores(self, text: str) -> Mapping[str, float]:
+        """The score each decision label would give this output ``text``, given
+        what was generated before the decision position (keys: exactly
+        ``decision_labels``)."""
         ...
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class ConversationAdapter:
     special_tokens = ExpectedTokens(eos=())
     chat_template = ""
     chat_template_pins: tuple[ChatTemplatePin, ...] = ()
+    decision_labels: Mapping[str, float] = {}
 
     def __init__(self, template: GuardTemplate | None = None) -> None:
         self.template = template if template is not None else BUILDER_TEMPLATE
@@ -77,6 +78,10 @@ class ConversationAdapter:
         states its verdict first."""
         stripped = len(text) - len(text.lstrip())
         return stripped if stripped < len(text) else None
+
+    def label_scores(self, text: str) -> Mapping[str, float]:
+        """Each label's declared score: nothing before the verdict changes it."""
+        return dict(self.decision_labels)
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """Only the token budget: no sampled setting is published for these guards."""

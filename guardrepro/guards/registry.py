@@ -153,3 +153,9 @@ def expected_tokens(name: str) -> ExpectedTokens:
 def decoding_defaults(name: str, mode: str) -> dict[str, Any]:
     """Guard ``name``'s own decoding for ``mode`` (``GuardAdapter.decoding_defaults``)."""
     return _unbound(name).decoding_defaults(mode)
+
+
+def decision_labels(name: str) -> Mapping[str, float]:
+    """Guard ``name``'s decision labels (label text -> score; empty for a rule
+    guard): ``GuardAdapter.decision_labels``."""
+    return _unbound(name).decision_labels

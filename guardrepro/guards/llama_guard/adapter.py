@@ -31,6 +31,7 @@ pinned in its lock.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.guards.base import ExpectedTokens, ParseResult
@@ -116,6 +117,7 @@ class LlamaGuard3Adapter(ConversationAdapter):
     max_new_tokens = 20
     special_tokens = ExpectedTokens(eos=("<|eot_id|>",))
     chat_template = CHAT_TEMPLATE
+    decision_labels: Mapping[str, float] = {"safe": 0.0, "unsafe": 1.0}
 
     def parse(self, text: str) -> ParseResult:
         return parse_llama_guard(text)

@@ -31,6 +31,7 @@ end of its generation prompt, ``<|im_start|>assistant\n<think>\n\n</think>\n\n``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.guards.base import ChatTemplatePin, ExpectedTokens, ParseResult
@@ -122,6 +123,7 @@ class Qwen3GuardAdapter(ConversationAdapter):
     special_tokens = ExpectedTokens(eos=("<|im_end|>",), pad="<|endoftext|>")
     chat_template = CHAT_TEMPLATE
     chat_template_pins = PINS
+    decision_labels: Mapping[str, float] = SCORES
 
     def parse(self, text: str) -> ParseResult:
         return parse_qwen3guard(text)

@@ -101,6 +101,7 @@ class RuleAdapter:
     scoring = "rule"
     score_tokens: tuple[str, ...] = ()
     default_system_expected = False
+    decision_labels: Mapping[str, float] = {}  # no model, no label probabilities
     special_tokens = ExpectedTokens(eos=())
 
     def __init__(self, rule: str) -> None:
@@ -129,6 +130,9 @@ class RuleAdapter:
 
     def decision_char_offset(self, text: str) -> int | None:
         return 0 if text else None
+
+    def label_scores(self, text: str) -> Mapping[str, float]:
+        return {}
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """One token: a rule writes its verdict, it does not decode."""

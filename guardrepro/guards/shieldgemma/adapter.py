@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardrepro.guards.base import ChatTemplatePin, ExpectedTokens, ParseResult
@@ -96,6 +96,8 @@ class ShieldGemmaAdapter(ConversationAdapter):
     chat_template = CHAT_TEMPLATE
     chat_template_pins = PINS
     threshold = DEFAULT_THRESHOLD
+    # The score tokens are the labels; the decision position is the first generated one.
+    decision_labels: Mapping[str, float] = {"Yes": 1.0, "No": 0.0}
 
     def parse(self, text: str) -> ParseResult:
         """Text-only reading (no logits): a leading Yes is 1.0, No 0.0."""

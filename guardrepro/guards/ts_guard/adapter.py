@@ -34,7 +34,13 @@ from guardrepro.guards.base import (
     ParseResult,
     render_ts_guard_prompt,
 )
-from guardrepro.guards.ts_guard.parser import PARSER_VERSION, decision_char_offset, parse_ts_guard
+from guardrepro.guards.ts_guard.parser import (
+    PARSER_VERSION,
+    RATING_LABELS,
+    decision_char_offset,
+    label_scores,
+    parse_ts_guard,
+)
 from guardrepro.schema import DecodingParams
 
 TS_GUARD_MAX_NEW_TOKENS = 2048
@@ -78,6 +84,8 @@ class TSGuardAdapter:
     # Qwen2.5's chat template adds its default system prompt; the upstream
     # evaluator's prompts go through it, so that is part of the reproduction.
     default_system_expected = True
+    # The harmfulness rating values as written, with their own score.
+    decision_labels: Mapping[str, float] = RATING_LABELS
 
     def __init__(
         self,
@@ -111,6 +119,9 @@ class TSGuardAdapter:
 
     def decision_char_offset(self, text: str) -> int | None:
         return decision_char_offset(text)
+
+    def label_scores(self, text: str) -> Mapping[str, float]:
+        return label_scores(text, self.decision_labels)
 
     def decoding_defaults(self, mode: str) -> dict[str, Any]:
         """Greedy (one attempt, temperature 0, no top-k/top-p/repetition

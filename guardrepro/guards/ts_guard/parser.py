@@ -39,6 +39,7 @@ strings, None where a tag did not match).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.guards.base import ParseResult
@@ -58,6 +59,9 @@ ERROR_TYPES = (
 
 # Rating value (as written) -> tenths added to the composite score.
 _RATING_TENTHS = {0.0: 0, 0.5: 1, 1.0: 2}
+# The decision labels: the rating values as the guard writes them, each with
+# its own score (the record's score is the composite: ``label_scores``).
+RATING_LABELS: Mapping[str, float] = {"0.0": 0.0, "0.5": 0.5, "1.0": 1.0}
 
 
 def _tag_pattern(name: str, value: str) -> re.Pattern[str]:
@@ -137,3 +141,13 @@ def decision_char_offset(text: str) -> int | None:
     if match is None or match.end() >= len(text):
         return None
     return match.end()
+
+
+def label_scores(text: str, labels: Mapping[str, float] = RATING_LABELS) -> dict[str, float]:
+    """The composite score each rating label would give ``text``: the flags
+    are those generated before the rating (read as the parser reads them; a
+    flag not generated counts as ``no``), the rating is the label's value."""
+    lowered = text.lower()
+    flags = [bool((m := _PATTERNS[name].search(lowered)) and m.group(1) == "yes")
+             for name in FLAG_TAGS]
+    return {label: composite_score(flags[0], flags[1], float(label)) for label in labels}
