@@ -5,7 +5,8 @@ on this machine); ``--engine ray`` runs the units on a Ray actor pool
 (``guardrepro.run.engine_ray``) with ``--workers`` actors, ``--units``
 units (default: the worker count, which gives the records of ``--workers
 N``), ``--ray-address`` (default: a local Ray started for the run) and
-``--cpus-per-worker`` / ``--gpus-per-worker``.
+``--cpus-per-worker`` / ``--gpus-per-worker``. The options are only parsed
+here: ``guardrepro.run.engine`` checks them and chooses the engine.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from typing import Any
 import click
 
 from guardrepro.cli.options import POSITIVE
-from guardrepro.errors import InputError
-
-ENGINES = ("local", "ray")
+from guardrepro.run.engine import ENGINES
 
 
 def engine_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,25 +43,3 @@ def engine_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def ray_options(engine: str, workers: int, address: str | None, units: int | None,
-                cpus: float | None, gpus: float, *, shard: str | None = None) -> Any:
-    """The ``engine_ray.RayOptions`` for ``--engine ray`` (None for local); Ray
-    options given with ``--engine local``, and ``--shard`` with Ray, are refused."""
-    from guardrepro.run.engine_ray import RayOptions
-
-    if engine == "ray" and shard is not None:
-        raise InputError("--shard and --engine ray cannot be combined (Ray splits the rows "
-                         "into units itself)", field="shard")
-
-    if engine == "local":
-        given = [name for name, value in (("--ray-address", address), ("--units", units),
-                                          ("--cpus-per-worker", cpus)) if value is not None]
-        if gpus:
-            given.append("--gpus-per-worker")
-        if given:
-            raise InputError(f"{', '.join(given)} need --engine ray", field="engine")
-        return None
-    return RayOptions(workers=workers, units=units, address=address, cpus_per_worker=cpus,
-                      gpus_per_worker=gpus)

@@ -17,14 +17,13 @@ stderr.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 import click
 
 from guardrepro.artifacts.store import FULL_ENV
-from guardrepro.cli.engine_options import engine_options, ray_options
+from guardrepro.cli.engine_options import engine_options
 from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecFile, home_option
 
 
@@ -118,51 +117,13 @@ def run(
       guardrepro compare runs/sampled-s0 runs/sampled-s1
     Rerunning with the same seed into the same directory resumes it.
     """
+    from guardrepro.run.engine import Engine, RunRequest, execute
+
     if verify_full:
         os.environ[FULL_ENV] = "1"
-    from guardrepro.errors import InputError
-    from guardrepro.run.engine_ray import run_on_ray
-    from guardrepro.run.profile import RunProfile
-    from guardrepro.run.workers import run_with_workers
-
-    profile = RunProfile.load(profile_path)
-    if seed is not None:
-        if profile.decoding.mode != "sampled":
-            raise InputError(
-                f"--seed {seed} applies to sampled decoding only; this profile decodes "
-                f"{profile.decoding.mode!r} (greedy takes no seed)",
-                file=str(profile_path),
-                field="decoding.mode",
-            )
-        profile = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
-    n_workers = profile.workers if workers is None else workers
-    on_ray = ray_options(engine, n_workers, ray_address, units, cpus_per_worker, gpus_per_worker,
-                         shard=shard)
-    if on_ray is not None:
-        summary = run_on_ray(profile, cohort_path, run_dir, options=on_ray, limit=limit,
-                             progress=progress, home=home)
-    elif shard is not None:
-        if workers is not None and workers > 1:
-            raise InputError("--shard and --workers > 1 cannot be combined", field="workers")
-        from guardrepro.run.pipeline import run_cohort
-
-        summary = run_cohort(
-            profile, cohort_path, run_dir, shard=shard, limit=limit, progress=progress,
-            home=home,
-        )
-    else:
-        summary = run_with_workers(
-            profile, cohort_path, run_dir, workers=n_workers, limit=limit, progress=progress,
-            home=home,
-        )
-    counts = summary.counts
-    shard_note = f" (shard {shard} of {summary.rows_in_cohort} rows)" if shard else ""
-    if shard is None and n_workers > 1:
-        shard_note = f" ({n_workers} workers)"
-    click.echo(
-        f"run {summary.run_id}: {summary.rows_selected} rows selected{shard_note}; "
-        f"{summary.already_done} already done, {summary.generated} generated, "
-        f"{summary.remaining} remaining ({summary.elapsed_s:.1f} s)"
-    )
-    click.echo("status: " + ", ".join(f"{status} {counts.get(status, 0)}" for status in counts))
-    click.echo(str(summary.run_dir))
+    request = RunRequest(profile_path, cohort_path, run_dir, shard=shard, limit=limit, seed=seed,
+                         workers=workers)
+    done = execute(request, Engine(engine, ray_address, units, cpus_per_worker, gpus_per_worker),
+                   progress=progress, home=home)
+    for line in done.lines():
+        click.echo(line)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from guardrepro.cli.engine_options import engine_options, ray_options
+from guardrepro.cli.engine_options import engine_options
 from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, SpecFile, home_option
 from guardrepro.errors import InputError
 
@@ -34,8 +34,9 @@ def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int
     import functools
 
     from guardrepro.experiments.sweep import run_sweep
+    from guardrepro.run.engine import Engine
 
-    on_ray = ray_options(engine, workers, ray_address, units, cpus_per_worker, gpus_per_worker)
+    on_ray = Engine(engine, ray_address, units, cpus_per_worker, gpus_per_worker).ray(workers)
     if on_ray is None:
         if workers != 1:
             raise InputError("sweep --workers applies to --engine ray", field="workers")
