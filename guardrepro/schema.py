@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING as _MISSING
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,15 +21,8 @@ from guardrepro.errors import InputError
 from guardrepro.limits import at_line, load_json
 from guardrepro.spec import check_keys
 
-BENCH_FIELDS = (
-    "id-interaction",
-    "id-segment",
-    "instruction",
-    "history",
-    "current_action",
-    "env_info",
-    "score",
-)
+BENCH_FIELDS = ("id-interaction", "id-segment", "instruction", "history", "current_action",
+                "env_info", "score")
 GOLD_SCORES = (0.0, 0.5, 1.0)
 RECORD_STATUSES = ("ok", "parse_error", "inference_error")
 
@@ -495,5 +488,13 @@ class Record:
             raise InputError(exc.message, file=file, row=row, field=exc.field) from exc
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        # json.loads(json.dumps(asdict(self))) without asdict's deep copies
+        out: dict[str, Any] = json.loads(json.dumps(self, default=_plain))
         return out
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """``json.dumps``'s ``default`` for a record: a dataclass or a mapping as a shallow dict."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return dict(value)  # a mapping; anything else raises TypeError, as json does

@@ -3,8 +3,8 @@
 Input: ``--rows`` (default 7,000: about one guard on all three TS-Bench
 splits), ``--small`` (default 500: the baseline run), ``--dir`` (where the
 run directories go; default a fresh directory under /dev/shm when it exists,
-else the system temp dir: the records writer fsyncs every record, so on a
-disk the run measures the disk's fsync latency rather than the pipeline).
+else the system temp dir, so that the disk's speed is not measured; the
+records writer fsyncs in batches: docs/FAULTS.md).
 
 What runs, each as its own ``python -m guardrepro`` process so that its
 peak resident memory (``ru_maxrss``) is its own:

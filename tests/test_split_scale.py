@@ -3,9 +3,8 @@
 table's figures are scikit-learn's. Speed and memory ratios are printed by
 ``scripts/bench_split_scale.py`` (docs/THROUGHPUT.md), not asserted here.
 
-The run directories go to /dev/shm when it exists: the records writer fsyncs
-every record, and 7,000 fsyncs on the development disk (about 9 ms each)
-would time the disk, not the pipeline."""
+The run directories go to /dev/shm when it exists, so the disk is not
+what is timed."""
 
 from __future__ import annotations
 

@@ -227,14 +227,13 @@ def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Run
     from guardrepro.progress import progress_bar
 
     bar = progress_bar(len(todo), f"run {run_id}", "row", enabled=progress)
+    digest = provenance.sha256  # hashed once, not once per record
     try:
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
             history = generate_chunk(runner, guard, chunk, params, decode)
             for p in chunk:
-                writer.append(
-                    make_record(run_id, p, history[p.row.row_id], provenance, provenance.sha256)
-                )
+                writer.append(make_record(run_id, p, history[p.row.row_id], provenance, digest))
             bar.update(len(chunk))
             if on_rows is not None:
                 on_rows(len(chunk))

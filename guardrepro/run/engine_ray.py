@@ -34,7 +34,7 @@ Invariants:
   rewritten in cohort order at the end, even after a failure. A run refused
   before its first record leaves nothing (``RecordWriter(refused_leaves=)``).
 - Each returned record is checked (provenance hash, a row of this run, the
-  driver's ``input_sha256``) and appended, one fsync'd line, with the
+  driver's ``input_sha256``) and appended, one line each, with the
   writer. A row that arrives again (a retried unit) is compared on its
   deterministic fields (everything but ``timings``, ``created_at`` and
   ``peak_memory_bytes``): identical, it is dropped; different, the run stops

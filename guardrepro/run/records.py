@@ -6,20 +6,19 @@ and ``manifest.json`` holding the run's full provenance.
 
 Invariants:
 
-- Appends are durable and whole: each record is serialised to one line that
-  ends in ``\\n``, written with a single ``os.write`` on an ``O_APPEND``
-  descriptor and fsync'd before ``append`` returns. A record is complete
-  exactly when its line ends in a newline.
+- Appends are whole: each record is serialised to one line that ends in
+  ``\\n``, written with a single ``os.write`` on an ``O_APPEND`` descriptor
+  before ``append`` returns, and fsync'd in batches (``run.record_sync``: at
+  most 1,000 rows or 1 s later, and at close). A record is complete exactly
+  when its line ends in a newline.
 - One writer at a time: ``RecordWriter`` holds an exclusive, non-blocking
   ``flock`` on ``records.jsonl.lock`` for its whole life; a second writer on
   the same directory (another process, or another writer in this process)
   fails at once with a clear message. The OS releases the lock when the holder
   dies, even by SIGKILL.
-- A torn final line (a process killed in the middle of a write, or a machine
-  that lost power before fsync) was never a complete record: when a writer
-  opens the directory it truncates that partial line, with a warning, so the
-  row is simply generated again. ``read_records`` (a reader, not a resumer)
-  refuses such a file instead of repairing it.
+- A torn final line (a machine that stopped before fsync) was never a complete
+  record: a writer opening the directory truncates it, with a warning, and the
+  row is generated again. ``read_records`` refuses such a file instead.
 - Row ids are unique within a run; a duplicate is an error, never a silent
   overwrite or skip.
 - ``manifest.json`` is written atomically (temporary file in the same
@@ -50,6 +49,7 @@ from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
 from guardrepro.run.record_checks import ParserLookup, check_record
+from guardrepro.run.record_sync import RecordSync, SyncPolicy
 from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
 from guardrepro.spec import check_keys, type_problem
 
@@ -330,8 +330,11 @@ class RecordWriter:
     (``self.records``, by row id). Use as a context manager or call ``close``.
     """
 
+    _sync: RecordSync | None
+
     def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None,
                  parsers: ParserLookup | None = None) -> None:
+        self._policy, self._sync = SyncPolicy.from_env(), None  # bad settings refused first
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RECORDS_FILE
         # What this writer creates, so a run refused before its first record can
@@ -360,6 +363,7 @@ class RecordWriter:
                                                     parsers=parsers)
             }
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._sync = RecordSync(self._fd, self._policy, self.path)
         except OSError as exc:
             self.close()
             raise output_error(self.path, exc) from None
@@ -426,8 +430,8 @@ class RecordWriter:
         return dropped
 
     def append(self, record: Record) -> None:
-        """Durably append one record; its row id must be new to this run."""
-        if self._fd is None:
+        """Append one record (fsync'd as ``run.record_sync`` says); its row id is new."""
+        if self._fd is None or self._sync is None:
             raise InputError("record writer is closed", file=str(self.path))
         if record.row_id in self.records:
             raise InputError(
@@ -440,7 +444,6 @@ class RecordWriter:
             written = os.write(self._fd, line)
             while written < len(line):  # short writes are rare on local files; finish it
                 written += os.write(self._fd, line[written:])
-            os.fsync(self._fd)
         except OSError as exc:
             raise OutputError(
                 f"cannot append the record of row {record.row_id!r} to {self.path}:"
@@ -448,12 +451,13 @@ class RecordWriter:
                 " final line is removed when the run resumes"
             ) from None
         self.records[record.row_id] = record
+        self._sync.wrote()  # in the file now; fsync'd by the policy (OutputError if it fails)
 
     def rewrite_in_order(self, row_ids: Sequence[str]) -> bool:
         """Atomically rewrite the records file with its lines (bytes unchanged)
         in the order of ``row_ids`` (ids without a record are skipped); every
         record must be named. Returns whether the file changed."""
-        if self._fd is None:
+        if self._fd is None or self._sync is None:
             raise InputError("record writer is closed", file=str(self.path))
         lines = self.path.read_bytes().splitlines(keepends=True)
         # Lines move as bytes; each was read into a Record when the writer opened
@@ -466,19 +470,26 @@ class RecordWriter:
         ordered = [by_id[i] for i in row_ids if i in by_id]
         if ordered == lines:
             return False
+        self._sync.close()
         os.close(self._fd)
         self._fd = None
         atomic_write_bytes(self.path, b"".join(ordered))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        self._sync = RecordSync(self._fd, self._policy, self.path)
         return True
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor releases the flock
-            self._lock_fd = None
+        sync, self._sync = self._sync, None
+        try:
+            if sync is not None:
+                sync.close()  # the pending records fsync'd
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # closing the descriptor releases the flock
+                self._lock_fd = None
 
     def __enter__(self) -> RecordWriter:
         return self
