@@ -20,6 +20,7 @@ from typing import Any, Literal
 from guardrepro.errors import InputError
 from guardrepro.limits import at_line, load_json
 from guardrepro.spec import check_keys
+from guardrepro.textsafe import check_id
 
 BENCH_FIELDS = ("id-interaction", "id-segment", "instruction", "history", "current_action",
                 "env_info", "score")
@@ -108,8 +109,9 @@ def _check_sample(sample: Any, top: Mapping[str, Any], *, file: str | None,
     if not isinstance(sample, Mapping):
         raise InputError("expected an object", file=file, row=row, field="sample")
     check_keys(sample, SAMPLE_KEYS, file=file, row=row, where="sample", required=SAMPLE_KEYS)
-    for name in ("sample_id", "source", "split"):
+    for name in ("source", "split"):
         _text(sample[name], file=file, row=row, field_name=f"sample.{name}", empty=False)
+    check_id(sample["sample_id"], file=file, row=row, field="sample.sample_id")
     for name in COHORT_TEXT_FIELDS:  # the stringified texts, or the raw values of a split
         if top.get("serialization") != RAW_SERIALIZATION:
             _text(sample[name], file=file, row=row, field_name=f"sample.{name}")
@@ -167,8 +169,9 @@ class CohortRow:
             raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file,
                              row=row)
         check_keys(data, COHORT_KEYS, file=file, row=row, required=COHORT_KEYS)
-        for name in ("cohort", "base_sample_id", "variant", "domain", "serialization"):
+        for name in ("cohort", "variant", "domain", "serialization"):
             _text(data[name], file=file, row=row, field_name=name, empty=False)
+        check_id(data["base_sample_id"], file=file, row=row, field="base_sample_id")
         _text(data["axis"], file=file, row=row, field_name="axis")
         sample = _check_sample(data["sample"], data, file=file, row=row)
         label = data["original_label"]

@@ -46,6 +46,7 @@ import click
 
 from guardrepro import __version__
 from guardrepro.errors import GuardreproError
+from guardrepro.textsafe import shown_lines
 
 COMMANDS: dict[str, str] = {
     "fetch": "guardrepro.cli.fetch_cmd:fetch",
@@ -162,14 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return 2 if exc.exit_code == 1 else exc.exit_code
     except GuardreproError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {shown_lines(str(exc))}", err=True)
         return exc.exit_code
     except UnicodeDecodeError as exc:
         # readers name the file and line themselves; this is the last line of defence
-        click.echo(f"error: input is not valid UTF-8: {exc}", err=True)
+        click.echo(f"error: input is not valid UTF-8: {shown_lines(str(exc))}", err=True)
         return 2
     except OSError as exc:
-        click.echo(f"error: {_os_error_text(exc, argv)}", err=True)
+        click.echo(f"error: {shown_lines(_os_error_text(exc, argv))}", err=True)
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, emit, home_option
+from guardrepro.cli.options import JSON_OPTION, PROGRESS_OPTION, SpecFile, echo, emit, home_option
 from guardrepro.errors import IntegrityError
 
 
@@ -59,9 +59,9 @@ def build(
     manifest = build_any_cohort_file(spec, data_dir, out, unpinned=unpinned, progress=progress,
                                      home=home)
     for warning in manifest["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     if manifest["sha256_matches"] is False:
-        click.echo(
+        echo(
             f"warning: output sha256 {manifest['sha256']} differs from the spec's expected "
             f"{manifest['expected_sha256']}",
             err=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.core.bootstrap import QUICK_REPLICATES
-from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, home_option
+from guardrepro.cli.options import COUNT, PROGRESS_OPTION, REPLICATES, echo, home_option
 
 
 @click.command(short_help="The whole pipeline on the toy guard, offline.")
@@ -36,7 +36,7 @@ def demo(out: Path | None, home: Path | None, with_mlx: bool | None, replicates:
     if out is None:
         out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime())
     result = run_demo(out, home=home, with_mlx=with_mlx, replicates=replicates,
-                      progress=progress, say=lambda m: click.echo(m, err=True), sampled=sampled)
+                      progress=progress, say=lambda m: echo(m, err=True), sampled=sampled)
     for line in summary_lines(result):
-        click.echo(line)
+        echo(line)
     raise_if_gate_failed(result)

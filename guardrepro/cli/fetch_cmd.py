@@ -15,7 +15,7 @@ import click
 
 from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.artifacts.store import FULL_ENV
-from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
+from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, echo, home_option
 
 
 @click.command("fetch", short_help="Download and verify the files a lock pins.")
@@ -55,9 +55,9 @@ def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool,
     report = fetch_lock(lock, home, progress=progress, out=out)
     for item in report.files:
         flag = "  [pinned now: first download]" if item.pinned_now else ""
-        click.echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")
+        echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")
     if report.lock_updated:
         count = len(report.pinned_now)
-        click.echo(f"recorded {count} first-download pin(s) in {report.pins_file}")
-    click.echo(f"{len(report.files)} file(s) verified for lock {report.lock!r}")
-    click.echo(f"directory: {report.directory}")
+        echo(f"recorded {count} first-download pin(s) in {report.pins_file}")
+    echo(f"{len(report.files)} file(s) verified for lock {report.lock!r}")
+    echo(f"directory: {report.directory}")

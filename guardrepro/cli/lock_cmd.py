@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from guardrepro.cli.options import PROGRESS_OPTION
+from guardrepro.cli.options import PROGRESS_OPTION, echo
 
 if TYPE_CHECKING:
     from guardrepro.artifacts.hf_cache import SnapshotPath
@@ -76,8 +76,8 @@ def _note_cache(snapshot: SnapshotPath) -> None:
 
     root = snapshot.folder.parent
     if root.resolve() != hub_cache_dir().resolve():
-        click.echo(f"note: {root} is not the HF cache of this environment ({hub_cache_dir()});"
-                   f" set HF_HUB_CACHE={root} for fetch, verify and run", err=True)
+        echo(f"note: {root} is not the HF cache of this environment ({hub_cache_dir()});"
+             f" set HF_HUB_CACHE={root} for fetch, verify and run", err=True)
 
 
 @click.command("lock", short_help="Write a checkpoint lock (local directory or Hub).")
@@ -131,5 +131,5 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
                                     header="\n".join(header) + "\n", progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_lock(result, out)
-    click.echo(f"{out}: {len(result.files)} files "
-               f"({'pending first download' if hub else 'pinned'})")
+    echo(f"{out}: {len(result.files)} files "
+         f"({'pending first download' if hub else 'pinned'})")

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import click
 
 from guardrepro.limits import MAX_REPLICATES
+from guardrepro.textsafe import shown_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -110,9 +111,16 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def echo(text: str, *, err: bool = False) -> None:
+    """A human line (or lines) on the terminal, every line through
+    ``textsafe.shown``: ids, paths and excerpts from data cannot carry escape
+    sequences, bidirectional overrides or NULs to the terminal."""
+    click.echo(shown_lines(text), err=err)
+
+
 def say(as_json: bool) -> Callable[[str], None]:
     """Where human lines go: stderr under ``--json``, else stdout."""
-    return lambda line: click.echo(line, err=as_json)
+    return lambda line: echo(line, err=as_json)
 
 
 def emit(as_json: bool, result: Any, human: str | None) -> None:
@@ -120,7 +128,7 @@ def emit(as_json: bool, result: Any, human: str | None) -> None:
     stderr with ``--json``; ``human`` alone on stdout without it."""
     if as_json:
         if human is not None:
-            click.echo(human, err=True)
+            echo(human, err=True)
         click.echo(json.dumps(to_jsonable(result), indent=2, sort_keys=True, ensure_ascii=False))
     elif human is not None:
-        click.echo(human)
+        echo(human)

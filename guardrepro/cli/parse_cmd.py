@@ -33,7 +33,7 @@ from guardrepro.bench.released import (
     reparse_summary,
 )
 from guardrepro.bench.tsbench import BENCHMARK_FILES
-from guardrepro.cli.options import SpecFile, home_option
+from guardrepro.cli.options import SpecFile, echo, home_option
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
 from guardrepro.guards.registry import GUARD_NAMES, get_parser
@@ -233,4 +233,4 @@ def reparse(
     for row in rows:
         click.echo(_dumps(row.to_dict()))
     click.echo(_dumps({"summary": {"benchmark": released.benchmark, **summary}}))
-    click.echo(_describe(summary, released), err=True)
+    echo(_describe(summary, released), err=True)

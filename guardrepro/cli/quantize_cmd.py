@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from guardrepro.artifacts.quantize.convert import quantize as run_quantize
-from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, home_option
+from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, echo, home_option
 
 
 @click.command(short_help="Convert a verified checkpoint to a pinned MLX artifact.")
@@ -36,34 +36,34 @@ def quantize(recipe: Path, model: Path, out: Path, unpinned: bool, home: Path | 
 
     def step(message: str) -> None:
         if progress:
-            click.echo(f"[quantize] {message}", err=True)
+            echo(f"[quantize] {message}", err=True)
 
     result = run_quantize(recipe, model, out, unpinned=unpinned, home=home, progress=step)
     size_mb = result.bytes / 1e6
-    click.echo(f"artifact   {result.artifact}")
-    click.echo(f"lock       {result.lock_path}")
-    click.echo(f"recipe     {result.recipe.name} (sha256 {result.recipe.sha256[:12]}...)")
-    click.echo(f"versions   mlx {result.versions['mlx']}, mlx-lm {result.versions['mlx-lm']}")
+    echo(f"artifact   {result.artifact}")
+    echo(f"lock       {result.lock_path}")
+    echo(f"recipe     {result.recipe.name} (sha256 {result.recipe.sha256[:12]}...)")
+    echo(f"versions   mlx {result.versions['mlx']}, mlx-lm {result.versions['mlx-lm']}")
     src = result.source
-    click.echo("source     " + (f"{src.repo}@{src.revision}" if src.revision else
-                                f"{src.repo or src.directory} tree {src.tree_sha256}")
-               + ("" if src.pinned else "  [UNPINNED]"))
+    echo("source     " + (f"{src.repo}@{src.revision}" if src.revision else
+                          f"{src.repo or src.directory} tree {src.tree_sha256}")
+         + ("" if src.pinned else "  [UNPINNED]"))
     for change in result.config_changes:
-        click.echo(f"config     normalised {change}")
-    click.echo(f"quantized  {len(result.quantized)} weights; {len(result.not_quantized)} "
-               "other tensors")
-    click.echo(f"tree hash  {result.tree_sha256}  ({result.files} files, {result.bytes} bytes, "
-               f"{size_mb:.1f} MB)")
+        echo(f"config     normalised {change}")
+    echo(f"quantized  {len(result.quantized)} weights; {len(result.not_quantized)} "
+         "other tensors")
+    echo(f"tree hash  {result.tree_sha256}  ({result.files} files, {result.bytes} bytes, "
+         f"{size_mb:.1f} MB)")
     expected = result.expected
     if expected is None:
-        click.echo("expected   no published tree hash for this source in the recipe")
+        echo("expected   no published tree hash for this source in the recipe")
     else:
         verdict = "MATCH" if result.expected_match else "MISMATCH"
-        click.echo(f"expected   {expected.tree_sha256}  ({expected.model}, mlx {expected.mlx}, "
-                   f"mlx-lm {expected.mlx_lm})")
-        click.echo(f"           {verdict}")
+        echo(f"expected   {expected.tree_sha256}  ({expected.model}, mlx {expected.mlx}, "
+             f"mlx-lm {expected.mlx_lm})")
+        echo(f"           {verdict}")
         if not result.expected_match:
-            click.echo("           (information, not a failure: a different mlx / mlx-lm "
-                       "version or source changes the bytes)")
+            echo("           (information, not a failure: a different mlx / mlx-lm "
+                 "version or source changes the bytes)")
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items())
-    click.echo(f"timings    {timings}")
+    echo(f"timings    {timings}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, home_option
+from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, echo, home_option
 
 
 @click.command(short_help="report.md (and report.html) with figures for a run.")
@@ -76,14 +76,14 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
                         split_table=split_table, inputs=inputs)
-    click.echo(f"wrote {path}")
+    echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):
-            click.echo(f"  {png}")
+            echo(f"  {png}")
     else:
-        click.echo(FIGURES_NOTE)
+        echo(FIGURES_NOTE)
     if html:
         from guardrepro.checks.report.html import build_html
 
         html_path = build_html(run_dir, cohort=cohort, attribution=attribution, inputs=inputs)
-        click.echo(f"wrote {html_path}")
+        echo(f"wrote {html_path}")

@@ -24,7 +24,15 @@ import click
 
 from guardrepro.artifacts.store import FULL_ENV
 from guardrepro.cli.engine_options import engine_options
-from guardrepro.cli.options import COUNT, POSITIVE, PROGRESS_OPTION, SEED, SpecFile, home_option
+from guardrepro.cli.options import (
+    COUNT,
+    POSITIVE,
+    PROGRESS_OPTION,
+    SEED,
+    SpecFile,
+    echo,
+    home_option,
+)
 
 
 @click.command("run", short_help="Run (or resume) a cohort with a run profile.")
@@ -126,4 +134,4 @@ def run(
     done = execute(request, Engine(engine, ray_address, units, cpus_per_worker, gpus_per_worker),
                    progress=progress, home=home)
     for line in done.lines():
-        click.echo(line)
+        echo(line)

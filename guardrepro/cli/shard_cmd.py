@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from guardrepro.cli.options import echo
+
 
 @click.command("merge", short_help="Merge shard runs into one run.")
 @click.argument(
@@ -51,12 +53,12 @@ def merge(
     report = merge_runs(run_dirs, out_dir, cohort_path=cohort_path, allow_partial=allow_partial)
     for source in report.sources:
         shard = source.manifest.shard or "unsharded"
-        click.echo(f"  {source.path}: run {source.manifest.run_id}, {shard}, "
-                   f"{len(source.records)} records")
+        echo(f"  {source.path}: run {source.manifest.run_id}, {shard}, "
+             f"{len(source.records)} records")
     missing = report.cohort_rows - report.merged_rows
     note = f", {missing} missing" if missing else ""
-    click.echo(
+    echo(
         f"merged {len(report.sources)} runs: {report.merged_rows} of {report.cohort_rows} "
         f"cohort rows{note}"
     )
-    click.echo(str(report.out_dir))
+    echo(str(report.out_dir))

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from guardrepro.cli.engine_options import engine_options
-from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, SpecFile, home_option
+from guardrepro.cli.options import POSITIVE, PROGRESS_OPTION, SpecFile, echo, home_option
 from guardrepro.errors import InputError
 
 
@@ -41,15 +41,15 @@ def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int
         if workers != 1:
             raise InputError("sweep --workers applies to --engine ray", field="workers")
         result = run_sweep(spec, out, home=home, progress=progress,
-                           say=lambda line: click.echo(line, err=True))
+                           say=lambda line: echo(line, err=True))
     else:
         from guardrepro.experiments.sweep_ray import run_configurations
 
         result = run_sweep(spec, out, home=home, progress=progress,
-                           say=lambda line: click.echo(line, err=True),
+                           say=lambda line: echo(line, err=True),
                            runs=functools.partial(run_configurations,
                                                   options=on_ray.checked()))
-    click.echo((result.out / "summary.md").read_text(encoding="utf-8"))
-    click.echo((result.out / "frontier.md").read_text(encoding="utf-8"))
-    click.echo(f"device: {result.device}")
-    click.echo(f"sweep directory: {result.out}")
+    echo((result.out / "summary.md").read_text(encoding="utf-8"))
+    echo((result.out / "frontier.md").read_text(encoding="utf-8"))
+    echo(f"device: {result.device}")
+    echo(f"sweep directory: {result.out}")

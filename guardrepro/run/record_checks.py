@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.schema import RECORD_STATUSES, Attempt, Record, check_score
+from guardrepro.textsafe import check_id
 
 if TYPE_CHECKING:
     from guardrepro.guards.base import ParseResult
@@ -124,6 +125,8 @@ def check_record(record: Record, *, file: str | None, row: int | None,
     """Raise InputError / IntegrityError (file, row, field named) on a bad record;
     with ``parsers``, also when its score contradicts its output text."""
     where: dict[str, Any] = {"file": file, "row": row}
+    check_id(record.row_id, field="row_id", **where)
+    check_id(record.base_sample_id, field="base_sample_id", **where)
     _score(record.gold_label, where, "gold_label")
     if record.gold_label is None:
         raise InputError("expected 0, 0.5 or 1, got null", field="gold_label", **where)

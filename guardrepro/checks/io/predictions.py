@@ -38,6 +38,7 @@ from guardrepro.checks.io.runio import MISSING, RowResult, RunData, RunRows, loa
 from guardrepro.errors import InputError
 from guardrepro.schema import read_cohort
 from guardrepro.spec import check_keys, expect_kind
+from guardrepro.textsafe import check_id
 
 KEYS = ("base_sample_id", "variant", "domain", "gold_label", "score")
 INVALID = "invalid"
@@ -58,8 +59,8 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
                          line=line)
     expect_kind(obj, "predictions", file=file, line=line)
     check_keys(obj, KEYS, file=file, line=line, required=KEYS)
-    base = _text(obj, "base_sample_id", file, line)
-    variant = _text(obj, "variant", file, line)
+    base = check_id(obj["base_sample_id"], file=file, line=line, field="base_sample_id")
+    variant = check_id(obj["variant"], file=file, line=line, field="variant")
     domain = _text(obj, "domain", file, line)
     try:
         gold = check_gold(obj["gold_label"], field="gold_label")

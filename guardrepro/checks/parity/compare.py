@@ -40,6 +40,7 @@ from guardrepro.checks.io.runio import RunData, read_records_file
 from guardrepro.errors import InputError
 from guardrepro.run.records import RunManifest, read_manifest
 from guardrepro.schema import Record
+from guardrepro.textsafe import shown
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -322,8 +323,8 @@ def format_table(comparison: Comparison) -> str:
 
     lines = [sides_line(comparison.sides)] if comparison.sides is not None else []
     lines += [
-        f"A: {comparison.run_a} ({s.rows_a} rows)",
-        f"B: {comparison.run_b} ({s.rows_b} rows)",
+        f"A: {shown(comparison.run_a)} ({s.rows_a} rows)",
+        f"B: {shown(comparison.run_b)} ({s.rows_b} rows)",
         f"rows in both {s.rows_in_both}, only in A {s.only_in_a}, only in B {s.only_in_b}",
         f"valid A            {_pct(s.valid_a)}",
         f"valid B            {_pct(s.valid_b)}",
@@ -349,7 +350,8 @@ def format_table(comparison: Comparison) -> str:
         table = [header]
         for r in moved:
             table.append((
-                r.row_id, r.variant, sig3(r.score_a if r.status_a == "ok" else r.status_a),
+                shown(r.row_id), shown(r.variant),
+                sig3(r.score_a if r.status_a == "ok" else r.status_a),
                 sig3(r.score_b if r.status_b == "ok" else r.status_b),
                 f"{r.strict_a}/{r.strict_b}" + ("" if r.strict_agree else " !"),
                 sig3(r.first_divergence), sig3(r.margin_a), sig3(r.margin_b),
@@ -361,7 +363,7 @@ def format_table(comparison: Comparison) -> str:
     for label, ids in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         if ids:  # the full lists are in the JSON output
             more = f" ... ({len(ids) - 8} more; see --json)" if len(ids) > 8 else ""
-            lines.append(f"{label}: {', '.join(ids[:8])}{more}")
+            lines.append(f"{label}: {', '.join(shown(i) for i in ids[:8])}{more}")
     return "\n".join(lines)
 
 

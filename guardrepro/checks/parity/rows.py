@@ -47,6 +47,7 @@ from guardrepro.checks.parity.gate_types import (
     GateResult,
     ReferenceDisagreement,
 )
+from guardrepro.textsafe import shown
 
 SHOWN_ROWS = 20  # disagreeing rows printed in the table (all of them are in the JSON)
 
@@ -178,7 +179,7 @@ def format_agreement(a: Agreement) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in a.disagreements_by_reason.items()) or "none"
     lines.append(f"disagreeing rows: {len(a.disagreements)} ({reasons})")
     for d in a.disagreements[:SHOWN_ROWS]:
-        lines.append(f"  #{d.reference_index} {d.base_sample_id} {d.domain} gold "
+        lines.append(f"  #{d.reference_index} {shown(d.base_sample_id)} {shown(d.domain)} gold "
                      f"{d.gold_label} reference {d.reference_score} local "
                      f"{d.local_score if d.local_status == 'ok' else d.local_status}"
                      f" ({d.reason})")
