@@ -66,11 +66,12 @@ def test_non_text_cohort_field_names_file_row_field(tmp_path, capsys, field, edi
     assert str(cohort) in err and "line 2" in err and field in err
 
 
-def test_interrupted_cohort_build_leaves_no_cohort_without_its_manifest(tmp_path, monkeypatch):
-    """A build interrupted between the manifest and the cohort write (the
-    interruption injected into the second write) leaves no cohort file, so an
-    earlier cohort at the same path never stands beside the new manifest; a
-    completed build leaves a matching pair, and a later edit breaks the pair."""
+def test_interrupted_cohort_build_leaves_no_manifest_without_its_cohort(tmp_path, monkeypatch):
+    """A build interrupted between the cohort and the manifest write (the
+    interruption injected into the second write) leaves neither: the earlier
+    manifest was removed first and the new cohort is removed again, so no
+    manifest ever claims a cohort that is not there; a completed build leaves a
+    matching pair, and a later edit breaks the pair."""
     import hashlib
     import json
     from types import SimpleNamespace
@@ -79,7 +80,8 @@ def test_interrupted_cohort_build_leaves_no_cohort_without_its_manifest(tmp_path
     from guardrepro.bench.cohort.build import cohort_is_built, manifest_path, write_cohort
 
     out = tmp_path / "c.jsonl"
-    out.write_bytes(b'{"old":1}\n')  # an earlier build's cohort
+    out.write_bytes(b'{"old":1}\n')  # an earlier build's cohort and manifest
+    manifest_path(out).write_text('{"sha256": "old", "pinned": true}\n')
     data = b'{"new":1}\n'
     build = SimpleNamespace(data=data, manifest={"sha256": hashlib.sha256(data).hexdigest()})
     real = cohort_mod.atomic_write_bytes
@@ -94,11 +96,36 @@ def test_interrupted_cohort_build_leaves_no_cohort_without_its_manifest(tmp_path
     monkeypatch.setattr(cohort_mod, "atomic_write_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_cohort(build, out)
-    assert writes == ["c.jsonl.manifest.json", "c.jsonl"]
-    assert not out.exists() and not cohort_is_built(out)
-    assert json.loads(manifest_path(out).read_text())["sha256"] == build.manifest["sha256"]
+    assert writes == ["c.jsonl", "c.jsonl.manifest.json"]
+    assert not out.exists() and not manifest_path(out).exists()
     monkeypatch.setattr(cohort_mod, "atomic_write_bytes", real)
     write_cohort(build, out)
     assert out.read_bytes() == data and cohort_is_built(out)
+    assert json.loads(manifest_path(out).read_text())["sha256"] == build.manifest["sha256"]
     out.write_bytes(b'{"edited":1}\n')
     assert not cohort_is_built(out)
+
+
+TOY_COHORT_BYTES = 305962  # what `cohort build cohorts/toy-64.toml` writes
+
+
+@pytest.mark.parametrize("leave", [0, 1 << 16, TOY_COHORT_BYTES + 4096, TOY_COHORT_BYTES + 8192])
+def test_full_disk_cohort_build_leaves_no_manifest_without_its_cohort(tmp_path, capsys, leave):
+    """A real full disk (a 1 MiB tmpfs with ``leave`` bytes free: none, too
+    little for the cohort, room for the cohort but not its manifest). Before: the
+    manifest, written first, stayed behind claiming ``pinned: true``."""
+    from test_faults_env import full_disk
+
+    from guardrepro.bench.cohort.build import cohort_is_built, manifest_path
+
+    root = Path(__file__).resolve().parents[1]
+    with full_disk(tmp_path / "full", leave=leave) as disk:
+        out = disk / "c.jsonl"
+        code, _, err = cli(capsys, "cohort", "build", str(root / "cohorts/toy-64.toml"),
+                           "--data-dir", str(root / "guardrepro/data/toy_bench"),
+                           "--out", str(out), "--no-progress")
+        assert code == 2 and "Traceback" not in err and "disk is full" in err
+        assert str(out) in err
+        assert not manifest_path(out).exists() and not out.exists()
+        assert not cohort_is_built(out)
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no temp file either

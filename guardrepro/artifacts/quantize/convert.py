@@ -32,8 +32,10 @@ Invariants (the silent failures listed in docs/BACKENDS.md are turned into error
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -51,11 +53,7 @@ from guardrepro.artifacts.store import (
     remove_stale_dirs,
     walk_files,
 )
-from guardrepro.errors import (
-    InputError,
-    IntegrityError,
-    missing_extra,
-)
+from guardrepro.errors import InputError, IntegrityError, OutputError, missing_extra
 from guardrepro.logs import capture_stdout
 from guardrepro.versions import package_versions
 
@@ -350,7 +348,6 @@ def quantize(
     ``unpinned=True``) and write the artifact to ``out`` plus its lock."""
     import time
 
-
     recipe = load_recipe(recipe_path)
     out = Path(out).absolute()
     lock_out = _claim_output(out, progress)
@@ -372,8 +369,10 @@ def quantize(
         progress(f"converting with mlx-lm {versions['mlx-lm']} (mlx {versions['mlx']})")
         try:
             _convert(staging, converted, recipe)
-        except OSError as exc:  # mlx-lm's writes name no file: name the artifact's
-            raise output_error(converted, exc) from None
+        except OSError as exc:  # mlx-lm's writes name no file: name the artifact
+            raise output_error(out, exc) from None
+        except RuntimeError as exc:  # mlx's own writer: "[write] Unable to write N bytes"
+            raise _mlx_write_error(out, converted, exc) from None
         timings["convert_s"] = time.perf_counter() - t
 
         progress("inspecting converted weights")
@@ -411,6 +410,24 @@ def quantize(
             raise
     timings["total_s"] = time.perf_counter() - start
     return result
+
+
+def _mlx_write_error(out: Path, staged: Path, exc: RuntimeError) -> Exception:
+    """mlx's file writer fails with a RuntimeError that names no file and no errno:
+    the artifact ``out`` is named, and a full disk is said to be one when the file
+    system of ``staged`` (where the conversion writes) has less room left than the
+    write that failed."""
+    found = re.search(r"Unable to write (\d+) bytes", str(exc))
+    if found is None:
+        return exc
+    try:
+        fs = os.statvfs(staged.parent)
+        room = fs.f_bavail * fs.f_frsize
+    except OSError:
+        room = None
+    if room is not None and room < int(found.group(1)):
+        return output_error(out, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    return OutputError(f"cannot write {out}: mlx reported {str(exc)!r}")
 
 
 def _claim_output(out: Path, progress: Progress) -> Path:

@@ -4,8 +4,8 @@
 Input: a :class:`~guardrepro.bench.cohort.spec.CohortSpec` and a data directory
 holding ``TS-Bench/<benchmark>-traj/<domain>.json`` for each spec domain.
 Output: cohort JSONL bytes (readable by ``guardrepro.schema.read_cohort``)
-and a manifest dict; ``write_cohort`` writes both atomically
-(``<out>`` and ``<out>.manifest.json``).
+and a manifest dict; ``write_cohort`` writes both atomically, the cohort
+(``<out>``) first and its manifest (``<out>.manifest.json``) last.
 
 Algorithm, in order:
 
@@ -418,16 +418,24 @@ def write_cohort(build: CohortBuild, out: str | Path) -> dict[str, Any]:
     """Write the cohort file and its manifest atomically; returns the manifest
     (with ``output`` set).
 
-    Order, so that a cohort file never stands without the manifest of the
-    build that wrote it (an interrupted build leaves no cohort, "not built"):
-    remove an earlier cohort at ``out``, write the manifest (it carries the
-    cohort's sha256), then the cohort. ``cohort_is_built`` checks the pair."""
+    Order, so that a manifest never stands without the cohort it describes
+    (a manifest says ``pinned``; a full disk or an interrupted build must not
+    leave that claim behind): remove an earlier manifest at ``OUT.manifest.json``,
+    write the cohort, then the manifest (it carries the cohort's sha256). When
+    the manifest cannot be written, the new cohort is removed again. What a failed
+    build can leave is an earlier cohort without a manifest: "not built", as
+    ``cohort_is_built`` checks the pair."""
     out = Path(out)
     manifest = {**build.manifest, "output": str(out)}
-    out.unlink(missing_ok=True)
+    meta = manifest_path(out)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(manifest_path(out), text.encode("utf-8"))
+    meta.unlink(missing_ok=True)
     atomic_write_bytes(out, build.data)
+    try:
+        atomic_write_bytes(meta, text.encode("utf-8"))
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
     return manifest
 
 
