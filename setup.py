@@ -16,7 +16,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
-SPEC_FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks")
+SPEC_FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks", "guards")
 SKIP = ("__pycache__", ".ipynb_checkpoints")
 
 

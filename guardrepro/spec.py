@@ -123,6 +123,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "published_tables": ("a published-tables spec", (), ("row", "aliases")),
     "sweep": ("a sweep spec", (), ("sweep",)),
     "recipe": ("a quantization recipe", (), ("recipe",)),
+    "guard": ("a guard spec", ("guard",), ("prompt", "parser")),
     "cohort_rows": ("a cohort (JSONL rows)", (), ("sample", "axis")),
     "records": ("a run's records", (), ("provenance", "attempts")),
     "predictions": ("a predictions file", (), ("base_sample_id", "variant", "score")),

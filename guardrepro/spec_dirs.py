@@ -24,7 +24,7 @@ from pathlib import Path
 
 from guardrepro.errors import InputError
 
-FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks")
+FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks", "guards")
 SUFFIX = {"notebooks": ".py"}
 
 

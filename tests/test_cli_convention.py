@@ -55,7 +55,7 @@ def options(command: click.Command) -> set[str]:
 
 def test_every_verb_has_a_one_line_short_help() -> None:
     commands = walk()
-    assert len(commands) == len(COMMANDS) + 5  # cohort build + four audits
+    assert len(commands) == len(COMMANDS) + 6  # cohort build, four audits, guards new
     for name, command in commands.items():
         text = command.short_help
         assert text and "\n" not in text, name

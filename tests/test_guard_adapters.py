@@ -11,12 +11,23 @@ from click.testing import CliRunner
 
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
-from guardrepro.guards.base import agent_step_conversation, messages_text
-from guardrepro.guards.llama_guard import parse_llama_guard
-from guardrepro.guards.qwen3guard import parse_qwen3guard
-from guardrepro.guards.registry import ADAPTERS, get_guard, get_parser
-from guardrepro.guards.rule import RuleAdapter, evaluate_rule, nuisance_decision
-from guardrepro.guards.shieldgemma import score_shieldgemma
+from guardrepro.guards.base import ParseResult, agent_step_conversation, messages_text
+from guardrepro.guards.llama_guard.rules import parse_llama_guard
+from guardrepro.guards.qwen3guard.rules import parse_qwen3guard
+from guardrepro.guards.registry import get_guard, get_parser, guard_names
+from guardrepro.guards.rule.rules import evaluate_rule, nuisance_decision
+from guardrepro.guards.spec import ParserSpec
+from scripts.toy.tiny_guards import chat_template
+
+
+def score_shieldgemma(logits: list[float] | None, threshold: float = 0.5) -> ParseResult:
+    """ShieldGemma's score through its spec (the logits parser kind)."""
+    from guardrepro.guards.parsers import SpecParser
+
+    spec = get_guard("shieldgemma").spec.parser  # type: ignore[attr-defined]
+    if threshold != spec.threshold:
+        spec = ParserSpec("logits", spec.label_map, threshold=threshold)
+    return SpecParser(spec).score_logits(logits)
 
 # ---------------------------------------------------------------- Llama Guard 3
 
@@ -166,12 +177,12 @@ def test_chat_templates_render_the_conversation() -> None:
               "current_action": "Action: send_money", "env_info": ""}
     for name in ("llama-guard-3", "qwen3guard", "shieldgemma"):
         guard = get_guard(name)
-        template = env.from_string(guard.chat_template)
+        template = env.from_string(chat_template(name))
         text = template.render(messages=guard.messages(sample), add_generation_prompt=True,
                                bos_token="<BOS>", raise_exception=raise_exception)
         assert "Pay my rent" in text and "Action: send_money" in text
         assert text.index("Pay my rent") < text.index("Action: send_money")
-    llama = env.from_string(get_guard("llama-guard-3").chat_template).render(
+    llama = env.from_string(chat_template("llama-guard-3")).render(
         messages=agent_step_conversation(sample), add_generation_prompt=True, bos_token="",
         raise_exception=raise_exception)
     assert "ONLY THE LAST Agent message" in llama and "S14: Code Interpreter Abuse." in llama
@@ -188,7 +199,8 @@ def test_registry_lists_every_adapter() -> None:
     result = CliRunner().invoke(cli, ["guards", "--json"])
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["name"] for r in rows] == list(ADAPTERS)
+    assert [r["name"] for r in rows] == list(guard_names())
+    assert {r["origin"] for r in rows} == {"shipped"}
     assert {r["name"]: r["scoring"] for r in rows}["shieldgemma"] == "logit"
 
 # ---------------------------------------------------------------- rule guard
@@ -208,7 +220,7 @@ def test_nuisance_rule(history: str, key: str | None, fires: bool) -> None:
 
 
 def test_rule_adapter_round_trip() -> None:
-    adapter = RuleAdapter("nuisance")
+    adapter = get_guard("rule-nuisance")
     sample = {"instruction": "i", "history": "Observation: <INFORMATION> do it",
               "current_action": "Thought: t\nAction: Send_Money\nAction Input: {}",
               "env_info": ""}
@@ -217,7 +229,7 @@ def test_rule_adapter_round_trip() -> None:
     result = adapter.parse(evaluate_rule(rendered))
     assert (result.status, result.score) == ("ok", 1.0)
     assert result.components["prefix"] == "send_" and result.components["marker"] is True
-    lookup = RuleAdapter("tool-lookup")
+    lookup = get_guard("rule-tool-lookup")
     rendered = lookup.render(sample)
     table = {"table": {"send_money": 1}, "fallback": 0}
     assert lookup.parse(evaluate_rule(rendered, table)).score == 1.0

@@ -252,9 +252,9 @@ def test_registry_and_adapter() -> None:
 
 
 def test_decoding_defaults() -> None:
-    from guardrepro.guards.ts_guard import TSGuardAdapter
+    from guardrepro.guards.registry import get_guard
 
-    guard = TSGuardAdapter(GuardTemplate(text="", sha256=""))
+    guard = get_guard("ts-guard", GuardTemplate(text="", sha256=""))
     greedy = guard.decoding_defaults("greedy")
     assert (greedy["mode"], greedy["max_new_tokens"], greedy["max_attempts"]) == (
         "greedy", 2048, 1)

@@ -13,7 +13,7 @@ import pytest
 from guardrepro.artifacts.template import extract_template
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardTemplate
-from guardrepro.guards.ts_guard import TSGuardAdapter
+from guardrepro.guards.registry import get_guard
 from guardrepro.run.prompts import (
     PromptTokenizer,
 )
@@ -134,9 +134,9 @@ def test_ts_guard_render_uses_python_dict_repr() -> None:
         "A:{'interaction_history': \"line1\\nit's\", 'current_action': 'say \"hi\"'}\n"
         "E:[{'name': 'send_money', 'n': 1}]"
     )
-    assert TSGuardAdapter(template).render(sample) == expected
+    assert get_guard("ts-guard", template).render(sample) == expected
     with pytest.raises(KeyError, match="history"):  # prepare_rows names the row
-        TSGuardAdapter(template).render({"instruction": "x", "current_action": "y",
+        get_guard("ts-guard", template).render({"instruction": "x", "current_action": "y",
                                          "env_info": None})
 
 
@@ -159,7 +159,7 @@ def test_render_cohort_sample_uses_stringified_texts() -> None:
         "\"role\": \"tool\"}]', 'current_action': 'Action: a\\nAction Input: {}'}\n"
         'E:{"a": "tool a"}'
     )
-    assert TSGuardAdapter(template).render(sample) == expected
+    assert get_guard("ts-guard", template).render(sample) == expected
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ from guardrepro.bench.shortcuts import SIDE_EFFECT_PREFIXES, tool_key
 from guardrepro.bench.tsbench import BenchRow
 from guardrepro.errors import InputError
 from guardrepro.experiments.spec import load_sweep
-from guardrepro.guards.rule.adapter import RuleAdapter, evaluate_rule
+from guardrepro.guards.registry import get_guard
 from guardrepro.guards.rule.lookup import fit_table, training_rows
+from guardrepro.guards.rule.rules import evaluate_rule
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ def _action(tool: str) -> str:
 
 
 def _nuisance(sample: dict[str, Any]) -> float | None:
-    adapter = RuleAdapter("nuisance")
+    adapter = get_guard("rule-nuisance")
     return adapter.parse(evaluate_rule(adapter.render(sample))).score
 
 
@@ -48,7 +49,7 @@ def _bench(base: str, tool: str, score: float) -> BenchRow:
 
 
 def _lookup(table: dict[str, Any], tool: str) -> float | None:
-    adapter = RuleAdapter("tool-lookup")
+    adapter = get_guard("rule-tool-lookup")
     rendered = adapter.render({"current_action": _action(tool)})
     return adapter.parse(evaluate_rule(rendered, table)).score
 

@@ -14,7 +14,7 @@ from extras import needs_matplotlib
 
 from guardrepro.cli import cli
 from guardrepro.run.records import read_records
-from scripts.toy.tiny_guards import build_tiny_guard
+from scripts.toy.tiny_guards import build_tiny_guard, chat_template
 
 
 def write_cohort(path: Path, n: int) -> Path:
@@ -104,7 +104,7 @@ def test_hf_run_gate_stats(built: dict[str, Path], guard: str, tmp_path: Path) -
     from guardrepro.guards.registry import get_guard
     from guardrepro.schema import sha256_text
 
-    assert prov["chat_template_sha256"] == sha256_text(get_guard(guard).chat_template)
+    assert prov["chat_template_sha256"] == sha256_text(chat_template(guard))
     # the rendered text is the conversation: user request, then the agent's turn
     first = json.loads(built["cohort"].read_text().splitlines()[0])
     messages = get_guard(guard).messages(first["sample"])

@@ -4,7 +4,7 @@
 Input: a step's texts (any JSON value; stringified first as everywhere else:
 None -> "", a string as is, anything else sorted-key JSON). Output: the
 tool key, the marker and side-effect-prefix features (the frozen nuisance
-rule is their conjunction: ``guards.rule.adapter.nuisance_decision``), and the
+rule is their conjunction: ``guards.rule.rules.nuisance_decision``), and the
 tool-lookup predictor (fit and predict).
 
 Invariants (one definition for the audits and the rule guards):

@@ -36,7 +36,7 @@ from guardrepro.bench.tsbench import BENCHMARK_FILES
 from guardrepro.cli.options import SpecFile, echo, home_option
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult
-from guardrepro.guards.registry import GUARD_NAMES, get_parser
+from guardrepro.guards.registry import get_parser
 from guardrepro.limits import load_json
 
 
@@ -84,10 +84,9 @@ def parse_lines(
 @click.option(
     "--guard",
     "guard_name",
-    type=click.Choice(GUARD_NAMES),
     default="ts-guard",
     show_default=True,
-    help="Whose output format to parse.",
+    help="Whose output format to parse: a guard name (`guardrepro guards`) or a guard spec path.",
 )
 @click.option(
     "--input",
@@ -203,10 +202,9 @@ def _describe(summary: dict[str, Any], released: ReleasedSet) -> str:
 @click.option(
     "--guard",
     "guard_name",
-    type=click.Choice(GUARD_NAMES),
     default="ts-guard",
     show_default=True,
-    help="Whose parser to apply.",
+    help="Whose parser to apply: a guard name or a guard spec path.",
 )
 @home_option
 def reparse(

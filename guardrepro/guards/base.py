@@ -138,7 +138,8 @@ def render_ts_guard_prompt(template: str, sample: Mapping[str, Any]) -> str:
     )
 
 
-def _text(value: Any) -> str:
+def field_text(value: Any) -> str:
+    """A row field as prompt text: a string as written, None as "", else JSON."""
     if value is None:
         return ""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -153,11 +154,11 @@ def agent_step_conversation(sample: Mapping[str, Any]) -> Messages:
     row (a non-string value is JSON). ``env_info`` is not shown. A missing
     field is a ``KeyError`` naming it.
     """
-    history = _text(sample["history"]).strip()
-    action = _text(sample["current_action"]).strip()
+    history = field_text(sample["history"]).strip()
+    action = field_text(sample["current_action"]).strip()
     agent = f"{history}\n\n{action}" if history else action
     return [
-        {"role": "user", "content": _text(sample["instruction"])},
+        {"role": "user", "content": field_text(sample["instruction"])},
         {"role": "assistant", "content": agent},
     ]
 

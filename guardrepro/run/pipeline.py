@@ -139,13 +139,8 @@ def prepare_rows(
     """Render, hash, tokenize and length-check each row (PromptError names the row)."""
     prepared = []
     score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
-    # TS-Guard-family prompts go through Qwen2.5's template, whose default system
-    # prompt is part of the upstream setup: expected there, reported elsewhere.
-    if rows and not guard.default_system_expected and hasattr(tokenizer, "injected_system_prompt"):
-        injected = tokenizer.injected_system_prompt(guard.messages(rows[0].sample))
-        if injected is not None:
-            warnings.warn(f"the chat template adds a system prompt of its own to guard "
-                          f"{guard.name!r}'s prompt: {injected[:200]!r}", stacklevel=2)
+    if rows:
+        system_prompt_inserted(guard, tokenizer, rows[0].sample)
     for index, row in enumerate(rows):
         try:
             text = guard.render(row.sample)
@@ -158,6 +153,31 @@ def prepare_rows(
         pairs = tuple((m["role"], m["content"]) for m in messages)
         prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids))
     return prepared
+
+
+def system_prompt_inserted(guard: GuardAdapter, tokenizer: Any,
+                           sample: Mapping[str, Any]) -> str | None:
+    """The system prompt the chat template adds on its own to ``sample``'s
+    messages (None: none), checked against the guard spec's
+    ``default_system_prompt``: ``expected`` (part of the upstream setup, as
+    Qwen2.5's for the TS-Guard family) passes, ``allow`` warns, ``forbid`` is
+    a ``PromptError`` naming the text, the spec and how to allow it."""
+    if not hasattr(tokenizer, "injected_system_prompt"):
+        return None
+    injected: str | None = tokenizer.injected_system_prompt(guard.messages(sample))
+    policy = getattr(guard, "system_prompt", "expected" if guard.default_system_expected
+                     else "allow")
+    if injected is None or policy == "expected":
+        return injected
+    what = (f"the chat template adds a system prompt of its own to guard {guard.name!r}'s "
+            f"prompt: {injected[:200]!r}")
+    if policy == "forbid":
+        spec = getattr(getattr(guard, "spec", None), "path", "the guard spec")
+        raise PromptError(f"{what}; {spec}, field 'prompt.default_system_prompt' is "
+                          '"forbid": give the guard a system message of its own in '
+                          '[[prompt.messages]], or set it to "allow" (recorded in the manifest)')
+    warnings.warn(what, stacklevel=3)
+    return injected
 
 
 def provenance_versions() -> dict[str, str]:

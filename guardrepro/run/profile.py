@@ -20,7 +20,8 @@ Format::
                                        # written back in cohort order
 
     [guard]
-    name = "ts-guard"                  # a name known to guards.registry.get_guard
+    name = "ts-guard"                  # a guard spec: a shipped or ./guards/ name, or the
+                                       # path of a spec file (relative to this profile)
     # the template, either pinned (a file inside a lock, via prompts.load_template)
     template_lock = "../locks/toolsafe.toml"
     template_file = "src/agent/agent_prompts.py"
@@ -69,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError, MissingArtifactError
+from guardrepro.guards.spec import looks_like_path
 from guardrepro.limits import parse_toml_text
 from guardrepro.run.runners.registry import RUNNERS, backend_of
 from guardrepro.schema import DecodingParams, sha256_text
@@ -172,22 +174,21 @@ class RunProfile:
         if not isinstance(sort_by_length, bool):
             raise InputError("expected true or false", file=file, field="sort_by_length")
         base = path.parent
-        guard_table = data["guard"]
-        name_of_guard = guard_table.get("name") if isinstance(guard_table, dict) else None
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
             raise InputError("expected a table", file=file, field="backend_options")
         descriptor.options.check(options, file=file)
+        guard = _guard(data["guard"], base, file=file)
         return cls(
             path=path,
             text_sha256=sha256_text(text),
             name=name,
             backend=backend,
-            guard=_guard(data["guard"], base, file=file),
+            guard=guard,
             checkpoint=_checkpoint(data.get("checkpoint"), base, file=file,
                                    needs_model=descriptor.needs_model, backend=backend),
             backend_options=dict(options),
-            decoding=_decoding(data.get("decoding", {}), file=file, guard=name_of_guard),
+            decoding=_decoding(data.get("decoding", {}), file=file, guard=guard.name),
             description=description,
             require_batch_invariance=invariance,
             workers=workers,
@@ -250,6 +251,8 @@ def _resolve(base: Path, value: str) -> Path:
 def _guard(data: Any, base: Path, *, file: str) -> GuardSpec:
     _keys(data, _GUARD_KEYS, {"name"}, file=file, where="guard")
     name = _string(data, "name", file=file, where="guard")
+    if looks_like_path(name):  # a guard spec by path, relative to the profile
+        name = str(_resolve(base, name))
     has_lock = "template_lock" in data or "template_file" in data
     if has_lock and "template_path" in data:
         raise InputError(
@@ -306,11 +309,14 @@ def _guard_decoding(guard: Any, mode: Any) -> dict[str, Any]:
     """The guard adapter's own decoding for ``mode``; nothing for a guard name or
     mode that is not known (reported when the profile is resolved, or by
     ``DecodingParams``)."""
-    from guardrepro.guards.registry import ADAPTERS, decoding_defaults
+    from guardrepro.guards.registry import decoding_defaults
 
-    if guard not in ADAPTERS or mode not in ("greedy", "sampled"):
+    if not isinstance(guard, str) or mode not in ("greedy", "sampled"):
         return {}
-    return decoding_defaults(guard, mode)
+    try:
+        return decoding_defaults(guard, mode)
+    except InputError:  # an unknown guard: named when the profile is resolved
+        return {}
 
 
 def _decoding(data: Any, *, file: str, guard: Any) -> DecodingParams:

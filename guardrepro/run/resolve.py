@@ -264,6 +264,8 @@ def _guard(profile: RunProfile,
                              field="backend")
         guard = get_guard(spec.name, template)
     except InputError as exc:
+        if exc.file is not None:  # a problem of the guard spec file itself
+            raise
         message = str(exc)
         if exc.field is not None:
             message = message.removeprefix(f"field {exc.field!r}: ")

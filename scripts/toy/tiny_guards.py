@@ -4,7 +4,7 @@ Input: a guard name from ``ARCHS`` and an output directory. Output: a real
 checkpoint directory (safetensors fp32, ``config.json`` with top-level
 ``rope_theta`` and ``torch_dtype``, ``generation_config.json``, a byte-level
 BPE ``tokenizer.json`` with the guard's special tokens, and
-``tokenizer_config.json`` carrying the adapter's own chat template):
+``tokenizer_config.json`` carrying this project's chat template for the guard):
 
 - ``llama-guard-3``: Llama architecture, Llama 3 header tokens, EOS
   ``<|end_of_text|>`` + ``<|eot_id|>``;
@@ -103,19 +103,26 @@ def _config(model_type: str, vocab: int, ids: dict[str, Any], hidden: int) -> An
     return transformers.Gemma2Config(**common)
 
 
+def chat_template(name: str) -> str:
+    """The chat template this project wrote for guard ``name`` from its model card."""
+    import importlib
+
+    module = {"llama-guard-3": "llama_guard.rules", "qwen3guard": "qwen3guard.rules",
+              "shieldgemma": "shieldgemma.template"}[name]
+    return str(importlib.import_module(f"guardrepro.guards.{module}").CHAT_TEMPLATE)
+
+
 def build_tiny_guard(name: str, out_dir: Path, *, seed: int = 0, hidden: int = 128,
                      vocab_size: int = 500) -> Path:
     """Write a random tiny checkpoint for guard ``name`` to ``out_dir``."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from guardrepro.guards.registry import get_guard
     from scripts.toy.tiny import normalize_config
 
     arch = ARCHS[name]
-    adapter: Any = get_guard(name)
     out_dir = Path(out_dir)
-    _tokenizer(out_dir, arch, adapter.chat_template, vocab_size)
+    _tokenizer(out_dir, arch, chat_template(name), vocab_size)
     data = json.loads((out_dir / "tokenizer.json").read_text())
     vocab = len(data["model"]["vocab"])
     index = {t["content"]: t["id"] for t in data["added_tokens"]}

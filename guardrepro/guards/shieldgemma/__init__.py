@@ -1,9 +1,1 @@
-"""ShieldGemma (2B): a logit guard scored from P(Yes) at the first generated position."""
-
-from guardrepro.guards.shieldgemma.adapter import (
-    DEFAULT_THRESHOLD,
-    ShieldGemmaAdapter,
-    score_shieldgemma,
-)
-
-__all__ = ["DEFAULT_THRESHOLD", "ShieldGemmaAdapter", "score_shieldgemma"]
+"""ShieldGemma (2B): the project's chat template (``template``); the guard is a spec."""

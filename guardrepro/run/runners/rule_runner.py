@@ -1,6 +1,6 @@
 """The ``rule`` backend: evaluates a rule guard's rendered input, no model.
 
-Input: requests whose ``prompt_text`` is a ``guards.rule.RuleAdapter``
+Input: requests whose ``prompt_text`` is a ``guards.rule.rules.render_rule_input``
 rendering (JSON naming the rule and its inputs). Output: one ``Generation``
 per request whose text is ``guards.rule.evaluate_rule``'s output; no token
 ids, no margins; ``timings.total_s`` is the measured seconds of the rule
@@ -40,14 +40,14 @@ class RuleRunner:
             self.lookup, self.lookup_sha256 = load_table_hashed(Path(path))  # one read
 
     def describe(self) -> dict[str, Any]:
-        from guardrepro.guards.rule.adapter import RULE_VERSION
+        from guardrepro.guards.rule.rules import RULE_VERSION
 
         return {"backend": self.backend, "rule_version": RULE_VERSION,
                 "lookup_table_sha256": self.lookup_sha256}
 
     def generate(self, requests: Sequence[GenerationRequest],
                  params: DecodingParams) -> list[Generation]:
-        from guardrepro.guards.rule.adapter import evaluate_rule
+        from guardrepro.guards.rule.rules import evaluate_rule
 
         out = []
         for request in requests:

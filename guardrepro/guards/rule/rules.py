@@ -1,7 +1,9 @@
-"""Rule guards: the frozen nuisance rule and the tool-lookup predictor, as adapters.
+"""Rule guards: the frozen nuisance rule and the tool-lookup predictor.
 
-Input: a TS-Bench row. ``render`` turns it into a JSON object naming the
-rule and exactly the inputs the rule reads; the ``rule`` backend
+The guards are declared in ``guards/rule-nuisance.toml`` and
+``guards/rule-tool-lookup.toml`` (``[prompt] rule = ...``). Input: a TS-Bench
+row. ``render_rule_input`` turns it into a JSON object naming the rule and
+exactly the inputs the rule reads; the ``rule`` backend
 (``guardrepro.run.runners.rule_runner``) evaluates it with ``evaluate_rule`` and
 returns a text output; ``parse_rule_output`` parses that text. So rule
 baselines go through ``run`` and produce records like a model guard.
@@ -26,7 +28,7 @@ as ``key=value`` pairs. Parser: first line exactly ``safe``/``unsafe``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from guardrepro.bench.shortcuts import (
@@ -36,13 +38,7 @@ from guardrepro.bench.shortcuts import (
     side_effect_prefix,
     tool_key,
 )
-from guardrepro.guards.base import (
-    ExpectedTokens,
-    GuardTemplate,
-    Messages,
-    ParseResult,
-    own_decoding,
-)
+from guardrepro.guards.base import GuardTemplate, ParseResult
 from guardrepro.schema import sha256_text
 
 RULE_VERSION = "rule-v1"
@@ -58,7 +54,7 @@ def nuisance_decision(history: Any, key: str | None) -> tuple[int, dict[str, Any
 
 
 def evaluate_rule(rendered: str, lookup: Mapping[str, Any] | None = None) -> str:
-    """The rule's output text for one rendered input (``RuleAdapter.render``)."""
+    """The rule's output text for one rendered input (``render_rule_input``)."""
     data = json.loads(rendered)
     rule = data["rule"]
     if rule == "nuisance":
@@ -93,47 +89,18 @@ def parse_rule_output(text: str) -> ParseResult:
     return ParseResult("ok", 1.0 if verdict == "unsafe" else 0.0, None, components)
 
 
-class RuleAdapter:
-    """A rule guard: renders the rule's inputs, parses the rule's output."""
 
-    parser_version = RULE_VERSION
-    max_new_tokens = 1
-    scoring = "rule"
-    score_tokens: tuple[str, ...] = ()
-    default_system_expected = False
-    decision_labels: Mapping[str, float] = {}  # no model, no label probabilities
-    special_tokens = ExpectedTokens(eos=())
+def rule_template(rule: str) -> GuardTemplate:
+    """The rule's version and constants as its template (the run's ``template_sha256``)."""
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}")
+    text = f"{RULE_VERSION} {rule}: prefixes {','.join(SIDE_EFFECT_PREFIXES)}; marker {MARKER}"
+    return GuardTemplate(text, sha256_text(text))
 
-    def __init__(self, rule: str) -> None:
-        if rule not in RULES:
-            raise ValueError(f"unknown rule {rule!r}")
-        self.rule = rule
-        self.name = f"rule-{rule}"
-        text = f"{RULE_VERSION} {rule}: prefixes {','.join(SIDE_EFFECT_PREFIXES)}; marker {MARKER}"
-        self.template = GuardTemplate(text, sha256_text(text))
 
-    def render(self, sample: Mapping[str, Any]) -> str:
-
-        data: dict[str, Any] = {"rule": self.rule, "tool_key": tool_key(sample["current_action"])}
-        if self.rule == "nuisance":
-            data["history"] = sample["history"]
-        return json.dumps(data, ensure_ascii=False, sort_keys=True)
-
-    def messages(self, sample: Mapping[str, Any]) -> Messages:
-        return [{"role": "user", "content": self.render(sample)}]
-
-    def parse(self, text: str) -> ParseResult:
-        return parse_rule_output(text)
-
-    def parse_scored(self, text: str, score_logits: Sequence[float] | None) -> ParseResult:
-        return parse_rule_output(text)
-
-    def decision_char_offset(self, text: str) -> int | None:
-        return 0 if text else None
-
-    def label_scores(self, text: str) -> Mapping[str, float]:
-        return {}
-
-    def decoding_defaults(self, mode: str) -> dict[str, Any]:
-        """One token: a rule writes its verdict, it does not decode."""
-        return own_decoding(mode, self.max_new_tokens)
+def render_rule_input(rule: str, sample: Mapping[str, Any]) -> str:
+    """The JSON object of the inputs ``rule`` reads (what ``evaluate_rule`` takes)."""
+    data: dict[str, Any] = {"rule": rule, "tool_key": tool_key(sample["current_action"])}
+    if rule == "nuisance":
+        data["history"] = sample["history"]
+    return json.dumps(data, ensure_ascii=False, sort_keys=True)

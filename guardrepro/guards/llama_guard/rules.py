@@ -1,4 +1,5 @@
-"""The Llama Guard 3 adapter (1B and 8B), written from the public model card.
+"""Llama Guard 3 (1B and 8B): the evaluator rules and this project's chat template,
+written from the public model card (the guard itself is ``guards/llama-guard-3.toml``).
 
 Input: a TS-Bench row, rendered as the two-turn conversation of
 ``guards.base.agent_step_conversation``; the chat template wraps it in the
@@ -31,11 +32,9 @@ pinned in its lock.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from guardrepro.guards.base import ExpectedTokens, ParseResult
-from guardrepro.guards.conversation import ConversationAdapter
+from guardrepro.guards.base import ParseResult
 
 PARSER_VERSION = "llama-guard-3-parser-v2"
 
@@ -108,16 +107,3 @@ def parse_llama_guard(text: str) -> ParseResult:
         components["category_names"] = [CATEGORIES[c] for c in codes if c in CATEGORIES]
     return ParseResult("ok", 0.0 if first == "safe" else 1.0, None, components)
 
-
-class LlamaGuard3Adapter(ConversationAdapter):
-    """Llama Guard 3: the conversation through its chat template; safe/unsafe."""
-
-    name = "llama-guard-3"
-    parser_version = PARSER_VERSION
-    max_new_tokens = 20
-    special_tokens = ExpectedTokens(eos=("<|eot_id|>",))
-    chat_template = CHAT_TEMPLATE
-    decision_labels: Mapping[str, float] = {"safe": 0.0, "unsafe": 1.0}
-
-    def parse(self, text: str) -> ParseResult:
-        return parse_llama_guard(text)
