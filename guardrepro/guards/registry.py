@@ -18,9 +18,8 @@ suggests a close name only when one is close.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from guardrepro.errors import InputError
@@ -134,12 +133,6 @@ def expected_tokens(name: str) -> ExpectedTokens:
 def decoding_defaults(name: str, mode: str) -> dict[str, Any]:
     """Guard ``name``'s own decoding for ``mode`` (``GuardAdapter.decoding_defaults``)."""
     return _unbound(name).decoding_defaults(mode)
-
-
-def decision_labels(name: str) -> Mapping[str, float]:
-    """Guard ``name``'s decision labels (label text -> score; empty for a rule
-    guard): ``GuardAdapter.decision_labels``."""
-    return _unbound(name).decision_labels
 
 
 def decision_labels(name: str) -> Mapping[str, float]:
