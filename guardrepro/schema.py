@@ -25,7 +25,7 @@ from guardrepro.textsafe import check_id
 BENCH_FIELDS = ("id-interaction", "id-segment", "instruction", "history", "current_action",
                 "env_info", "score")
 GOLD_SCORES = (0.0, 0.5, 1.0)
-RECORD_STATUSES = ("ok", "parse_error", "inference_error")
+RECORD_STATUSES = ("ok", "parse_error", "truncated", "inference_error")
 
 
 def canonical_json(value: Any) -> str:
@@ -413,9 +413,9 @@ class Timings:
 class Record:
     """One (run, cohort row) result with full provenance.
 
-    ``status`` is ``ok`` (parsed, ``score`` set), ``parse_error`` (every
-    attempt failed to parse; ``error_type`` set) or ``inference_error`` (the
-    backend failed; ``error_type`` holds the message). ``output_*`` and
+    ``status`` is ``ok`` (parsed, ``score`` set), ``parse_error`` (every attempt failed to
+    parse; ``error_type`` set), ``truncated`` (the same, the last one reaching ``max_new_tokens``)
+    or ``inference_error`` (the backend failed; ``error_type`` holds the message). ``output_*`` and
     ``decision_margin`` come from the final attempt. ``row_id`` is the cohort row's id,
     ``base_sample_id`` the TS-Bench sample its variants derive from.
     """

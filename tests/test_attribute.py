@@ -86,14 +86,17 @@ def test_counts_and_denominators(runs: dict) -> None:
     bf16, q8 = att.runs
     assert (bf16.label, bf16.role, q8.label, q8.role) == ("bf16", "unquantized", "q8",
                                                           "quantized")
-    assert _counts(q8, "strict") == {"disagreements": (4, 7), "sampling": (1, 7),
+    assert _counts(q8, "strict") == {"disagreements": (4, 7), "identical": (0, 7),
+                                     "sampling": (1, 7),
                                      "quantization": (1, 7), "backend": (1, 7),
                                      "unexplained": (1, 7)}
-    assert _counts(bf16, "strict") == {"disagreements": (4, 7), "sampling": (1, 7),
+    assert _counts(bf16, "strict") == {"disagreements": (4, 7), "identical": (0, 7),
+                                       "sampling": (1, 7),
                                        "quantization": (0, 7), "backend": (1, 7),
                                        "unexplained": (2, 7)}
     # exact level: jointly valid rows only (b7's parse error leaves 6 for bf16)
-    assert _counts(bf16, "exact") == {"disagreements": (4, 6), "sampling": (2, 6),
+    assert _counts(bf16, "exact") == {"disagreements": (4, 6), "identical": (0, 6),
+                                      "sampling": (2, 6),
                                       "quantization": (0, 6), "backend": (1, 6),
                                       "unexplained": (1, 6)}
     assert _counts(q8, "exact")["sampling"] == (2, 7)
@@ -116,6 +119,25 @@ def test_noise_floor_and_margins(runs: dict) -> None:
     row = next(r for r in q8.rows if r.key == "b1:original" and r.level == "strict")
     assert (row.reference, row.local, row.bf16) == ("1", "0", "0")
     assert row.sampled == ["0", "1", "0", "1", "0"]
+
+
+def test_unparsed_rows_with_the_references_tokens_are_identical(
+        runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """b7 fails to parse in the reference and in the run, with the same output:
+    the gate's rule counts it as a disagreement (invalid on both sides), and the
+    attribution calls it identical, not unexplained; b4 moved (different text)."""
+    ref_run = _write(tmp_path / "ref-parse", [*REF[:6], "parse"])
+    run = _write(tmp_path / "run-parse", [*REF[:3], 1, *REF[4:6], "parse"])
+    ref, key_field, _ = load_reference(ref_run)
+    att = attribute(ref, key_field=key_field, quantized=[load_run_input(run, key_field)],
+                    replicates=200)
+    causes = att.causes_by_key("strict")["run-parse"]
+    assert causes == {"b4:original": "unexplained", "b7:original": "identical"}
+    row = next(r for r in att.runs[0].rows if r.key == "b7:original")
+    assert (row.reason, row.reference, row.local) == ("local_invalid", "1", "1")
+    assert main(["attribute", "--reference", str(ref_run), "--quantized", str(run),
+                 "--replicates", "100"]) == 0
+    assert "b7:original  strict identical (local_invalid)" in capsys.readouterr().out
 
 
 def test_missing_rows_are_listed(runs: dict, tmp_path: Path) -> None:

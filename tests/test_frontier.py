@@ -134,7 +134,9 @@ def test_agreement_and_paired_difference() -> None:
     same = Config("same", "s", ref.records, None)
     p = paired_difference(worse, ref, parse_costs(None), replicates=500, seed=3)
     assert p.harm_difference_per_100 == pytest.approx(100.0)
-    assert p.interval.lower == pytest.approx(100.0) and p.verdict == "ref better"
+    # every row is worse, but 20 rows (< MIN_VERDICT_ROWS = 30) back no verdict
+    assert p.interval.lower == pytest.approx(100.0)
+    assert p.verdict == "not enough rows (20 rows, fewer than 30)"
     q = paired_difference(same, ref, parse_costs(None), replicates=500, seed=3)
     assert q.verdict.startswith("no difference")
     report = frontier_report([ref, worse, same], reference="ref", costs=parse_costs(None),
@@ -256,23 +258,74 @@ def test_agreement_follows_the_gate_rule() -> None:
     assert (got.exact.count, got.exact.denominator) == (2, 3)
 
 
+def test_a_verdict_needs_rows_and_a_spread() -> None:
+    """40 rows: "better" needs an interval that excludes 0 and has a width; every
+    row worse by the same amount gives a zero-width interval: not enough rows."""
+    ref = Config("ref", "ref", tuple(rec(f"r{i}", 1.0, 1.0, base=f"b{i}")
+                                     for i in range(40)), None)
+    # 30 of the 40 rows missed (an FN each), 10 kept: the difference is 75 per 100 rows
+    mixed = Config("mixed", "m", tuple(rec(f"r{i}", 1.0, 0.0 if i < 30 else 1.0, base=f"b{i}")
+                                       for i in range(40)), None)
+    p = paired_difference(mixed, ref, parse_costs(None), replicates=500, seed=3)
+    assert p.harm_difference_per_100 == pytest.approx(75.0)
+    assert p.interval.lower is not None and 0 < p.interval.lower < p.interval.upper
+    assert p.verdict == "ref better"
+    flat = Config("flat", "f", tuple(rec(f"r{i}", 1.0, 0.0, base=f"b{i}")
+                                     for i in range(40)), None)
+    q = paired_difference(flat, ref, parse_costs(None), replicates=500, seed=3)
+    assert (q.interval.lower, q.interval.upper) == (100.0, 100.0)
+    assert q.verdict == "not enough rows (the interval has zero width)"
+    assert "no difference" in paired_difference(ref, ref, parse_costs(None), replicates=50,
+                                                seed=3).verdict
+
+
+def _summary_row(name: str, kind: str, count: int, size: int | None, *, rows: int = 40,
+                 kl: float | None = 0.0, top1: tuple[int, int] | None = None) -> Any:
+    from guardrepro.experiments.outputs import SummaryRow
+
+    return SummaryRow(
+        name=name, kind=kind, recipe=None, device=None, artifact_bytes=size, rows=rows,
+        invalid_rows=0, mean_kl=kl, p99_kl=kl, decision_mean_kl=kl,
+        decision_min_margin=1.0, harm_per_100=0.0, peak_memory_bytes=None, rows_per_s=None,
+        decode_tok_per_s=None, identical_tokens=None,
+        strict_agreement=Figure.of(count, rows), exact_agreement=Figure.of(count, rows - 1),
+        top1_agreement=None if top1 is None else Figure.of(*top1),
+        fn=Figure.of(0, 1), fp=Figure.of(0, 1))
+
+
 def test_recommendation_uses_the_reference_agreement_ceiling() -> None:
-    """The reference agrees with itself on its 3 valid rows of 4 (gate rule):
-    a recipe reaching 3/4 qualifies, one at 2/4 does not even if smaller."""
-    from guardrepro.experiments.outputs import SummaryRow, recommend
+    """The reference agrees with itself on its 39 valid rows of 40 (gate rule),
+    at least the 30 a decision ranking needs: a recipe reaching 39/40 qualifies,
+    one at 38/40 does not even if smaller."""
+    from guardrepro.experiments.outputs import recommend
 
-    def row(name: str, kind: str, count: int, size: int | None) -> SummaryRow:
-        return SummaryRow(
-            name=name, kind=kind, recipe=None, device=None, artifact_bytes=size, rows=4,
-            invalid_rows=0, mean_kl=0.0, p99_kl=0.0, decision_mean_kl=0.0,
-            decision_min_margin=1.0, harm_per_100=0.0, peak_memory_bytes=None, rows_per_s=None,
-            decode_tok_per_s=None, identical_tokens=None,
-            strict_agreement=Figure.of(count, 4), exact_agreement=Figure.of(count, 3),
-            top1_agreement=None, fn=Figure.of(0, 1), fp=Figure.of(0, 1))
-
-    rows = [row("ref", "reference", 3, 100), row("big", "recipe", 3, 50),
-            row("small", "recipe", 2, 10)]
+    rows = [_summary_row("ref", "reference", 39, 100), _summary_row("big", "recipe", 39, 50),
+            _summary_row("small", "recipe", 38, 10)]
     nothing = Pareto((), (), {}, {})
     report = FrontierReport({}, None, (), nothing, nothing, ())
-    assert recommend(rows, report)["name"] == "big"
+    chosen = recommend(rows, report)
+    assert (chosen["name"], chosen["rule"]) == ("big", "decisions")
+    assert chosen["reason"].startswith("rule decisions (39 valid reference decisions")
     assert recommend(rows[:1] + rows[2:], report)["name"] is None
+
+
+def test_recommendation_without_measurable_decisions_ranks_by_kl() -> None:
+    """3 valid reference decisions (< 30): every recipe ties on decisions, so the
+    smallest artifact must not win by them; the lowest mean KL does, then the
+    higher top-1 agreement, then the smaller artifact."""
+    from guardrepro.experiments.outputs import recommend
+
+    nothing = Pareto((), (), {}, {})
+    report = FrontierReport({}, None, (), nothing, nothing, ())
+    rows = [_summary_row("ref", "reference", 3, 100, rows=4, kl=None),
+            _summary_row("q4", "recipe", 3, 10, rows=4, kl=0.654, top1=(8, 14)),
+            _summary_row("q8", "recipe", 3, 50, rows=4, kl=2e-3, top1=(14, 14)),
+            _summary_row("bf16", "recipe", 3, 90, rows=4, kl=2e-3, top1=(13, 14)),
+            _summary_row("rule", "rule", 3, 0, rows=4, kl=None)]
+    chosen = recommend(rows, report)
+    assert (chosen["name"], chosen["rule"]) == ("q8", "kl")
+    assert "decisions not measurable (only 3 valid reference decisions" in chosen["reason"]
+    tie = [*rows[:1], _summary_row("a", "recipe", 0, 60, rows=4, kl=1e-3, top1=(14, 14)),
+           _summary_row("b", "recipe", 0, 40, rows=4, kl=1e-3, top1=(14, 14))]
+    assert recommend(tie, report)["name"] == "b"  # same KL and top-1: the smaller
+    assert recommend([rows[0], rows[-1]], report)["name"] is None  # no recipe has a KL

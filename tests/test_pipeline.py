@@ -108,7 +108,9 @@ def test_run_writes_manifest_and_one_record_per_row(
         assert record.gold_label == row.gold_label and record.variant == row.variant
         # the record's status and score are those of parsing its own output text
         parsed = parse_ts_guard(record.output_text)
-        assert record.status == ("ok" if parsed.status == "ok" else "parse_error")
+        # (an unparsed output that reached max_new_tokens is truncated)
+        unparsed = "truncated" if record.finish_reason == "length" else "parse_error"
+        assert record.status == ("ok" if parsed.status == "ok" else unparsed)
         assert record.score == parsed.score
         assert len(record.output_token_ids) == 8 or record.finish_reason == "stop"
         assert len(record.attempts) == 1 and record.attempts[0].seed is None
@@ -175,7 +177,11 @@ def test_sampled_mode_retries_with_derived_seeds(
     records = read_records(tmp_path / "run")
     for record in records:
         # the random model never writes the tags, so every attempt is used
-        assert record.status == "parse_error"
+        unparsed = "truncated" if record.finish_reason == "length" else "parse_error"
+        assert record.status == unparsed
+        assert [a.status for a in record.attempts] == [
+            "truncated" if a.finish_reason == "length" else "parse_error"
+            for a in record.attempts]
         assert record.provenance.decoding["temperature"] == 0.1
         seeds = [a.seed for a in record.attempts]
         # repeat 11: the published string for attempt a (counted from 1), then ":r11"
@@ -258,7 +264,8 @@ def test_inference_error_is_isolated_to_its_row(tiny: Path) -> None:
     for row_id in ("row000", "row002"):
         attempt = history[row_id][0][0]
         parsed = parse_ts_guard(attempt.text)
-        assert attempt.status == ("ok" if parsed.status == "ok" else "parse_error")
+        unparsed = "truncated" if attempt.finish_reason == "length" else "parse_error"
+        assert attempt.status == ("ok" if parsed.status == "ok" else unparsed)
     assert all(len(history[r][0][0].token_ids) >= 1 for r in ("row000", "row002"))
     json.dumps([a.__dict__ for a, _, _ in history["row001"]])
 

@@ -58,7 +58,8 @@ def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
               sampled: tuple[Path, ...], json_out: Path | None, as_json: bool,
               replicates: int, seed: int, home: Path | None) -> None:
     """Assign each disagreement with the reference exactly one cause, tested in
-    order: sampling, quantization, backend, else unexplained.
+    order: identical (the reference's own tokens, whatever their parse state),
+    sampling, quantization, backend, else unexplained.
 
     \b
     TS-Guard (K = 5 sampled repeats, vLLM BF16, MLX Q8):

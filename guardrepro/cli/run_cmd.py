@@ -135,3 +135,8 @@ def run(
                    progress=progress, home=home)
     for line in done.lines():
         echo(line)
+    from guardrepro.run.parse_warning import parse_failure_warning
+
+    warning = parse_failure_warning(done.summary.counts, done.summary.run_dir)
+    if warning is not None:
+        echo(warning, err=True)

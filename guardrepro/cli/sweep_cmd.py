@@ -51,5 +51,8 @@ def sweep(spec: Path, out: Path, home: Path | None, progress: bool, workers: int
                                                   options=on_ray.checked()))
     echo((result.out / "summary.md").read_text(encoding="utf-8"))
     echo((result.out / "frontier.md").read_text(encoding="utf-8"))
+    rec = result.frontier.extra.get("recommendation") if result.frontier else None
+    if rec is not None:
+        echo(f"recommendation: {rec['name'] or 'none'} ({rec['reason']})")
     echo(f"device: {result.device}")
     echo(f"sweep directory: {result.out}")

@@ -30,7 +30,9 @@ Invariants:
   of unpaired rows are reported); the interval is the percentile cluster
   bootstrap of the mean per-row difference (clusters = base sample) from
   ``checks.core.bootstrap.ratio_interval``; "better" is claimed only when the
-  interval excludes 0.
+  interval excludes 0, has a non-zero width and rests on at least
+  ``bootstrap.MIN_VERDICT_ROWS`` rows (otherwise the verdict is "not enough
+  rows").
 
 The result is typed: ``FrontierReport`` (``to_dict()`` is ``frontier.json``,
 ``to_json()`` its text) of ``ConfigMetrics`` (FN and FP rates as
@@ -50,6 +52,8 @@ from typing import Any
 from guardrepro.checks.core.bootstrap import (
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
+    MIN_VERDICT_ROWS,
+    NOT_ENOUGH_ROWS,
     Interval,
     ratio_interval,
 )
@@ -356,6 +360,21 @@ def pareto(metrics: Sequence[ConfigMetrics], axes: Sequence[str]) -> Pareto:
     return Pareto(tuple(axes), frontier, dominated, unplaced)
 
 
+def paired_verdict(a: str, b: str, interval: Interval, rows: int) -> str:
+    """``"<a> better"`` when the interval of A - B lies below 0, ``"<b> better"``
+    above; a claim resting on fewer than ``MIN_VERDICT_ROWS`` rows or on an
+    interval of zero width (every cluster the same difference: the bootstrap
+    shows no spread to judge by) is ``"not enough rows"`` instead."""
+    low, high = interval.lower, interval.upper
+    if low is None or high is None or low <= 0 <= high:
+        return "no difference shown (interval includes 0)"
+    if rows < MIN_VERDICT_ROWS or low == high:
+        why = (f"{rows} rows, fewer than {MIN_VERDICT_ROWS}" if rows < MIN_VERDICT_ROWS
+               else "the interval has zero width")
+        return f"{NOT_ENOUGH_ROWS} ({why})"
+    return f"{a} better" if high < 0 else f"{b} better"
+
+
 def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, replicates: int,
                       seed: int) -> PairedDifference:
     """Harm per 100 rows of A minus B on their shared rows, with a cluster interval."""
@@ -369,13 +388,7 @@ def paired_difference(a: Config, b: Config, costs: Mapping[str, float], *, repli
     clusters = [mine[rid].base_sample_id for rid in shared]
     interval = ratio_interval(diffs, [1.0] * len(diffs), clusters, replicates=replicates,
                               seed=seed)
-    low, high = interval.lower, interval.upper
-    if low is not None and high is not None and high < 0:
-        verdict = f"{a.name} better"
-    elif low is not None and high is not None and low > 0:
-        verdict = f"{b.name} better"
-    else:
-        verdict = "no difference shown (interval includes 0)"
+    verdict = paired_verdict(a.name, b.name, interval, len(shared))
     return PairedDifference(a.name, b.name, len(shared), len(mine) - len(shared),
                             len(theirs) - len(shared), sum(diffs) / len(diffs), interval,
                             verdict)

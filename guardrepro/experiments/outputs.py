@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.checks.core.bootstrap import MIN_VERDICT_ROWS
 from guardrepro.checks.core.figure import COUNT, RATE, Figure, decode
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.serde import JsonValue, as_json_value, opt
@@ -155,28 +156,67 @@ def write_outputs(spec: SweepSpec, out: Path,
 
 
 def recommend(rows: Sequence[SummaryRow], report: FrontierReport) -> dict[str, Any]:
-    """The smallest recipe artifact that agrees with the reference on every row
-    the reference itself can agree on (its valid rows: the reference's
-    agreement with itself under the gate's rule) and whose paired harm interval
-    does not show it worse; ties go to the lower mean KL. None when no recipe
-    qualifies."""
+    """The recipe a sweep recommends, by one of two rules, named in ``rule``.
+
+    ``decisions``, when the reference has at least ``MIN_VERDICT_ROWS`` valid
+    decisions to agree with (its agreement with itself under the gate's rule):
+    the smallest recipe artifact that agrees with the reference on every one
+    of them and whose paired harm interval does not show it worse; ties go to
+    the lower mean KL. None when no recipe qualifies.
+
+    ``kl``, otherwise (decisions cannot be measured, e.g. a guard whose output
+    its parser never reads): the recipe with the lowest teacher-forced mean KL,
+    then the highest top-1 agreement, then the smallest artifact. None when no
+    recipe has a KL."""
+    ref = next((r for r in rows if r.kind == "reference"), None)
+    ceiling = (None if ref is None or ref.strict_agreement is None
+               else int(ref.strict_agreement.count))
+    if ceiling is not None and ceiling >= MIN_VERDICT_ROWS:
+        return _by_decisions(rows, report, ceiling)
+    return _by_kl(rows, ceiling)
+
+
+def _by_decisions(rows: Sequence[SummaryRow], report: FrontierReport,
+                  ceiling: int) -> dict[str, Any]:
     worse = {p.a for p in report.paired_vs_reference if p.verdict == f"{p.b} better"}
-    ceiling = next((r.strict_agreement.count for r in rows
-                    if r.kind == "reference" and r.strict_agreement is not None), None)
     ok = [r for r in rows if r.kind == "recipe" and r.name not in worse
-          and r.strict_agreement is not None and ceiling is not None
-          and r.strict_agreement.count == ceiling and r.artifact_bytes is not None]
+          and r.strict_agreement is not None and r.strict_agreement.count == ceiling
+          and r.artifact_bytes is not None]
     if not ok:
-        return {"name": None, "reason": "no recipe agrees with the reference on every row"}
+        return {"name": None, "rule": "decisions",
+                "reason": "no recipe agrees with the reference on every row"}
     best = min(ok, key=lambda r: (r.artifact_bytes or 0, r.mean_kl or 0.0))
     size = best.artifact_bytes or 0
-    return {"name": best.name, "artifact_bytes": best.artifact_bytes,
-            "reason": (f"smallest artifact ({size / 1e6:.2f} MB) with strict "
-                       f"agreement {frac(best.strict_agreement)} and exact agreement "
+    return {"name": best.name, "artifact_bytes": best.artifact_bytes, "rule": "decisions",
+            "reason": (f"rule decisions ({ceiling} valid reference decisions, at least "
+                       f"{MIN_VERDICT_ROWS}): smallest artifact ({size / 1e6:.2f} MB) with "
+                       f"strict agreement {frac(best.strict_agreement)} and exact agreement "
                        f"{frac(best.exact_agreement)} with the reference, mean KL "
                        f"{_g(best.mean_kl, '.2e')}, smallest decision margin "
                        f"{_g(best.decision_min_margin, '.2f')}; the paired harm interval "
                        "does not show it worse")}
+
+
+def _by_kl(rows: Sequence[SummaryRow], ceiling: int | None) -> dict[str, Any]:
+    valid = "no" if not ceiling else f"only {ceiling}"
+    why = (f"rule kl: decisions not measurable ({valid} valid reference decisions, fewer "
+           f"than the {MIN_VERDICT_ROWS} a ranking by decision agreement needs), so recipes "
+           "are ranked by teacher-forced mean KL, then top-1 agreement, then size")
+    scored = [r for r in rows if r.kind == "recipe" and r.mean_kl is not None]
+    if not scored:
+        return {"name": None, "rule": "kl", "reason": why + "; no recipe has a KL"}
+
+    def key(r: SummaryRow) -> tuple[float, float, int]:
+        top1 = r.top1_agreement.point if r.top1_agreement is not None else None
+        size = r.artifact_bytes if r.artifact_bytes is not None else 2**63
+        return (float(r.mean_kl or 0.0), -(top1 if top1 is not None else -1.0), size)
+
+    best = min(scored, key=key)
+    size = "-" if best.artifact_bytes is None else f"{best.artifact_bytes / 1e6:.2f} MB"
+    return {"name": best.name, "artifact_bytes": best.artifact_bytes, "rule": "kl",
+            "reason": (f"{why}: lowest mean KL {_g(best.mean_kl, '.2e')}, top-1 agreement "
+                       f"{frac(best.top1_agreement)}, {size}; its decisions were not "
+                       "compared")}
 
 
 def sweep_report(spec: SweepSpec, device: str, rows: Sequence[SummaryRow],

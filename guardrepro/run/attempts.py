@@ -16,6 +16,10 @@ Invariants:
 - An ``InferenceError`` from the runner becomes an ``inference_error`` attempt
   for the rows concerned only: a failing batch is retried one request at a
   time to isolate them. The error message goes into ``error_type``.
+- An attempt no verdict was read from is ``truncated`` when its generation
+  reached ``max_new_tokens`` (``finish_reason`` "length") and the guard reads
+  its verdict from the text, else ``parse_error``; both are retried in sampled
+  mode.
 - The record's output, status, error type, components and decision margin
   come from the last attempt; its timings are summed over attempts and its
   peak memory is their maximum.
@@ -36,9 +40,17 @@ from typing import Any
 
 from guardrepro.errors import InferenceError
 from guardrepro.guards.base import GuardAdapter
+from guardrepro.run.record_checks import UNPARSED_STATUSES, unparsed_status
 from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
-from guardrepro.schema import Attempt, CohortRow, DecodingParams, Provenance, Record, Timings
+from guardrepro.schema import (
+    Attempt,
+    CohortRow,
+    DecodingParams,
+    Provenance,
+    Record,
+    Timings,
+)
 
 
 @dataclass(frozen=True)
@@ -120,11 +132,14 @@ def _attempt(
     if isinstance(result, str):
         return Attempt("", [], "error", "inference_error", None, result, None, seed), None
     parsed = guard.parse_scored(result.text, result.score_logits)
+    # a logit guard reads its verdict at the first position: a length stop cuts nothing
+    failed = (unparsed_status(result.finish_reason) if guard.scoring == "parse"
+              else "parse_error")
     attempt = Attempt(
         text=result.text,
         token_ids=list(result.token_ids),
         finish_reason=result.finish_reason,
-        status="ok" if parsed.status == "ok" else "parse_error",
+        status="ok" if parsed.status == "ok" else failed,
         score=parsed.score if parsed.status == "ok" else None,
         error_type=parsed.error_type,
         decision_margin=decision_margin(guard, result, decode),
@@ -167,7 +182,7 @@ def generate_chunk(
             attempt, components = _attempt(guard, result, seeds[p.row.row_id], decode)
             generation = result if isinstance(result, Generation) else None
             history[p.row.row_id].append((attempt, generation, components))
-            if attempt.status == "parse_error":
+            if attempt.status in UNPARSED_STATUSES:
                 still.append(p)
         pending = still
     return history

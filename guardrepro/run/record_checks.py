@@ -34,7 +34,17 @@ if TYPE_CHECKING:
 # guard name -> its output parser, or None (unknown guard, or not scored by parsing)
 ParserLookup = Callable[[str], "Callable[[str], ParseResult] | None"]
 
-ATTEMPT_STATUSES = ("ok", "parse_error", "inference_error")
+ATTEMPT_STATUSES = RECORD_STATUSES
+# no verdict read: the output ended on its own (parse_error) or reached max_new_tokens
+UNPARSED_STATUSES = ("parse_error", "truncated")
+LENGTH_FINISH = "length"  # a generation's finish_reason when it reached max_new_tokens
+
+
+def unparsed_status(finish_reason: str) -> str:
+    """The status of an output no verdict was read from: ``truncated`` when the
+    generation reached ``max_new_tokens`` (the verdict may have been cut off),
+    else ``parse_error``."""
+    return "truncated" if finish_reason == LENGTH_FINISH else "parse_error"
 
 
 def _is_int(value: Any) -> bool:
@@ -98,17 +108,21 @@ def _attempt(attempt: Attempt, where: dict[str, Any], prefix: str) -> None:
 
 
 def _consistent(
-    text: str, status: str, score: float | None, guard: str,
+    text: str, finish_reason: str, status: str, score: float | None, guard: str,
     parse: Callable[[str], ParseResult], where: dict[str, Any], name: str
 ) -> None:
     """Re-parse ``text`` with ``parse``; the recorded status/score must be what it
     gives (the caller looks ``parse`` up only for guards scored by parsing their
     output: a logit guard's score comes from its recorded probability and a rule
-    guard's from its rule)."""
+    guard's from its rule). An unparsed output that reached ``max_new_tokens`` is
+    ``truncated``; records written before that status existed say ``parse_error``
+    there, which is accepted."""
     if status == "inference_error":
         return
     parsed = parse(text)
-    expected = "ok" if parsed.status == "ok" else "parse_error"
+    expected = "ok" if parsed.status == "ok" else unparsed_status(finish_reason)
+    if expected == "truncated" and status == "parse_error":
+        expected = status
     if (status, score) != (expected, parsed.score):
         file, row = where.get("file"), where.get("row")
         line = None if row is None else f"line {row + 1}"  # row: the 0-based index
@@ -142,7 +156,8 @@ def check_record(record: Record, *, file: str | None, row: int | None,
     parse = parsers(guard) if parsers is not None else None
     if parse is None:
         return
-    _consistent(record.output_text, record.status, record.score, guard, parse, where, "score")
+    _consistent(record.output_text, record.finish_reason, record.status, record.score, guard,
+                parse, where, "score")
     for i, attempt in enumerate(record.attempts):
-        _consistent(attempt.text, attempt.status, attempt.score, guard, parse, where,
-                    f"attempts[{i}].score")
+        _consistent(attempt.text, attempt.finish_reason, attempt.status, attempt.score, guard,
+                    parse, where, f"attempts[{i}].score")

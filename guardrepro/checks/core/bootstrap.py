@@ -58,6 +58,14 @@ DEFAULT_SEED = 260828
 DEFAULT_CONFIDENCE = 0.95
 # the quicker default of the demo, the guard table and sweeps
 QUICK_REPLICATES = 2000
+# The fewest rows behind a verdict: a paired "better" / "worse" claim needs at
+# least this many rows (and an interval of non-zero width), and a sweep ranks
+# configurations by their decisions only when at least this many valid
+# decisions back the ranking. Rule of three: 0 disagreements in 30 rows bound
+# the disagreement rate below 10% at 95% confidence; fewer rows bound nothing
+# useful.
+MIN_VERDICT_ROWS = 30
+NOT_ENOUGH_ROWS = "not enough rows"
 BATCH = 512
 
 

@@ -29,6 +29,11 @@ compare these values.
 Causes, tested in this order; the first that holds is the row's cause, so
 each (row, level) has exactly one:
 
+0. ``identical``: the reference is a run's records and this row generated
+   exactly the reference's tokens and text from the same prompt (``input_sha256``),
+   whatever the parse state: nothing moved, and the row disagrees only because
+   the gate's rule counts an invalid row (here invalid on both sides) as a
+   disagreement.
 1. ``sampling``: the row's sampled repeats disagree among themselves (at least
    two distinct values) and the reference value is among them: the reference
    is one of the answers the sampler gives on this row.
@@ -68,7 +73,7 @@ from guardrepro.checks.parity.gate_types import disagreement_reason, strict_agre
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
-CAUSES = ("sampling", "quantization", "backend", "unexplained")
+CAUSES = ("identical", "sampling", "quantization", "backend", "unexplained")
 LEVELS = ("strict", "exact")
 LEVEL_RULES = {
     "strict": "gate_rule: disagrees unless both sides are valid and the strict decisions "
@@ -79,12 +84,24 @@ LEVEL_RULES = {
 
 @dataclass(frozen=True)
 class RefValue:
-    """One reference row: its score (None when invalid) and cluster id."""
+    """One reference row: its score (None when invalid) and cluster id; a
+    records reference also carries the generated token ids and the prompt hash
+    (None for released predictions, which hold no tokens)."""
 
     key: str
     score: float | None
     base_sample_id: str
     domain: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    input_sha256: str | None = None
+    output_text: str | None = None
+
+    def same_tokens(self, local: Record) -> bool:
+        """True when ``local`` generated exactly this row's tokens (and text) from
+        the same prompt."""
+        return (self.token_ids is not None and self.input_sha256 == local.input_sha256
+                and tuple(local.output_token_ids) == self.token_ids
+                and local.output_text == self.output_text)
 
 
 @dataclass(frozen=True)
@@ -139,8 +156,12 @@ def disagreement_levels(ref: float | None, local: Record) -> list[str]:
 
 
 def assign_cause(level: str, ref: float | None, local: Record, *, quantized: bool,
-                 bf16: Record | None, sampled: Sequence[Record]) -> str:
-    """The one cause of a disagreement at ``level`` (order in the module docstring)."""
+                 bf16: Record | None, sampled: Sequence[Record],
+                 identical: bool = False) -> str:
+    """The one cause of a disagreement at ``level`` (order in the module docstring);
+    ``identical``: the run generated the reference's own tokens."""
+    if identical:
+        return "identical"
     ref_v = value(ref, level)
     spread = {value(s.score, level) for s in sampled}
     if len(spread) > 1 and ref_v in spread:
@@ -268,7 +289,7 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
         reps = [s.records[key] for s in sampled if key in s.records]
         for level in disagreement_levels(ref.score, local):
             cause = assign_cause(level, ref.score, local, quantized=quantized, bf16=b,
-                                 sampled=reps)
+                                 sampled=reps, identical=ref.same_tokens(local))
             flags[level].append((key, cause))
             rows.append(RowCause(
                 run=run.label, key=key, row_id=local.row_id,
@@ -332,7 +353,8 @@ def attribute(reference: Mapping[str, RefValue], *, key_field: str,
 def reference_from_records(records: Sequence[Record], key_field: str) -> dict[str, RefValue]:
     """A records reference keyed like the runs (``row_id`` or ``base_sample_id``)."""
     keyed = RunInput.from_records("reference", records, key_field)
-    return {k: RefValue(k, r.score, r.base_sample_id, r.domain)
+    return {k: RefValue(k, r.score, r.base_sample_id, r.domain,
+                        tuple(r.output_token_ids), r.input_sha256, r.output_text)
             for k, r in keyed.records.items()}
 
 

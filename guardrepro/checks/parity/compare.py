@@ -16,6 +16,9 @@ Invariants:
   only when both records are valid and their strict decisions
   (``score != 0``) are equal; its denominator is every row in both runs, so
   two unparsable outputs never count as agreement.
+- Decisions are measurable when at least half the rows in both runs are
+  valid on both sides (``decisions_measurable``); otherwise the table says
+  so under the token identity it leads with.
 - Margins are the records' ``decision_margin`` (top1 - top2 logit at the
   decision position); margin quantiles are reported separately for rows whose
   strict decision agrees and rows where it does not, so one can see whether
@@ -109,6 +112,13 @@ def compare_row(a: Record, b: Record) -> RowComparison:
     )
 
 
+def decisions_measurable(jointly_valid: int, rows: int) -> bool:
+    """Decisions can be compared when at least half the rows are valid on both
+    sides; below that, strict agreement mostly counts unparsed rows (each a
+    disagreement by the gate's rule) and token identity is the measure."""
+    return 2 * jointly_valid >= rows
+
+
 def rate(count: int, denominator: int) -> Figure:
     """count / denominator (None over 0), written in the ``rate`` shape."""
     return Figure.of(count, denominator)
@@ -172,6 +182,8 @@ class CompareSummary(JsonValue):
     score_disagreements: tuple[str, ...] = opt()
     token_divergences: tuple[str, ...] = opt()
     margins: Mapping[str, MarginPair] = opt()  # keyed by MARGIN_GROUPS
+    # at least half the rows in both are valid on both sides (``decisions_measurable``)
+    decisions_measurable: bool = opt(default=True)
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,7 @@ class Comparison:
             margins={"strict_agree": MarginPair.of(agree),
                      "strict_disagree": MarginPair.of(disagree),
                      "score_disagree": MarginPair.of(score_moved)},
+            decisions_measurable=decisions_measurable(len(joint), n),
         )
 
     def to_json(self) -> str:
@@ -326,9 +339,17 @@ def format_table(comparison: Comparison) -> str:
         f"A: {shown(comparison.run_a)} ({s.rows_a} rows)",
         f"B: {shown(comparison.run_b)} ({s.rows_b} rows)",
         f"rows in both {s.rows_in_both}, only in A {s.only_in_a}, only in B {s.only_in_b}",
+        f"identical tokens   {_pct(s.identical_tokens)}  (token identity)",
+    ]
+    if not s.decisions_measurable:
+        joint = s.exact_score_agreement.denominator
+        lines.append(
+            f"decisions not measurable: {joint} of {s.rows_in_both} rows are valid on both "
+            "sides (fewer than half); strict agreement below counts every unparsed row as a "
+            "disagreement, so token identity is the measure")
+    lines += [
         f"valid A            {_pct(s.valid_a)}",
         f"valid B            {_pct(s.valid_b)}",
-        f"identical tokens   {_pct(s.identical_tokens)}  (token identity)",
         f"exact score agree  {_pct(s.exact_score_agreement)}  (jointly valid rows)",
         f"strict agree       {_pct(s.strict_agreement)}  (gate rule: both valid, same decision)",
     ]

@@ -91,6 +91,7 @@ from guardrepro.checks.parity.gate_types import (
     strict_agrees,
 )
 from guardrepro.errors import InputError
+from guardrepro.schema import Record
 
 __all__ = ["SCHEMA", "Figure", "GateCheck", "GateFigures", "GateResult", "GateSpec",
            "RefRow", "evaluate", "format_table", "load_spec", "reference_rows", "verdict"]
@@ -115,6 +116,7 @@ class RefRow:
     domain: str | None = None
     base_sample_id: str | None = None
     interaction_id: str | None = None  # the cluster of a released row
+    record: Record | None = None  # a records reference's own record (its tokens)
 
 
 def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str, dict[str, RefRow],
@@ -128,7 +130,7 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
         for rec in file.records:
             if rec.variant == "original":
                 out[rec.row_id] = RefRow(rec.row_id, rec.score, rec.valid, rec.gold_label,
-                                         rec.domain, rec.base_sample_id)
+                                         rec.domain, rec.base_sample_id, record=rec)
         return "row_id", out, {"type": "records", "path": str(path), "sha256": file.sha256,
                                "rows": len(out)}
     from guardrepro.artifacts.fetch import materialize

@@ -18,6 +18,7 @@ from typing import Any
 
 from guardrepro.checks.io.runio import RecordsFile, RunData, read_records_file
 from guardrepro.checks.parity.attribute import RefValue, RunInput, reference_from_records
+from guardrepro.schema import Record
 
 RunSource = str | Path | RunData | RecordsFile  # a path to read, or a run already read
 
@@ -43,10 +44,18 @@ def load_reference(path: RunSource, home: str | Path | None = None,
 
         spec = load_spec(path)
         key_field, rows, info = reference_rows(spec, home)
-        ref = {k: RefValue(k, r.score if r.valid else None, r.base_sample_id or k, r.domain)
+        ref = {k: RefValue(k, r.score if r.valid else None, r.base_sample_id or k, r.domain,
+                           *_tokens(r.record))
                for k, r in rows.items()}
         return ref, key_field, {"spec": str(path), **info}
     return _records_reference(read_records_file(path))  # records and hash: one read
+
+
+def _tokens(record: Record | None) -> tuple[tuple[int, ...] | None, str | None, str | None]:
+    """A records reference row's token ids, prompt hash and text (None for released rows)."""
+    if record is None:
+        return None, None, None
+    return tuple(record.output_token_ids), record.input_sha256, record.output_text
 
 
 def _records_reference(file: RecordsFile) -> tuple[dict[str, RefValue], str, dict[str, Any]]:
