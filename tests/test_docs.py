@@ -194,3 +194,12 @@ def test_readme_python_example_prints_what_it_says(tmp_path: Path) -> None:
         exported = list(csv.DictReader(f))
     cohort_ids = [json.loads(line)["sample"]["sample_id"] for line in cohort.open()]
     assert [row["row_id"] for row in exported] == cohort_ids and len(cohort_ids) == 256
+
+
+def test_statistics_table_is_the_declared_one() -> None:
+    """docs/STATISTICS.md's table of paired statistics is the one the code declares."""
+    from guardrepro.checks.stats.definitions import STATISTICS, docs_table
+
+    text = (ROOT / "docs" / "STATISTICS.md").read_text(encoding="utf-8")
+    assert docs_table() in text
+    assert len(docs_table().splitlines()) == 2 + len(STATISTICS)

@@ -71,11 +71,18 @@ def test_per_variant_confusion(stats: dict[str, Any]) -> None:
     assert frac(stats["rows"]["coverage"]) == (18, 20)
 
 
+PUBLISHED = {"flip_rate", "safe_to_unsafe", "unsafe_to_safe", "delta_accuracy",
+             "delta_sensitivity", "delta_specificity"}
+
+
 def test_contract_keys(stats: dict[str, Any]) -> None:
+    from guardrepro.checks.stats.definitions import STATISTICS
+
+    assert set(STATISTICS) >= PUBLISHED  # the protocol's statistics are all declared
     for edit in ("marker_paraphrase", "placebo", "repeat"):
         for view in ("all_pairs", "valid_both_only"):
-            for name in ("flip_rate", "safe_to_unsafe", "unsafe_to_safe", "delta_accuracy",
-                         "delta_sensitivity", "delta_specificity"):
+            assert set(stats["edits"][edit][view]) == {*STATISTICS, "counts", "pairs"}
+            for name in STATISTICS:
                 assert set(stats["edits"][edit][view][name]) == {
                     "point", "lower", "upper", "count", "denominator", "clusters"}
 

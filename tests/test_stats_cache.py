@@ -142,31 +142,3 @@ def test_adding_a_statistic_or_a_field_changes_the_fingerprint(
 
     Small2.__qualname__ = Small.__qualname__
     assert stats_cache._describe(Small, set()) != stats_cache._describe(Small2, set())
-
-
-def test_a_new_statistic_needs_its_definition_and_its_name(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CONTRIBUTING.md recipe: a definition in ``stats.DEFINITIONS`` and a name
-    in ``STATISTICS`` (patched here in every module that imported the tuple) give
-    the JSON, the read-back, the report row and a recomputed older stats.json."""
-    from guardrepro.checks.report.markdown import build_report
-    from guardrepro.checks.stats import compute as stats
-    from guardrepro.checks.stats import types as stats_types
-    from guardrepro.checks.stats.compute import StatsResult
-
-    run = write_run(tmp_path / "run", grid(BASES, FIRST))
-    load_or_compute_stats(run, replicates=40)  # written before the statistic existed
-    new = (*stats_types.STATISTICS, "edited_unsafe")
-    for module in (stats_types, stats, report, stats_cache):
-        monkeypatch.setattr(module, "STATISTICS", new)
-    monkeypatch.setitem(stats.DEFINITIONS, "edited_unsafe",
-                        (lambda p: True, lambda p: p.d_edit, lambda p: 1))
-    result = load_or_compute_stats(run, replicates=40)  # recomputed, no KeyError
-    # marker_paraphrase decisions 1, 1, 0, 0: 2 of the 4 edited rows are unsafe
-    fig = result.edits["marker_paraphrase"].views["all_pairs"].statistics["edited_unsafe"]
-    assert (fig.count, fig.denominator, fig.point, fig.clusters) == (2, 4, 0.5, 4)
-    data = json.loads((run / "stats.json").read_text())
-    assert data["edits"]["marker_paraphrase"]["all_pairs"]["edited_unsafe"]["count"] == 2
-    assert StatsResult.from_dict(data) == result
-    text = build_report(run).read_text(encoding="utf-8")
-    assert "| marker_paraphrase | all_pairs | edited_unsafe | 2/4 | 0.5 |" in text

@@ -51,8 +51,8 @@ from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_deci
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.report.figures import pyplot, save_png
+from guardrepro.checks.stats.definitions import VIEWS, stratified
 from guardrepro.checks.stats.pairs import make_pairs
-from guardrepro.checks.stats.types import VIEWS, stratified
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
 from guardrepro.run.records import RunManifest

@@ -7,6 +7,8 @@ Modules:
 - ``cache``: when a run's stats.json may be reused instead of recomputed.
 - ``compute``: strict accuracy per variant and the paired statistics per edit and view with
   their intervals (``stats.json``).
+- ``definitions``: each paired statistic declared once (definition, stratification, docs
+  line).
 - ``extras``: the labelled extras beside the published statistics (exact-score transitions,
   placebo correction).
 - ``pairs``: original/edit pairs per base, strict fail-closed decisions.

@@ -34,7 +34,8 @@ from typing import Any
 
 from guardrepro.checks.core.figure import SHAPES
 from guardrepro.checks.io.runio import RunData
-from guardrepro.checks.stats.types import COUNTED, SCHEMA, STATISTICS, VIEWS, StatsResult
+from guardrepro.checks.stats.definitions import STATISTICS, VIEWS
+from guardrepro.checks.stats.types import COUNTED, SCHEMA, StatsResult
 from guardrepro.limits import read_json_file
 
 SETTINGS = ("replicates", "seed", "confidence")

@@ -34,21 +34,12 @@ from guardrepro.checks.core.figure import COUNT, POINT, RATIO, STATISTIC, Figure
 from guardrepro.checks.core.metrics import ConfusionSummary
 from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
 from guardrepro.checks.core.tables import stats_frame, write_table
+from guardrepro.checks.stats.definitions import STATISTICS, VIEWS, stratified
 from guardrepro.errors import InputError
 
 SCHEMA = "guardrepro.stats/2"
-VIEWS = ("all_pairs", "valid_both_only")
-STATISTICS = ("flip_rate", "safe_to_unsafe", "unsafe_to_safe", "delta_accuracy",
-              "delta_sensitivity", "delta_specificity")
 COUNTED = ("flip_rate", "safe_to_unsafe", "unsafe_to_safe")
 STRATA = "domain:gold_label"
-
-
-def stratified(view: str, statistic: str) -> bool:
-    """Which intervals are stratified by domain:gold (``checks.stats.compute`` docstring)."""
-    if statistic.startswith("delta_"):
-        return True
-    return statistic == "flip_rate" and view == "valid_both_only"
 
 
 @dataclass(frozen=True)
