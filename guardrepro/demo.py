@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guardrepro.artifacts.nofollow import refuse_links
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
@@ -229,7 +230,7 @@ def _run_hf(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     from guardrepro.run.workers import run_with_workers
 
     steps.start("run the toy guard with transformers (runners/toy-hf.toml)")
-    hf_dir = result.out_dir / "hf-fp32"
+    hf_dir = refuse_links(result.out_dir / "hf-fp32", trusted=result.out_dir)
     hf_profile = RunProfile.load(root / "runners/toy-hf.toml")
     run_with_workers(hf_profile, result.cohort, hf_dir, workers=hf_profile.workers,
                      progress=progress, home=home)
@@ -268,7 +269,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     if plan.rows == "originals":
         mlx_cohort = write_originals(result.cohort, out / "cohort-originals.jsonl")
     profile = RunProfile.load(root / "runners/toy-mlx-q8.toml").with_checkpoint_lock(lock)
-    mlx_dir = out / "mlx-q8"
+    mlx_dir = refuse_links(out / "mlx-q8", trusted=out)
     run_cohort(profile, mlx_cohort, mlx_dir, progress=progress, home=home)
     write_artifact_side(mlx_dir, lock)  # the frontier's bytes axis: this run's lock
     result.runs["mlx-q8"] = mlx_dir
@@ -335,7 +336,7 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     dirs = []
     for seed in range(1, k + 1):
         seeded = profile.with_decoding(dataclasses.replace(profile.decoding, seed=seed))
-        run_dir = out / f"sampled-s{seed}"
+        run_dir = refuse_links(out / f"sampled-s{seed}", trusted=out)
         run_cohort(seeded, originals, run_dir, progress=progress, home=home)
         dirs.append(run_dir)
     ref, key_field, info = load_reference(root / "checks/toy-guard.toml", home)
@@ -367,7 +368,7 @@ def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
     cohort = result.out_dir / "toy-asb-all.jsonl"
     if not cohort.exists():
         build_any_cohort_file(root / "cohorts/toy-asb-all.toml", data, cohort)
-    run_dir = result.out_dir / "rule-asb-all"
+    run_dir = refuse_links(result.out_dir / "rule-asb-all", trusted=result.out_dir)
     run_cohort(root / "runners/rule-nuisance.toml", cohort, run_dir, progress=progress,
                home=home)
     result.runs["rule-asb-all"] = run_dir

@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.nofollow import open_file
+
 LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
 HF_NAMES = {logging.ERROR: "error", logging.WARNING: "warning", logging.INFO: "info",
             logging.DEBUG: "debug"}
@@ -201,7 +203,17 @@ def capture_stdout(name: str) -> Iterator[None]:
 
 class _RunLogHandler(logging.FileHandler):
     """A run.log that stops quietly when its disk fills up: the run's own writes
-    report that, with the path, and a log line is never worth a traceback."""
+    report that, with the path, and a log line is never worth a traceback. It is
+    opened without following a symlink below ``trusted`` (``artifacts.nofollow``)."""
+
+    def __init__(self, path: Path, trusted: Path | None) -> None:
+        self.trusted = trusted
+        super().__init__(path, encoding="utf-8")
+
+    def _open(self) -> Any:
+        fd = open_file(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                       trusted=self.trusted)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record: logging.LogRecord) -> None:
         logging.getLogger().removeHandler(self)
@@ -213,10 +225,10 @@ class _RunLogHandler(logging.FileHandler):
 
 
 @contextlib.contextmanager
-def run_log(path: Path) -> Iterator[Path]:
-    """Append every INFO record to ``path`` (a run's ``run.log``) while the block runs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = _RunLogHandler(path, encoding="utf-8")
+def run_log(path: Path, *, trusted: Path | None = None) -> Iterator[Path]:
+    """Append every INFO record to ``path`` (a run's ``run.log``) while the block
+    runs; a symlink at it or at a directory below ``trusted`` is refused."""
+    handler = _RunLogHandler(path, trusted)
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()

@@ -43,7 +43,8 @@ from typing import Any
 
 from guardrepro import __version__
 from guardrepro.artifacts.fetch_policy import RetryPolicy
-from guardrepro.artifacts.store import fsync_dir, output_error, sha256_file
+from guardrepro.artifacts.nofollow import output_error
+from guardrepro.artifacts.store import fsync_dir, sha256_file
 from guardrepro.artifacts.watchdog import Watchdog, opener
 from guardrepro.errors import (
     FetchError,

@@ -30,7 +30,8 @@ from typing import Any
 
 from guardrepro.artifacts import hf_cache
 from guardrepro.artifacts.locks import HfSource, LockedFile
-from guardrepro.artifacts.store import check_relpath, output_error
+from guardrepro.artifacts.nofollow import output_error
+from guardrepro.artifacts.store import check_relpath
 from guardrepro.errors import IntegrityError, TransientFetchError, UnsafePathError
 
 MAX_WORKERS = 8  # snapshot_download's default

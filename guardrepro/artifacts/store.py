@@ -23,11 +23,11 @@ a file whose bytes were hashed to its name.
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import platformdirs
 
+from guardrepro.artifacts.nofollow import NOFOLLOW, open_dir, output_error
 from guardrepro.errors import OutputError, UnsafePathError
 
 CHUNK = 1 << 20
@@ -149,7 +150,7 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None) -> None:
     """Write ``data`` to a temp file next to ``path``, fsync, then rename over ``path``
     (creating missing parent directories). The file is left with mode 0644.
 
@@ -158,58 +159,45 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     file) becomes OutputError naming ``path``; nothing is left under the final name
     or as a temp file. The temp file's name carries the writer's pid
     (``.<name>.tmp-<pid>-<random>``), so a temp file left by a killed writer is
-    removed by the next write of the same path."""
+    removed by the next write of the same path. A symlink at ``path`` is replaced
+    (``rename`` never follows it); one at a directory between ``trusted``
+    (default ``path.parent``) and ``path`` is refused (``artifacts.nofollow``)."""
+    trusted = path.parent if trusted is None else trusted
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(path.parent, TMP_TAG, only=f".{path.name}{TMP_TAG}")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_TAG}{os.getpid()}-",
-                                   dir=path.parent)
+        trusted.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise output_error(path, exc) from None
+    parent = open_dir(path.parent, trusted=trusted, create=True)
+    try:
+        _write_replace(parent, path, data)
+    finally:
+        os.close(parent)
+    fsync_dir(path.parent)
+
+
+def _write_replace(parent: int, path: Path, data: bytes) -> None:
+    """``atomic_write_bytes`` in the directory ``parent`` (a descriptor of ``path.parent``)."""
+    remove_stale(path.parent, TMP_TAG, only=f".{path.name}{TMP_TAG}")
+    tmp = path.parent / f".{path.name}{TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        # a new name (O_EXCL), never a link (O_NOFOLLOW)
+        fd = os.open(tmp.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644,
+                     dir_fd=parent)
+    except OSError as exc:
+        raise output_error(path, OSError(exc.errno, exc.strerror)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600
+            os.fchmod(fh.fileno(), 0o644)  # whatever the umask
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp.name, path.name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException as exc:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise output_error(path, exc) from None
+            os.unlink(tmp.name, dir_fd=parent)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise output_error(path, OSError(exc.errno, exc.strerror)) from None
         raise
-    fsync_dir(path.parent)
-
-
-_REASONS = {
-    errno.EROFS: "the file system is read-only",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.ENOSPC: "no space left on the device (the disk is full)",
-    errno.EDQUOT: "the disk quota is exhausted",
-    errno.ENOTDIR: "a component of the path is a regular file, not a directory",
-    errno.EEXIST: "a component of the path exists and is not a directory",
-    errno.EISDIR: "the path is a directory",
-}
-
-
-def describe_os_error(exc: OSError) -> str:
-    """A one-line reason for an environment error, in words."""
-    reason = _REASONS.get(exc.errno or 0)
-    return reason if reason is not None else (exc.strerror or str(exc))
-
-
-def output_error(path: Path, exc: OSError) -> OutputError:
-    """OutputError for writing ``path`` (the offending path is named when it differs)."""
-    where = str(path)
-    culprit = None if exc.filename is None else Path(os.fsdecode(exc.filename))
-    if culprit is not None and culprit != path and culprit.parent != path.parent:
-        where += f" ({culprit})"  # e.g. a parent that is a regular file; not our temp file
-    text = f"cannot write {where}: {describe_os_error(exc)}"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        text += "; nothing partial was placed under the final name"
-    return OutputError(text)
 
 
 def _pid_alive(pid: int) -> bool:

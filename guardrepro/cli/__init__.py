@@ -200,7 +200,7 @@ def _interrupted(exc: BaseException) -> bool:
 def _os_error_text(exc: OSError, argv: list[str] | None = None) -> str:
     """An environment problem (read-only or full disk, missing or odd path) in words.
     When the failing call named no file, the command's output paths are named."""
-    from guardrepro.artifacts.store import describe_os_error
+    from guardrepro.artifacts.nofollow import describe_os_error
 
     paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
     args = list(sys.argv[1:] if argv is None else argv)

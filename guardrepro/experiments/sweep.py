@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.artifacts.store import read_hashed
 from guardrepro.checks.io.runio import write_json_atomic
@@ -113,7 +114,7 @@ def _artifact(recipe: Recipe, spec: SweepSpec, out: Path, home: str | Path | Non
     from guardrepro.artifacts.quantize.convert import quantize
     from guardrepro.artifacts.quantize.pin import lock_path_for, provenance_path_for
 
-    folder = spec.artifacts or out / "artifacts"
+    folder = spec.artifacts or make_dirs(out / "artifacts", trusted=out)
     # keyed by recipe and source: a shared artifacts folder never mixes two sources
     source = read_hashed(spec.source_lock)[1]
     key = hashlib.sha256(f"{recipe.sha256}:{source}".encode()).hexdigest()[:12]
@@ -150,6 +151,7 @@ def _recipe_config(entry: RecipeEntry, spec: SweepSpec, out: Path, cohort: Path,
         return
     lock = _artifact(recipe, spec, out, home, result)
     profile = RunProfile.load(spec.candidate_profile).with_checkpoint_lock(lock)
+    refuse_links(run_dir, trusted=out)  # no planted symlink on the way is followed
     summary = (result.run or run_cohort)(profile, cohort, run_dir, progress=progress,
                                          home=home)
     result.actions.append(f"run {recipe.name}: {summary.generated} generated")
@@ -182,7 +184,8 @@ def _rule_profile(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
         table = None
         if entry.rule == "lookup":
             table = fit_lookup_table(spec.cohort, read_cohort(cohort), entry.train_split, home)
-        path = write_rule_profile(entry.name, entry.rule, out / "rules", table)
+        path = write_rule_profile(entry.name, entry.rule, make_dirs(out / "rules", trusted=out),
+                                  table)
         result.rule_profiles[entry.name] = (path, table)
     return result.rule_profiles[entry.name]
 
@@ -200,6 +203,7 @@ def _rule_config(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
         result.actions.append(f"skip {name} (done)")
         return
     profile_path, table = _rule_profile(entry, spec, out, cohort, home, result)
+    refuse_links(run_dir, trusted=out)
     summary = (result.run or run_cohort)(RunProfile.load(profile_path), cohort, run_dir,
                                          progress=progress, home=home)
     result.actions.append(f"rule {name}: {summary.generated} rows")
@@ -220,7 +224,7 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
 
-    ref_dir = out / "reference"
+    ref_dir = make_dirs(out / "reference", trusted=out)
     profile = RunProfile.load(spec.reference_profile)
     summary = (result.run or run_cohort)(profile, cohort, ref_dir, progress=progress,
                                          home=home)

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro import errors
+from guardrepro.artifacts.nofollow import make_dirs
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
 from guardrepro.run.profile import RunProfile
@@ -130,7 +131,7 @@ def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
     """(Ray's temporary directory for this run, whether it lies inside the run)."""
     inside = run_dir / ".ray"
     if len(str(inside)) + SOCKET_ROOM <= UNIX_PATH_MAX:
-        inside.mkdir(parents=True, exist_ok=True)
+        make_dirs(inside, trusted=run_dir)  # a planted symlink there is refused
         return inside, True
     return Path(tempfile.mkdtemp(prefix="guardrepro-ray-")), False
 

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import guardrepro
+from guardrepro.artifacts.nofollow import read_in, resolved_beneath
 from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import InputError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardAdapter
@@ -75,8 +76,8 @@ from guardrepro.run.records import (
     RecordWriter,
     RunManifest,
     check_resumable,
+    parse_manifest,
     read_cohort_hashed,
-    read_manifest,
     utc_now,
     write_manifest,
 )
@@ -228,8 +229,11 @@ def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
 
 
 def _existing_manifest(writer: RecordWriter, run_dir: Path) -> RunManifest | None:
-    """The run directory's manifest; records without one are refused."""
-    existing = read_manifest(run_dir)
+    """The run directory's manifest (not read through a symlink); records without
+    one are refused."""
+    assert writer.dir_fd is not None
+    data = read_in(writer.dir_fd, run_dir / MANIFEST_FILE)
+    existing = None if data is None else parse_manifest(data, file=str(run_dir / MANIFEST_FILE))
     if existing is None and writer.records:
         raise ProvenanceError(
             f"{writer.path} holds records but {run_dir} has no manifest.json; "
@@ -241,7 +245,8 @@ def _existing_manifest(writer: RecordWriter, run_dir: Path) -> RunManifest | Non
 def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Provenance,
                      profile: RunProfile, cohort_path: Path, cohort_rows: int,
                      shard_spec: str | None, rows_selected: int,
-                     cohort_sha256: str | None = None) -> RunManifest:
+                     cohort_sha256: str | None = None, trusted: Path | None = None
+                     ) -> RunManifest:
     """This run's manifest: a new run's is written; a resumed run keeps its
     own once ``check_resumable`` accepts the new one. ``cohort_sha256``: the
     cohort file's hash when the caller took it as it read the file."""
@@ -262,7 +267,7 @@ def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Pr
     if existing is not None:
         check_resumable(existing, manifest, run_dir)
         return existing
-    write_manifest(run_dir, manifest)
+    write_manifest(run_dir, manifest, trusted=trusted)
     return manifest
 
 
@@ -287,6 +292,7 @@ def run_cohort(
     home: str | Path | None = None,
     on_ready: Callable[[], None] | None = None,
     on_rows: Callable[[int], None] | None = None,
+    trusted: Path | None = None,
 ) -> RunSummary:
     """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
 
@@ -296,11 +302,11 @@ def run_cohort(
     done: first those already recorded, then each generated chunk (``run
     --workers`` sums them into one bar in the parent).
 
-    ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N
-    selected rows for this invocation (a later run without it resumes the
-    rest). ``home`` is the guardrepro cache (default: ``$GUARDREPRO_HOME``).
-    A profile that demands batch invariance on a backend/device that cannot
-    give it is refused by ``doctor.preflight`` before anything loads.
+    ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N selected rows
+    for this invocation (a later run without it resumes the rest). ``home`` is the
+    guardrepro cache (default: ``$GUARDREPRO_HOME``); no symlink below ``trusted``
+    (default ``run_dir``) is followed. A profile that demands batch invariance on a
+    backend/device that cannot give it is refused by ``doctor.preflight`` first.
     """
     from guardrepro.run.doctor import preflight
 
@@ -308,24 +314,25 @@ def run_cohort(
     given = profile_path if isinstance(profile_path, ResolvedProfile) else None
     profile = _profile_of(profile_path)
     preflight(given if given is not None else profile)
-    cohort_path = Path(cohort_path).resolve()
-    run_dir = Path(run_dir).resolve()
+    cohort_path, (run_dir, trusted) = Path(cohort_path).resolve(), resolved_beneath(
+        Path(run_dir), trusted)
     if limit is not None and limit < 0:
         raise InputError(f"limit must be >= 0, got {limit}", field="limit")
     rows_all, digest = read_cohort_hashed(cohort_path)  # one read: the rows and their hash
     rows, shard_spec = select_rows(rows_all, shard)
     scope = rows if limit is None else rows[:limit]
-    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,), parsers=record_parser) as writer:
+    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,), parsers=record_parser,
+                      trusted=trusted) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
         prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
                                 profile.decoding.max_new_tokens, cohort_path=cohort_path)
-        tree_sha = resolved.tree_sha256
         runner = _create_runner(profile, resolved)
         try:
-            provenance = build_provenance(resolved, runner, tree_sha)
+            provenance = build_provenance(resolved, runner, resolved.tree_sha256)
             manifest = _settle_manifest(existing_manifest, run_dir, provenance, profile,
-                                        cohort_path, len(rows_all), shard_spec, len(rows), digest)
+                                        cohort_path, len(rows_all), shard_spec, len(rows),
+                                        digest, trusted)
             _check_existing(writer, rows, prepared, provenance.sha256)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
             already = len(prepared) - len(todo)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guardrepro.artifacts.fetch_policy import env_number
-from guardrepro.artifacts.store import describe_os_error
+from guardrepro.artifacts.nofollow import describe_os_error
 from guardrepro.errors import OutputError
 
 ROWS_ENV = "GUARDREPRO_RECORDS_SYNC_ROWS"

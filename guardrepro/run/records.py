@@ -19,8 +19,7 @@ Invariants:
 - A torn final line (a machine that stopped before fsync) was never a complete
   record: a writer opening the directory truncates it, with a warning, and the
   row is generated again. ``read_records`` refuses such a file instead.
-- Row ids are unique within a run; a duplicate is an error, never a silent
-  overwrite or skip.
+- Row ids are unique within a run; a duplicate is an error, never skipped.
 - ``manifest.json`` is written atomically (temporary file in the same
   directory, fsync, ``os.replace``) once, when the run starts; a resumed run
   must present an identical provenance hash, cohort hash and shard.
@@ -38,16 +37,18 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from guardrepro.artifacts.store import (
-    atomic_write_bytes,
+from guardrepro.artifacts.nofollow import (
     describe_os_error,
-    fsync_dir,
+    open_dir,
+    open_in,
     output_error,
-    read_hashed,
+    read_fd,
 )
+from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir, read_hashed
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
+from guardrepro.run.manifest_checks import check_manifest_types
 from guardrepro.run.record_checks import ParserLookup, check_record
 from guardrepro.run.record_sync import RecordSync, SyncPolicy
 from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
@@ -74,33 +75,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 # ---------------------------------------------------------------------------
 # manifest
-
-
-def _check_manifest_types(data: Mapping[str, Any], file: str | None) -> None:
-    """Every scalar of a manifest has its type: an edited manifest with a row count
-    of ``"12x"`` or ``-1`` is an InputError naming the field, not a ValueError later."""
-    def count(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-    checks: list[tuple[str, Any, bool, str]] = [
-        ("cohort.rows", data["cohort"]["rows"], count(data["cohort"]["rows"]),
-         "a non-negative integer"),
-        ("rows_selected", data["rows_selected"], count(data["rows_selected"]),
-         "a non-negative integer"),
-        ("shard", data["shard"], data["shard"] is None or isinstance(data["shard"], str),
-         "a string or null"),
-        ("git_commit", data["git_commit"],
-         data["git_commit"] is None or isinstance(data["git_commit"], str), "a string or null"),
-    ]
-    for key in ("run_id", "created_at", "provenance_sha256", "guardrepro_version"):
-        checks.append((key, data[key], isinstance(data[key], str), "a string"))
-    for table in ("cohort", "profile"):
-        for key in ("path", "sha256"):
-            value = data[table][key]
-            checks.append((f"{table}.{key}", value, isinstance(value, str), "a string"))
-    for field_name, value, ok, what in checks:
-        if not ok:
-            raise InputError(f"expected {what}, got {value!r}", file=file, field=field_name)
 
 
 @dataclass(frozen=True)
@@ -131,7 +105,7 @@ class RunManifest:
             if not isinstance(data[key], Mapping):
                 raise InputError(type_problem(data[key], dict), file=file, field=key)
             check_keys(data[key], sub, file=file, where=key, required=sub)
-        _check_manifest_types(data, file)
+        check_manifest_types(data, file)
         values = {name: data[name] for name in names}
         values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
                                                     where="provenance")
@@ -206,9 +180,12 @@ def parse_manifest(data: bytes, *, file: str) -> RunManifest:
     return RunManifest.from_dict(load_json(text, file=file), file=file)
 
 
-def write_manifest(run_dir: str | Path, manifest: RunManifest) -> Path:
+def write_manifest(run_dir: str | Path, manifest: RunManifest, *, trusted: Path | None = None
+                   ) -> Path:
+    """Write the manifest atomically (no symlink below ``trusted`` followed)."""
     path = Path(run_dir) / MANIFEST_FILE
-    write_atomic(path, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
+    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"), trusted=trusted)
     return path
 
 
@@ -333,7 +310,7 @@ class RecordWriter:
     _sync: RecordSync | None
 
     def __init__(self, run_dir: str | Path, *, refused_leaves: tuple[str, ...] | None = None,
-                 parsers: ParserLookup | None = None) -> None:
+                 parsers: ParserLookup | None = None, trusted: Path | None = None) -> None:
         self._policy, self._sync = SyncPolicy.from_env(), None  # bad settings refused first
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RECORDS_FILE
@@ -346,29 +323,27 @@ class RecordWriter:
         self._new_files = [p for p in (self.path, self.run_dir / LOCK_FILE,
                                        *(self.run_dir / n for n in refused_leaves or ()))
                            if not os.path.lexists(p)]
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise output_error(self.run_dir, exc) from None
         self._lock_fd: int | None = None
         self._fd: int | None = None
+        self.records: dict[str, Record] = {}
+        # every file of the run is opened relative to this descriptor, without
+        # following a symlink (``trusted``: see ``artifacts.nofollow``)
+        self.dir_fd: int | None = open_dir(self.run_dir, trusted=trusted, create=True)
         try:
             self._lock()
-        except OSError as exc:
-            raise output_error(self.run_dir / LOCK_FILE, exc) from None
-        try:
-            self.truncated_bytes = self._repair_tail()
-            self.records: dict[str, Record] = {
-                r.row_id: r for r in _parse_records(self.path.read_bytes(), file=str(self.path),
-                                                    parsers=parsers)
+            self._fd = open_in(self.dir_fd, self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            data, self.truncated_bytes = self._repair_tail(self._fd)
+            self.records = {
+                r.row_id: r for r in _parse_records(data, file=str(self.path), parsers=parsers)
             }
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._sync = RecordSync(self._fd, self._policy, self.path)
-        except OSError as exc:
+        except BaseException as exc:
+            where = self.path if self._lock_fd is not None else self.run_dir / LOCK_FILE
+            if self._discard_on_error and self._lock_fd is not None:
+                self.discard_created()  # e.g. a symlink planted at records.jsonl
             self.close()
-            raise output_error(self.path, exc) from None
-        except BaseException:
-            self.close()
+            if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+                raise output_error(where, exc) from None
             raise
 
     def discard_created(self) -> None:
@@ -392,7 +367,8 @@ class RecordWriter:
         import fcntl
 
         lock_path = self.run_dir / LOCK_FILE
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        assert self.dir_fd is not None
+        fd = open_in(self.dir_fd, lock_path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -406,20 +382,18 @@ class RecordWriter:
             raise
         self._lock_fd = fd
 
-    def _repair_tail(self) -> int:
-        if not self.path.exists():
-            self.path.touch()
-            fsync_dir(self.run_dir)
-            return 0
-        data = self.path.read_bytes()
-        if not data or data.endswith(b"\n"):
-            return 0
+    def _repair_tail(self, fd: int) -> tuple[bytes, int]:
+        """(the records file's complete lines, the bytes of a torn final line cut off)."""
+        data = read_fd(fd)
+        if not data:
+            fsync_dir(self.run_dir)  # the file may be new
+            return data, 0
+        if data.endswith(b"\n"):
+            return data, 0
         keep = data.rfind(b"\n") + 1
         dropped = len(data) - keep
-        with open(self.path, "r+b") as fh:
-            fh.truncate(keep)
-            fh.flush()
-            os.fsync(fh.fileno())
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
         row = data.count(b"\n")
         warnings.warn(
             f"{self.path}: removed an incomplete final line ({dropped} bytes, line "
@@ -427,7 +401,7 @@ class RecordWriter:
             TornRecordWarning,
             stacklevel=3,
         )
-        return dropped
+        return data[:keep], dropped
 
     def append(self, record: Record) -> None:
         """Append one record (fsync'd as ``run.record_sync`` says); its row id is new."""
@@ -459,7 +433,7 @@ class RecordWriter:
         record must be named. Returns whether the file changed."""
         if self._fd is None or self._sync is None:
             raise InputError("record writer is closed", file=str(self.path))
-        lines = self.path.read_bytes().splitlines(keepends=True)
+        lines = read_fd(self._fd).splitlines(keepends=True)
         # Lines move as bytes; each was read into a Record when the writer opened
         # or was written by ``append``, so only its row id is looked up here.
         by_id = {json.loads(line)["row_id"]: line for line in lines}
@@ -474,7 +448,8 @@ class RecordWriter:
         os.close(self._fd)
         self._fd = None
         atomic_write_bytes(self.path, b"".join(ordered))
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        assert self.dir_fd is not None
+        self._fd = open_in(self.dir_fd, self.path, os.O_RDWR | os.O_APPEND)
         self._sync = RecordSync(self._fd, self._policy, self.path)
         return True
 
@@ -490,6 +465,9 @@ class RecordWriter:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the flock
                 self._lock_fd = None
+            if self.dir_fd is not None:
+                os.close(self.dir_fd)
+                self.dir_fd = None
 
     def __enter__(self) -> RecordWriter:
         return self

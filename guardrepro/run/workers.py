@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro import errors, logs
+from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
 from guardrepro.run.leftovers import refused_leaves_nothing
@@ -173,7 +174,7 @@ def _ready() -> None:
         _BARRIER.wait(BARRIER_TIMEOUT_S)
 
 
-def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
+def _work(handoff: Handoff, cohort: Path, out: Path, shard: str, trusted: Path) -> Any:
     """One worker (runs in a worker process): its shard's summary, or the error."""
     from threading import BrokenBarrierError
 
@@ -184,7 +185,7 @@ def _work(handoff: Handoff, cohort: Path, out: Path, shard: str) -> Any:
         logs.adopt_libraries()  # transformers, when resolving imported it (spawn)
         log.info("worker %s (pid %d): started on %s", shard, os.getpid(), cohort.name)
         summary = run_cohort(resolved, cohort, out, shard=shard, progress=False,
-                             on_ready=_ready, on_rows=_report)
+                             on_ready=_ready, on_rows=_report, trusted=trusted)
         log.info("worker %s (pid %d): %d row(s) generated, %d already recorded; %.1f s",
                  shard, os.getpid(), summary.generated, summary.already_done,
                  summary.elapsed_s)
@@ -233,7 +234,7 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
     try:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            futures = [pool.submit(_work, handoff, cohort, d, s)
+            futures = [pool.submit(_work, handoff, cohort, d, s, out.parent)
                        for d, s in zip(dirs, shards, strict=True)]
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -314,7 +315,10 @@ def run_with_workers(
             base, LOG_FILE, records=shard_records):
         out.mkdir(parents=True, exist_ok=True)  # an unwritable --out is named as such
         # (merge replaces this empty directory)
-        with run_log(base / LOG_FILE):
+        make_dirs(base, trusted=out.parent)  # a symlink planted on the way is refused
+        for shard_dir in _shard_dirs(out, workers):
+            refuse_links(shard_dir / RECORDS_FILE, trusted=out.parent)
+        with run_log(base / LOG_FILE, trusted=out.parent):
             log.info(*start)
             summary = _run_shards(shared, cohort, out, workers, progress, home)
             log_summary(summary)
