@@ -84,13 +84,22 @@ def setup(verbosity: int = 0) -> int:
 
 
 def adopt_libraries() -> None:
-    """Send an imported transformers' records through the root logger (its own
-    stderr handler off)."""
+    """Send an imported transformers' and huggingface_hub's records through the
+    root logger only: their own stderr handlers go, so a line (a hub download's
+    retry) is printed once, not once by the library and once by ours. Called again
+    by whoever imports huggingface_hub later (``artifacts.hub``)."""
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_default_handler()
         hf_logging.enable_propagation()
+    if "huggingface_hub" in sys.modules:
+        import huggingface_hub.utils.logging  # noqa: F401  (adds its handler when first imported)
+
+        hub = logging.getLogger("huggingface_hub")
+        for handler in [h for h in hub.handlers if type(h) is logging.StreamHandler]:
+            hub.removeHandler(handler)  # huggingface_hub's default handler, added at import
+        hub.propagate = True
 
 
 class _QueueHandler(logging.handlers.QueueHandler):

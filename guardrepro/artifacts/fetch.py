@@ -232,10 +232,11 @@ def _obtain_package(home: Path, lock: Lock, entry: LockedFile) -> tuple[str, int
     return sha, size
 
 
-def _fetch_hub(home: Path, lock: Lock, progress: bool) -> list[FetchedFile]:
-    """An ``hf`` lock's files verified in place in the user's HF cache (no copy)."""
+def _fetch_hub(home: Path, lock: Lock, progress: bool, repair: bool) -> list[FetchedFile]:
+    """An ``hf`` lock's files verified in place in the user's HF cache (no copy);
+    ``repair``: a corrupt blob there may be deleted and downloaded again."""
     files = []
-    for got in fetch_hub.fetch_to_cache(home, lock, progress=progress):
+    for got in fetch_hub.fetch_to_cache(home, lock, progress=progress, repair=repair):
         entry = lock.file(got.path)
         if entry.extract is not None and entry.pending:
             _check_extract(got.location, entry)
@@ -428,11 +429,14 @@ def fetch_lock(
     *,
     progress: bool = True,
     out: str | os.PathLike[str] | None = None,
+    repair: bool = False,
 ) -> FetchReport:
     """Bring every file of the lock into the cache, verified; record first-download pins.
 
     First-download pins go to the cache's pin file (``pins.pin_file``), or with
     ``out`` to that file (the whole lock, pinned); ``lock_path`` is never rewritten.
+    ``repair``: a corrupt blob in the user's HF cache is deleted and downloaded
+    again (without it, it is named and kept).
     Returns the per-file outcome and the materialized directory. Raises FetchError
     (network/HTTP/hub trouble), IntegrityError (wrong bytes or size, naming file, URL,
     expected and observed), UnsafePathError (symlinks, escaping paths).
@@ -444,7 +448,7 @@ def fetch_lock(
         if isinstance(lock.source, LocalSource):
             files = _fetch_local(home_dir, lock)
         elif isinstance(lock.source, HfSource):
-            files = _fetch_hub(home_dir, lock, progress)
+            files = _fetch_hub(home_dir, lock, progress, repair)
         else:
             files = _fetch_into_cache(home_dir, lock, progress)
         target = None if out is None else Path(out)

@@ -148,6 +148,22 @@ def blob_identity_problem(blob: Path, sha256: str) -> str | None:
     return None
 
 
+# What every runner loads from a model checkpoint: its config, the fast tokenizer
+# and its config (with the chat template), and safetensors weights.
+CHECKPOINT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def check_checkpoint_files(paths: list[str], where: str) -> None:
+    """LockError naming each file a guard's runner needs that ``paths`` (the
+    relative paths of a checkpoint's files) lacks."""
+    missing = [name for name in CHECKPOINT_FILES if name not in paths]
+    if not any(path.endswith(".safetensors") for path in paths):
+        missing.append("*.safetensors (the weights)")
+    if missing:
+        raise LockError(f"{where}: the checkpoint lacks {', '.join(missing)}, which every "
+                        "guard's runner loads; complete the download before locking it")
+
+
 @dataclass(frozen=True)
 class SnapshotPath:
     """What an HF snapshot folder's path says: repo, type, revision, repo folder."""
@@ -192,7 +208,9 @@ def snapshot_lock(directory: Path, name: str, lock_path: Path, *,
     """A ``kind = "checkpoint"`` ``hf`` lock pinning every file of an HF snapshot
     folder (``.../<type>s--<org>--<name>/snapshots/<rev>``) by the sha256 and size
     of the blob each entry resolves to; a link leaving the repo folder's ``blobs/``
-    is refused. The repo and revision come from the path."""
+    is refused, as is a model snapshot without a file every runner loads
+    (``CHECKPOINT_FILES``, safetensors weights). The repo and revision come from
+    the path."""
     from guardrepro.progress import progress_iter
 
     where = parse_snapshot_path(directory)
@@ -204,6 +222,8 @@ def snapshot_lock(directory: Path, name: str, lock_path: Path, *,
         raise LockError(f"lock name {name!r} must match {NAME.pattern}", field="name")
     entries = []
     rels = snapshot_files(directory)
+    if where.repo_type == "model":
+        check_checkpoint_files(rels, str(directory))
     for rel in progress_iter(rels, f"lock {name}", "file", enabled=progress, leave=False):
         target = resolve_entry(directory, rel)
         assert target is not None

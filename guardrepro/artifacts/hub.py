@@ -11,7 +11,8 @@ be set before huggingface_hub is imported; every listed file is resolved (HEAD) 
 any byte is downloaded, so a file the hub lacks fails the fetch up front; the hub must
 report the pinned revision as the commit it served; for an LFS file the hub's sha256
 (its ETag) must equal the hash of the local bytes and any pin in the lock; sizes must
-agree with the hub and the lock; no download writes more than the lock's size (or
+agree with the hub and the lock; a corrupt cached blob is named and kept unless the
+caller asks for a repair; no download writes more than the lock's size (or
 the hub's attested size for a first-download pin): more is TransientFetchError and
 nothing of it is kept. Downloads go to the HF cache that
 ``guardrepro.artifacts.hf_cache.hub_cache_dir`` names (``HF_HUB_CACHE`` / ``HF_HOME``
@@ -74,6 +75,9 @@ def _where(source: HfSource, path: str) -> str:
 def _hub() -> Any:
     import huggingface_hub
 
+    from guardrepro.logs import adopt_libraries
+
+    adopt_libraries()  # its retry warnings once, through our handler
     return huggingface_hub
 
 
@@ -163,20 +167,24 @@ def _discard(status: FileStatus, snapshot: Path) -> None:
             path.unlink()
 
 
-def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile]:
+def fetch_to_cache(home: Path, lock: Lock, *, progress: bool,
+                   repair: bool = False) -> list[CachedFile]:
     """Every file of an ``hf`` lock, verified in place in the user's HF cache.
 
     Files already there and intact are not asked of the hub (no network at all when
     the snapshot is complete, offline mode or not). The others are resolved (HEAD)
-    first, all of them, then downloaded (``download``); a corrupt cached
-    blob is removed and fetched again ("repaired"). With ``HF_HUB_OFFLINE`` set, a
-    missing file is a MissingArtifactError naming it.
+    first, all of them, then downloaded (``download``). The HF cache is the user's:
+    a cached blob whose bytes fail their sha256 is an IntegrityError naming it as
+    corrupt (expected and observed sha256), and is kept; only with ``repair`` (and
+    not offline, where it could not be downloaded again) is it removed and fetched
+    again ("repaired"). With ``HF_HUB_OFFLINE`` set, a missing file is a
+    MissingArtifactError naming it.
     """
     source = lock.source
     assert isinstance(source, HfSource)
     snapshot = hf_cache.snapshot_dir(source)
     states = {e.path: check_hf_entry(home, source, e, full=False) for e in lock.files}
-    todo, repaired = [], set()
+    todo, corrupt = [], []
     for entry in lock.files:
         status = states[entry.path]
         if _usable(status):
@@ -190,15 +198,18 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
                     f"{_where(source, entry.path)}: the HF cache holds the hub's bytes of this"
                     f" revision and they differ from the lock: {status.describe()}"
                 )
-            _discard(status, snapshot)
-            repaired.add(entry.path)
+            corrupt.append(status)
         todo.append(entry)
+    _refuse_corrupt(lock, corrupt, repair)
     if todo and hf_cache.offline():
         names = ", ".join(entry.path for entry in todo[:5])
         raise MissingArtifactError(
             f"lock {lock.name!r}: HF_HUB_OFFLINE is set and the HF cache {snapshot} lacks"
             f" {len(todo)} file(s) ({names}); unset HF_HUB_OFFLINE to download them"
         )
+    for status in corrupt:
+        _discard(status, snapshot)
+    repaired = {status.path for status in corrupt}
     if todo:
         resolved = [resolve(source, entry) for entry in todo]  # all before any GET
         download(source, todo, resolved, progress=progress)
@@ -214,6 +225,22 @@ def fetch_to_cache(home: Path, lock: Lock, *, progress: bool) -> list[CachedFile
         out.append(CachedFile(entry.path, status.observed_sha256, status.observed_size,
                               action, status.location))
     return out
+
+
+def _refuse_corrupt(lock: Lock, corrupt: list[FileStatus], repair: bool) -> None:
+    """Name every corrupt blob and keep it, unless a repair was asked for and the
+    blob can be downloaded again (not offline)."""
+    if not corrupt or (repair and not hf_cache.offline()):
+        return
+    found = "; ".join(f"{status.path}: {status.detail}"
+                      + (f" (the lock pins sha256 {status.expected_sha256})"
+                         if status.expected_sha256 else "") for status in corrupt)
+    if repair:
+        advice = "HF_HUB_OFFLINE is set, so nothing was deleted: unset it to repair"
+    else:
+        advice = (f"the HF cache was left as it is; `guardrepro fetch {lock.path or lock.name}"
+                  " --repair` deletes the corrupt blob and downloads it again")
+    raise IntegrityError(f"lock {lock.name!r}: {found}; {advice}")
 
 
 def _refuse_wrong_size(lock: Lock, entry: LockedFile, status: FileStatus) -> None:

@@ -30,8 +30,11 @@ from guardrepro.cli.options import PROGRESS_OPTION, SpecFile, echo, home_option
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the lock with its first-download pins recorded to this file"
               " (default: the cache's own pin file; LOCK is never rewritten).")
+@click.option("--repair", is_flag=True,
+              help="Delete a corrupt blob in the Hugging Face cache and download it again "
+              "(otherwise the HF cache is only read: a corrupt blob is named and kept).")
 def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool,
-          out: Path | None) -> None:
+          out: Path | None, repair: bool) -> None:
     """Download the files pinned by LOCK into the content-addressed cache.
 
     GitHub files come from the LFS media URL or the raw URL at the pinned commit,
@@ -45,14 +48,17 @@ def fetch(lock: Path, home: Path | None, progress: bool, verify_full: bool,
 
     A cached file is trusted when its inode, size, mtime and ctime match the stamp
     of its last full hash and its sampled blocks hash as then; anything else is
-    re-hashed in full, and a corrupt blob is replaced ("repaired") together with
-    every hardlink to it. --verify-full re-hashes everything.
+    re-hashed in full, and a corrupt blob of guardrepro's cache is replaced
+    ("repaired") together with every hardlink to it. The Hugging Face cache is the
+    user's: a corrupt blob there is named (expected and observed sha256) and kept,
+    unless --repair asks to delete it and download it again. --verify-full
+    re-hashes everything.
 
     Prints one line per file and, last, the directory holding the lock's files.
     """
     if verify_full:
         os.environ[FULL_ENV] = "1"
-    report = fetch_lock(lock, home, progress=progress, out=out)
+    report = fetch_lock(lock, home, progress=progress, out=out, repair=repair)
     for item in report.files:
         flag = "  [pinned now: first download]" if item.pinned_now else ""
         echo(f"{item.action:<10} {item.path}  {item.size} bytes  sha256={item.sha256}{flag}")

@@ -54,6 +54,15 @@ def _guard_header(directory: Path, guard: str) -> list[str]:
     ]
 
 
+def _check_files(directory: Path, snapshot: bool) -> None:
+    """Before the tokenizer is loaded: every file a guard's runner needs is there."""
+    from guardrepro.artifacts.hf_cache import check_checkpoint_files, snapshot_files
+    from guardrepro.artifacts.store import walk_files
+
+    rels = snapshot_files(directory) if snapshot else [rel for rel, _ in walk_files(directory)]
+    check_checkpoint_files(rels, str(directory))
+
+
 def _hub_paths(repo: str, revision: str) -> list[str]:
     from guardrepro.errors import FetchError
 
@@ -121,6 +130,7 @@ def lock(directory: Path | None, out: Path, name: str | None, hub: str | None,
         kind = "HF snapshot" if snapshot else "local checkpoint"
         header = [f"# {kind} {directory.absolute()}, locked by `guardrepro lock`"]
         if guard is not None:
+            _check_files(directory, snapshot is not None)
             header += _guard_header(directory, guard)
         if snapshot is not None:
             _note_cache(snapshot)
