@@ -26,6 +26,7 @@ BENCH_FIELDS = ("id-interaction", "id-segment", "instruction", "history", "curre
                 "env_info", "score")
 GOLD_SCORES = (0.0, 0.5, 1.0)
 RECORD_STATUSES = ("ok", "parse_error", "truncated", "inference_error")
+SCORE_KEYS = ("label_probs", "p_unsafe", "expected_score", "p_unsafe_reason")
 
 
 def canonical_json(value: Any) -> str:
@@ -418,6 +419,8 @@ class Record:
     or ``inference_error`` (the backend failed; ``error_type`` holds the message). ``output_*`` and
     ``decision_margin`` come from the final attempt. ``row_id`` is the cohort row's id,
     ``base_sample_id`` the TS-Bench sample its variants derive from.
+    ``SCORE_KEYS`` (a model guard's decision-label probabilities: ``guards.decision``)
+    are left out of the JSON when all are None (rule guards, older records).
     """
 
     run_id: str
@@ -444,6 +447,10 @@ class Record:
     peak_memory_bytes: int | None
     created_at: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    label_probs: Mapping[str, float] | None = None
+    p_unsafe: float | None = None
+    expected_score: float | None = None
+    p_unsafe_reason: str | None = None
 
     def __post_init__(self) -> None:
         typed = (isinstance(self.provenance, Provenance), isinstance(self.timings, Timings),
@@ -493,7 +500,8 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         # json.loads(json.dumps(asdict(self))) without asdict's deep copies
         out: dict[str, Any] = json.loads(json.dumps(self, default=_plain))
-        return out
+        keep = any(out[k] is not None for k in SCORE_KEYS)
+        return out if keep else {k: v for k, v in out.items() if k not in SCORE_KEYS}
 
 
 def _plain(value: Any) -> dict[str, Any]:

@@ -30,6 +30,9 @@ Invariants:
   value (``guard.decision_char_offset``): the first ``i`` with
   ``len(decode(ids[:i+1])) > offset`` (found by bisection, see
   ``token_index_at``). None when no rating was generated.
+- A model guard's ``label_probs`` / ``p_unsafe`` are read at that same token
+  ``i`` from the generation's ``label_logits`` (a logit guard: from its
+  ``score_logits``), by ``guards.decision``; a rule guard has none.
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ from typing import Any
 
 from guardrepro.errors import InferenceError
 from guardrepro.guards.base import GuardAdapter
+from guardrepro.guards.decision import (
+    DecisionScores,
+    LabelTable,
+    decision_scores,
+    label_tokens,
+    logit_scores,
+    tokens_for,
+)
 from guardrepro.run.record_checks import UNPARSED_STATUSES, unparsed_status
 from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
@@ -63,6 +74,26 @@ class PreparedRow:
     token_ids: tuple[int, ...]
     messages: tuple[tuple[str, str], ...] | None = None
     score_token_ids: tuple[int, ...] = ()
+    # each decision label's token ids, and all of them once (``guards.decision``)
+    label_tokens: LabelTable = ()
+    label_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttemptScores:
+    """What one attempt's output gave besides its ``Attempt``: the parser's
+    components and the decision-label probabilities (None: a rule guard)."""
+
+    components: Mapping[str, Any] | None
+    decision: DecisionScores | None
+
+
+def label_table(guard: GuardAdapter, tokenizer: Any) -> LabelTable:
+    """Each decision label's token ids under ``tokenizer`` (``plain_ids``), per
+    lead, for a guard scored by parsing; empty for a logit or rule guard."""
+    if guard.scoring != "parse" or not guard.decision_labels:
+        return ()
+    return label_tokens(guard.decision_labels, tokenizer.plain_ids)
 
 
 def token_index_at(
@@ -89,16 +120,50 @@ def token_index_at(
     return lo if lo < len(token_ids) else None
 
 
-def decision_margin(
+def decision_index(
     guard: GuardAdapter, generation: Generation, decode: Callable[[Sequence[int]], str]
-) -> float | None:
+) -> int | None:
+    """The generated token at the decision position (None: never generated)."""
     offset = guard.decision_char_offset(generation.text)
     if offset is None:
         return None
-    index = token_index_at(generation.token_ids, offset, decode)
+    return token_index_at(generation.token_ids, offset, decode)
+
+
+def decision_margin(
+    guard: GuardAdapter, generation: Generation, decode: Callable[[Sequence[int]], str],
+    index: int | None = None,
+) -> float | None:
+    if index is None:
+        index = decision_index(guard, generation, decode)
     if index is None or index >= len(generation.step_margins):
         return None
     return float(generation.step_margins[index])
+
+
+def _lead(guard: GuardAdapter, generation: Generation, index: int | None,
+          decode: Callable[[Sequence[int]], str]) -> str:
+    """The decision token's decoded text before the decision character."""
+    offset = guard.decision_char_offset(generation.text)
+    if index is None or offset is None:
+        return ""
+    return generation.text[len(decode(generation.token_ids[:index])):offset]
+
+
+def attempt_decision(guard: GuardAdapter, prepared: PreparedRow, generation: Generation,
+                     index: int | None,
+                     decode: Callable[[Sequence[int]], str]) -> DecisionScores | None:
+    """The decision-label probabilities of one generation (None: a rule guard)."""
+    if not guard.decision_labels:
+        return None
+    if guard.scoring == "logit":
+        return logit_scores(labels=guard.decision_labels, score_tokens=guard.score_tokens,
+                            score_logits=generation.score_logits)
+    return decision_scores(
+        labels=guard.decision_labels, scores=guard.label_scores(generation.text),
+        tokens=tokens_for(prepared.label_tokens, _lead(guard, generation, index, decode)),
+        union=prepared.label_token_ids,
+        output_ids=generation.token_ids, index=index, step_logits=generation.label_logits)
 
 
 def _safe_generate(
@@ -124,17 +189,22 @@ def _safe_generate(
 
 def _attempt(
     guard: GuardAdapter,
+    prepared: PreparedRow,
     result: Generation | str,
     seed: int | None,
     decode: Callable[[Sequence[int]], str],
-) -> tuple[Attempt, Mapping[str, Any] | None]:
+) -> tuple[Attempt, AttemptScores]:
     """One attempt from a generation (or an inference error message), parsed."""
     if isinstance(result, str):
-        return Attempt("", [], "error", "inference_error", None, result, None, seed), None
+        missing = DecisionScores.missing("inference error: no output") \
+            if guard.decision_labels else None
+        return (Attempt("", [], "error", "inference_error", None, result, None, seed),
+                AttemptScores(None, missing))
     parsed = guard.parse_scored(result.text, result.score_logits)
     # a logit guard reads its verdict at the first position: a length stop cuts nothing
     failed = (unparsed_status(result.finish_reason) if guard.scoring == "parse"
               else "parse_error")
+    index = decision_index(guard, result, decode)
     attempt = Attempt(
         text=result.text,
         token_ids=list(result.token_ids),
@@ -142,14 +212,15 @@ def _attempt(
         status="ok" if parsed.status == "ok" else failed,
         score=parsed.score if parsed.status == "ok" else None,
         error_type=parsed.error_type,
-        decision_margin=decision_margin(guard, result, decode),
+        decision_margin=decision_margin(guard, result, decode, index),
         seed=seed,
     )
-    return attempt, parsed.components
+    return attempt, AttemptScores(parsed.components,
+                                  attempt_decision(guard, prepared, result, index, decode))
 
 
-# One row's attempts: (attempt, its generation or None, parse components or None).
-AttemptLog = list[tuple[Attempt, Generation | None, Mapping[str, Any] | None]]
+# One row's attempts: (attempt, its generation or None, components and label probabilities).
+AttemptLog = list[tuple[Attempt, Generation | None, AttemptScores]]
 
 
 def generate_chunk(
@@ -172,16 +243,16 @@ def generate_chunk(
         }
         requests = [
             GenerationRequest(p.row.row_id, p.token_ids, seeds[p.row.row_id], p.text,
-                              p.messages, p.score_token_ids)
+                              p.messages, p.score_token_ids, p.label_token_ids)
             for p in pending
         ]
         results = _safe_generate(runner, requests, params)
         still = []
         for p in pending:
             result = results[p.row.row_id]
-            attempt, components = _attempt(guard, result, seeds[p.row.row_id], decode)
+            attempt, scores = _attempt(guard, p, result, seeds[p.row.row_id], decode)
             generation = result if isinstance(result, Generation) else None
-            history[p.row.row_id].append((attempt, generation, components))
+            history[p.row.row_id].append((attempt, generation, scores))
             if attempt.status in UNPARSED_STATUSES:
                 still.append(p)
         pending = still
@@ -195,7 +266,8 @@ def make_record(
     provenance: Provenance,
     provenance_sha256: str,
 ) -> Record:
-    final, _, components = attempts[-1]
+    final, _, scores = attempts[-1]
+    components, decision = scores.components, scores.decision
     timings = Timings(0.0, 0.0, 0.0)
     peaks = []
     for _, gen, _ in attempts:
@@ -228,7 +300,17 @@ def make_record(
         timings=timings,
         peak_memory_bytes=max(peaks) if peaks else None,
         created_at=utc_now(),
+        **_decision_fields(decision),
     )
+
+
+def _decision_fields(decision: DecisionScores | None) -> dict[str, Any]:
+    """The record's ``label_probs`` / ``p_unsafe`` / ``expected_score`` /
+    ``p_unsafe_reason`` (none for a rule guard)."""
+    if decision is None:
+        return {}
+    return {"label_probs": decision.label_probs, "p_unsafe": decision.p_unsafe,
+            "expected_score": decision.expected_score, "p_unsafe_reason": decision.reason}
 
 
 def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Runner,

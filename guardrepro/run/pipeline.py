@@ -68,8 +68,9 @@ from guardrepro.artifacts.nofollow import read_in, resolved_beneath
 from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import InputError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardAdapter
+from guardrepro.guards.decision import label_union
 from guardrepro.guards.registry import record_parser
-from guardrepro.run.attempts import PreparedRow, generate_into
+from guardrepro.run.attempts import PreparedRow, generate_into, label_table
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
     MANIFEST_FILE,
@@ -140,6 +141,7 @@ def prepare_rows(
     """Render, hash, tokenize and length-check each row (PromptError names the row)."""
     prepared = []
     score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
+    labels = label_table(guard, tokenizer)
     if rows:
         system_prompt_inserted(guard, tokenizer, rows[0].sample)
     for index, row in enumerate(rows):
@@ -152,7 +154,8 @@ def prepare_rows(
             where = f"{cohort_path}: " if cohort_path is not None else ""
             raise PromptError(f"{where}row {index} ({row.row_id}): {exc}") from exc
         pairs = tuple((m["role"], m["content"]) for m in messages)
-        prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids))
+        prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids,
+                                    labels, label_union(labels)))
     return prepared
 
 

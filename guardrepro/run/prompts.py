@@ -194,6 +194,10 @@ class PromptTokenizer:
                               "expected exactly one")
         return int(ids[0])
 
+    def plain_ids(self, text: str) -> tuple[int, ...]:
+        """``text`` encoded without special tokens (a decision label's ids)."""
+        return tuple(int(i) for i in self._tok.encode(text, add_special_tokens=False))
+
     def special_token_mismatch(self, expected: ExpectedTokens, *, guard: str) -> str | None:
         """None when the checkpoint's EOS ids and pad id name the guard's
         expected tokens (and match any upstream id pin), else a message naming

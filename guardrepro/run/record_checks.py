@@ -77,6 +77,34 @@ def _margin(value: Any, where: dict[str, Any], name: str) -> None:
         )
 
 
+def _probability(value: Any, where: dict[str, Any], name: str) -> None:
+    if value is None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0.0 <= value <= 1.0):
+        raise InputError(f"expected null or a probability in [0, 1], got {value!r:.60}",
+                         field=name, **where)
+
+
+def _decision_scores(record: Record, where: dict[str, Any]) -> None:
+    """``p_unsafe``, ``expected_score`` and every ``label_probs`` value are
+    probabilities; a record without ``p_unsafe`` says why (``p_unsafe_reason``)."""
+    _probability(record.p_unsafe, where, "p_unsafe")
+    _probability(record.expected_score, where, "expected_score")
+    if record.label_probs is not None:
+        if not isinstance(record.label_probs, dict):
+            raise InputError(f"expected an object, got {record.label_probs!r:.60}",
+                             field="label_probs", **where)
+        for label, p in record.label_probs.items():
+            _probability(p, where, f"label_probs.{label}")
+    if record.p_unsafe is None and record.label_probs is not None:
+        raise InputError("label_probs without p_unsafe", field="p_unsafe", **where)
+    reason = record.p_unsafe_reason
+    if reason is not None and not isinstance(reason, str):
+        raise InputError(f"expected null or a string, got {reason!r:.60}",
+                         field="p_unsafe_reason", **where)
+
+
 def _score(value: Any, where: dict[str, Any], name: str) -> None:
     check_score(value, nullable=True, field=name, **where)
 
@@ -147,6 +175,7 @@ def check_record(record: Record, *, file: str | None, row: int | None,
     _count(record.prompt_tokens, where, "prompt_tokens")
     _token_ids(record.output_token_ids, where, "output_token_ids")
     _margin(record.decision_margin, where, "decision_margin")
+    _decision_scores(record, where)
     _string(record.output_text, where, "output_text")
     if record.status not in RECORD_STATUSES:  # also enforced by Record itself
         raise InputError(f"unknown status {record.status!r}", field="status", **where)

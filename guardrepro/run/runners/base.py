@@ -8,6 +8,10 @@ must not sample, must not apply top-k, top-p or a repetition penalty, and
 must stop on any of the checkpoint's EOS ids. ``step_margins[i]`` is the
 gap between the largest and second-largest logit (equivalently logprob)
 at generated position ``i``; the guard adapter picks the decision position.
+``label_logits[i]``, when the requests name ``label_token_ids`` and the
+backend reads them, is the raw logits (or logprobs) of those ids, in that
+order, at generated position ``i``: what ``guards.decision`` reads P(unsafe)
+from.
 A backend failure for one request raises ``InferenceError``; the caller
 records it as an ``inference_error`` row.
 
@@ -43,6 +47,10 @@ class GenerationRequest:
     # A logit guard's score tokens: a backend that supports it returns their raw
     # logits at the first generated position in ``Generation.score_logits``.
     score_token_ids: tuple[int, ...] = ()
+    # Every decision label's token ids (``guards.decision.label_union``): a
+    # backend that supports it returns their logits at every generated position
+    # in ``Generation.label_logits``.
+    label_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Generation:
     timings: Timings  # this request's equal share of its batch's wall time
     peak_memory_bytes: int | None = None
     score_logits: tuple[float, ...] | None = None
+    label_logits: tuple[tuple[float, ...], ...] | None = None
 
     @classmethod
     def from_tokens(
@@ -68,12 +77,13 @@ class Generation:
         timings: Timings,
         peak_memory_bytes: int | None = None,
         score_logits: Sequence[float] | None = None,
+        label_logits: Sequence[Sequence[float]] | None = None,
     ) -> Generation:
         """The generation of ``tokens``, the ids a decoder produced (a batch row
         may run on past its EOS): up to and including the first EOS id
         (finish ``"stop"``), else all of them (``"length"``); ``text`` is
         ``decode`` of the kept ids without the EOS, ``step_margins`` the first
-        ``len(token_ids)`` of ``margins``."""
+        ``len(token_ids)`` of ``margins`` (and of ``label_logits``)."""
         ids = [int(t) for t in tokens]
         eos = set(eos_token_ids)
         stop = next((i for i, t in enumerate(ids) if t in eos), None)
@@ -87,6 +97,8 @@ class Generation:
             timings=timings,
             peak_memory_bytes=peak_memory_bytes,
             score_logits=None if score_logits is None else tuple(score_logits),
+            label_logits=None if label_logits is None else tuple(
+                tuple(float(v) for v in step) for step in label_logits[: len(kept)]),
         )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 MIN_PREFIX = 16  # shortest shared prompt prefix whose cache a later prompt reuses
@@ -61,6 +61,8 @@ class Decoded:
     finish_reason: str  # "stop" | "length"
     prefill_s: float = 0.0
     reused: int = 0
+    # per generated position, the logits of the requested label ids (none asked: empty)
+    label_logits: list[list[float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,14 @@ class PrefixStore(Generic[C]):
             if n >= self.min_prefix and (best is None or n > best.length):
                 best = Prefix(n, cache)
         return best
+
+
+def record_labels(values: Sequence[Sequence[float]], alive: Sequence[int],
+                  rows: list[list[list[float]]]) -> None:
+    """Append each live row's label logits (``values[row]``; ``alive[row]`` is
+    its prompt's index), one entry per ``record_step``."""
+    for row, index in enumerate(alive):
+        rows[index].append([float(v) for v in values[row]])
 
 
 def record_step(chosen: Sequence[int], gaps: Sequence[float], alive: Sequence[int],

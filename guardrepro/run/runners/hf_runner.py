@@ -22,6 +22,8 @@ Invariants and choices:
 - ``score_logits``: when the requests name ``score_token_ids`` (a logit
   guard such as ShieldGemma), the raw logits of those ids at the first
   generated position, per request (one chunk shares one id set).
+- ``label_logits[i]``: when the requests name ``label_token_ids``, the raw
+  logits of those ids at generated position ``i`` (both decode loops).
 - ``step_margins[i]``: top-1 minus top-2 of the raw logits (the ``lm_head``
   output, before temperature or any processor) at generated position ``i``,
   captured by a forward hook so that no full logit history is kept.
@@ -99,6 +101,15 @@ def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _shared(chunk: Sequence[GenerationRequest], key: str) -> tuple[int, ...]:
+    """The ``score_token_ids`` or ``label_token_ids`` every request of a chunk
+    shares (one guard per run)."""
+    sets = {getattr(r, key) for r in chunk}
+    if len(sets) != 1:
+        raise InferenceError(f"requests {[r.row_id for r in chunk]} ask for different {key}")
+    return cast(tuple[int, ...], sets.pop())
+
+
 class _FirstTokenClock(StoppingCriteria):
     """Never stops generation; notes when the first token was produced."""
 
@@ -166,6 +177,8 @@ class HFRunner:
         self._step_margins: list[torch.Tensor] = []
         self._score_ids: list[int] = []
         self._score_logits: torch.Tensor | None = None
+        self._label_ids: list[int] = []
+        self._label_steps: list[torch.Tensor] = []
         head = self.model.get_output_embeddings()
         if head is None:
             raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
@@ -187,6 +200,8 @@ class HFRunner:
         top2 = torch.topk(last, k=2, dim=-1).values
         if not self._step_margins and self._score_ids:  # first step: a logit guard's tokens
             self._score_logits = last[:, self._score_ids].cpu()
+        if self._label_ids:
+            self._label_steps.append(last[:, self._label_ids].cpu())
         self._step_margins.append((top2[:, 0] - top2[:, 1]).cpu())
 
     def describe(self) -> dict[str, Any]:
@@ -277,6 +292,7 @@ class HFRunner:
                 [r.prompt_token_ids for r in chunk],
                 eos_token_ids=self.eos_token_ids,
                 max_new_tokens=params.max_new_tokens,
+                label_ids=_shared(chunk, "label_token_ids"),
             )
         except (RuntimeError, IndexError, ValueError) as exc:
             raise InferenceError(f"lean greedy decoding failed for {ids}: {exc}") from exc
@@ -289,7 +305,9 @@ class HFRunner:
         return [
             Generation.from_tokens(request.row_id, d.token_ids, d.margins,
                                    eos_token_ids=self.eos_token_ids, decode=self.decode,
-                                   timings=timings, peak_memory_bytes=peak)
+                                   timings=timings, peak_memory_bytes=peak,
+                                   label_logits=d.label_logits if request.label_token_ids
+                                   else None)
             for request, d in zip(chunk, decoded, strict=True)
         ]
 
@@ -309,10 +327,8 @@ class HFRunner:
             mask[row, width - n :] = 1
         clock = _FirstTokenClock(self._sync)
         self._step_margins = []
-        score_sets = {r.score_token_ids for r in chunk}
-        if len(score_sets) != 1:
-            raise InferenceError(f"requests {ids} ask for different score tokens")
-        self._score_ids, self._score_logits = list(score_sets.pop()), None
+        self._score_ids, self._score_logits = list(_shared(chunk, "score_token_ids")), None
+        self._label_ids, self._label_steps = list(_shared(chunk, "label_token_ids")), []
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         if seed is not None:
@@ -330,6 +346,7 @@ class HFRunner:
             raise InferenceError(f"transformers generate failed for {ids}: {exc}") from exc
         finally:
             steps, self._step_margins = self._step_margins, []
+            label_steps, self._label_steps = self._label_steps, []
         self._sync()
         end = time.perf_counter()
         first = clock.first if clock.first is not None else end
@@ -342,11 +359,14 @@ class HFRunner:
             )
         margins = self._margins(steps[: len(generated[0])])
         scores = self._score_logits.tolist() if self._score_logits is not None else None
+        labels = (torch.stack(label_steps[: len(generated[0])], dim=1).tolist()
+                  if label_steps else None)  # (batch, steps, label ids)
         return [
             Generation.from_tokens(request.row_id, generated[row], margins[row],
                                    eos_token_ids=self.eos_token_ids, decode=self.decode,
                                    timings=timings, peak_memory_bytes=peak,
-                                   score_logits=None if scores is None else scores[row])
+                                   score_logits=None if scores is None else scores[row],
+                                   label_logits=None if labels is None else labels[row])
             for row, request in enumerate(chunk)
         ]
 

@@ -64,7 +64,14 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
+from guardrepro.run.runners.greedy import (
+    MIN_PREFIX,
+    Decoded,
+    Prefix,
+    PrefixStore,
+    record_labels,
+    record_step,
+)
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
@@ -283,17 +290,21 @@ class LeanDecoder:
         eos_token_ids: Sequence[int],
         max_new_tokens: int,
         adjust: Adjust | None = None,
+        label_ids: Sequence[int] = (),
     ) -> tuple[list[Decoded], float]:
         """Greedy-decode ``prompts`` (see the module docstring); also the seconds
         spent prefilling (to the first token of every prompt). ``adjust``
         (benchmarks: forced output lengths) may rewrite each step's logits
         before the choice; ``self.reused`` then holds each prompt's reused
-        prefix length."""
+        prefix length. ``label_ids``: each step's logits of these ids are kept
+        per row (``Decoded.label_logits``)."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         eos = set(int(i) for i in eos_token_ids)
         tokens: list[list[int]] = [[] for _ in prompts]
         margins: list[list[float]] = [[] for _ in prompts]
+        labels: list[list[list[float]]] = [[] for _ in prompts]
+        columns = torch.tensor(list(label_ids), dtype=torch.long, device=self.device)
         finish = ["length"] * len(prompts)
         started = time.perf_counter()
         caches, logits = [], []
@@ -320,6 +331,8 @@ class LeanDecoder:
             nxt = torch.argmax(step_logits, dim=-1)
             top2 = torch.topk(step_logits.float(), k=2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
+            if label_ids:
+                record_labels(step_logits.index_select(1, columns).float().tolist(), alive, labels)
             keep = record_step(nxt.tolist(), gaps, alive, eos, tokens, margins, finish)
             if not keep or step + 1 == max_new_tokens:
                 break
@@ -329,5 +342,6 @@ class LeanDecoder:
                 nxt = nxt.index_select(0, rows)
                 alive = [alive[row] for row in keep]
             step_logits = self._step(nxt[:, None], batch)
-        decoded = [Decoded(t, m, f) for t, m, f in zip(tokens, margins, finish, strict=True)]
+        decoded = [Decoded(t, m, f, label_logits=v)
+                   for t, m, f, v in zip(tokens, margins, finish, labels, strict=True)]
         return decoded, prefill_s

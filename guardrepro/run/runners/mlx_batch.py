@@ -48,7 +48,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from guardrepro.run.runners.greedy import MIN_PREFIX, Decoded, Prefix, PrefixStore, record_step
+from guardrepro.run.runners.greedy import (
+    MIN_PREFIX,
+    Decoded,
+    Prefix,
+    PrefixStore,
+    record_labels,
+    record_step,
+)
 
 
 def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
@@ -117,12 +124,14 @@ def decode_batch(
     prefill_step_size: int,
     reuse: bool = False,
     adjust: Callable[[int, Sequence[int], Any], Any] | None = None,
+    label_ids: Sequence[int] = (),
 ) -> list[Decoded]:
     """Greedy-decode ``prompts`` together (see the module docstring); with
     ``reuse``, a prompt prefills on top of the longest prefix it shares with a
     prompt before it in the batch. ``adjust(step, live prompt indices,
     logits)`` (benchmarks: forced output lengths) may rewrite each step's
-    logits before the choice."""
+    logits before the choice. ``label_ids``: each step's logits of these ids
+    are kept per row (``Decoded.label_logits``)."""
     import mlx.core as mx
 
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -145,6 +154,8 @@ def decode_batch(
     del caches, store
     tokens: list[list[int]] = [[] for _ in prompts]
     margins: list[list[float]] = [[] for _ in prompts]
+    labels: list[list[list[float]]] = [[] for _ in prompts]
+    columns = mx.array(list(label_ids)) if label_ids else None
     finish = ["length"] * len(prompts)
     alive = list(range(len(prompts)))
     logits = mx.stack(first)
@@ -157,6 +168,8 @@ def decode_batch(
         pairs: Any = top2.tolist()
         chosen: Any = nxt.tolist()
         gaps = [abs(pair[0] - pair[1]) for pair in pairs]
+        if columns is not None:
+            record_labels(logits[:, columns].tolist(), alive, labels)
         keep = record_step(chosen, gaps, alive, eos, tokens, margins, finish)
         if not keep or step + 1 == max_new_tokens:
             break
@@ -167,5 +180,5 @@ def decode_batch(
             nxt = nxt[rows]
             alive = [alive[row] for row in keep]
         logits = model(nxt[:, None], cache=batch)[:, -1].astype(mx.float32)
-    return [Decoded(t, m, f, p, r) for t, m, f, p, r in
-            zip(tokens, margins, finish, prefill_s, reused, strict=True)]
+    return [Decoded(t, m, f, p, r, v) for t, m, f, p, r, v in
+            zip(tokens, margins, finish, prefill_s, reused, labels, strict=True)]

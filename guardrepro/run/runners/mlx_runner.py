@@ -339,7 +339,8 @@ class MLXRunner:
             decoded = mlx_batch.decode_batch(
                 self.model, [list(r.prompt_token_ids) for r in chunk],
                 eos_token_ids=self.eos_token_ids, max_new_tokens=params.max_new_tokens,
-                prefill_step_size=self.prefill_step_size, reuse=reuse)
+                prefill_step_size=self.prefill_step_size, reuse=reuse,
+                label_ids=_label_ids(chunk))
         except (RuntimeError, ValueError) as exc:
             ids = [r.row_id for r in chunk]
             raise InferenceError(f"rows {ids}: MLX batched generation failed: {exc}") from exc
@@ -350,7 +351,8 @@ class MLXRunner:
             request.row_id, d.token_ids, d.margins, eos_token_ids=self.eos_token_ids,
             decode=self._decode, timings=Timings(prefill_s=d.prefill_s, decode_s=decode_s,
                                                  total_s=d.prefill_s + decode_s),
-            peak_memory_bytes=peak) for request, d in zip(chunk, decoded, strict=True)]
+            peak_memory_bytes=peak, label_logits=d.label_logits if request.label_token_ids
+            else None) for request, d in zip(chunk, decoded, strict=True)]
         return out, [d.reused for d in decoded]
 
     def logits(self, token_ids: Sequence[int]) -> Any:
@@ -384,6 +386,8 @@ class MLXRunner:
             cache, logits = mlx_batch.prefill(self.model, ids, self.prefill_step_size, prefix)
             tokens: list[int] = []
             margins: list[float] = []
+            columns = mx.array(list(request.label_token_ids)) if request.label_token_ids else None
+            labels: list[list[float]] = []
             prefill_done: float | None = None
             while True:
                 top2 = mx.topk(logits, 2)
@@ -397,6 +401,8 @@ class MLXRunner:
                     prefill_done = time.perf_counter()
                 pair: Any = top2.tolist()
                 margins.append(float(abs(pair[0] - pair[1])))
+                if columns is not None:
+                    labels.append([float(v) for v in logits[columns].tolist()])
                 chosen: Any = token.item()
                 tokens.append(int(chosen))
                 if tokens[-1] in eos:
@@ -413,7 +419,16 @@ class MLXRunner:
             request.row_id, tokens, margins, eos_token_ids=eos, decode=self._decode,
             timings=shared_timings(prefill_done - start, end - start),
             peak_memory_bytes=int(mx.get_peak_memory()),
+            label_logits=labels if columns is not None else None,
         ), cache
+
+
+def _label_ids(chunk: Sequence[GenerationRequest]) -> tuple[int, ...]:
+    """The label ids the chunk's requests share (one guard per run)."""
+    sets = {r.label_token_ids for r in chunk}
+    if len(sets) != 1:
+        raise InferenceError(f"rows {[r.row_id for r in chunk]} ask for different label tokens")
+    return sets.pop()
 
 
 def _leaves(tree: Any) -> list[tuple[str, Any]]:

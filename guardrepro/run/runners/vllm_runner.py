@@ -24,6 +24,11 @@ Invariants:
 - ``step_margins[i]`` is the top-1 minus top-2 log-probability at step ``i``
   (``logprobs=2``; vLLM's default ``raw_logprobs`` mode takes them from the
   raw logits, so the gap equals the logit gap).
+- ``label_logits[i]`` (requests naming ``label_token_ids``): the
+  log-probabilities of those ids at step ``i``, read from the top
+  ``LABEL_LOGPROBS`` (20) vLLM returns for such requests (the top two, and so
+  the margin, are the same); an id outside them is NaN, and
+  ``guards.decision`` gives no P(unsafe) when it needs that id.
 - Timings are amortised: ``total_s`` is the batch's wall time divided by the
   number of requests (so a run's ``total_s`` sum is its wall time); it is
   split into ``prefill_s`` and ``decode_s`` in the proportion of the
@@ -64,6 +69,9 @@ from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
 
 LOGPROBS = 2  # top-1 and top-2 at every step: the decision margin
+# Top-k per step when the requests name decision-label ids: the labels' logprobs
+# are read from it (a label outside it has none; ``guards.decision`` says why).
+LABEL_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,16 @@ def step_margins(logprobs: Sequence[Mapping[int, Any]] | None, n_tokens: int) ->
             raise InferenceError(f"vLLM returned fewer than 2 logprobs at step {index}")
         margins.append(values[0] - values[1])
     return tuple(margins)
+
+
+def label_logprobs(logprobs: Sequence[Mapping[int, Any]] | None,
+                   ids: Sequence[int]) -> list[list[float]] | None:
+    """Per generated position, the log-probability of each of ``ids`` (NaN
+    when vLLM did not return it); None when no ids were asked for."""
+    if not ids or logprobs is None:
+        return None
+    nan = float("nan")
+    return [[float(p[i].logprob) if p and i in p else nan for i in ids] for p in logprobs]
 
 
 def split_timings(
@@ -297,6 +315,7 @@ class VLLMRunner:
             "tensor_parallel_size": self.options.tensor_parallel_size,
             "generation_config": "vllm",
             "logprobs": LOGPROBS,
+            "label_logprobs": LABEL_LOGPROBS,
             "stop_token_ids": list(self.eos_token_ids),
         }
         if self.device == "cuda":
@@ -329,7 +348,7 @@ class VLLMRunner:
             "frequency_penalty": 0.0,
             "min_p": 0.0,
             "top_k": 0,  # vLLM 0.32: 0 (or -1) disables top-k
-            "logprobs": LOGPROBS,
+            "logprobs": LABEL_LOGPROBS if request.label_token_ids else LOGPROBS,
             "detokenize": False,  # text comes from the project's decode
         }
         if params.mode == "greedy":
@@ -405,7 +424,8 @@ class VLLMRunner:
             generation = Generation.from_tokens(
                 request.row_id, token_ids, step_margins(completion.logprobs, len(token_ids)),
                 eos_token_ids=self.eos_token_ids, decode=self._decode, timings=timing,
-                peak_memory_bytes=None)
+                peak_memory_bytes=None, label_logits=label_logprobs(
+                    completion.logprobs, request.label_token_ids))
             if generation.finish_reason != reason or len(generation.token_ids) != len(token_ids):
                 raise InferenceError(
                     f"row {request.row_id!r}: vLLM finished with {reason!r}, but its EOS ids "
