@@ -26,6 +26,7 @@ BENCH_FIELDS = ("id-interaction", "id-segment", "instruction", "history", "curre
                 "env_info", "score")
 GOLD_SCORES = (0.0, 0.5, 1.0)
 RECORD_STATUSES = ("ok", "parse_error", "truncated", "inference_error")
+# A model guard's decision-label probabilities (guards.decision); all None: not written.
 SCORE_KEYS = ("label_probs", "p_unsafe", "expected_score", "p_unsafe_reason")
 
 
@@ -419,8 +420,6 @@ class Record:
     or ``inference_error`` (the backend failed; ``error_type`` holds the message). ``output_*`` and
     ``decision_margin`` come from the final attempt. ``row_id`` is the cohort row's id,
     ``base_sample_id`` the TS-Bench sample its variants derive from.
-    ``SCORE_KEYS`` (a model guard's decision-label probabilities: ``guards.decision``)
-    are left out of the JSON when all are None (rule guards, older records).
     """
 
     run_id: str
@@ -473,9 +472,8 @@ class Record:
         return strict_decision(self.score)
 
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], *, file: str | None = None, row: int | None = None
-    ) -> Record:
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
+                  row: int | None = None) -> Record:
         """A record from one ``records.jsonl`` object; a key missing or not known (also in
         ``provenance``, ``attempts[i]``, ``timings``) is an error naming file, row, field."""
         _check_keys(data, cls, file=file, row=row)
@@ -486,12 +484,9 @@ class Record:
         values = dict(data)
         values["provenance"] = Provenance.from_dict(data["provenance"], file=file, row=row,
                                                     where="provenance")
-        values["attempts"] = tuple(
-            Attempt.from_dict(a, file=file, row=row, where=f"attempts[{i}]")
-            for i, a in enumerate(attempts)
-        )
-        values["timings"] = Timings.from_dict(data["timings"], file=file, row=row,
-                                              where="timings")
+        values["attempts"] = tuple(Attempt.from_dict(a, file=file, row=row, where=f"attempts[{i}]")
+                                   for i, a in enumerate(attempts))
+        values["timings"] = Timings.from_dict(data["timings"], file=file, row=row, where="timings")
         try:
             return cls(**values)
         except InputError as exc:
