@@ -163,8 +163,8 @@ def test_missing_local_row_counts_as_disagreement(tmp_path: Path,
         "coverage", "strict_agreement", "strict_agreement_gold_safe",
         "strict_agreement_gold_unsafe"]
     assert "rows 3/4 (missing 1)" in gate["verdict"]
-    assert next(x for x in out.splitlines() if x.startswith("rows_present")).split()[-2:] == [
-        "missing", "1"]
+    assert next(x for x in out.splitlines() if x.startswith("rows_present")).split()[-4:] == [
+        "missing", "1,", "truncated", "0"]
     assert GateResult.from_dict(gate).to_dict() == gate
     # with the published thresholds the same run fails on coverage and agreement
     strict = write_spec(tmp_path / "checks" / "s.toml", ref / "records.jsonl", PUBLISHED)

@@ -368,7 +368,7 @@ def format_table(gate: GateResult) -> str:
     the reported exact agreement."""
     lines = [f"{'check':<32} {'figure':<12} {'tested':<10} {'threshold':<10} result"]
     lines.append(f"{'rows_present (reported)':<32} {_frac(gate.figures.rows_present):<12} "
-                 f"missing {gate.missing_rows}")
+                 f"missing {gate.missing_rows}, truncated {gate.truncated_rows}")
     for c in gate.checks:
         f = gate.figures.figure(c.figure)
         tested = "-" if c.tested is None else (

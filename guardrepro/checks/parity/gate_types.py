@@ -224,6 +224,12 @@ class GateResult:
         return int(present.denominator - present.count)
 
     @property
+    def truncated_rows(self) -> int:
+        """Gated rows whose local generation reached ``max_new_tokens`` before a
+        verdict was read (status ``truncated``: each an invalid disagreement)."""
+        return sum(1 for d in self.disagreement_rows if d.local_status == "truncated")
+
+    @property
     def reference(self) -> Mapping[str, Any] | None:
         """The reference description the caller added (``reference_rows``), if any."""
         ref = self.extra.get("reference")
@@ -240,8 +246,8 @@ class GateResult:
                              file=file, field="schema")
         spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
-                 "missing_rows", "figures", "checks", "confusion", "disagreements",
-                 "exact_disagreements", "rows", "agreement"}
+                 "missing_rows", "truncated_rows", "figures", "checks", "confusion",
+                 "disagreements", "exact_disagreements", "rows", "agreement"}
         return cls(
             spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
                           rows=spec["rows"], reference=spec["reference"],
@@ -291,6 +297,7 @@ class GateResult:
             "causal_interpretation": self.causal_interpretation,
             "verdict": self.verdict,
             "missing_rows": self.missing_rows,
+            "truncated_rows": self.truncated_rows,
             "figures": self.figures.to_dict(),
             "checks": as_json_value(self.checks),
             "confusion": self.confusion.to_dict(),

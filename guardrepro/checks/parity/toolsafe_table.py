@@ -24,7 +24,11 @@ Invariants: a source is read strictly; a row the source holds that is not a
 row of the split, or whose gold label differs from the split's, is an
 ``InputError`` naming the source and the row; a split row the source lacks
 is a row without a valid prediction (dropped in ``upstream``, unsafe in
-``fail_closed``) and is counted, never hidden (``missing``).
+``fail_closed``) and is counted, never hidden (``missing``). A run's row
+that reached ``max_new_tokens`` before its verdict was read (status
+``truncated``) is an unparsed row like any other (``invalid``: dropped in
+``upstream``, as the evaluator drops unparsed rows, unsafe in
+``fail_closed``) and is also counted on its own (``truncated``).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class Source:
     preds: Mapping[str, float | None]
     gold: Mapping[str, float]
     metrics_strict: Mapping[str, Any] | None = None  # a released dir's metrics_strict.json
+    truncated: frozenset[str] = frozenset()  # rows whose record is ``truncated`` (a run's)
 
 
 def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
@@ -104,6 +109,7 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
         kind, guard = "run", run.manifest.provenance.guard
     preds: dict[str, float | None] = {}
     gold: dict[str, float] = {}
+    truncated = set()
     for r in run.rows:
         if r.variant != ORIGINAL:
             raise InputError(f"row {r.row_id!r} has variant {r.variant!r}: a split's rows are "
@@ -112,7 +118,9 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
         gold[r.base_sample_id] = r.gold_label
         if r.present:  # a cohort row the run has no record for stays missing
             preds[r.base_sample_id] = r.score if r.valid else None
-    return Source(str(path), kind, guard, preds, gold)
+        if r.status == "truncated":
+            truncated.add(r.base_sample_id)
+    return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated))
 
 
 def split_predictions(source: Source, rows: Sequence[BenchRow]) -> list[SplitPrediction]:
@@ -194,6 +202,8 @@ class TableRow(JsonValue):
     released_metrics: Mapping[str, Any] | None
     difference_pp: Mapping[str, float | None] | None
     figures: Mapping[str, Figure | Average] = opt(shape=VALUE_BOUNDS)
+    # of the invalid rows, those whose generation reached max_new_tokens (a run's records)
+    truncated: int = 0
 
     def value(self, name: str) -> float | None:
         """The point of the figure named ``name`` (``FIGURES``)."""
@@ -246,7 +256,8 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
             source=source.path, kind=source.kind, guard=source.guard, benchmark=benchmark,
             mode=mode, view=view, rows=m.rows, kept=m.kept,
             missing=sum(p.row_id not in source.preds for p in preds),
-            invalid=sum(p.pred is None for p in preds), paper_guard=paper_guard,
+            invalid=sum(p.pred is None for p in preds),
+            truncated=sum(p.row_id in source.truncated for p in preds), paper_guard=paper_guard,
             interval=m.interval, published=None if paper is None else dict(paper),
             released_metrics=(dict(source.metrics_strict) if mode == "strict"
                               and source.metrics_strict is not None else None),
@@ -284,7 +295,8 @@ def format_table(doc: ToolsafeTable) -> str:
              f"{doc.replicates} replicates, seed {doc.seed})"]
     for e in doc.rows:
         lines.append(f"{e.source}  [{e.view}]  rows {e.rows}  kept {e.kept}  "
-                     f"invalid/missing {e.invalid}/{e.missing}")
+                     f"invalid/missing {e.invalid}/{e.missing}"
+                     + (f" (truncated {e.truncated})" if e.truncated else ""))
         for name in FIGURES:
             fig = e.figures[name]
             shown = f"  {name:<9} {_pct(fig.point, d):>6}"

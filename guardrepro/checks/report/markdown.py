@@ -184,7 +184,8 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
                                                     "result"),
                             [("rows_present (reported)",
                               frac_value(gate.figures.rows_present),
-                              f"missing {gate.missing_rows}", "-", "reported")]
+                              f"missing {gate.missing_rows}, truncated {gate.truncated_rows}",
+                              "-", "reported")]
                             + [(c.name, frac_value(gate.figures.figure(c.figure)),
                                 str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
                                for c in gate.checks]))

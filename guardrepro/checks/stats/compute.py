@@ -239,6 +239,9 @@ def format_table(stats: StatsResult) -> str:
     missing = stats.rows.by_status.get(MISSING, 0)
     lines.append(f"missing: {missing} of {stats.rows.expected} expected rows have no record "
                  "or prediction (counted invalid, decision 1)")
+    truncated = stats.rows.by_status.get("truncated", 0)
+    lines.append(f"truncated: {truncated} rows reached max_new_tokens before a verdict was "
+                 "read (counted invalid, decision 1)")
     if stats.edits:
         lines += ["", f"{'edit':<18} {'view':<16} {'statistic':<18} {'count':<8} "
                   f"{'point':<10} {f'{conf:g} interval':<22} clusters"]
