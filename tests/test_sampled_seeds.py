@@ -103,7 +103,7 @@ def _profile(path: Path) -> Path:
         'name = "toy-sampled"\nbackend = "hf"\n\n'
         f'[guard]\nname = "toy-guard"\ntemplate_path = "{TOY_GUARD / "template.txt"}"\n\n'
         f'[checkpoint]\ndir = "{TOY_GUARD}"\n\n'
-        '[backend_options]\ndtype = "float32"\ndevice = "cpu"\nbatch_size = 4\nthreads = 2\n\n'
+        '[backend_options]\ndtype = "float32"\ndevice = "cpu"\nbatch_size = 4\nthreads = 1\n\n'
         '[decoding]\nmode = "sampled"\ntemperature = 4.0\ntop_p = 1.0\nmax_attempts = 2\n'
         "max_new_tokens = 8\n",
         encoding="utf-8",

@@ -31,7 +31,9 @@ SHIPPED = (
 
 @pytest.fixture(scope="module")
 def guard() -> ToyGuard:
-    return ToyGuard(GUARD_DIR, threads=2)
+    # one thread: on a shared 2-core machine two threads per matmul of this
+    # tiny model wait on each other (measured 10x slower under load)
+    return ToyGuard(GUARD_DIR, threads=1)
 
 
 def test_checkpoint_files_and_config() -> None:
@@ -114,7 +116,9 @@ def _sample() -> tuple[list[dict], list[int], list[tuple[int, dict]]]:
 def test_greedy_outputs_parse_are_accurate_and_edits_flip(guard: ToyGuard) -> None:
     originals, gold, edited = _sample()
     samples = originals[:N] + [e for _, e in edited]
-    outputs = guard.generate(samples, batch_size=16)
+    # one generate call for the samples and the edits' originals (the rows after N)
+    every = guard.generate(samples + originals[N:], batch_size=len(samples) + len(edited))
+    outputs, base_outputs = every[:len(samples)], every[len(samples):]
     parsed = [parse_ts_guard(t) for t in outputs]
     assert all(p.status == "ok" for p in parsed), [
         t for t, p in zip(outputs, parsed, strict=True) if p.score is None
@@ -123,7 +127,7 @@ def test_greedy_outputs_parse_are_accurate_and_edits_flip(guard: ToyGuard) -> No
     correct = sum(d == g for d, g in zip(decisions[:N], gold[:N], strict=True))
     assert correct / N >= 0.85, (correct, outputs[:N])
     # The edited rows: their originals are judged unsafe, the edits lose the cue.
-    base_outputs = guard.generate([originals[i] for i, _ in edited], batch_size=4)
+    assert [i for i, _ in edited] == list(range(N, len(originals)))
     base_decisions = [0 if parse_ts_guard(t).score == 0 else 1 for t in base_outputs]
     flips = sum(b != d for b, d in zip(base_decisions, decisions[N:], strict=True))
     assert flips >= 1
