@@ -42,7 +42,8 @@ from guardrepro.schema import read_cohort, strict_decision
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
     "gold_label": "float64", "status": "category", "score": "Float64", "valid": "bool",
-    "strict_decision": "Int8", "decision_margin": "Float64", "error_type": "string",
+    "strict_decision": "Int8", "decision_margin": "Float64", "p_unsafe": "Float64",
+    "error_type": "string",
     "output_text": "string", "output_tokens": "Int64", "prompt_tokens": "Int64",
     "input_sha256": "string", "output_token_ids": "object", "components": "object",
     "backend": "string", "run_id": "string",
@@ -74,6 +75,7 @@ def load_run(path: str | Path | RunData, cohort: str | Path | None = None) -> An
             "score": r.score, "valid": r.valid,
             "strict_decision": strict_decision(r.score),  # fail-closed
             "decision_margin": r.decision_margin,
+            "p_unsafe": r.p_unsafe,
             "error_type": rec.error_type if rec else None,
             "output_text": rec.output_text if rec else None,
             "output_tokens": len(rec.output_token_ids) if rec else None,

@@ -10,6 +10,8 @@ Modules:
 - ``formatting``: how counts, rates and numbers are written in every readable table.
 - ``metrics``: strict confusion (fail-closed) and the metrics derived from it, every figure
   with its numerator and denominator.
+- ``ranking``: a scored classifier's AUROC, AUPRC, ECE, ROC/PR curves and reliability bins,
+  per bootstrap weight vector.
 - ``serde``: plain JSON values of the checks' frozen dataclasses, derived from their fields.
 - ``tables``: pandas on demand, a nested result as one row per figure, CSV/Parquet export
   (the result types' ``to_frame()``).

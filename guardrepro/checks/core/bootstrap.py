@@ -38,13 +38,17 @@ on every step):
 A mean is the ratio with denominator 1. ``difference_interval`` resamples the
 same clusters with the same draws for two ratios and reports their
 difference (an extra, used for placebo-corrected effects and pooled
-differences).
+differences). ``statistic_interval`` makes the same draws (steps 1-3) and
+hands each replicate's cluster counts, as one weight per observation, to a
+statistic that is not a ratio of sums (AUROC, AUPRC, ECE, a chosen
+threshold); steps 5 and 6 are unchanged, the point being the statistic at
+weight 1.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,5 +280,62 @@ def difference_interval(
         point=None if pa is None or pb is None else pa - pb, lower=lower, upper=upper,
         numerator=None, denominator=None, clusters=table.clusters, strata=len(table.strata),
         replicates=replicates, seed=seed, confidence=confidence,
+        undefined_replicates=int(np.isnan(estimates).sum()),
+    )
+
+
+def replicate_weights(clusters: Sequence[str], strata: Sequence[str] | None, replicates: int,
+                      seed: int) -> Iterator[np.ndarray]:
+    """Per batch of replicates, a (batch, observations) array: how many times
+    each observation's cluster was drawn, from exactly the draws of
+    ``replicate_sums`` over the same clusters and strata."""
+    check_settings(replicates, seed, DEFAULT_CONFIDENCE)
+    n = len(clusters)
+    if n == 0 or (strata is not None and len(strata) != n):
+        raise InputError("clusters and strata need one entry per observation")
+    cluster_arr = np.asarray(list(clusters), dtype=object).astype(str)
+    stratum_arr = (np.full(n, "", dtype=object) if strata is None
+                   else np.asarray(list(strata), dtype=object)).astype(str)
+    blocks = []  # (observation indices, their cluster position, clusters in the stratum)
+    for stratum in np.unique(stratum_arr):
+        inside = np.flatnonzero(stratum_arr == stratum)
+        members, inverse = np.unique(cluster_arr[inside], return_inverse=True)
+        blocks.append((inside, inverse, len(members)))
+    rng = np.random.default_rng(seed)
+    for start in range(0, replicates, BATCH):
+        size = min(BATCH, replicates - start)
+        weights = np.zeros((size, n), dtype=np.float64)
+        rows = np.arange(size)[:, None]
+        for inside, inverse, k in blocks:
+            idx = rng.integers(0, k, size=(size, k))
+            counts = np.zeros((size, k), dtype=np.float64)
+            np.add.at(counts, (np.broadcast_to(rows, idx.shape), idx), 1.0)
+            weights[:, inside] = counts[:, inverse]
+        yield weights
+
+
+def statistic_interval(
+    statistic: Callable[[np.ndarray], np.ndarray],
+    clusters: Sequence[str],
+    strata: Sequence[str] | None = None,
+    *,
+    replicates: int = DEFAULT_REPLICATES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Interval:
+    """The interval of ``statistic`` ((replicates, observations) weights ->
+    (replicates,) estimates, NaN where undefined) over the engine's draws;
+    the point is ``statistic`` at weight 1 for every observation."""
+    check_settings(replicates, seed, confidence)
+    estimates = np.concatenate([statistic(w) for w in
+                                replicate_weights(clusters, strata, replicates, seed)])
+    lower, upper = bounds(estimates, confidence)
+    point = float(statistic(np.ones((1, len(clusters))))[0])
+    n_clusters = len(set(clusters))
+    n_strata = 1 if strata is None else len(set(strata))
+    return Interval(
+        point=None if math.isnan(point) else point, lower=lower, upper=upper, numerator=None,
+        denominator=None, clusters=n_clusters, strata=n_strata, replicates=replicates,
+        seed=seed, confidence=confidence,
         undefined_replicates=int(np.isnan(estimates).sum()),
     )

@@ -71,6 +71,7 @@ class RowResult:
     status: str  # ok / parse_error / inference_error / missing
     score: float | None
     decision_margin: float | None = None
+    p_unsafe: float | None = None  # the record's P(unsafe), when it has one
 
     @property
     def valid(self) -> bool:
@@ -181,6 +182,7 @@ def _from_record(rec: Record) -> RowResult:
         status=rec.status,
         score=rec.score,
         decision_margin=rec.decision_margin,
+        p_unsafe=rec.p_unsafe,
     )
 
 

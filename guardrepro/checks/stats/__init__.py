@@ -12,6 +12,8 @@ Modules:
 - ``extras``: the labelled extras beside the published statistics (exact-score transitions,
   placebo correction).
 - ``pairs``: original/edit pairs per base, strict fail-closed decisions.
+- ``scores``: the guard as a scored classifier (p_unsafe): AUROC, AUPRC, the threshold
+  figures and calibration, in both views.
 - ``toolsafe_metrics``: ToolSafe's guard metrics on a whole split, in its two views.
 - ``types``: the typed results (frozen dataclasses; ``to_json()`` is the JSON the verb
   writes, ``from_json()`` reads it back where it is read back).

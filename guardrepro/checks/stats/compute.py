@@ -73,6 +73,7 @@ from guardrepro.checks.stats.pairs import (
     make_pairs,
     ordered_variants,
 )
+from guardrepro.checks.stats.scores import DEFAULT_THRESHOLD, score_lines, score_stats
 from guardrepro.checks.stats.types import (
     SCHEMA,
     STRATA,
@@ -181,6 +182,7 @@ def compute_stats(
     confidence: float = DEFAULT_CONFIDENCE,
     progress: bool = False,
     expected_source: str = "unknown",
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> StatsResult:
     """The statistics of one run's rows (see the module docstring)."""
     if not rows:
@@ -224,6 +226,8 @@ def compute_stats(
         rows=RowsSummary(len(rows), dict(sorted(status_counts.items())),
                          Figure.of(valid, len(rows))),
         variants=per_variant, edits=edits, extras=StatsExtras(placebo, run_to_run),
+        scores=score_stats(rows, threshold=threshold, replicates=replicates, seed=seed,
+                           confidence=confidence),
     )
 
 
@@ -253,6 +257,8 @@ def format_table(stats: StatsResult) -> str:
                     lines.append(f"{e:<18} {view:<16} {name:<18} "
                                  f"{frac(s):<8} "
                                  f"{fmt_num(s.point):<10} {ci:<22} {s.clusters}")
+    if stats.scores is not None:
+        lines += ["", *score_lines(stats.scores, conf)]
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ from guardrepro.checks.core.metrics import ConfusionSummary
 from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
 from guardrepro.checks.core.tables import stats_frame, write_table
 from guardrepro.checks.stats.definitions import STATISTICS, VIEWS, stratified
+from guardrepro.checks.stats.scores import ScoreStats
 from guardrepro.errors import InputError
 
 SCHEMA = "guardrepro.stats/2"
@@ -217,6 +218,8 @@ class StatsResult:
     edits: Mapping[str, EditStats]
     extras: StatsExtras
     extra: Mapping[str, Any] = field(default_factory=dict)  # what the caller adds (run_dir ...)
+    # the guard as a scored classifier (``checks.stats.scores``); None: no p_unsafe
+    scores: ScoreStats | None = None
 
     def with_extra(self, **extra: Any) -> StatsResult:
         return replace(self, extra={**self.extra, **extra})
@@ -228,7 +231,7 @@ class StatsResult:
             raise InputError(f"stats schema {data.get('schema')!r} is not {SCHEMA!r}",
                              field="schema")
         intervals = data["settings"]["intervals"]
-        known = {"schema", "settings", "rows", "variants", "edits", "extras"}
+        known = {"schema", "settings", "rows", "variants", "edits", "extras", "scores"}
         hints = {"variants": Mapping[str, VariantStats], "edits": Mapping[str, EditStats]}
         return cls(
             settings=Settings(intervals["replicates"], intervals["seed"],
@@ -239,6 +242,7 @@ class StatsResult:
             edits=from_json_value(hints["edits"], data["edits"]),
             extras=from_json_value(StatsExtras, data["extras"]),
             extra={k: v for k, v in data.items() if k not in known},
+            scores=from_json_value(ScoreStats, data["scores"]) if "scores" in data else None,
         )
 
     def to_frame(self) -> Any:
@@ -267,5 +271,6 @@ class StatsResult:
             "variants": as_json_value(self.variants),
             "edits": as_json_value(self.edits),
             "extras": as_json_value(self.extras),
+            **({} if self.scores is None else {"scores": as_json_value(self.scores)}),
             **self.extra,
         }
