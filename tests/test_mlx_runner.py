@@ -58,6 +58,16 @@ def _hf_greedy(model: Any, ids: tuple[int, ...], eos: list[int], n: int) -> list
     return [int(t) for t in out[0, len(ids):]]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """transformers on one thread while this module runs (two threads per matmul of
+    these tiny models wait on each other on a busy 2-core machine); restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def fp32_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # init std 0.2 gives logits of scale ~10 and varied greedy outputs (std 0.02 makes a
