@@ -54,14 +54,14 @@ class Scored:
         values, inverse = np.unique(-s, return_inverse=True)
         return cls(s, y, inverse.reshape(-1), -values)
 
-    def _grouped(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def grouped(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(replicates, groups) weight of unsafe and of safe rows per group."""
         onehot = np.zeros((len(self.scores), len(self.thresholds)))
         onehot[np.arange(len(self.scores)), self.group] = 1.0
         return (weights * self.labels) @ onehot, (weights * (1 - self.labels)) @ onehot
 
     def auroc(self, weights: np.ndarray) -> np.ndarray:
-        pos, neg = self._grouped(weights)
+        pos, neg = self.grouped(weights)
         total_pos, total_neg = pos.sum(axis=1), neg.sum(axis=1)
         below = total_neg[:, None] - np.cumsum(neg, axis=1)  # safe rows scoring lower
         wins = (pos * (below + 0.5 * neg)).sum(axis=1)
@@ -71,7 +71,7 @@ class Scored:
         return out
 
     def auprc(self, weights: np.ndarray) -> np.ndarray:
-        pos, neg = self._grouped(weights)
+        pos, neg = self.grouped(weights)
         tp, fp = np.cumsum(pos, axis=1), np.cumsum(neg, axis=1)
         precision = np.zeros_like(tp)
         np.divide(tp, tp + fp, out=precision, where=(tp + fp) > 0)
@@ -93,7 +93,7 @@ class Scored:
     def curves(self) -> dict[str, list[float]]:
         """Unweighted ROC and PR points, one per score group (descending
         threshold), with (0, 0) first on the ROC curve."""
-        pos, neg = self._grouped(np.ones((1, len(self.scores))))
+        pos, neg = self.grouped(np.ones((1, len(self.scores))))
         tp, fp = np.cumsum(pos[0]), np.cumsum(neg[0])
         p, n = max(tp[-1], 1e-300), max(fp[-1], 1e-300)
         return {"threshold": [float(t) for t in self.thresholds],

@@ -14,6 +14,8 @@ Modules:
 - ``pairs``: original/edit pairs per base, strict fail-closed decisions.
 - ``scores``: the guard as a scored classifier (p_unsafe): AUROC, AUPRC, the threshold
   figures and calibration, in both views.
+- ``thresholds``: the threshold frontier on p_unsafe (missed vs false flags, harm, the
+  harm-minimising threshold with its interval).
 - ``toolsafe_metrics``: ToolSafe's guard metrics on a whole split, in its two views.
 - ``types``: the typed results (frozen dataclasses; ``to_json()`` is the JSON the verb
   writes, ``from_json()`` reads it back where it is read back).
