@@ -38,19 +38,22 @@ if TYPE_CHECKING:
 def _guard_header(directory: Path, guard: str) -> list[str]:
     from guardrepro.errors import PromptError
     from guardrepro.guards.registry import expected_tokens
+    from guardrepro.guards.spec import find_spec
     from guardrepro.run.prompts import PromptTokenizer
 
+    spec = find_spec(guard)
     tok = PromptTokenizer(directory)
-    tok.check_special_tokens(expected_tokens(guard), guard=guard)
+    tok.check_special_tokens(expected_tokens(guard), guard=spec.name, spec=str(spec.path))
     eos = ", ".join(f"{i} {tok.token_name(i)}" for i in sorted(set(tok.eos_token_ids)))
     if not eos:
         raise PromptError(f"{directory}: no EOS ids")
     return [
-        f"# guard {guard}: special tokens read from the checkpoint at lock time:",
+        f"# guard {spec.name}: special tokens read from the checkpoint at lock time:",
         f"#   eos {eos} ({Path(tok.eos_source).name})",
         f"#   pad {tok.pad_token_id} {tok.token_name(tok.pad_token_id)} "
         f"({Path(tok.pad_source).name})",
         f"#   chat template sha256 {tok.chat_template_sha256}",
+        f"#   guard spec {spec.path} (sha256 {spec.sha256})",
     ]
 
 

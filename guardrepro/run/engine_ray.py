@@ -223,8 +223,11 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
         provenance = build_provenance(resolved, runner, resolved.tree_sha256)
     finally:
         runner.close()
+    from guardrepro.run.guard_facts import guard_facts
+
+    facts = guard_facts(resolved, scope[:1])
     manifest = _settle_manifest(existing, run_dir, provenance, profile, cohort, len(rows),
-                                None, len(rows))
+                                None, len(rows), guard_spec=facts)
     _check_existing(writer, rows, prepared, provenance.sha256)
     todo = [p for p in prepared if p.row.row_id not in writer.records]
     return _Plan(profile, threads_from_allotment, manifest, provenance, rows, len(rows), todo,

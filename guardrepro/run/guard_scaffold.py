@@ -126,7 +126,7 @@ def _facts(tok: object, checkpoint: Path) -> tuple[list[str], list[str]]:
                       '"forbid" (the run refuses)')
     firsts = []
     for label in LABELS:
-        ids = tok._tok.encode(label, add_special_tokens=False)
+        ids = list(tok.plain_ids(label))
         firsts.append(ids[0] if ids else None)
         facts.append(f"decision label {label!r}: first token {ids[:1]} of {len(ids)}")
     if firsts[0] == firsts[1]:

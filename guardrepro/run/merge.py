@@ -275,6 +275,7 @@ def merge_runs(
         rows_selected=cohort_rows,
         guardrepro_version=guardrepro.__version__,
         git_commit=git_commit(),
+        guard_spec=first.guard_spec,
     )
     report = MergeReport(out, out.name, sources, cohort_rows, len(ordered), missing,
                          ids is not None)

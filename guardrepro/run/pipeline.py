@@ -71,6 +71,7 @@ from guardrepro.guards.base import GuardAdapter
 from guardrepro.guards.decision import label_union
 from guardrepro.guards.registry import record_parser
 from guardrepro.run.attempts import PreparedRow, generate_into, label_table
+from guardrepro.run.guard_facts import guard_facts
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import (
     MANIFEST_FILE,
@@ -248,11 +249,12 @@ def _existing_manifest(writer: RecordWriter, run_dir: Path) -> RunManifest | Non
 def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Provenance,
                      profile: RunProfile, cohort_path: Path, cohort_rows: int,
                      shard_spec: str | None, rows_selected: int,
-                     cohort_sha256: str | None = None, trusted: Path | None = None
-                     ) -> RunManifest:
+                     cohort_sha256: str | None = None, trusted: Path | None = None,
+                     guard_spec: Mapping[str, Any] | None = None) -> RunManifest:
     """This run's manifest: a new run's is written; a resumed run keeps its
     own once ``check_resumable`` accepts the new one. ``cohort_sha256``: the
-    cohort file's hash when the caller took it as it read the file."""
+    cohort file's hash when the caller took it as it read the file;
+    ``guard_spec``: what ``run.guard_facts`` records about the guard."""
     if cohort_sha256 is None:
         cohort_sha256 = read_hashed(cohort_path)[1]
     manifest = RunManifest(
@@ -266,6 +268,7 @@ def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Pr
         rows_selected=rows_selected,
         guardrepro_version=guardrepro.__version__,
         git_commit=git_commit(),
+        guard_spec=guard_spec,
     )
     if existing is not None:
         check_resumable(existing, manifest, run_dir)
@@ -335,7 +338,7 @@ def run_cohort(
             provenance = build_provenance(resolved, runner, resolved.tree_sha256)
             manifest = _settle_manifest(existing_manifest, run_dir, provenance, profile,
                                         cohort_path, len(rows_all), shard_spec, len(rows),
-                                        digest, trusted)
+                                        digest, trusted, guard_facts(resolved, scope[:1]))
             _check_existing(writer, rows, prepared, provenance.sha256)
             todo = [p for p in prepared if p.row.row_id not in writer.records]
             already = len(prepared) - len(todo)

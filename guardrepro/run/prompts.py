@@ -198,11 +198,13 @@ class PromptTokenizer:
         """``text`` encoded without special tokens (a decision label's ids)."""
         return tuple(int(i) for i in self._tok.encode(text, add_special_tokens=False))
 
-    def special_token_mismatch(self, expected: ExpectedTokens, *, guard: str) -> str | None:
+    def special_token_mismatch(self, expected: ExpectedTokens, *, guard: str,
+                               spec: str | None = None) -> str | None:
         """None when the checkpoint's EOS ids and pad id name the guard's
         expected tokens (and match any upstream id pin), else a message naming
-        the file(s), expected and observed."""
-        problems = []
+        the checkpoint file(s), the guard spec's field (``spec``: its path),
+        expected and observed, and how to use the checkpoint's own instead."""
+        problems: list[str] = []
         eos_ids = sorted(set(self.eos_token_ids))
         names = {self.token_name(i) for i in eos_ids}
         missing = [t for t in expected.eos if t not in names]
@@ -223,14 +225,18 @@ class PromptTokenizer:
                             f"{expected.upstream_pad_id}")
         if not problems:
             return None
-        return (
-            f"checkpoint {self.checkpoint_dir} does not declare guard {guard!r}'s special "
-            f"tokens ({expected.describe()}): " + "; ".join(problems)
-        )
+        message = (f"checkpoint {self.checkpoint_dir} does not declare guard {guard!r}'s "
+                   f"special tokens ({expected.describe()}): " + "; ".join(problems))
+        if spec is None:
+            return message
+        return (f"{message} (pinned by {spec}, [special_tokens]); to use the checkpoint's own "
+                "eos and pad, run it with a copy of the spec without [special_tokens] "
+                f"(`guardrepro guards new NAME --from {self.checkpoint_dir}` writes one)")
 
-    def check_special_tokens(self, expected: ExpectedTokens, *, guard: str) -> None:
+    def check_special_tokens(self, expected: ExpectedTokens, *, guard: str,
+                             spec: str | None = None) -> None:
         """``PromptError`` unless the EOS ids and pad id are what the guard expects."""
-        message = self.special_token_mismatch(expected, guard=guard)
+        message = self.special_token_mismatch(expected, guard=guard, spec=spec)
         if message is not None:
             raise PromptError(message)
 

@@ -94,25 +94,32 @@ class RunManifest:
     rows_selected: int
     guardrepro_version: str
     git_commit: str | None
+    # the guard spec, its special tokens and system prompt (``run.guard_facts``)
+    guard_spec: Mapping[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, *, file: str | None = None) -> RunManifest:
         if not isinstance(data, Mapping):
             raise InputError("manifest must be a JSON object", file=file)
         names = [f.name for f in fields(cls)]
-        check_keys(data, names, file=file, required=names)
+        check_keys(data, names, file=file, required=[n for n in names if n != "guard_spec"])
+        if data.get("guard_spec") is not None and not isinstance(data["guard_spec"], Mapping):
+            raise InputError(type_problem(data["guard_spec"], dict), file=file,
+                             field="guard_spec")
         for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
             if not isinstance(data[key], Mapping):
                 raise InputError(type_problem(data[key], dict), file=file, field=key)
             check_keys(data[key], sub, file=file, where=key, required=sub)
         check_manifest_types(data, file)
-        values = {name: data[name] for name in names}
+        values: dict[str, Any] = {name: data.get(name) for name in names}
         values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
                                                     where="provenance")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        if out["guard_spec"] is None:
+            del out["guard_spec"]
         return out
 
     def differences(self, other: RunManifest) -> list[str]:
@@ -130,6 +137,9 @@ class RunManifest:
             )
         if self.shard != other.shard:
             diffs.append(f"shard: {self.shard!r} != {other.shard!r}")
+        mine, theirs = ((m.guard_spec or {}).get("sha256") for m in (self, other))
+        if mine and theirs and mine != theirs:
+            diffs.append(f"guard_spec.sha256: {mine[:12]}... != {theirs[:12]}...")
         return diffs
 
 

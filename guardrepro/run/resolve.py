@@ -305,7 +305,9 @@ def _tokenizer(checkpoint_dir: Path, guard: GuardAdapter, *, pinned: bool,
 
     tokenizer = PromptTokenizer(checkpoint_dir, pinned=pinned)
     check_chat_template(guard, checkpoint_dir, revision, tokenizer)
-    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name)
+    spec = getattr(getattr(guard, "spec", None), "path", None)
+    mismatch = tokenizer.special_token_mismatch(guard.special_tokens, guard=guard.name,
+                                                spec=None if spec is None else str(spec))
     if mismatch is not None:
         if pinned:
             raise PromptError(mismatch)

@@ -11,7 +11,10 @@ BPE ``tokenizer.json`` with the guard's special tokens, and
 - ``qwen3guard``: Qwen3 architecture with ``head_dim`` 64 != hidden/heads
   (as in the real 0.6B), ChatML tokens;
 - ``shieldgemma``: Gemma2 architecture (as ShieldGemma 2B), Gemma turn
-  tokens, ``Yes`` and ``No`` single tokens, sliding window = context.
+  tokens, ``Yes`` and ``No`` single tokens, sliding window = context;
+- ``chatml-llama`` (``build_tiny_checkpoint``, no guard of its own): Llama
+  architecture with SmolLM2-Instruct's ChatML ids (eos and pad ``<|im_end|>``
+  = 2) and a chat template that inserts a default system prompt.
 
 Sizes: hidden 128, head dim 64, 2 layers, vocabulary of a few hundred. The
 weights are random, so outputs are mostly unparsable: these checkpoints test
@@ -44,7 +47,24 @@ ARCHS: dict[str, dict[str, Any]] = {
         "specials": ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"),
         "bos": "<bos>", "eos": ("<eos>", "<end_of_turn>"), "pad": "<pad>",
     },
+    # SmolLM2-Instruct's layout: ChatML with <|endoftext|> 0, <|im_start|> 1,
+    # <|im_end|> 2 as bos 1, eos and pad 2 (not Qwen's ids), Llama architecture
+    "chatml-llama": {
+        "model_type": "llama",
+        "specials": ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        "bos": "<|im_start|>", "eos": ("<|im_end|>",), "pad": "<|im_end|>",
+    },
 }
+
+# A ChatML template that inserts a default system prompt when the conversation
+# has none, as SmolLM2-Instruct's does.
+CHATML_DEFAULT_SYSTEM = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named Tiny.<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 CORPUS = [
     "Yes No Yes No safe unsafe S1 S2 S14 Safety: Safe Unsafe Controversial Categories: None",
@@ -115,14 +135,23 @@ def chat_template(name: str) -> str:
 def build_tiny_guard(name: str, out_dir: Path, *, seed: int = 0, hidden: int = 128,
                      vocab_size: int = 500) -> Path:
     """Write a random tiny checkpoint for guard ``name`` to ``out_dir``."""
+    return build_tiny_checkpoint(ARCHS[name], chat_template(name), out_dir, seed=seed,
+                                 hidden=hidden, vocab_size=vocab_size)
+
+
+def build_tiny_checkpoint(arch: dict[str, Any], template: str, out_dir: Path, *,
+                          seed: int = 0, hidden: int = 128, vocab_size: int = 500,
+                          dtype: str = "float32") -> Path:
+    """Write a random tiny checkpoint of ``arch`` (an ``ARCHS`` entry) whose
+    tokenizer carries the chat template ``template``, its weights in ``dtype``
+    (``bfloat16``: as released checkpoints, which the quantization recipes need)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from scripts.toy.tiny import normalize_config
 
-    arch = ARCHS[name]
     out_dir = Path(out_dir)
-    _tokenizer(out_dir, arch, chat_template(name), vocab_size)
+    _tokenizer(out_dir, arch, template, vocab_size)
     data = json.loads((out_dir / "tokenizer.json").read_text())
     vocab = len(data["model"]["vocab"])
     index = {t["content"]: t["id"] for t in data["added_tokens"]}
@@ -132,8 +161,10 @@ def build_tiny_guard(name: str, out_dir: Path, *, seed: int = 0, hidden: int = 1
     config = _config(arch["model_type"], vocab, ids, hidden)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).float().eval()
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
     model.save_pretrained(out_dir, safe_serialization=True)
-    normalize_config(out_dir / "config.json", dtype="float32")
+    normalize_config(out_dir / "config.json", dtype=dtype)
     gen = {**ids, "do_sample": False}
     atomic_write_bytes(out_dir / "generation_config.json",
                        (json.dumps(gen, indent=2) + "\n").encode())
