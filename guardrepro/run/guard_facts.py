@@ -1,7 +1,8 @@
 """What a run records about its guard: the spec, the special tokens, the system prompt.
 
 Input: the run's resolved profile (its guard adapter, built from a guard spec,
-and its prompt tokenizer) and the run's first cohort row. Output: the manifest's ``guard_spec`` object:
+and its prompt tokenizer) and the run's first cohort row. Output: the
+manifest's ``guard_spec`` object:
 
 - ``name``, ``origin`` (shipped, local or path), ``path`` and ``sha256`` (of
   the spec file's bytes);
