@@ -199,3 +199,31 @@ def test_sweep_q8_q4_bf16_through_mlx(house: dict[str, Path]) -> None:
         assert manifest["guard_spec"]["special_tokens"]["eos"] == [
             {"id": 2, "token": "<|im_end|>"}]
     assert _hashes(house["ckpt"]) == json.loads((base / "hashes.json").read_text())
+
+
+def test_guards_new_writes_a_spec_and_profile_that_run(house: dict[str, Path]) -> None:
+    base, home = house["base"], house["home"]
+    out = _cli(["guards", "new", "smol", "--from", str(house["ckpt"]), "--out",
+                str(base / "new")], home)
+    spec, profile = base / "new/guards/smol.toml", base / "new/runners/smol-hf.toml"
+    assert f"wrote {spec}" in out and f"wrote {profile}" in out
+    # read from the checkpoint, and the decisions left open
+    assert "eos 2 <|im_end|> (generation_config.json)" in out
+    assert "pad 2 <|im_end|> (generation_config.json)" in out
+    assert "inserts a default system prompt" in out
+    assert "'You are a helpful AI assistant named Tiny.'" in out
+    assert "still to decide:" in out and "pin the checkpoint: guardrepro lock" in out
+    text = spec.read_text(encoding="utf-8")
+    assert "[special_tokens]\n" not in text and 'role = "system"' in text
+    # a second call refuses to overwrite
+    assert "file exists" in _cli(["guards", "new", "smol", "--from", str(house["ckpt"]),
+                                  "--out", str(base / "new")], home, codes=(2,))
+    run = base / "run-new"
+    _cli(["run", "--profile", str(profile), "--cohort", str(house["cohort"]), "--out",
+          str(run), "--no-progress"], home)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["provenance"]["guard"] == "smol"
+    assert manifest["provenance"]["model_revision"] == "unpinned"
+    assert manifest["guard_spec"]["default_system_prompt"]["inserted"] is None
+    assert len(read_records(run)) == ROWS
+    assert _hashes(house["ckpt"]) == json.loads((base / "hashes.json").read_text())
