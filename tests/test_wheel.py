@@ -11,6 +11,7 @@ and the test asserts that ``guardrepro`` imports from the venv's own site-packag
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC_FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks")
+SPEC_FOLDERS = ("locks", "runners", "cohorts", "checks", "quantize", "notebooks", "guards")
 
 
 def _git_files(*paths: str) -> list[str]:
@@ -96,3 +97,10 @@ def test_fresh_venv_runs_the_demo_outside_the_checkout(wheel: Path, tmp_path: Pa
                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert named.returncode == 0, named.stderr
     assert "of lock 'toy-guard' verified" in named.stdout
+    # the guard specs ship too: every guard is listed from the installed package
+    listed = subprocess.run([str(env_dir / "bin" / "guardrepro"), "guards", "--json"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert rows["ts-guard"]["origin"] == "shipped"
+    assert "/guardrepro/specs/guards/ts-guard.toml" in rows["ts-guard"]["spec"]
