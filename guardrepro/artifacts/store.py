@@ -150,7 +150,20 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None) -> None:
+_SWEPT: set[Path] = set()  # directories this process has cleared of dead writers' temp files
+
+
+def _sweep_once(parent: Path) -> None:
+    """Remove the temp files that dead writers left in ``parent``, the first time
+    this process writes there: listing the directory on every write made N
+    writes into one directory (``verify``'s N stamps) cost N squared."""
+    if parent not in _SWEPT:
+        remove_stale(parent, TMP_TAG)
+        _SWEPT.add(parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None,
+                       durable: bool = True) -> None:
     """Write ``data`` to a temp file next to ``path``, fsync, then rename over ``path``
     (creating missing parent directories). The file is left with mode 0644.
 
@@ -159,9 +172,12 @@ def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None) 
     file) becomes OutputError naming ``path``; nothing is left under the final name
     or as a temp file. The temp file's name carries the writer's pid
     (``.<name>.tmp-<pid>-<random>``), so a temp file left by a killed writer is
-    removed by the next write of the same path. A symlink at ``path`` is replaced
-    (``rename`` never follows it); one at a directory between ``trusted``
-    (default ``path.parent``) and ``path`` is refused (``artifacts.nofollow``)."""
+    removed by the next process that writes into the same directory. A symlink at
+    ``path`` is replaced (``rename`` never follows it); one at a directory between
+    ``trusted`` (default ``path.parent``) and ``path`` is refused
+    (``artifacts.nofollow``). ``durable=False`` skips both fsyncs, for a cache that
+    a machine crash may lose without harm (a verification stamp: a lost or empty
+    one only means a full re-hash); the rename stays atomic."""
     trusted = path.parent if trusted is None else trusted
     try:
         trusted.mkdir(parents=True, exist_ok=True)
@@ -169,15 +185,16 @@ def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None) 
         raise output_error(path, exc) from None
     parent = open_dir(path.parent, trusted=trusted, create=True)
     try:
-        _write_replace(parent, path, data)
+        _write_replace(parent, path, data, durable)
     finally:
         os.close(parent)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def _write_replace(parent: int, path: Path, data: bytes) -> None:
+def _write_replace(parent: int, path: Path, data: bytes, durable: bool = True) -> None:
     """``atomic_write_bytes`` in the directory ``parent`` (a descriptor of ``path.parent``)."""
-    remove_stale(path.parent, TMP_TAG, only=f".{path.name}{TMP_TAG}")
+    _sweep_once(path.parent)
     tmp = path.parent / f".{path.name}{TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         # a new name (O_EXCL), never a link (O_NOFOLLOW)
@@ -190,7 +207,8 @@ def _write_replace(parent: int, path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fchmod(fh.fileno(), 0o644)  # whatever the umask
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp.name, path.name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -369,7 +387,7 @@ def write_stamp(home: Path, path: Path, sha256: str) -> None:
         "ctime_ns": st.st_ctime_ns,
         "sampled": sampled_digest(path),
     }
-    atomic_write_bytes(_stamp_file(home, st), json.dumps(body).encode())
+    atomic_write_bytes(_stamp_file(home, st), json.dumps(body).encode(), durable=False)
 
 
 def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool:
