@@ -40,6 +40,7 @@ from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import frac_percent, sig3
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.runio import RunData, read_records_file
+from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
 from guardrepro.errors import InputError
 from guardrepro.run.records import RunManifest, read_manifest
 from guardrepro.schema import Record
@@ -85,6 +86,17 @@ class RowComparison:
     strict_agree: bool
     margin_a: float | None
     margin_b: float | None
+    # P(unsafe) on each side and the interaction (written only where a side has one)
+    p_unsafe_a: float | None = None
+    p_unsafe_b: float | None = None
+    base_sample_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.p_unsafe_a is None and self.p_unsafe_b is None:
+            for key in ("p_unsafe_a", "p_unsafe_b", "base_sample_id"):
+                del out[key]
+        return out
 
 
 def compare_row(a: Record, b: Record) -> RowComparison:
@@ -109,7 +121,14 @@ def compare_row(a: Record, b: Record) -> RowComparison:
         strict_agree=both_valid and a.strict_decision == b.strict_decision,
         margin_a=a.decision_margin,
         margin_b=b.decision_margin,
+        p_unsafe_a=a.p_unsafe if a.valid else None,
+        p_unsafe_b=b.p_unsafe if b.valid else None,
+        base_sample_id=a.base_sample_id if _scored(a) or _scored(b) else None,
     )
+
+
+def _scored(record: Record) -> bool:
+    return record.valid and record.p_unsafe is not None
 
 
 def decisions_measurable(jointly_valid: int, rows: int) -> bool:
@@ -184,6 +203,8 @@ class CompareSummary(JsonValue):
     margins: Mapping[str, MarginPair] = opt()  # keyed by MARGIN_GROUPS
     # at least half the rows in both are valid on both sides (``decisions_measurable``)
     decisions_measurable: bool = opt(default=True)
+    # |delta p_unsafe| per row (``checks.stats.drift``); None (not written): no p_unsafe
+    score_drift: ScoreDrift | None = opt(default=None)
 
 
 @dataclass(frozen=True)
@@ -226,6 +247,10 @@ class Comparison:
                      "strict_disagree": MarginPair.of(disagree),
                      "score_disagree": MarginPair.of(score_moved)},
             decisions_measurable=decisions_measurable(len(joint), n),
+            score_drift=score_drift(
+                [r.row_id for r in both], [r.p_unsafe_a for r in both],
+                [r.p_unsafe_b for r in both], [r.base_sample_id or r.row_id for r in both],
+                [r.strict_a for r in both], [r.strict_b for r in both]),
         )
 
     def to_json(self) -> str:
@@ -237,10 +262,10 @@ class Comparison:
         out = {
             "run_a": self.run_a,
             "run_b": self.run_b,
-            "summary": self.summary().to_dict(),
+            "summary": _summary_dict(self.summary()),
             "only_a": list(self.only_a),
             "only_b": list(self.only_b),
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [r.to_dict() for r in self.rows],
         }
         if self.sides is not None:
             out["sides"] = dict(self.sides)
@@ -254,6 +279,13 @@ class Comparison:
         return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
                    list(data["only_b"]), summary["rows_a"], summary["rows_b"],
                    data.get("sides"))
+
+
+def _summary_dict(summary: CompareSummary) -> dict[str, Any]:
+    out = summary.to_dict()
+    if out.get("score_drift", ...) is None:
+        del out["score_drift"]
+    return dict(out)
 
 
 def compare_records(
@@ -355,6 +387,8 @@ def format_table(comparison: Comparison) -> str:
     ]
     if s.input_mismatch.count:
         lines.append(f"WARNING: input_sha256 differs on {_pct(s.input_mismatch)} rows")
+    if s.score_drift is not None:
+        lines.append(drift_line(s.score_drift))
     for group in MARGIN_GROUPS:
         for side in ("a", "b"):
             q: Quantiles = getattr(s.margins[group], side)

@@ -9,6 +9,8 @@ Modules:
   their intervals (``stats.json``).
 - ``definitions``: each paired statistic declared once (definition, stratification, docs
   line).
+- ``drift``: per-row |delta p_unsafe| between two runs (mean, p95, max with intervals,
+  threshold crossings, moved but held).
 - ``extras``: the labelled extras beside the published statistics (exact-score transitions,
   placebo correction).
 - ``pairs``: original/edit pairs per base, strict fail-closed decisions.
