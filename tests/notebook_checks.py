@@ -87,7 +87,9 @@ def _gate_expectations(run: Path) -> tuple[dict[tuple[str, str], int], dict[str,
         if lr is None or lr["decision_margin"] is None:
             continue
         agree = lr["status"] == "ok" and rr["status"] == "ok" and _decision(lr) == _decision(rr)
-        group = "agrees with reference" if agree else "disagrees with reference"
+        neither = lr["status"] != "ok" and rr["status"] != "ok"
+        group = ("agrees with reference" if agree else "invalid on both sides" if neither
+                 else "disagrees with reference")
         margins.setdefault(group, []).append(lr["decision_margin"])
     return cells, {g: sorted(m) for g, m in margins.items()}
 

@@ -30,6 +30,13 @@ def frac_value(figure: Figure, digits: int = 4) -> str:
     return frac(figure) + ("" if value is None else f" ({value:.{digits}f})")
 
 
+def value_counts(figure: Figure, digits: int = 4) -> str:
+    """``value (count/denominator)``: the decimal first, its counts in brackets;
+    ``- (0/0)`` when the value is undefined."""
+    value = figure.point
+    return ("-" if value is None else f"{value:.{digits}f}") + f" ({frac(figure)})"
+
+
 def frac_percent(figure: Figure) -> str:
     """``count/denominator (12.5%)``; ``(n/a)`` when the rate is undefined."""
     value = figure.point

@@ -145,6 +145,17 @@ class GateDisagreement(ExactDisagreement):
     local_status: str = ""
     reason: str = ""
 
+    @property
+    def both_invalid(self) -> bool:
+        """Invalid on both sides (no parsed score locally or in the reference): the
+        gate's fail-closed rule counts it against agreement, but no two decisions
+        differ."""
+        return self.reason == "local_invalid" and self.reference_score is None
+
+    def label(self) -> str:
+        """The row as every verb names it: its row id, with its base beside it."""
+        return f"row {self.row_id} (base {self.base_sample_id})"
+
 
 @dataclass(frozen=True)
 class ReferenceDisagreement(GateDisagreement):

@@ -179,10 +179,12 @@ def format_agreement(a: Agreement) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in a.disagreements_by_reason.items()) or "none"
     lines.append(f"disagreeing rows: {len(a.disagreements)} ({reasons})")
     for d in a.disagreements[:SHOWN_ROWS]:
-        lines.append(f"  #{d.reference_index} {shown(d.base_sample_id)} {shown(d.domain)} gold "
+        reason = f"{d.reason}: invalid on both sides" if d.both_invalid else d.reason
+        lines.append(f"  #{d.reference_index} row {shown(d.row_id)} (base "
+                     f"{shown(d.base_sample_id)}) {shown(d.domain)} gold "
                      f"{d.gold_label} reference {d.reference_score} local "
                      f"{d.local_score if d.local_status == 'ok' else d.local_status}"
-                     f" ({d.reason})")
+                     f" ({reason})")
     if len(a.disagreements) > SHOWN_ROWS:
         lines.append(f"  ... {len(a.disagreements) - SHOWN_ROWS} more (see --json)")
     return "\n".join(lines)

@@ -44,7 +44,9 @@ CAPTIONS = {
                    "(columns), counts; 'invalid' is a row without a parsed score.",
     MARGIN_PNG: "Decision-token margin (logit gap at the decision token) of each row, "
                 "split by strict agreement with the reference under the gate's rule "
-                "(with gate.json) or by whether the edited row flipped (without).",
+                "(with gate.json; a row without a parsed score on both sides is a group "
+                "of its own, not a disagreement) or by whether the edited row flipped "
+                "(without).",
 }
 VIEW_HATCH = {"all_pairs": "", "valid_both_only": "//"}
 
@@ -207,13 +209,16 @@ def margin_groups(rows: Sequence[RowResult], gate: GateResult | None,
     no_margin = 0
     if gate is not None:
         agree = {r.row_id: r.strict_agree for r in gate.rows}
+        neither = {d.row_id for d in gate.disagreement_rows if d.both_invalid}
         for r in rows:
             if r.row_id not in agree:
                 continue
             if r.decision_margin is None:
                 no_margin += 1
                 continue
-            key = "agrees with reference" if agree[r.row_id] else "disagrees with reference"
+            key = ("agrees with reference" if agree[r.row_id] else
+                   "invalid on both sides" if r.row_id in neither else
+                   "disagrees with reference")
             groups.setdefault(key, []).append(r.decision_margin)
         return "original rows by strict agreement with the reference", groups, no_margin
     originals = {r.base_sample_id: r for r in rows if r.variant == ORIGINAL}

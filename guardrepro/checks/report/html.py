@@ -39,6 +39,7 @@ from guardrepro.checks.parity.attribute import Attribution
 from guardrepro.checks.parity.compare import first_divergence
 from guardrepro.checks.parity.gate_types import GateResult
 from guardrepro.checks.report.charts import CAPTIONS
+from guardrepro.checks.report.hints import Hint, attribution_hint, gate_hint, report_hint
 from guardrepro.errors import GuardreproError, missing_extra
 from guardrepro.guards.registry import record_parser
 from guardrepro.limits import read_json_file
@@ -195,9 +196,11 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
     }
 
 
-def _causes(attribution: Attribution | None, label: str) -> tuple[dict[str, str], str]:
+def _causes(attribution: Attribution | None, label: str,
+            hint: Hint) -> tuple[dict[str, str], str]:
     if attribution is None:
-        return {}, "no attribution (run `guardrepro attribute --out RUN_DIR/attribution.json`)"
+        return {}, (f"no attribution (run `{hint.text}`)" if hint.argv
+                    else f"no attribution: {hint.text}")
     runs = {r.label: r for r in attribution.runs}
     if label not in runs:
         return {}, f"attribution has no run labelled {label!r} (runs: {sorted(runs)})"
@@ -267,7 +270,8 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     if cohort_path and why:
         notes.append(f"{why}: the drill-down shows the prompt's fields, not the rendered prompt")
     att_path = Path(attribution) if attribution else run_dir / "attribution.json"
-    causes, cause_note = _causes(_load_attribution(att_path), run_dir.name)
+    causes, cause_note = _causes(_load_attribution(att_path), run_dir.name,
+                                 attribution_hint(run_dir, gate))
     notes.append(cause_note)
     records = run.by_id
     ctx: dict[str, Any] = {
@@ -278,6 +282,8 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
     items = [_row_item(r, records.get(r.row_id), ctx) for r in run.rows]
     html = _environment().get_template("report.html.j2").render(
         run_id=manifest.run_id, manifest=manifest, gate=gate, notes=notes,
+        gate_hint=gate_hint(run_dir, manifest.provenance.guard).text,
+        report_hint=report_hint(run_dir).text,
         tables=report_tables(stats, gate, variant_order([r.variant for r in run.rows])),
         figures=_figures(run_dir), rows=items, causes=sorted(set(causes.values())),
         variants=variant_order([r.variant for r in run.rows]))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.core.figure import Figure
-from guardrepro.checks.core.formatting import fixed, frac_value
+from guardrepro.checks.core.formatting import fixed, frac_value, value_counts
 from guardrepro.checks.io.runio import (
     RunData,
     load_run_data,
@@ -174,6 +174,10 @@ def _fv(r: Figure) -> str:
     return frac_value(r)
 
 
+def _vc(r: Figure) -> str:
+    return value_counts(r)
+
+
 def report_tables(stats: StatsResult, gate: GateResult | None,
                   variants: Sequence[str] | None = None) -> list[Table]:
     """The report's tables (gate checks, variants, paired statistics) from the
@@ -183,10 +187,10 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
         tables.append(Table("gate", "Parity gate", ("check", "figure", "tested", "threshold",
                                                     "result"),
                             [("rows_present (reported)",
-                              frac_value(gate.figures.rows_present),
+                              value_counts(gate.figures.rows_present),
                               f"missing {gate.missing_rows}, truncated {gate.truncated_rows}",
                               "-", "reported")]
-                            + [(c.name, frac_value(gate.figures.figure(c.figure)),
+                            + [(c.name, value_counts(gate.figures.figure(c.figure)),
                                 str(c.tested), str(c.threshold), "pass" if c.passed else "FAIL")
                                for c in gate.checks]))
     order = [v for v in (variants or []) if v in stats.variants]
@@ -196,7 +200,7 @@ def report_tables(stats: StatsResult, gate: GateResult | None,
         s = stats.variants[v]
         m = s.summary.metrics
         mcc = fixed(m.mcc.point) + (" (0/0)" if m.mcc.denominator == 0 else "")
-        rows.append((v, _fv(s.coverage), _fv(m.accuracy), _fv(m.f1),
+        rows.append((v, _vc(s.coverage), _vc(m.accuracy), _vc(m.f1),
                      fixed(m.balanced_accuracy.point), mcc))
     tables.append(Table("variants", "Variants", ("variant", "coverage", "accuracy", "F1",
                                                  "balanced acc.", "MCC"), rows))
@@ -262,13 +266,17 @@ def _gate_lines(gate: GateResult, table: Table) -> list[str]:
     lines += ["", f"Exact-score agreement (jointly valid rows): "
               f"{frac_value(gate.figures.exact_agreement)}",
               f"Causal interpretation: `{gate.causal_interpretation}`", ""]
-    if gate.disagreement_rows:
-        lines += ["Disagreeing rows:", ""]
-        for d in gate.disagreement_rows:
-            lines.append(f"- {md_text(d.row_id)} ({md_text(d.domain)}, gold {d.gold_label}):"
-                         f" reference {d.reference_score}, local {d.local_score} "
-                         f"\\[{md_text(d.local_status)}, {md_text(d.reason)}\\]")
-        lines.append("")
+    differ = [d for d in gate.disagreement_rows if not d.both_invalid]
+    neither = [d for d in gate.disagreement_rows if d.both_invalid]
+    for title, group in (("Disagreeing rows:", differ),
+                         ("Rows invalid on both sides (no decision to compare; the gate's "
+                          "fail-closed rule counts them against agreement):", neither)):
+        if group:
+            lines += [title, ""]
+            lines += [f"- {md_text(d.label())}, {md_text(d.domain)}, gold {d.gold_label}:"
+                      f" reference {d.reference_score}, local {d.local_score} "
+                      f"\\[{md_text(d.local_status)}, {md_text(d.reason)}\\]" for d in group]
+            lines.append("")
     return lines
 
 
