@@ -8,6 +8,7 @@ Modules:
   sweep outputs.
 - ``guard_splits``: several guards on every split, with the paper's rows beside.
 - ``guard_table``: several guards' runs of one cohort side by side.
+- ``hints``: the commands a report suggests, each runnable as printed.
 - ``html``: the self-contained HTML report.
 - ``markdown``: ``report.md`` and its PNG figures.
 """
