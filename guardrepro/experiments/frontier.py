@@ -29,10 +29,8 @@ Invariants:
 - Paired differences use only rows present in both configurations (the counts
   of unpaired rows are reported); the interval is the percentile cluster
   bootstrap of the mean per-row difference (clusters = base sample) from
-  ``checks.core.bootstrap.ratio_interval``; "better" is claimed only when the
-  interval excludes 0, has a non-zero width and rests on at least
-  ``bootstrap.MIN_VERDICT_ROWS`` rows (otherwise the verdict is "not enough
-  rows").
+  ``checks.core.bootstrap.ratio_interval``; "better" needs an interval that
+  excludes 0, has a width and rests on ``MIN_VERDICT_ROWS`` rows ("not enough rows").
 
 The result is typed: ``FrontierReport`` (``to_dict()`` is ``frontier.json``,
 ``to_json()`` its text) of ``ConfigMetrics`` (FN and FP rates as
@@ -60,6 +58,7 @@ from guardrepro.checks.core.bootstrap import (
 from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import fixed, frac, sig3
 from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
 from guardrepro.errors import InputError
 from guardrepro.limits import read_json_file
 from guardrepro.schema import Record, strict_decision
@@ -85,6 +84,7 @@ class Config:
     source: str
     records: tuple[Record, ...]
     artifact_bytes: int | None
+    key: ComparisonKey | None = None  # what it was measured under (checks.io.keys)
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class ConfigMetrics(JsonValue):
     strict_disagreement: float | None
     fn_rate: Figure = opt(shape=RATE)
     fp_rate: Figure = opt(shape=RATE)
+    key: ComparisonKey | None = None
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,14 @@ def load_config(path: str | Path, name: str | None = None) -> Config:
     if not records:
         raise InputError("no records", file=str(file.path))
     label = name or (path.name if path.is_dir() else path.parent.name)
-    return Config(label, str(path), records, _artifact_bytes(path))
+    from guardrepro.run.records import read_manifest
+
+    manifest = read_manifest(path if path.is_dir() else path.parent)
+    provenance = manifest.provenance if manifest is not None else records[0].provenance
+    key = run_key(provenance, benchmark=records[0].cohort,
+                  data_sha256=None if manifest is None else manifest.cohort.get("sha256"),
+                  label_mode="strict", view="fail_closed")
+    return Config(label, str(path), records, _artifact_bytes(path), key)
 
 
 def parse_costs(text: str | None) -> dict[str, float]:
@@ -320,7 +328,7 @@ def config_metrics(config: Config, costs: Mapping[str, float],
         fn_rate=Figure.of(fn, gold_unsafe), fp_rate=Figure.of(fp, len(records) - gold_unsafe),
         harm_per_100=harm, harm_interval=interval, agreement=agree,
         strict_disagreement=None if agree is None or agree.strict.point is None
-        else 1.0 - agree.strict.point)
+        else 1.0 - agree.strict.point, key=config.key)
 
 
 def axis_value(metrics: ConfigMetrics, axis: str) -> float | None:
@@ -368,10 +376,10 @@ def paired_verdict(a: str, b: str, interval: Interval, rows: int) -> str:
     low, high = interval.lower, interval.upper
     if low is None or high is None or low <= 0 <= high:
         return "no difference shown (interval includes 0)"
-    if rows < MIN_VERDICT_ROWS or low == high:
-        why = (f"{rows} rows, fewer than {MIN_VERDICT_ROWS}" if rows < MIN_VERDICT_ROWS
-               else "the interval has zero width")
-        return f"{NOT_ENOUGH_ROWS} ({why})"
+    if rows < MIN_VERDICT_ROWS:
+        return f"{NOT_ENOUGH_ROWS} ({rows} rows, fewer than {MIN_VERDICT_ROWS})"
+    if low == high:
+        return f"{NOT_ENOUGH_ROWS} (the interval has zero width)"
     return f"{a} better" if high < 0 else f"{b} better"
 
 
@@ -439,7 +447,14 @@ def frontier_report(configs: Sequence[Config], *, reference: str | None,
 
 
 def _mb(value: Any) -> str:
-    return "-" if value is None else f"{value / 1e6:.1f}"
+    return MISSING_MARK if value is None else f"{value / 1e6:.1f}"
+
+
+def _or_mark(value: Any, text: str) -> str:
+    return MISSING_MARK if value is None else text  # a missing figure is never a 0
+
+
+CONFIG_PARTS = ("guard", "checkpoint", "backend", "dtype", "decoding")  # set side by side
 
 
 def format_frontier(report: FrontierReport) -> str:
@@ -450,23 +465,27 @@ def format_frontier(report: FrontierReport) -> str:
              f"{'95% CI':>15} {'strict':>7} {'exact':>7}"]
     for m in report.configurations:
         ci = m.harm_interval
-        interval = ("-" if ci.lower is None or ci.upper is None
+        interval = (MISSING_MARK if ci.lower is None or ci.upper is None
                     else f"[{ci.lower:.1f}, {ci.upper:.1f}]")
         agree = m.agreement
         lines.append(
             f"{m.name:<22} {_mb(m.artifact_bytes):>8} {_mb(m.peak_memory_bytes):>8} "
-            f"{sig3(m.rows_per_s):>7} {fixed(m.prefill_tok_per_s, 0):>8} "
-            f"{fixed(m.decode_tok_per_s, 0):>7} "
+            f"{_or_mark(m.rows_per_s, sig3(m.rows_per_s)):>7} "
+            f"{_or_mark(m.prefill_tok_per_s, fixed(m.prefill_tok_per_s, 0)):>8} "
+            f"{_or_mark(m.decode_tok_per_s, fixed(m.decode_tok_per_s, 0)):>7} "
             f"{m.fn_rate.count:>3}/{m.fn_rate.denominator:<3} "
             f"{m.fp_rate.count:>3}/{m.fp_rate.denominator:<3} "
             f"{m.harm_per_100:>9.2f} {interval:>15} "
-            f"{frac(None if agree is None else agree.strict):>7} "
-            f"{frac(None if agree is None else agree.exact):>7}")
+            f"{frac(None if agree is None else agree.strict, MISSING_MARK):>7} "
+            f"{frac(None if agree is None else agree.exact, MISSING_MARK):>7}")
     front = report.frontier
     if "rows_left_out" in report.extra:
         left = ", ".join(f"{name} {n}" for name, n in report.extra["rows_left_out"].items())
         lines.append(f"rows: the {report.extra['shared_rows']} rows every configuration has "
                      f"(left out: {left})")
+    keys = [m.key for m in report.configurations]
+    if keys and all(k is not None for k in keys):
+        lines.append(key_note([k for k in keys if k is not None], compared=CONFIG_PARTS))
     lines.append(f"costs: c_FN={costs['FN']:g}, c_FP={costs['FP']:g} (invalid rows fail closed)")
     lines.append(f"frontier ({front.axes[0]} vs {front.axes[1]}): " + ", ".join(front.frontier))
     for name, by in front.dominated.items():
@@ -475,7 +494,7 @@ def format_frontier(report: FrontierReport) -> str:
         lines.append(f"  not placed: {name} (unknown {', '.join(missing)})")
     for p in report.paired_vs_reference:
         low, high = p.interval.lower, p.interval.upper
-        shown = "-" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+        shown = MISSING_MARK if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
         lines.append(f"paired harm {p.a} - {p.b}: {p.harm_difference_per_100:+.2f} "
                      f"per 100 rows on {p.rows} rows {shown}: {p.verdict}")
     return "\n".join(lines)

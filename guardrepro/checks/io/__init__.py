@@ -2,6 +2,8 @@
 
 Modules:
 
+- ``keys``: the comparison key each figure of ``table``, ``guard-table`` and ``frontier``
+  was measured under, and the line saying which parts rows share.
 - ``predictions``: predictions JSONL files, the input when there is no run directory.
 - ``runio``: reading a run directory (records, manifest, expected rows) and writing JSON
   atomically.

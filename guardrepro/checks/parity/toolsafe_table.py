@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from guardrepro.bench.tsbench import BenchRow, read_json_strict
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.figure import VALUE_BOUNDS, Average, Figure
 from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
 from guardrepro.checks.stats.toolsafe_metrics import (
     FIGURES,
     VIEWS,
@@ -53,10 +54,12 @@ from guardrepro.checks.stats.toolsafe_metrics import (
     view_metrics,
 )
 from guardrepro.errors import InputError
+from guardrepro.schema import canonical_json, sha256_text
 from guardrepro.spec import Table, expect_kind, load_toml
 
 if TYPE_CHECKING:
     from guardrepro.checks.io.runio import RunData, RunRows
+    from guardrepro.schema import Provenance
 
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
 RELEASED_GUARD = "TS-Guard"  # the guard of ToolSafe's released logs
@@ -74,6 +77,8 @@ class Source:
     gold: Mapping[str, float]
     metrics_strict: Mapping[str, Any] | None = None  # a released dir's metrics_strict.json
     truncated: frozenset[str] = frozenset()  # rows whose record is ``truncated`` (a run's)
+    provenance: Provenance | None = None  # a run's (its manifest's)
+    data_sha256: str | None = None  # a run's cohort file
 
 
 def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
@@ -120,7 +125,11 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
             preds[r.base_sample_id] = r.score if r.valid else None
         if r.status == "truncated":
             truncated.add(r.base_sample_id)
-    return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated))
+    if not isinstance(run, RunData):
+        return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated))
+    return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated),
+                  provenance=run.manifest.provenance,
+                  data_sha256=run.manifest.cohort.get("sha256"))
 
 
 def split_predictions(source: Source, rows: Sequence[BenchRow]) -> list[SplitPrediction]:
@@ -204,6 +213,7 @@ class TableRow(JsonValue):
     figures: Mapping[str, Figure | Average] = opt(shape=VALUE_BOUNDS)
     # of the invalid rows, those whose generation reached max_new_tokens (a run's records)
     truncated: int = 0
+    key: ComparisonKey | None = None  # what the row was measured under (checks.io.keys)
 
     def value(self, name: str) -> float | None:
         """The point of the figure named ``name`` (``FIGURES``)."""
@@ -240,11 +250,22 @@ def _difference(figs: Mapping[str, Figure | Average],
     return out
 
 
+def _key(source: Source, benchmark: str, split: str, mode: str, view: str) -> ComparisonKey:
+    """A row's key: the split it scored (sha256 of its rows' ids and gold scores),
+    and a run's provenance, or a released log's guard name alone."""
+    key = run_key(source.provenance, benchmark=benchmark, data_sha256=split,
+                  label_mode=mode, view=view)
+    if source.provenance is None and source.guard is not None:
+        key = replace(key, guard=f"{source.guard} ({source.kind})")
+    return key
+
+
 def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: str,
                published: PublishedTables, *, guard: str | None = None,
                replicates: int, seed: int) -> list[TableRow]:
     """The two views of one source (module docstring)."""
     preds = split_predictions(source, rows)
+    split = sha256_text(canonical_json([[r.base_sample_id, r.score] for r in rows]))
     paper_guard = published.guard_name(guard or source.guard)
     paper = published.figures(paper_guard, benchmark, mode)
     out = []
@@ -258,6 +279,7 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
             missing=sum(p.row_id not in source.preds for p in preds),
             invalid=sum(p.pred is None for p in preds),
             truncated=sum(p.row_id in source.truncated for p in preds), paper_guard=paper_guard,
+            key=_key(source, benchmark, split, mode, view),
             interval=m.interval, published=None if paper is None else dict(paper),
             released_metrics=(dict(source.metrics_strict) if mode == "strict"
                               and source.metrics_strict is not None else None),
@@ -283,7 +305,7 @@ def toolsafe_table(sources: Sequence[str | Path], rows: Sequence[BenchRow], benc
 
 
 def _pct(value: float | None, decimals: int) -> str:
-    return "-" if value is None else f"{100 * value:.{decimals}f}"
+    return MISSING_MARK if value is None else f"{100 * value:.{decimals}f}"
 
 
 def format_table(doc: ToolsafeTable) -> str:
@@ -305,9 +327,16 @@ def format_table(doc: ToolsafeTable) -> str:
             if e.published is not None and e.difference_pp is not None:
                 diff = e.difference_pp[name]
                 shown += (f"  paper {e.published[name]:.{d}f}"
-                          f"  diff {'-' if diff is None else f'{diff:+.{d}f}'}")
+                          f"  diff {MISSING_MARK if diff is None else f'{diff:+.{d}f}'}")
             lines.append(shown)
         if e.released_metrics is not None:
             lines.append(f"  {METRICS_FILE} (as stored): "
                          f"{json.dumps(e.released_metrics, sort_keys=True)}")
+    keys = [e.key for e in doc.rows if e.key is not None]
+    if keys:
+        lines.append(key_note(keys, compared=SOURCE_PARTS))
     return "\n".join(lines)
+
+
+# what a table sets side by side: its sources (and each source's two views)
+SOURCE_PARTS = ("view", "guard", "checkpoint", "backend", "dtype", "decoding")

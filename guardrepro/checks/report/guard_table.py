@@ -34,7 +34,7 @@ and pair counts beside it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES, ratio_interval
@@ -49,6 +49,7 @@ from guardrepro.checks.core.figure import (
 from guardrepro.checks.core.formatting import frac, plain
 from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
 from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.definitions import VIEWS, stratified
@@ -97,6 +98,7 @@ class GuardColumn(JsonValue):
     flip_views: Mapping[str, Mapping[str, FlipFigure]]
     coverage: Figure = opt(shape=RATIO)
     metrics: Mapping[str, Figure] = opt(shape=RATIO_SEEDED)
+    key: ComparisonKey | None = None  # what the column was measured under (checks.io.keys)
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,10 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
         label = labels[i] if labels is not None else _label(manifest)
         if label in columns:
             raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
-        columns[label] = guard_column(data.rows, replicates=replicates, seed=seed,
-                                      run=str(run_dir))
+        column = guard_column(data.rows, replicates=replicates, seed=seed, run=str(run_dir))
+        columns[label] = replace(column, key=run_key(
+            manifest.provenance, benchmark=data.records[0].cohort if data.records else None,
+            data_sha256=manifest.cohort.get("sha256"), label_mode="strict", view="fail_closed"))
     if len(set(cohorts.values())) != 1:
         raise InputError("the runs did not score the same cohort (cohort sha256: "
                          + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
@@ -192,7 +196,7 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
 def _cell(fig: Figure) -> str:
     value = fig.point
     if value is None:
-        return f"-- ({frac(fig)})"
+        return f"{MISSING_MARK} ({frac(fig)})"
     ci = ""
     if fig.lower is not None:
         ci = f" [{fig.lower:.2f},{fig.upper:.2f}]"
@@ -212,9 +216,16 @@ def format_guard_table(table: GuardTable) -> str:
     for v in variants:
         for view in VIEWS:
             cells = [_cell(guards[n].flip_views[view][v].figure) if v in guards[n].flips
-                     else "n/a" for n in names]
+                     else MISSING_MARK for n in names]
             lines.append(f"| flip rate: {v} ({view}) | " + " | ".join(cells) + " |")
+    keys = [guards[n].key for n in names]
+    if all(k is not None for k in keys):
+        lines += ["", key_note([k for k in keys if k is not None], compared=GUARD_PARTS)]
     return "\n".join(lines)
+
+
+# what a guard table sets side by side: the guards and how each ran
+GUARD_PARTS = ("guard", "checkpoint", "backend", "dtype", "decoding")
 
 
 def guard_table_figure(table: GuardTable, path: Path) -> Path:
