@@ -1,5 +1,5 @@
 """A guard that never answers in its format: the shipped toy checkpoint run under
-the Qwen3Guard adapter, whose parser looks for ``Safety: ...`` while the toy
+the Qwen3Guard spec, whose parser looks for ``Safety: ...`` while the toy
 answers in TS-Guard's tags, so every row fails to parse (real generation, no
 fakes). The sweep must not recommend on decisions and choose by teacher-forced
 KL; ``attribute`` must call token-identical rows identical; ``compare`` must
@@ -25,9 +25,25 @@ REPO = Path(__file__).resolve().parents[1]
 ROWS = 2
 
 
+GUARD = "qwen3guard-allow"  # the shipped Qwen3Guard spec, the toy's system prompt allowed
+
+
+def _guard_spec(folder: Path) -> Path:
+    """The shipped ``qwen3guard`` spec, allowing the default system prompt the
+    toy's chat template inserts, without the pins of Qwen's published template."""
+    text = (REPO / "guards" / "qwen3guard.toml").read_text(encoding="utf-8")
+    text = text.split("[[chat_template_pins]]")[0]
+    text = text.replace('conversation = "agent-step"',
+                        'conversation = "agent-step"\ndefault_system_prompt = "allow"')
+    path = folder / f"{GUARD}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _profile(path: Path, backend: str, options: str) -> Path:
+    spec = _guard_spec(path.parent)
     path.write_text(
-        f'name = "{path.stem}"\nbackend = "{backend}"\n[guard]\nname = "qwen3guard"\n'
+        f'name = "{path.stem}"\nbackend = "{backend}"\n[guard]\nname = "{spec}"\n'
         f'[checkpoint]\nlock = "{REPO / "locks/toy-guard.toml"}"\n[backend_options]\n{options}'
         '[decoding]\nmode = "greedy"\nmax_new_tokens = 64\n', encoding="utf-8")
     return path
@@ -139,7 +155,7 @@ def test_run_warns_naming_the_parser(sweep: dict[str, Any], tmp_path: Path) -> N
                                       str(sweep["home"])], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"WARNING: {ROWS} of {ROWS} rows were not parsed" in result.stderr
-    assert "guard 'qwen3guard''s parser (qwen3guard-parser-v2)" in result.stderr
+    assert f"guard {GUARD!r}'s parser (qwen3guard-parser-v2)" in result.stderr
     first = read_records(tmp_path / "run")[0]
     assert json.dumps(first.output_text[:160]) in result.stderr  # escaped: \n, not a newline
     assert "\\n" in result.stderr
