@@ -211,7 +211,8 @@ def test_shipped_split_specs(benchmark: str, rows: int | str) -> None:
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "checks" / f"ts-guard-{benchmark}-split.toml")
     assert spec.reference["benchmark"] == benchmark
-    assert spec.resolve(spec.reference["lock"]) == root / "locks" / "toolsafe.toml"
+    lock = spec.resolve(spec.reference["lock"], "reference.lock")
+    assert lock == root / "locks" / "toolsafe.toml"
     assert dict(spec.thresholds) == {
         "expected_rows": rows, "min_coverage": 0.95, "min_strict_agreement": 0.90,
         "min_strict_agreement_gold_safe": 0.85, "min_strict_agreement_gold_unsafe": 0.85}

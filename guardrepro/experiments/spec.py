@@ -10,7 +10,7 @@ Format (keys outside it are an error)::
     source_lock = "../../locks/toy-guard.toml"     # the checkpoint every recipe converts
     cohort = "../../cohorts/toy-64.toml"           # cohort spec, built into the sweep dir
     rows = "originals"                             # "originals" or "all"
-    limit = 0                                      # optional: first N selected rows (0 = all)
+    limit = 32                                     # optional, >= 1: the first N rows (absent: all)
     reference_profile = "../../runners/toy-hf.toml"
     reference_name = "hf-fp32"
     candidate_profile = "../../runners/toy-mlx-q8.toml"   # checkpoint replaced per recipe
@@ -216,7 +216,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         source_lock=_path(base, table["source_lock"], file=file, field="sweep.source_lock"),
         cohort=_path(base, table["cohort"], file=file, field="sweep.cohort"),
         rows=rows,
-        limit=_int(table, "limit", 0, file=file, minimum=0),
+        limit=_int(table, "limit", 1, file=file, minimum=1) if "limit" in table else 0,
         reference_profile=_path(base, table["reference_profile"], file=file,
                                 field="sweep.reference_profile"),
         reference_name=table.get("reference_name", "reference"),

@@ -55,6 +55,7 @@ from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.frontier import FrontierReport, artifact_bytes, write_artifact_side
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
+from guardrepro.run.leftovers import refused_leaves_no_output
 from guardrepro.run.records import write_atomic
 
 if TYPE_CHECKING:
@@ -247,10 +248,16 @@ def run_sweep(spec_path: str | Path, out_dir: str | Path, *, home: str | Path | 
     --engine ray``: ``sweep_ray.run_configurations``) is called once the cohort
     is built, as ``runs(spec, out, cohort, home, result, progress)``, and
     returns what replaces ``pipeline.run_cohort`` for every cohort run."""
-    from guardrepro.artifacts.fetch import fetch_lock
-
     spec = load_sweep(spec_path)
     out = Path(out_dir).resolve()
+    with refused_leaves_no_output(out):  # a refused sweep leaves no --out it made
+        return _run_sweep(spec, out, home=home, progress=progress, say=say, runs=runs)
+
+
+def _run_sweep(spec: SweepSpec, out: Path, *, home: str | Path | None, progress: bool,
+               say: Say, runs: Callable[..., Callable[..., Any]] | None) -> SweepResult:
+    from guardrepro.artifacts.fetch import fetch_lock
+
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out=out, device=mlx_device())
     fetch_lock(spec.source_lock, home, progress=False)

@@ -4,7 +4,8 @@ Input: a run directory and the files a run may create in it.
 Output: ``missing_dirs`` (the directories a ``mkdir(parents=True)`` would make) and
 ``refused_leaves_nothing``, a context manager that, when its block raises before
 any records file grew, removes the files and directories the block created and
-cuts append-only files it extended back to their earlier length.
+cuts append-only files it extended back to their earlier length;
+``refused_leaves_no_output``, the same for a whole output directory (a sweep's).
 
 Invariants: a file or directory that existed before the block is never removed;
 directories are removed only while empty; nothing is done when a record was added.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -45,6 +47,32 @@ def refused_leaves_nothing(run_dir: Path, *names: str,
                 except OSError:
                     break
         raise
+
+
+@contextlib.contextmanager
+def refused_leaves_no_output(out: Path) -> Iterator[None]:
+    """Around a verb that makes the output directory ``out`` (a sweep): when the
+    block fails (an exception; not an interruption, which a rerun resumes) and
+    ``out`` did not exist before it, remove ``out`` and the parents the block
+    made, unless ``out`` now holds work to resume from: a record (a non-empty
+    ``records.jsonl``) or a pinned artifact (``*.lock.toml``)."""
+    new_dirs = missing_dirs(out)
+    try:
+        yield
+    except Exception:
+        if new_dirs and out.is_dir() and not out.is_symlink() and not _holds_work(out):
+            shutil.rmtree(out)
+            for directory in new_dirs[1:]:  # the parents, deepest first
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
+        raise
+
+
+def _holds_work(out: Path) -> bool:
+    records = any(p.stat().st_size > 0 for p in out.rglob("records.jsonl") if p.is_file())
+    return records or any(out.rglob("*.lock.toml"))
 
 
 def _length(path: Path) -> int | None:

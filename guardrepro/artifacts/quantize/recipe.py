@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.store import sha256_bytes
 from guardrepro.errors import InputError
 from guardrepro.spec import (
@@ -193,6 +194,9 @@ def load_recipe(path: str | Path) -> Recipe:
     check_keys(table, _RECIPE_KEYS, file=file, where="recipe")
     w = "recipe"
     name = _get(table, "name", str, file=file, where=w)
+    if not NAME.fullmatch(name):  # it names sweep configurations and their folders
+        raise InputError(f"name {name!r} must be lowercase [a-z0-9._-], starting alphanumeric",
+                         file=file, field="recipe.name")
     quantize = _get(table, "quantize", bool, file=file, where=w)
     mode = _get(table, "mode", str, file=file, where=w, required=False) or "affine"
     dtype = _get(table, "dtype", str, file=file, where=w)

@@ -124,7 +124,7 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     """(key field, key -> reference row, description) for the spec's reference."""
     ref = spec.reference
     if ref["type"] == "records":
-        path = spec.resolve(ref["path"])
+        path = spec.resolve(ref["path"], "reference.path")
         out: dict[str, RefRow] = {}
         file = read_records_file(path)  # read once: the rows and the hash of the same bytes
         for rec in file.records:
@@ -136,7 +136,7 @@ def reference_rows(spec: GateSpec, home: str | Path | None = None) -> tuple[str,
     from guardrepro.artifacts.fetch import materialize
     from guardrepro.bench.released import load_released
 
-    lock = spec.resolve(ref["lock"])
+    lock = spec.resolve(ref["lock"], "reference.lock")
     data_dir = materialize(lock, home)
     released = load_released(data_dir, ref["benchmark"])
     out = {

@@ -21,7 +21,7 @@ from guardrepro.checks.core.bootstrap import (
     DEFAULT_SEED,
     check_settings,
 )
-from guardrepro.errors import InputError
+from guardrepro.errors import InputError, UnsafePathError
 from guardrepro.spec import check_keys, expect_kind, is_kind, parse_toml, type_problem
 
 THRESHOLD_KEYS = (
@@ -53,15 +53,18 @@ class GateSpec:
     seed: int = DEFAULT_SEED
     confidence: float = DEFAULT_CONFIDENCE
 
-    def resolve(self, relative: str) -> Path:
-        """A path of the spec: relative to the spec file, or ``package:REL`` for a
-        file shipped inside the guardrepro package (found in a checkout and in a
-        wheel alike)."""
+    def resolve(self, relative: str, field: str) -> Path:
+        """A path of the spec (its key ``field``): relative to the spec file, or
+        ``package:REL`` for a file shipped inside the guardrepro package (found in a
+        checkout and in a wheel alike); an unsafe one names the spec and field."""
         if relative.startswith(PACKAGE_PREFIX):
             from guardrepro.artifacts.paths import package_root
             from guardrepro.artifacts.store import safe_join
 
-            return safe_join(package_root(), relative[len(PACKAGE_PREFIX):])
+            try:
+                return safe_join(package_root(), relative[len(PACKAGE_PREFIX):])
+            except UnsafePathError as exc:
+                raise InputError(f"{exc}", file=str(self.path), field=field) from None
         return (self.path.parent / relative).resolve()
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +102,19 @@ def _only(table: Mapping[str, Any], allowed: set[str], file: str, where: str = "
     check_keys(table, allowed, file=file, where=where.rstrip("."))
 
 
+def _package_path(value: str, file: str, field: str) -> None:
+    """A ``package:REL`` path must name a file inside the package (no ``..``, not
+    absolute): otherwise an error naming the spec file and the field."""
+    if value.startswith(PACKAGE_PREFIX):
+        from guardrepro.artifacts.store import check_relpath
+
+        try:
+            check_relpath(value[len(PACKAGE_PREFIX):])
+        except UnsafePathError as exc:
+            raise InputError(f"{exc}: a {PACKAGE_PREFIX} path names a file inside the "
+                             "guardrepro package", file=file, field=field) from None
+
+
 def load_spec(path: str | Path) -> GateSpec:
     """Parse and validate a gate spec strictly (keys outside the format are errors)."""
     path = Path(path)
@@ -117,14 +133,14 @@ def load_spec(path: str | Path) -> GateSpec:
     kind = _need(ref, "type", str, file, "reference.")
     if kind == "released":
         _only(ref, {"type", "lock", "benchmark"}, file, "reference.")
-        _need(ref, "lock", str, file, "reference.")
+        _package_path(_need(ref, "lock", str, file, "reference."), file, "reference.lock")
         bench = _need(ref, "benchmark", str, file, "reference.")
         if bench not in BENCHMARK_FILES:
             raise InputError(f"unknown benchmark {bench!r}; known: {sorted(BENCHMARK_FILES)}",
                              file=file, field="reference.benchmark")
     elif kind == "records":
         _only(ref, {"type", "path"}, file, "reference.")
-        _need(ref, "path", str, file, "reference.")
+        _package_path(_need(ref, "path", str, file, "reference."), file, "reference.path")
     else:
         raise InputError(f"reference type must be 'released' or 'records', got {kind!r}",
                          file=file, field="reference.type")
