@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from recordsets import PROVENANCE
 
 from guardrepro.checks.core.figure import RATE, encode
-from guardrepro.checks.parity.compare import compare_runs, first_divergence, load_records, quantiles
+from guardrepro.checks.io.runio import read_records_file
+from guardrepro.checks.parity.compare import compare_runs, first_divergence, quantiles
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
 from guardrepro.schema import Provenance, Record, Timings
@@ -135,7 +136,7 @@ def test_duplicate_row_ids_are_refused(tmp_path: Path) -> None:
     line = (run / "records.jsonl").read_text()
     (run / "records.jsonl").write_text(line + line)
     with pytest.raises(InputError, match="r1"):
-        load_records(run)
+        read_records_file(run)
 
 
 def test_cli_table_and_json(runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -141,9 +141,3 @@ def check_safetensors(path: str | Path) -> list[TensorInfo]:
         raise InputError(f"safetensors header: the tensors cover {at} bytes, the file holds"
                          f" {data_size} after the header", file=file)
     return tensors
-
-
-def check_safetensors_dir(directory: Path) -> None:
-    """``check_safetensors`` on every ``*.safetensors`` file of ``directory``."""
-    for path in sorted(directory.glob("*.safetensors")):
-        check_safetensors(path)

@@ -116,10 +116,6 @@ def read_records_file(run: str | Path) -> RecordsFile:
     return RecordsFile(path, tuple(records), digest)
 
 
-def load_manifest(run_dir: str | Path) -> RunManifest:
-    return load_manifest_hashed(run_dir)[0]
-
-
 def load_manifest_hashed(run_dir: str | Path) -> tuple[RunManifest, str]:
     """The run directory's manifest and the sha256 of the bytes parsed (one read)."""
     path = Path(run_dir) / MANIFEST_FILE

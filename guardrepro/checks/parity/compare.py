@@ -49,12 +49,6 @@ from guardrepro.textsafe import shown
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def load_records(run: str | Path) -> dict[str, Record]:
-    """Read a run's records keyed by row id, strictly (``runio.read_records_file``:
-    torn lines and duplicate row ids are errors)."""
-    return {record.row_id: record for record in read_records_file(run).records}
-
-
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     """First index where two token sequences differ; None if identical."""
     for index, (x, y) in enumerate(zip(a, b, strict=False)):

@@ -61,10 +61,6 @@ def save_table(table: dict[str, Any], path: Path) -> None:
     atomic_write_bytes(path, (json.dumps(table, indent=2, sort_keys=True) + "\n").encode())
 
 
-def load_table(path: Path) -> dict[str, Any]:
-    return load_table_hashed(path)[0]
-
-
 def load_table_hashed(path: Path) -> tuple[dict[str, Any], str]:
     """The lookup table and the sha256 of the bytes parsed (one read)."""
     try:
