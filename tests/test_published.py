@@ -142,6 +142,30 @@ def test_a_changed_prediction_and_a_missing_variant_fail(tmp_path: Path) -> None
                                                        "flips: combined (all_pairs, unstratified)"}
 
 
+def test_the_capped_row_is_reported_as_truncated(tmp_path: Path) -> None:
+    """The published run's one invalid row hit the 2,048-token cap: a run's
+    stats count it under ``truncated`` (match); a predictions file has no
+    status, so the reported figure is missing and nothing fails; coverage is
+    255/256 either way."""
+    from guardrepro.checks.io.predictions import load_predictions
+    from guardrepro.checks.stats.compute import compute_stats
+
+    stats = compute_stats(load_predictions(write_predictions(tmp_path / "p.jsonl")),
+                          replicates=10).to_dict()
+    spec = load_published(SPEC)
+    rows = {r.figure.name: r for r in compare(spec, {"stats": stats, "gate": None,
+                                                     "audit": None}).rows}
+    assert rows["rows truncated at max_new_tokens"].status == "missing"
+    assert not rows["rows truncated at max_new_tokens"].fails
+    assert rows["parser coverage, all rows"].status == "match"
+    # the same statistics as a run would write them: the invalid row truncated
+    as_run = {**stats, "rows": {**stats["rows"], "by_status": {"ok": 255, "truncated": 1}}}
+    rows = {r.figure.name: r for r in compare(spec, {"stats": as_run, "gate": None,
+                                                     "audit": None}).rows}
+    assert rows["rows truncated at max_new_tokens"].status == "match"
+    assert rows["parser coverage, all rows"].status == "match"
+
+
 def test_reported_figures_never_fail(tmp_path: Path) -> None:
     spec = tmp_path / "r.toml"
     spec.write_text('name = "r"\n[[figure]]\nname = "acc"\nsource = "stats"\n'

@@ -131,6 +131,8 @@ def run_values(value: Any) -> dict[str, Any] | None:
     lower/upper/text) from a statistic, an accuracy or a ratio object."""
     if isinstance(value, str):
         return {"text": value}
+    if isinstance(value, int) and not isinstance(value, bool):  # a count (``by_status``)
+        return {"count": value}
     if not isinstance(value, Mapping):
         return None
     out: dict[str, Any] = {}
