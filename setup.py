@@ -37,9 +37,20 @@ def spec_packages() -> tuple[list[str], dict[str, str], dict[str, list[str]]]:
     return names, dirs, data
 
 
+def data_packages() -> dict[str, list[str]]:
+    """The package's own data folders (the toy guard, the toy bench, the toy
+    reference run, the report template), each declared as a package of data so
+    that setuptools ships them without warning that they are not packages."""
+    folders = [ROOT / "guardrepro" / "templates",
+               *sorted(p for p in (ROOT / "guardrepro" / "data").iterdir() if p.is_dir())]
+    return {"guardrepro." + ".".join(p.relative_to(ROOT / "guardrepro").parts): ["**/*"]
+            for p in folders}
+
+
 names, dirs, data = spec_packages()
+own = data_packages()
 setup(
-    packages=find_packages(include=["guardrepro*"]) + names,
+    packages=find_packages(include=["guardrepro*"]) + list(own) + names,
     package_dir={"": ".", **dirs},
-    package_data={"guardrepro": ["data/**/*", "templates/*"], **data},
+    package_data={**own, **data},
 )
