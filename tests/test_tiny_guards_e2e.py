@@ -236,9 +236,14 @@ def test_a_default_system_prompt_is_reported(built: dict[str, Path], tmp_path: P
     assert chatml.injected_system_prompt([{"role": "system", "content": "mine"}, *user]) is None
     rows = read_cohort(built["cohort"])
     template = GuardTemplate("{user_request}{agent_action}{env_info}", "0" * 64)
-    # a conversation guard on a checkpoint whose template adds its own system turn
-    with pytest.warns(UserWarning, match="careful safety guard"):
+    # a conversation guard whose spec forbids a system turn the template adds on its own:
+    # refused, naming the text, the spec file and the field
+    from guardrepro.errors import PromptError
+
+    with pytest.raises(PromptError, match="careful safety guard") as refused:
         prepare_rows(get_guard("qwen3guard"), chatml, rows, 4)
+    assert "qwen3guard.toml" in str(refused.value)
+    assert "prompt.default_system_prompt" in str(refused.value)
     # the TS-Guard family expects it (Qwen2.5's default system prompt is upstream's setup)
     import warnings
 
