@@ -274,3 +274,34 @@ def load_toml(path: str | Path, what: str = "spec", *,
               error: type[InputError] = InputError) -> dict[str, Any]:
     """``read_toml`` without the text."""
     return read_toml(path, what, error=error)[0]
+
+
+SPEC_PROBE_BYTES = 1 << 20  # a spec is small; a larger file is not read as one
+
+
+def check_cohort_path(path: Path) -> None:
+    """What ``--cohort`` names, checked before a verb's heavy imports: a missing
+    file, a directory, or a spec (TOML) where the built cohort (JSONL rows) is
+    expected is an InputError saying what to do; anything else is left to the
+    cohort reader (``schema.read_cohort``)."""
+    file = str(path)
+    if not path.exists():
+        raise InputError("cohort file not found", file=file)
+    if path.is_dir():
+        raise InputError("a directory, not a cohort file (JSONL rows)", file=file)
+    with path.open("rb") as handle:
+        head = handle.read(SPEC_PROBE_BYTES + 1)
+    if len(head) > SPEC_PROBE_BYTES or head.lstrip()[:1] in (b"{", b""):
+        return
+    try:
+        data = parse_toml_text(head.decode("utf-8"), file=file)
+    except (InputError, UnicodeDecodeError):
+        return
+    found = infer_kind(data)
+    if found == "cohort":
+        raise InputError(
+            "this is a cohort spec, not a built cohort: build it first with `guardrepro "
+            f"cohort build {path} --out cohort.jsonl`, then pass `--cohort cohort.jsonl`",
+            file=file)
+    if found is not None:
+        raise InputError(kind_problem(found, "cohort_rows", _verb()), file=file)

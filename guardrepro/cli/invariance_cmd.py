@@ -59,6 +59,9 @@ def check_invariance(
 ) -> None:
     """Run --sample rows at batch size 1 and at the profile's batch size with
     the same runner and report token-level agreement."""
+    from guardrepro.spec import check_cohort_path
+
+    check_cohort_path(cohort_path)
     from guardrepro.errors import GateFailed
     from guardrepro.run.invariance import check_invariance as run_check
     from guardrepro.run.invariance import format_table

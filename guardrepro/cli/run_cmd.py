@@ -125,6 +125,9 @@ def run(
       guardrepro compare runs/sampled-s0 runs/sampled-s1
     Rerunning with the same seed into the same directory resumes it.
     """
+    from guardrepro.spec import check_cohort_path
+
+    check_cohort_path(cohort_path)  # a missing file or a cohort spec, before heavy imports
     from guardrepro.run.engine import Engine, RunRequest, execute
 
     if verify_full:
