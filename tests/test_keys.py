@@ -4,6 +4,7 @@ what the output compares are flagged, and a missing figure shows as "—"."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def test_the_note_names_shared_compared_and_differing_parts() -> None:
     assert differing_parts(same) == ["guard"]
     note = key_note(same, compared=("guard",))
     assert note.startswith("key: benchmark agentdojo, data_sha256 aaaaaaaaaaaa, label_mode "
-                           "strict, view fail_closed, checkpoint 000000000000")
+                           "strict, view fail_closed, guard_spec —, checkpoint 000000000000")
     assert note.endswith("; compared: guard") and "NOT ONE KEY" not in note
     mixed = [_key(), _key(guard="other v1", decoding={"mode": "sampled"}, label_mode="loose")]
     note = key_note(mixed, compared=("guard",))
@@ -121,6 +122,9 @@ def test_table_rows_carry_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str
                                                                        "asb")
         assert (key["guard"], key["checkpoint"], key["backend"]) == (
             "rule-nuisance rule-v1", None, "rule")
+        # the guard spec the run was made with, as its manifest records it
+        spec = ROOT / "guards" / "rule-nuisance.toml"
+        assert key["guard_spec"] == hashlib.sha256(spec.read_bytes()).hexdigest()
     assert rows[0]["key"]["data_sha256"] == rows[1]["key"]["data_sha256"]
     assert main(args) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -58,7 +58,7 @@ from guardrepro.checks.core.bootstrap import (
 from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import fixed, frac, sig3
 from guardrepro.checks.core.serde import JsonValue, opt
-from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
+from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
 from guardrepro.errors import InputError
 from guardrepro.limits import read_json_file
 from guardrepro.schema import Record, strict_decision
@@ -239,11 +239,9 @@ def load_config(path: str | Path, name: str | None = None) -> Config:
     label = name or (path.name if path.is_dir() else path.parent.name)
     from guardrepro.run.records import read_manifest
 
-    manifest = read_manifest(path if path.is_dir() else path.parent)
-    provenance = manifest.provenance if manifest is not None else records[0].provenance
-    key = run_key(provenance, benchmark=records[0].cohort,
-                  data_sha256=None if manifest is None else manifest.cohort.get("sha256"),
-                  label_mode="strict", view="fail_closed")
+    key = manifest_key(read_manifest(path if path.is_dir() else path.parent),
+                       records[0].provenance, benchmark=records[0].cohort,
+                       label_mode="strict", view="fail_closed")
     return Config(label, str(path), records, _artifact_bytes(path), key)
 
 
@@ -454,7 +452,8 @@ def _or_mark(value: Any, text: str) -> str:
     return MISSING_MARK if value is None else text  # a missing figure is never a 0
 
 
-CONFIG_PARTS = ("guard", "checkpoint", "backend", "dtype", "decoding")  # set side by side
+# set side by side: the configurations
+CONFIG_PARTS = ("guard", "guard_spec", "checkpoint", "backend", "dtype", "decoding")
 
 
 def format_frontier(report: FrontierReport) -> str:

@@ -9,9 +9,10 @@ verbs print saying which parts of the key their rows share and which differ.
 
 Invariants: a part that is not known (a predictions file has no provenance, a
 released log no checkpoint) is None, shown as "—", never guessed; two figures
-are measured under one key only when every part is equal. The guard part is the
-guard's name and parser version (``toy-guard ts-guard-parser-v2.1``) until a
-run's provenance records the hash of its guard spec.
+are measured under one key only when every part is equal. The guard is named
+twice: its name and parser version (``toy-guard ts-guard-parser-v2.1``, from the
+provenance) and the sha256 of its spec file (from the manifest's ``guard_spec``;
+None for a run made before guards were declared in specs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from guardrepro.checks.core.serde import JsonValue
 
 if TYPE_CHECKING:
+    from guardrepro.run.records import RunManifest
     from guardrepro.schema import Provenance
 
 MISSING_MARK = "—"  # how every missing figure and key part is shown
@@ -37,6 +39,7 @@ class ComparisonKey(JsonValue):
     label_mode: str | None  # strict | loose | exact
     view: str | None  # fail_closed | upstream
     guard: str | None  # guard name and parser version
+    guard_spec: str | None  # the sha256 of the guard's spec file (the run's manifest)
     checkpoint: str | None  # the artifact tree sha256 the run verified
     backend: str | None
     dtype: str | None  # the backend's dtype, or its quantization
@@ -49,7 +52,7 @@ class ComparisonKey(JsonValue):
             return MISSING_MARK
         if name == "decoding":
             return decoding_text(value)
-        if name in ("data_sha256", "checkpoint") and len(str(value)) == 64:
+        if name in ("data_sha256", "guard_spec", "checkpoint") and len(str(value)) == 64:
             return str(value)[:12]
         return str(value)
 
@@ -80,19 +83,35 @@ def _dtype(config: Mapping[str, Any]) -> str | None:
 
 
 def run_key(provenance: Provenance | None, *, benchmark: str | None,
-            data_sha256: str | None, label_mode: str, view: str) -> ComparisonKey:
+            data_sha256: str | None, label_mode: str, view: str,
+            guard_spec: Mapping[str, Any] | None = None) -> ComparisonKey:
     """The key of a figure computed from a run with ``provenance`` (None: a
-    source without one, such as a predictions file)."""
+    source without one, such as a predictions file) and the guard spec its
+    manifest records (``RunManifest.guard_spec``; None for runs made before)."""
     if provenance is None:
         return ComparisonKey(benchmark, data_sha256, label_mode, view, None, None, None, None,
-                             None)
+                             None, None)
     checkpoint = provenance.artifact_tree_sha256
+    spec_sha = None if guard_spec is None else guard_spec.get("sha256")
     return ComparisonKey(
         benchmark=benchmark, data_sha256=data_sha256, label_mode=label_mode, view=view,
         guard=f"{provenance.guard} {provenance.parser_version}",
+        guard_spec=spec_sha if isinstance(spec_sha, str) else None,
         checkpoint=None if checkpoint in ("", "none") else checkpoint,
         backend=provenance.backend, dtype=_dtype(provenance.backend_config),
         decoding=dict(provenance.decoding))
+
+
+def manifest_key(manifest: RunManifest | None, provenance: Provenance, *, benchmark: str | None,
+                 label_mode: str, view: str) -> ComparisonKey:
+    """``run_key`` of a run read with its manifest (its cohort's sha256 and guard
+    spec), or without one (a bare records file: its records' ``provenance``)."""
+    if manifest is None:
+        return run_key(provenance, benchmark=benchmark, data_sha256=None,
+                       label_mode=label_mode, view=view)
+    return run_key(manifest.provenance, benchmark=benchmark,
+                   data_sha256=manifest.cohort.get("sha256"), label_mode=label_mode,
+                   view=view, guard_spec=manifest.guard_spec)
 
 
 def differing_parts(keys: Sequence[ComparisonKey]) -> list[str]:

@@ -78,6 +78,7 @@ class Source:
     metrics_strict: Mapping[str, Any] | None = None  # a released dir's metrics_strict.json
     truncated: frozenset[str] = frozenset()  # rows whose record is ``truncated`` (a run's)
     provenance: Provenance | None = None  # a run's (its manifest's)
+    guard_spec: Mapping[str, Any] | None = None  # a run's manifest's guard spec record
     data_sha256: str | None = None  # a run's cohort file
 
 
@@ -128,7 +129,7 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
     if not isinstance(run, RunData):
         return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated))
     return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated),
-                  provenance=run.manifest.provenance,
+                  provenance=run.manifest.provenance, guard_spec=run.manifest.guard_spec,
                   data_sha256=run.manifest.cohort.get("sha256"))
 
 
@@ -254,7 +255,7 @@ def _key(source: Source, benchmark: str, split: str, mode: str, view: str) -> Co
     """A row's key: the split it scored (sha256 of its rows' ids and gold scores),
     and a run's provenance, or a released log's guard name alone."""
     key = run_key(source.provenance, benchmark=benchmark, data_sha256=split,
-                  label_mode=mode, view=view)
+                  label_mode=mode, view=view, guard_spec=source.guard_spec)
     if source.provenance is None and source.guard is not None:
         key = replace(key, guard=f"{source.guard} ({source.kind})")
     return key
@@ -339,4 +340,4 @@ def format_table(doc: ToolsafeTable) -> str:
 
 
 # what a table sets side by side: its sources (and each source's two views)
-SOURCE_PARTS = ("view", "guard", "checkpoint", "backend", "dtype", "decoding")
+SOURCE_PARTS = ("view", "guard", "guard_spec", "checkpoint", "backend", "dtype", "decoding")

@@ -49,7 +49,7 @@ from guardrepro.checks.core.figure import (
 from guardrepro.checks.core.formatting import frac, plain
 from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
-from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
+from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
 from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.definitions import VIEWS, stratified
@@ -183,9 +183,10 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
         if label in columns:
             raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
         column = guard_column(data.rows, replicates=replicates, seed=seed, run=str(run_dir))
-        columns[label] = replace(column, key=run_key(
-            manifest.provenance, benchmark=data.records[0].cohort if data.records else None,
-            data_sha256=manifest.cohort.get("sha256"), label_mode="strict", view="fail_closed"))
+        columns[label] = replace(column, key=manifest_key(
+            manifest, manifest.provenance,
+            benchmark=data.records[0].cohort if data.records else None,
+            label_mode="strict", view="fail_closed"))
     if len(set(cohorts.values())) != 1:
         raise InputError("the runs did not score the same cohort (cohort sha256: "
                          + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
@@ -225,7 +226,7 @@ def format_guard_table(table: GuardTable) -> str:
 
 
 # what a guard table sets side by side: the guards and how each ran
-GUARD_PARTS = ("guard", "checkpoint", "backend", "dtype", "decoding")
+GUARD_PARTS = ("guard", "guard_spec", "checkpoint", "backend", "dtype", "decoding")
 
 
 def guard_table_figure(table: GuardTable, path: Path) -> Path:
