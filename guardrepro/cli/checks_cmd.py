@@ -31,6 +31,7 @@ result on stdout, human lines on stderr; see ``guardrepro.cli``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,14 @@ def audit() -> None:
     """Audits of the benchmark itself (no model)."""
 
 
+BENCHMARKS = ("agentdojo", "agentharm")
 DATA_OPTIONS = [
     click.option("--data-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
                  default=None, help="Directory holding the ToolSafe files at their paths."),
-    click.option("--lock", type=SpecFile("locks"), default="toolsafe", show_default=True,
+    click.option("--lock", type=SpecFile("locks"), default=None,
                  help="Data lock (a file or a shipped lock's name) to materialize when"
-                 " --data-dir is not given."),
+                 " --data-dir is not given [default: with --preds RUN_DIR, the data lock"
+                 " of the run's cohort; else toolsafe]."),
     click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="Also write the JSON here (atomically)."),
     JSON_OPTION,
@@ -162,6 +165,27 @@ def _data_options(f: Any) -> Any:
     for option in reversed(DATA_OPTIONS):
         f = option(f)
     return home_option(f)
+
+
+def _source(preds: str | None, lock: Path | None, benchmark: str | None,
+            choices: Sequence[str]) -> tuple[Path, str]:
+    """The data lock and benchmark: as given, else those of the cohort the run
+    directory in ``preds`` was made of, else the shipped ToolSafe lock and
+    AgentDojo."""
+    from guardrepro.errors import InputError
+    from guardrepro.spec_dirs import spec_path
+
+    run_lock = run_benchmark = None
+    if preds not in (None, "released") and (lock is None or benchmark is None):
+        from guardrepro.checks.io.runio import run_data_source
+
+        source = run_data_source(Path(str(preds)))
+        run_lock, run_benchmark = source.data_lock, source.benchmark
+    if benchmark is None and run_benchmark is not None and run_benchmark not in choices:
+        raise InputError(f"the run's cohort is over benchmark {run_benchmark!r}, which this "
+                         f"audit does not take ({', '.join(choices)})", field="benchmark")
+    return (lock or run_lock or spec_path("toolsafe", "locks"),
+            benchmark or run_benchmark or "agentdojo")
 
 
 def _data_dir(data_dir: Path | None, lock: Path, home: Path | None) -> Path:
@@ -206,16 +230,19 @@ def _missing(rows: list[Any], recorded: set[str] | None) -> int:
 
 
 @audit.command("interaction", short_help="Row vs interaction-level strict F1.")
-@click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), required=True)
+@click.option("--benchmark", type=click.Choice(BENCHMARKS), default=None,
+              help="[default: with --preds RUN_DIR, the benchmark of the run's cohort; else "
+              "agentdojo]")
 @click.option("--preds", default="released", show_default=True,
               help="'released' (the pinned released predictions) or a run directory.")
 @_data_options
-def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
+def interaction(benchmark: str | None, preds: str, data_dir: Path | None, lock: Path | None,
                 out: Path | None, as_json: bool, home: Path | None) -> None:
     """Row vs equal-interaction vs interaction-majority strict F1."""
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audits.benchmark import format_interaction, interaction_audit
 
+    lock, benchmark = _source(preds, lock, benchmark, BENCHMARKS)
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     values, _ = _predictions(root, rows, benchmark, preds)
@@ -224,8 +251,9 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
 
 
 @audit.command("tool-lookup", short_help="Tool-name lookup diagnostic (rung 1).")
-@click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
-              show_default=True)
+@click.option("--benchmark", type=click.Choice(BENCHMARKS), default=None,
+              help="[default: with --preds RUN_DIR, the benchmark of the run's cohort; else "
+              "agentdojo]")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="At most this many grouped-CV folds (fewer when there are fewer groups).")
 @click.option("--preds", default=None,
@@ -233,8 +261,8 @@ def interaction(benchmark: str, preds: str, data_dir: Path | None, lock: Path,
               "run directory over the split (its original-variant records; a row without "
               "one fails closed).")
 @_data_options
-def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | None,
-                lock: Path, out: Path | None, as_json: bool, home: Path | None) -> None:
+def tool_lookup(benchmark: str | None, folds: int, preds: str | None, data_dir: Path | None,
+                lock: Path | None, out: Path | None, as_json: bool, home: Path | None) -> None:
     """Tool-name lookup diagnostic: grouped CV vs leave-one-domain-out; with
     --preds, the same lookup on that guard's decisions."""
     from guardrepro.bench.tsbench import load_benchmark
@@ -245,6 +273,7 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
         tool_lookup_audit,
     )
 
+    lock, benchmark = _source(preds, lock, benchmark, BENCHMARKS)
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     result = tool_lookup_audit(rows, max_splits=folds).with_extra(benchmark=benchmark)
@@ -259,8 +288,9 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
 
 
 @audit.command("association", short_help="Decisions vs nuisance features (rung 2).")
-@click.option("--benchmark", type=click.Choice(["agentdojo", "agentharm"]), default="agentdojo",
-              show_default=True)
+@click.option("--benchmark", type=click.Choice(BENCHMARKS), default=None,
+              help="[default: with --preds RUN_DIR, the benchmark of the run's cohort; else "
+              "agentdojo]")
 @click.option("--preds", default="released", show_default=True,
               help="'released' (the pinned released predictions) or a run directory "
               "(its original-variant records).")
@@ -272,9 +302,9 @@ def tool_lookup(benchmark: str, folds: int, preds: str | None, data_dir: Path | 
 @click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True,
               help="Bootstrap seed (numpy default_rng, fresh).")
 @_data_options
-def association(benchmark: str, preds: str, only_recorded: bool, replicates: int, seed: int,
-                data_dir: Path | None, lock: Path, out: Path | None, as_json: bool,
-                home: Path | None) -> None:
+def association(benchmark: str | None, preds: str, only_recorded: bool, replicates: int,
+                seed: int, data_dir: Path | None, lock: Path | None, out: Path | None,
+                as_json: bool, home: Path | None) -> None:
     """Rung 2: the guard's decisions vs nuisance features (observational)."""
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audits.association import association_audit, format_association
@@ -283,6 +313,7 @@ def association(benchmark: str, preds: str, only_recorded: bool, replicates: int
     if only_recorded and preds == "released":
         raise InputError("--only-recorded applies to a run directory's predictions",
                          field="only_recorded")
+    lock, benchmark = _source(preds, lock, benchmark, BENCHMARKS)
     root = _data_dir(data_dir, lock, home)
     rows = load_benchmark(root, benchmark)
     values, recorded = _predictions(root, rows, benchmark, preds)

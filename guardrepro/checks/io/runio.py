@@ -42,6 +42,7 @@ from typing import Any
 from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.registry import record_parser
+from guardrepro.limits import read_json_file
 from guardrepro.run.records import (
     MANIFEST_FILE,
     RECORDS_FILE,  # noqa: F401 (re-exported)
@@ -386,3 +387,32 @@ def load_run_data(run_dir: str | Path, cohort_path: str | Path | None = None) ->
 def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
     """Rows of a run directory (``load_run_data(...).expected``)."""
     return load_run_data(run_dir, cohort_path).expected
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where a run's rows came from, as its cohort's manifest records it: the
+    data lock and the benchmark (None each when the cohort or its manifest is
+    not on disk, or predates the field)."""
+
+    data_lock: Path | None
+    benchmark: str | None
+
+
+def run_data_source(run_dir: str | Path) -> RowSource:
+    """The data lock and benchmark of the cohort a run was made of, read from
+    ``<cohort>.manifest.json`` beside the cohort its manifest names (the cohort
+    itself is checked against the run's sha256 first)."""
+    from guardrepro.bench.cohort.build import manifest_path
+
+    manifest = load_manifest_hashed(run_dir)[0]
+    found = _find_manifest_cohort(run_dir, manifest)
+    meta = None if found is None else manifest_path(found[0])
+    if meta is None or not meta.is_file():
+        return RowSource(None, None)
+    data = read_json_file(meta, what="cohort manifest")
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", file=str(meta))
+    lock, benchmark = data.get("data_lock"), data.get("benchmark")
+    return RowSource(Path(lock) if isinstance(lock, str) else None,
+                          benchmark if isinstance(benchmark, str) else None)
