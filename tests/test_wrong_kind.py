@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("args", "message"), [
     (["fetch", "runners/toy-hf.toml"], "this is a run profile, not a lock (expected by `fetch`)"),
     (["verify", "cohorts/toy-64.toml"], "this is a cohort spec, not a lock (expected by `verify`)"),
-    (["run", "--profile", "locks/toy-guard.toml", "--cohort", "c.jsonl", "--out", "r"],
+    (["run", "--profile", "locks/toy-guard.toml", "--cohort", "{cohort}", "--out", "r"],
      "this is a lock, not a run profile (expected by `run`)"),
     (["gate", "{cohort}", "--spec", "cohorts/toy-64.toml"],
      "this is a cohort spec, not a gate spec (expected by `gate`)"),
