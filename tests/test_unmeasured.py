@@ -67,8 +67,9 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         f'[[recipe]]\nrecipe = "{q / "q4-g64.toml"}"\ncpu_recipe = "{q / "q4-g64-f32.toml"}"\n'
         '[[rule]]\nrule = "nuisance"\n', encoding="utf-8")
     out, home = tmp / "out", tmp / "home"
-    result = run_sweep(spec, out, home=home, progress=False, say=lambda _: None)
-    return {"out": out, "home": home, "result": result, "tmp": tmp}
+    said: list[str] = []
+    result = run_sweep(spec, out, home=home, progress=False, say=said.append)
+    return {"out": out, "home": home, "result": result, "tmp": tmp, "said": said}
 
 
 def _expected_choice(out: Path) -> str:
@@ -95,6 +96,8 @@ def test_every_row_fails_to_parse(sweep: dict[str, Any]) -> None:
 
 def test_sweep_refuses_decisions_and_chooses_by_kl(sweep: dict[str, Any]) -> None:
     out = sweep["out"]
+    warned = [line.split(":")[0] for line in sweep["said"] if "WARNING" in line]
+    assert warned == ["ref", "q8-g64-f32", "q4-g64-f32"]  # not the rule, which parses
     rec = json.loads((out / "frontier.json").read_text())["recommendation"]
     assert rec["rule"] == "kl"
     assert rec["name"] == _expected_choice(out)

@@ -280,7 +280,12 @@ def _run_sweep(spec: SweepSpec, out: Path, *, home: str | Path | None, progress:
             bar.update(1)
     finally:
         bar.close()
-    from guardrepro.experiments.outputs import write_outputs
+    from guardrepro.experiments.outputs import config_dirs, write_outputs
+    from guardrepro.run.parse_warning import run_warning
 
     result.summary, result.frontier = write_outputs(spec, out, result.device)
+    for name, folder in config_dirs(spec, out, result.device):
+        warning = run_warning(folder)
+        if warning is not None:
+            say(f"{name}: {warning}")
     return result

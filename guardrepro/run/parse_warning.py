@@ -7,8 +7,9 @@ and rows truncated at ``max_new_tokens``) and the first raw outputs, escaped as
 JSON strings (newlines and non-ASCII shown as escapes) and cut at
 ``SHOWN_CHARS`` characters.
 
-Invariants: the records are read only when the warning is due (the counts
-decide), and only to show outputs; nothing is changed.
+Invariants: given the counts, the records are read only when the warning is
+due, and only to show outputs; nothing is changed. ``run_warning`` takes the
+counts from a finished run's records (a sweep warns so for each configuration).
 """
 
 from __future__ import annotations
@@ -51,3 +52,11 @@ def parse_failure_warning(counts: Mapping[str, int], run_dir: str | Path) -> str
         lines.append(f"  {record.row_id} [{record.status}, {record.finish_reason}]: "
                      f"{json.dumps(text[:SHOWN_CHARS])}{more}")
     return "\n".join(lines)
+
+
+def run_warning(run_dir: str | Path) -> str | None:
+    """``parse_failure_warning`` of a finished run, its counts taken from its records."""
+    counts: dict[str, int] = {}
+    for record in read_records(run_dir):
+        counts[record.status] = counts.get(record.status, 0) + 1
+    return parse_failure_warning(counts, run_dir)
