@@ -218,6 +218,11 @@ def test_a_logit_guard_on_a_backend_without_score_logits_is_refused(tmp_path: Pa
     path = tmp_path / "runners" / "gemma-vllm.toml"
     path.parent.mkdir()
     path.write_text(text.replace("../locks/", f"{REPO}/locks/"))
-    with pytest.raises(InputError, match="only backend hf returns") as info:
+    from guardrepro.run.runners.registry import RUNNERS, backend_of
+
+    logit_backends = [n for n in RUNNERS if backend_of(n).score_logits]
+    assert "vllm" not in logit_backends  # the profile's backend declares no score logits
+    with pytest.raises(InputError, match=r"only backend .* returns") as info:
         resolve_profile(RunProfile.load(path), home=tmp_path / "home")
     assert info.value.field == "backend"
+    assert all(name in str(info.value) for name in logit_backends)

@@ -12,6 +12,7 @@ import pytest
 
 from guardrepro.errors import InputError
 from guardrepro.run.doctor import gather_facts
+from guardrepro.run.runners.options import OptionTable
 from guardrepro.run.runners.registry import option_table, runner_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +28,12 @@ def test_the_table_is_read_without_importing_the_runner() -> None:
 
 
 @pytest.mark.parametrize("backend", ["hf", "rule", "vllm"])
-def test_runner_class_carries_the_registry_table(backend: str) -> None:
+def test_the_option_table_lives_in_the_descriptor_alone(backend: str) -> None:
     if backend == "hf":
         pytest.importorskip("torch")
-    assert runner_class(backend).OPTIONS is option_table(backend)
+    cls = runner_class(backend)
+    assert cls.backend == backend
+    assert not any(isinstance(v, OptionTable) for v in vars(cls).values())
 
 
 def test_vllm_options_absent_take_the_declared_defaults() -> None:

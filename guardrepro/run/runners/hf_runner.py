@@ -126,7 +126,6 @@ class _FirstTokenClock(StoppingCriteria):
 
 class HFRunner:
     backend = HF.name
-    OPTIONS = HF.options
 
     def __init__(
         self,

@@ -88,7 +88,6 @@ class MLXRunner:
     """Runner protocol implementation on mlx-lm (see module docstring)."""
 
     backend = MLX.name
-    OPTIONS = MLX.options
 
     def __init__(
         self,

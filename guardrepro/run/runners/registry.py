@@ -19,8 +19,8 @@ the built-in ones.
 Constructor contract every runner class implements::
 
     class SomeRunner:
-        backend: str                      # its descriptor's name
-        OPTIONS: OptionTable              # its descriptor's options
+        backend: str                      # its descriptor's name (the descriptor
+                                          # holds its option table)
 
         def __init__(
             self,
@@ -35,7 +35,7 @@ Constructor contract every runner class implements::
                                               # backend turns token ids into text with it
         ) -> None: ...
 
-- ``options`` is checked against the table (``OPTIONS.check``): a key it does
+- ``options`` is checked against the descriptor's table (``options.check``): a key it does
   not define or a bad value raises ``InputError(field="backend_options.<key>")``;
   what the table cannot say (a device that must exist) the runner checks.
 - The runner loads local files only (no hub access, no remote code) and
@@ -144,8 +144,8 @@ def _missing(backend_name: str, exc: ImportError) -> DependencyMissingError | No
 
 
 def option_table(backend: str) -> OptionTable:
-    """The options runner ``backend`` declares (its class's ``OPTIONS``), read
-    from its descriptor: the runner and its dependencies are not imported."""
+    """The options runner ``backend`` declares, read from its descriptor: the
+    runner and its dependencies are not imported."""
     return backend_of(backend).options
 
 

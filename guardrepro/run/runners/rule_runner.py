@@ -25,7 +25,6 @@ from guardrepro.schema import DecodingParams
 
 class RuleRunner:
     backend = RULE.name
-    OPTIONS = RULE.options
 
     def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
                  eos_token_ids: Sequence[int], pad_token_id: int | None,

@@ -212,7 +212,6 @@ class VLLMRunner:
     """Runner protocol on an offline ``vllm.LLM`` (see the module docstring)."""
 
     backend = VLLM.name
-    OPTIONS = VLLM.options
 
     def __init__(
         self,
