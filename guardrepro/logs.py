@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.nofollow import open_file
+from guardrepro.textsafe import shown, shown_lines
 
 LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
 HF_NAMES = {logging.ERROR: "error", logging.WARNING: "warning", logging.INFO: "info",
@@ -47,7 +48,8 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
-    """Writes to the current ``sys.stderr`` (click's test runner swaps it)."""
+    """Writes to the current ``sys.stderr`` (click's test runner swaps it), with
+    non-printable characters escaped."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
@@ -55,6 +57,13 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ign
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The message through ``textsafe.shown`` (a log line may quote data: it
+        stays one line), a traceback below it line by line."""
+        escaped = logging.makeLogRecord(record.__dict__)
+        escaped.msg, escaped.args = shown(record.getMessage()), None
+        return shown_lines(super().format(escaped))
 
 
 def _ours() -> logging.Handler | None:

@@ -157,3 +157,33 @@ def test_error_lines_escape_paths(tmp_path, capsys):
     code, text = cli(capsys, "stats", str(missing))
     assert code == 2
     assert_terminal_safe(text)
+
+
+def test_log_lines_on_stderr_are_escaped(capsys):
+    import logging
+
+    from guardrepro import logs
+
+    logs.setup(0)
+    capsys.readouterr()
+    logging.getLogger("guardrepro.test").warning("row %s", HOSTILE["newline"] + "\x1b[2J")
+    err = capsys.readouterr().err
+    assert_terminal_safe(err)
+    assert "row b0\\nFAKE: PASS all rows agree\\x1b[2J" in err
+
+
+def test_every_verb_prints_through_the_one_escaping_function():
+    """Only the boundary (``cli/__init__.py``, which escapes its ``error:`` line),
+    ``options.echo`` itself and JSON writers call ``click.echo``: a verb's human
+    lines go through ``options.echo`` / ``emit`` / ``say``."""
+    import ast
+
+    allowed = {"__init__.py", "options.py", "parse_cmd.py"}  # parse: JSON lines only
+    offenders = []
+    for path in sorted(Path("guardrepro/cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr == "echo"
+                    and isinstance(node.value, ast.Name) and node.value.id == "click"
+                    and path.name not in allowed):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

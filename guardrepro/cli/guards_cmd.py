@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from guardrepro.cli.options import JSON_OPTION, emit
+from guardrepro.cli.options import JSON_OPTION, echo, emit
 
 
 def _row(spec: Any, origin: str) -> dict[str, Any]:
@@ -94,11 +94,11 @@ def new(name: str, checkpoint: Path, out: Path, force: bool) -> None:
     from guardrepro.run.guard_scaffold import write_scaffold
 
     result = write_scaffold(name, checkpoint, out, force=force)
-    click.echo(f"wrote {result.spec_path}")
-    click.echo(f"wrote {result.profile_path}")
-    click.echo("read from the checkpoint:")
+    echo(f"wrote {result.spec_path}")
+    echo(f"wrote {result.profile_path}")
+    echo("read from the checkpoint:")
     for line in result.facts:
-        click.echo(f"  {line}")
-    click.echo("still to decide:")
+        echo(f"  {line}")
+    echo("still to decide:")
     for line in result.decide:
-        click.echo(f"  - {line}")
+        echo(f"  - {line}")
