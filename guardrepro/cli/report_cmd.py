@@ -46,13 +46,16 @@ from guardrepro.cli.options import PROGRESS_OPTION, REPLICATES, SEED, echo, home
 @click.option("--data-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="With --split-source: the TS-Bench files (default: the "
               "locks/toolsafe.toml copy in --home).")
+@click.option("--drift-reference", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A run (or records.jsonl) whose p_unsafe the drift scatter sets against "
+                   "this run's, row by row.")
 @home_option
 @PROGRESS_OPTION
 def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | None,
            cohort: Path | None,
            guard_runs: tuple[Path, ...], html: bool, attribution: Path | None,
-           split_sources: tuple[str, ...], data_dir: Path | None, home: Path | None,
-           progress: bool) -> None:
+           split_sources: tuple[str, ...], data_dir: Path | None,
+           drift_reference: Path | None, home: Path | None, progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
     from guardrepro.checks.io.runio import load_run_data
     from guardrepro.checks.report.markdown import (
@@ -75,7 +78,8 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
                            cohort=cohort, progress=progress, data=data)
     path = build_report(run_dir, recompute=recompute, replicates=replicates, seed=seed,
                         cohort=cohort, other_guards=guard_runs, progress=progress,
-                        split_table=split_table, inputs=inputs)
+                        split_table=split_table, inputs=inputs,
+                        drift_reference=drift_reference)
     echo(f"wrote {path}")
     if figures_available():
         for png in sorted(run_dir.glob("*.png")):

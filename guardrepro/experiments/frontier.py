@@ -32,12 +32,9 @@ Invariants:
   ``checks.core.bootstrap.ratio_interval``; "better" needs an interval that
   excludes 0, has a width and rests on ``MIN_VERDICT_ROWS`` rows ("not enough rows").
 
-The result is typed: ``FrontierReport`` (``to_dict()`` is ``frontier.json``,
-``to_json()`` its text) of ``ConfigMetrics`` (FN and FP rates as
-``checks.core.figure.Figure`` in the rate shape, harm with its bootstrap
-``Interval``, an ``Agreement`` of two ``Figure``), two ``Pareto`` and the
-``PairedDifference`` rows; what a sweep adds (``sweep``, ``recommendation``)
-goes through ``with_extra``.
+Typed: ``FrontierReport`` (``to_dict()`` = ``frontier.json``) of ``ConfigMetrics``
+(rates as ``Figure``, harm with its ``Interval``, ``Agreement``, mean p_unsafe drift),
+two ``Pareto``, ``PairedDifference`` rows; a sweep's additions go through ``with_extra``.
 """
 
 from __future__ import annotations
@@ -59,19 +56,17 @@ from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import fixed, frac, sig3
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
+from guardrepro.checks.stats.drift import record_drift
 from guardrepro.errors import InputError
 from guardrepro.limits import read_json_file
 from guardrepro.schema import Record, strict_decision
 
 # axis -> (field in the metrics, True when lower is better)
 AXES: dict[str, tuple[str, bool]] = {
-    "harm": ("harm_per_100", True),
-    "memory": ("peak_memory_bytes", True),
-    "bytes": ("artifact_bytes", True),
-    "rows_per_s": ("rows_per_s", False),
-    "fn": ("fn", True),
-    "fp": ("fp", True),
-    "disagreement": ("strict_disagreement", True),
+    "harm": ("harm_per_100", True), "memory": ("peak_memory_bytes", True),
+    "bytes": ("artifact_bytes", True), "rows_per_s": ("rows_per_s", False),
+    "fn": ("fn", True), "fp": ("fp", True), "disagreement": ("strict_disagreement", True),
+    "drift": ("p_unsafe_drift", True),  # mean |delta p_unsafe| against the reference
 }
 DEFAULT_COSTS = {"FN": 1.0, "FP": 1.0}
 
@@ -119,6 +114,7 @@ class ConfigMetrics(JsonValue):
     fn_rate: Figure = opt(shape=RATE)
     fp_rate: Figure = opt(shape=RATE)
     key: ComparisonKey | None = None
+    p_unsafe_drift: float | None = None  # mean |delta p_unsafe| vs the reference, or None
 
 
 @dataclass(frozen=True)
@@ -314,6 +310,8 @@ def config_metrics(config: Config, costs: Mapping[str, float],
                               seed=seed)
     peaks = [r.peak_memory_bytes for r in records]
     agree = None if reference is None else agreement(records, reference)
+    moved = None if reference is None else record_drift(reference, records, replicates=1)
+    drift = None if moved is None else moved.mean.point
     speed = _speed(records)
     return ConfigMetrics(
         name=config.name, source=config.source, rows=len(records), invalid_rows=invalid,
@@ -326,7 +324,7 @@ def config_metrics(config: Config, costs: Mapping[str, float],
         fn_rate=Figure.of(fn, gold_unsafe), fp_rate=Figure.of(fp, len(records) - gold_unsafe),
         harm_per_100=harm, harm_interval=interval, agreement=agree,
         strict_disagreement=None if agree is None or agree.strict.point is None
-        else 1.0 - agree.strict.point, key=config.key)
+        else 1.0 - agree.strict.point, key=config.key, p_unsafe_drift=drift)
 
 
 def axis_value(metrics: ConfigMetrics, axis: str) -> float | None:

@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.bootstrap import MIN_VERDICT_ROWS
+from guardrepro.checks.core.bootstrap import MIN_VERDICT_ROWS, Interval
 from guardrepro.checks.core.figure import COUNT, RATE, Figure, decode
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.serde import JsonValue, as_json_value, opt
 from guardrepro.checks.io.runio import read_records_file, write_json_atomic
 from guardrepro.checks.report.figures import annotate_apart, pyplot, save_png
+from guardrepro.checks.stats.drift import ScoreDrift, record_drift
 from guardrepro.experiments.frontier import (
     AXES,
+    Config,
     FrontierReport,
     format_frontier,
     frontier_report,
@@ -80,6 +82,8 @@ class SummaryRow(JsonValue):
     top1_agreement: Figure | None = opt(shape=COUNT)
     fn: Figure = opt(shape=RATE)
     fp: Figure = opt(shape=RATE)
+    # per-row |delta p_unsafe| against the reference (None: no p_unsafe on the rows)
+    p_unsafe_drift: ScoreDrift | None = opt(default=None)
 
 
 def _side_figure(side: Mapping[str, Any], key: str, shape: str) -> Figure | None:
@@ -87,8 +91,8 @@ def _side_figure(side: Mapping[str, Any], key: str, shape: str) -> Figure | None
     return None if data is None else decode(data, shape)
 
 
-def summary_rows(spec: SweepSpec, out: Path, device: str,
-                 report: FrontierReport) -> list[SummaryRow]:
+def summary_rows(spec: SweepSpec, out: Path, device: str, report: FrontierReport,
+                 drifts: Mapping[str, ScoreDrift | None] | None = None) -> list[SummaryRow]:
     rows = []
     for name, folder in config_dirs(spec, out, device):
         side = _json(folder / "summary.json") if (folder / "summary.json").exists() else {}
@@ -108,7 +112,7 @@ def summary_rows(spec: SweepSpec, out: Path, device: str,
             strict_agreement=None if agree is None else agree.strict,
             exact_agreement=None if agree is None else agree.exact,
             top1_agreement=_side_figure(div, "top1_agreement", COUNT),
-            fn=m.fn_rate, fp=m.fp_rate))
+            fn=m.fn_rate, fp=m.fp_rate, p_unsafe_drift=(drifts or {}).get(name)))
     return rows
 
 
@@ -131,7 +135,33 @@ def summary_table(rows: Sequence[SummaryRow]) -> str:
             f"| {frac(r.top1_agreement)} | {_g(r.decision_mean_kl, '.2e')} "
             f"| {_g(r.decision_min_margin, '.2f')} | {frac(r.fn)} | {frac(r.fp)} "
             f"| {r.harm_per_100:.1f} | {_g(peak, '.0f')} | {_g(r.rows_per_s, '.3g')} |")
+    drifted = [r for r in rows if r.p_unsafe_drift is not None]
+    if drifted:
+        lines += ["", "p_unsafe drift against the reference, per row (|delta p_unsafe|, "
+                  "95% cluster-bootstrap intervals by interaction):", "",
+                  "| config | rows | mean | p95 | max | cross 0.5 | flipped | moved but held |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in drifted:
+            d = r.p_unsafe_drift
+            assert d is not None
+            lines.append(f"| {r.name} | {d.rows} | {_ci(d.mean)} | {_ci(d.p95)} | "
+                         f"{_ci(d.max)} | {d.crossings} | {d.flipped} | {d.moved_but_held} |")
     return "\n".join(lines) + "\n"
+
+
+def _ci(iv: Interval) -> str:
+    if iv.point is None:
+        return "-"
+    return f"{iv.point:.2e} [{_g(iv.lower, '.2e')}, {_g(iv.upper, '.2e')}]"
+
+
+def config_drifts(configs: Sequence[Config], reference: str) -> dict[str, ScoreDrift | None]:
+    """Each configuration's p_unsafe drift against the reference configuration."""
+    ref = next((c for c in configs if c.name == reference), None)
+    if ref is None:
+        return {}
+    by_id = {r.row_id: r for r in ref.records}
+    return {c.name: record_drift(by_id, c.records) for c in configs if c.name != reference}
 
 
 def write_outputs(spec: SweepSpec, out: Path,
@@ -143,7 +173,7 @@ def write_outputs(spec: SweepSpec, out: Path,
                                       "spec_sha256": spec.sha256, "device": device})
     write_json_atomic(out / "frontier.json", report.to_dict())
     write_atomic(out / "frontier.md", format_frontier(report) + "\n")
-    rows = summary_rows(spec, out, device, report)
+    rows = summary_rows(spec, out, device, report, config_drifts(configs, spec.reference_name))
     write_json_atomic(out / "summary.json", as_json_value(rows))
     write_atomic(out / "summary.md", summary_table(rows))
     frontier_figure(report, out / "frontier.png")

@@ -11,4 +11,6 @@ Modules:
 - ``hints``: the commands a report suggests, each runnable as printed.
 - ``html``: the self-contained HTML report.
 - ``markdown``: ``report.md`` and its PNG figures.
+- ``score_figures``: the scored-classifier figures (ROC/PR, reliability, threshold frontier)
+  and the p_unsafe drift scatter, with their report section.
 """

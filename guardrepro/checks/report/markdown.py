@@ -40,6 +40,7 @@ from guardrepro.checks.core.formatting import fixed, frac_value, value_counts
 from guardrepro.checks.io.runio import (
     RunData,
     load_run_data,
+    read_records_file,
     variant_order,
     write_json_atomic,
 )
@@ -349,7 +350,8 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
                  cohort: str | Path | None = None,
                  other_guards: Sequence[str | Path] = (), progress: bool = False,
                  split_table: GuardSplitTable | None = None,
-                 inputs: ReportInputs | None = None) -> Path:
+                 inputs: ReportInputs | None = None,
+                 drift_reference: str | Path | None = None) -> Path:
     """Write report.md and the figures into ``run_dir``; returns report.md.
 
     ``other_guards``: runs of other guards on the same cohort; the report then
@@ -360,7 +362,8 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     ``replicates``/``seed``: None reuses stats.json whatever its settings
     (``load_or_compute_stats``); the defaults when something is computed.
     ``inputs``: the run, its stats and gate as the caller read them
-    (``report_inputs``), else read here."""
+    (``report_inputs``), else read here. ``drift_reference``: a run (or
+    records file) whose p_unsafe the drift scatter sets against this run's."""
     run_dir = Path(run_dir)
     if inputs is None:
         inputs = report_inputs(run_dir, recompute=recompute, replicates=replicates, seed=seed,
@@ -377,6 +380,7 @@ def build_report(run_dir: str | Path, *, recompute: bool = False,
     text = render_markdown(manifest.run_id, stats, gate, figures,
                            variants=variant_order([r.variant for r in rows]),
                            figures_note=None if figures else FIGURES_NOTE)
+    text += score_report(run, stats.scores, run_dir, drift_reference, figures_available())
     if other_guards:
         from guardrepro.checks.report.guard_table import (
             format_guard_table,
@@ -411,3 +415,17 @@ __all__ = ["CAPTIONS", "CONFUSION_PNG", "FIGURES_NOTE", "FLIP_PNG", "MARGIN_PNG"
            "flip_summary", "load_gate", "load_or_compute_stats", "margin_groups",
            "plot_flip_rates", "plot_margin_histogram", "plot_score_confusion",
            "render_markdown", "report_inputs", "report_tables"]
+
+
+def score_report(run: RunData, scores: Any, run_dir: Path,
+                 drift_reference: str | Path | None, figures: bool) -> str:
+    """The scored-classifier section and, against ``drift_reference``, the
+    drift scatter (``checks.report.score_figures``)."""
+    from guardrepro.checks.report.score_figures import drift_section, score_section
+
+    text = score_section(run.rows, scores, run_dir, name=run.manifest.run_id, figures=figures)
+    if drift_reference is not None:
+        ref = read_records_file(drift_reference)
+        text += drift_section(str(drift_reference), ref.records,
+                              {run.manifest.run_id: run.records}, run_dir, figures=figures)
+    return text

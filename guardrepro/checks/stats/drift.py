@@ -21,8 +21,9 @@ Definitions:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -121,3 +122,18 @@ def drift_line(d: ScoreDrift) -> str:
     return (f"p_unsafe drift on {d.rows} rows: mean |delta| {iv(d.mean)}, p95 {iv(d.p95)}, "
             f"max {iv(d.max)} ({d.largest_row}); {d.crossings} cross {d.threshold:g}, "
             f"{d.flipped} flipped, {d.moved_but_held} moved but held")
+
+
+def record_drift(reference: Mapping[str, Any], records: Sequence[Any], *,
+                 replicates: int = QUICK_REPLICATES, seed: int = 260828) -> ScoreDrift | None:
+    """The drift of ``records`` (``schema.Record``) against the reference
+    records of the same row ids (None: no shared row with p_unsafe on both)."""
+    pairs = [(reference[r.row_id], r) for r in records if r.row_id in reference]
+
+    def p(rec: Any) -> float | None:
+        return rec.p_unsafe if rec.valid else None
+
+    return score_drift([b.row_id for _, b in pairs], [p(a) for a, _ in pairs],
+                       [p(b) for _, b in pairs], [b.base_sample_id for _, b in pairs],
+                       [a.strict_decision for a, _ in pairs],
+                       [b.strict_decision for _, b in pairs], replicates=replicates, seed=seed)
