@@ -1,6 +1,7 @@
 """What a verb imports: a local ``run`` loads no Ray module (the engine is
 chosen in ``run/engine.py`` and ``engine_ray`` is imported only for
-``--engine ray``).
+``--engine ray``), and ``stats`` loads no guard adapter (it reads records;
+a guard's parser is all it may need, to check a record's score).
 
 Each verb runs in a fresh interpreter (``guardrepro.cli.main``), which then
 prints the names in ``sys.modules``; nothing is mocked.
@@ -55,3 +56,18 @@ def test_a_local_run_imports_no_ray_module(cohort: Path, tmp_path: Path) -> None
     assert "guardrepro.run.engine" in loaded and "guardrepro.run.workers" in loaded
     assert not loaded & RAY_MODULES
     assert not {name for name in loaded if name == "ray" or name.startswith("ray.")}
+
+
+ADAPTERS = ("guardrepro.guards.adapter", "guardrepro.guards.conversation",
+            "guardrepro.guards.llama_guard", "guardrepro.guards.qwen3guard",
+            "guardrepro.guards.shieldgemma")
+
+
+def test_stats_imports_no_guard_adapter(cohort: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _modules("run", "--profile", "rule-nuisance", "--cohort", str(cohort), "--out", str(out),
+             "--limit", "8", "--no-progress")
+    loaded = _modules("stats", str(out), "--replicates", "20", "--out", str(tmp_path / "st"))
+    assert (tmp_path / "st" / "stats.json").is_file()  # it ran
+    assert "guardrepro.checks.stats.compute" in loaded
+    assert not [m for m in loaded if m.startswith(ADAPTERS)]
