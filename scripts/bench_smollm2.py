@@ -110,6 +110,7 @@ def hashes(folder: Path) -> dict[str, str]:
 def small_cohort(work: Path, per_label: int) -> Path:
     full = work / "cohort.jsonl"
     if not full.is_file():
+        cli("fetch", "toy-bench", "--no-progress")  # the toy benchmark, shipped in the package
         cli("cohort", "build", "cohorts/toy-64.toml", "--out", str(full), "--no-progress")
     rows = [json.loads(line) for line in full.read_text(encoding="utf-8").splitlines()]
     chosen: list[str] = []

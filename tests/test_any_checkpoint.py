@@ -168,7 +168,7 @@ def test_a_spec_pinning_other_tokens_names_field_values_and_way_out(
                 "qwen3guard"], house["home"], codes=(2,))
     assert "generation_config.json: pad_token_id 2 names <|im_end|>, expected <|endoftext|>" \
         in out.replace("\n", "")
-    assert "guards/qwen3guard.toml, [special_tokens]" in out.replace("\n", "")
+    assert "guards/qwen3guard.toml, field 'special_tokens.pad')" in out.replace("\n", "")
     assert "guardrepro guards new NAME --from" in out.replace("\n", "")
 
 

@@ -205,6 +205,10 @@ class PromptTokenizer:
         the checkpoint file(s), the guard spec's field (``spec``: its path),
         expected and observed, and how to use the checkpoint's own instead."""
         problems: list[str] = []
+
+        def field(key: str) -> str:
+            return "" if spec is None else f" ({spec}, field 'special_tokens.{key}')"
+
         eos_ids = sorted(set(self.eos_token_ids))
         names = {self.token_name(i) for i in eos_ids}
         missing = [t for t in expected.eos if t not in names]
@@ -213,24 +217,25 @@ class PromptTokenizer:
             problems.append(f"{self.eos_source}: eos_token_id {eos_ids} names "
                             f"{sorted(str(n) for n in names)}, expected "
                             f"{'exactly ' if expected.exact_eos else 'to include '}"
-                            f"{list(expected.eos)}")
+                            f"{list(expected.eos)}{field('eos')}")
         if expected.pad is not None and self.token_name(self.pad_token_id) != expected.pad:
             problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id} names "
-                            f"{self.token_name(self.pad_token_id)}, expected {expected.pad}")
+                            f"{self.token_name(self.pad_token_id)}, expected {expected.pad}"
+                            f"{field('pad')}")
         if expected.upstream_eos_ids is not None and set(eos_ids) != expected.upstream_eos_ids:
             problems.append(f"{self.eos_source}: eos_token_id {eos_ids}, expected "
-                            f"{sorted(expected.upstream_eos_ids)}")
+                            f"{sorted(expected.upstream_eos_ids)}{field('eos_ids')}")
         if expected.upstream_pad_id is not None and self.pad_token_id != expected.upstream_pad_id:
             problems.append(f"{self.pad_source}: pad_token_id {self.pad_token_id}, expected "
-                            f"{expected.upstream_pad_id}")
+                            f"{expected.upstream_pad_id}{field('pad_id')}")
         if not problems:
             return None
         message = (f"checkpoint {self.checkpoint_dir} does not declare guard {guard!r}'s "
                    f"special tokens ({expected.describe()}): " + "; ".join(problems))
         if spec is None:
             return message
-        return (f"{message} (pinned by {spec}, [special_tokens]); to use the checkpoint's own "
-                "eos and pad, run it with a copy of the spec without [special_tokens] "
+        return (f"{message}; to use the checkpoint's own eos and pad, run it with a copy of "
+                "the spec without [special_tokens] "
                 f"(`guardrepro guards new NAME --from {self.checkpoint_dir}` writes one)")
 
     def check_special_tokens(self, expected: ExpectedTokens, *, guard: str,
