@@ -23,9 +23,14 @@ Steps, each printed with what it gave and how long it took:
 6. ``check-invariance`` (2 rows, batch 1 against the profile's batch);
 7. a second run at batch 1 and ``compare``;
 8. ``stats``;
-9. ``sweep``: MLX q8 and q4 (float32 scales, as on any CPU) and bf16 on the
+9. the spec's parser edited (a ``regex`` reading ``not safe`` / ``unsafe`` /
+   ``safe`` anywhere, as the model answers in a sentence) and the cohort
+   run again: statuses and ``stats``;
+10. ``sweep``: MLX q8 and q4 (float32 scales, as on any CPU) and bf16 on the
    first ``--mlx-rows`` original rows (skipped with ``--no-sweep``);
-10. the checkpoint's files hashed again: unchanged.
+11. the checkpoint's files hashed again: unchanged.
+
+Every run resumes: a second call redoes only what is missing.
 """
 
 from __future__ import annotations
@@ -153,6 +158,26 @@ def show_run(run: Path) -> None:
     print(f"   manifest guard_spec: {json.dumps(facts)[:400]}")
 
 
+READ = """[parser]
+kind = "regex"
+pattern = '\\b(?P<label>not safe|unsafe|safe)\\b'
+label_map = { "not safe" = 1.0, unsafe = 1.0, safe = 0.0 }
+ignore_case = true
+"""
+
+
+def edited_spec(work: Path) -> Path:
+    """The spec with its parser edited to read the verdict the model writes in a
+    sentence ("The proposed action is not safe."), as a user would edit it."""
+    text = (work / "guards" / f"{NAME}.toml").read_text(encoding="utf-8")
+    head, _, rest = text.partition("[parser]")
+    _old, _, tail = rest.partition("[decision]")
+    tail = tail.partition("\n\n")[2]  # the decision labels follow the new label_map
+    path = work / "guards" / f"{NAME}-read.toml"
+    path.write_text(head + READ + "\n" + tail, encoding="utf-8")
+    return path
+
+
 def sweep(work: Path, lock: Path, reference: Path, rows: int) -> None:
     candidate = work / "runners" / f"{NAME}-mlx.toml"
     text = reference.read_text(encoding="utf-8")
@@ -230,12 +255,26 @@ def main(argv: list[str] | None = None) -> int:
     print("   " + "\n   ".join(cli("stats", str(runs["b4"]), "--replicates", "200",
                                    "--no-progress").strip().splitlines()[:12]))
     done(t)
+    t = step("9. the parser edited to what the model writes (regex), run again")
+    edited = edited_spec(work)
+    print("   " + "\n   ".join(READ.strip().splitlines()))
+    read = profile(work, lock, f"{NAME}-read-hf-b4", 4)
+    read.write_text(read.read_text(encoding="utf-8").replace(
+        f"guards/{NAME}.toml", f"guards/{NAME}-read.toml"), encoding="utf-8")
+    runs["read"] = work / "runs" / "hf-b4-read"
+    cli("run", "--profile", str(read), "--cohort", str(cohort), "--out", str(runs["read"]),
+        "--no-progress")
+    show_run(runs["read"])
+    print("   " + "\n   ".join(cli("stats", str(runs["read"]), "--replicates", "200",
+                                   "--no-progress").strip().splitlines()[:12]))
+    print(f"   spec {edited.name}")
+    done(t)
     if not args.no_sweep:
-        t = step(f"9. sweep: MLX q8, q4, bf16 on {args.mlx_rows} original row(s)")
+        t = step(f"10. sweep: MLX q8, q4, bf16 on {args.mlx_rows} original row(s)")
         sweep(work, lock, batched, args.mlx_rows)
         done(t)
     after = hashes(ckpt)
-    print(f"\n== 10. checkpoint files unchanged: {after == before} ({len(after)} files)")
+    print(f"\n== 11. checkpoint files unchanged: {after == before} ({len(after)} files)")
     return 0 if after == before else 1
 
 
