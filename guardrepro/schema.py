@@ -171,9 +171,8 @@ class CohortRow:
             raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file,
                              row=row)
         check_keys(data, COHORT_KEYS, file=file, row=row, required=COHORT_KEYS)
-        for name in ("cohort", "variant", "domain", "serialization"):
-            _text(data[name], file=file, row=row, field_name=name, empty=False)
-        check_id(data["base_sample_id"], file=file, row=row, field="base_sample_id")
+        for name in ("cohort", "variant", "domain", "serialization", "base_sample_id"):
+            check_id(data[name], file=file, row=row, field=name)  # printed: ids' rule
         _text(data["axis"], file=file, row=row, field_name="axis")
         sample = _check_sample(data["sample"], data, file=file, row=row)
         label = data["original_label"]

@@ -12,7 +12,10 @@ can neither move the cursor, recolour the terminal, reorder what follows, nor
 start a line of its own. ``shown_lines`` applies it to each line of a text
 composed by the program itself, keeping its own line breaks.
 ``id_problem(value)`` says why a row id is refused (None when it is fine);
-``check_id`` raises the ``InputError`` naming file, row and field.
+``check_id`` raises the ``InputError`` naming file, row and field. The same
+rule holds the other names a row carries to the terminal (a cohort row's
+``cohort``, ``variant``, ``domain``, ``serialization``; a record's and a
+predictions line's ``variant`` and ``domain``).
 
 The row-id rule: a non-empty string of at most ``MAX_ID_CHARS`` characters,
 every character printable (``str.isprintable``: no control, format or
@@ -57,12 +60,12 @@ def id_problem(value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return f"expected a non-empty string, got {shown(repr(value))[:60]}"
     if len(value) > MAX_ID_CHARS:
-        return f"is {len(value)} characters long; a row id has at most {MAX_ID_CHARS}"
+        return f"is {len(value)} characters long; an id or name has at most {MAX_ID_CHARS}"
     if not value.isprintable():
         bad = next(char for char in value if not char.isprintable())
         name = unicodedata.name(bad, f"U+{ord(bad):04X}")
         return (f"'{shown(value)[:80]}' holds the non-printable character "
-                f"{_escape(bad)} ({name}); a row id is printable text")
+                f"{_escape(bad)} ({name}); an id or name is printable text")
     if value.strip() != value:
         return f"{value[:80]!r} starts or ends with a space"
     if not unicodedata.is_normalized("NFC", value):

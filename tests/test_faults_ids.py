@@ -187,3 +187,21 @@ def test_every_verb_prints_through_the_one_escaping_function():
                     and path.name not in allowed):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+def test_other_printed_names_follow_the_rule(tmp_path, capsys):
+    """A cohort row's domain and a record's variant reach tables too."""
+    run, cohort = _cohort_with_id(tmp_path, "b2:original")  # the id it had
+    rows = [json.loads(x) for x in cohort.read_text(encoding="utf-8").splitlines()]
+    rows[1]["domain"] = rows[1]["sample"]["subset"] = f"banking\n{FORGED}"
+    cohort.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, text = cli(capsys, "stats", str(run), "--cohort", str(cohort), "--replicates", "10")
+    assert code == 2 and "line 2" in text and "'domain'" in text
+    assert_terminal_safe(text)
+    a, b = _runs_with_id(tmp_path / "v", "b0:original")
+    path = a / "records.jsonl"
+    path.write_text(path.read_text().replace('"variant": "original"', '"variant": "o\\u001b"',
+                                             1), encoding="utf-8")
+    code, text = cli(capsys, "compare", str(a), str(b))
+    assert code == 2 and "line 1" in text and "'variant'" in text
+    assert_terminal_safe(text)

@@ -167,8 +167,8 @@ def check_record(record: Record, *, file: str | None, row: int | None,
     """Raise InputError / IntegrityError (file, row, field named) on a bad record;
     with ``parsers``, also when its score contradicts its output text."""
     where: dict[str, Any] = {"file": file, "row": row}
-    check_id(record.row_id, field="row_id", **where)
-    check_id(record.base_sample_id, field="base_sample_id", **where)
+    for name in ("row_id", "base_sample_id", "variant", "domain"):
+        check_id(getattr(record, name), field=name, **where)
     _score(record.gold_label, where, "gold_label")
     if record.gold_label is None:
         raise InputError("expected 0, 0.5 or 1, got null", field="gold_label", **where)

@@ -44,14 +44,6 @@ KEYS = ("base_sample_id", "variant", "domain", "gold_label", "score")
 INVALID = "invalid"
 
 
-def _text(obj: dict[str, Any], key: str, file: str, line: int) -> str:
-    value = obj[key]
-    if not isinstance(value, str) or not value:
-        raise InputError(f"expected a non-empty string, got {value!r}", file=file, line=line,
-                         field=key)
-    return value
-
-
 def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
     """One predictions-file object as a RowResult (strict; see the module docstring)."""
     if not isinstance(obj, dict):
@@ -61,7 +53,7 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
     check_keys(obj, KEYS, file=file, line=line, required=KEYS)
     base = check_id(obj["base_sample_id"], file=file, line=line, field="base_sample_id")
     variant = check_id(obj["variant"], file=file, line=line, field="variant")
-    domain = _text(obj, "domain", file, line)
+    domain = check_id(obj["domain"], file=file, line=line, field="domain")
     try:
         gold = check_gold(obj["gold_label"], field="gold_label")
         score = check_score(obj["score"], field="score")
