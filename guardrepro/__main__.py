@@ -1,10 +1,8 @@
 """``python -m guardrepro``: the console script (Ctrl-C while it starts is exit 130 too)."""
 
 try:
-    from guardrepro.cli import main
-
-    code = main()
+    from guardrepro.cli import console
 except KeyboardInterrupt:
-    code = 130
+    raise SystemExit(130) from None
 
-raise SystemExit(code)
+console()

@@ -9,7 +9,10 @@ default every one whose library this machine has: vLLM from ``--vllm-python``,
 default ``.venv-vllm/bin/python`` of the main checkout or ``$VLLM_PYTHON``);
 ``--sample`` (the first rows, run at batch 1 by vLLM and the rows MLX runs both
 at batch 1 and batched: MLX's CPU kernels are slow; default 8);
-``--batch`` (default 16); ``--vllm-options`` (a run profile whose
+``--batch`` (default 16: MLX's batch, and the lean decoder's slots);
+``--workers`` (default 2: the lean decoder runs as ``runners/toy-hf.toml``
+does, in that many forked processes of one thread over the run's shards,
+continuous batching); ``--vllm-options`` (a run profile whose
 ``[backend_options]`` vLLM gets, e.g. ``runners/vllm-bf16.toml``);
 ``--json OUT``.
 
@@ -80,6 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sample", type=int, default=8)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--vllm-python", type=Path)
     parser.add_argument("--vllm-options", type=Path)
     parser.add_argument("--json", type=Path)
@@ -88,8 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rows < 4 or args.rows % 4 or args.rows > cohort.MAX_ROWS:
         parser.error(f"--rows must be a multiple of 4 from 4 to {cohort.MAX_ROWS}")
-    if args.sample < 0 or args.batch < 1:
-        parser.error("--sample must be >= 0 and --batch >= 1")
+    if args.sample < 0 or args.batch < 1 or args.workers < 1:
+        parser.error("--sample must be >= 0, --batch and --workers >= 1")
     args.vllm_py = args.vllm_python or vllm_python()
     if args.backends is None and args.plan:
         args.backends = ["vllm"] if args.vllm_options else list(BACKENDS)
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(naive.report())
         if "hf-lean" in hf:
             print("[bench] hf-lean ...", file=sys.stderr, flush=True)
-            lean = run_hf.lean(model, load_s, rows, shape, args.batch)
+            lean = run_hf.lean_workers(model, load_s, rows, shape, args.batch, args.workers)
             reports.append(lean.report(reference, "hf-generate" if reference else None))
         del model
     if "mlx" in args.backends:
@@ -229,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                 batch1 = result.extra.pop("batch1")
                 reports.append(result.report(batch1, "vllm batch 1"))
     print(format_table(reports, naive_s, len(rows)))
-    print("gen_s = prefill + decode; vs naive = hf-generate's gen_s / gen_s, both in this run")
+    print("gen_s = prefill + decode (several workers: first start to last done); wall_s = "
+          "load + generation (workers: load + fork to exit); vs naive = hf-generate's / "
+          "the backend's, both in this run")
     if args.json is not None:
         document = {"shape": {"name": shape.name, "parameters": shape.parameters(),
                               "config": shape.config}, "profile": profile,

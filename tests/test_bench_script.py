@@ -33,24 +33,61 @@ SPECS = [("a", "original", "banking", 0.0, 0), ("b", "original", "banking", 1.0,
 
 def test_defaults_put_the_naive_baseline_first() -> None:
     args = bench.parse_args([])
-    assert (args.rows, args.repeats) == (64, 3)
-    assert args.configs == ["naive", "generate-b16", "lean-b16", "toy-hf"]
+    assert (args.rows, args.repeats, args.in_process) == (64, 3, False)
+    assert args.configs == ["naive", "generate-b16", "toy-hf-w1", "toy-hf"]
     args = bench.parse_args(["--configs", "toy-hf, naive,toy-hf", "--repeats", "1"])
     assert args.configs == ["naive", "toy-hf"] and args.repeats == 1
 
 
-def test_the_naive_configuration_is_the_per_row_generate_loop() -> None:
+def test_the_naive_configuration_is_the_profile_with_the_per_row_generate_loop() -> None:
     naive = bench.CONFIGS["naive"]
-    assert naive.options == {"decode_loop": "generate", "batch_size": 1, "threads": 1}
+    assert naive.options == {"decode_loop": "generate", "batch_size": 1}
     assert (naive.workers, naive.sort_by_length) == (1, False)
     assert bench.CONFIGS["toy-hf"].options == {}  # the shipped profile, untouched
+
+
+def test_a_configuration_becomes_a_profile_file_a_fresh_process_can_load(tmp_path: Path) -> None:
+    """The written profile is the shipped one with the overrides, and names the same
+    lock files (absolute) although it lives elsewhere."""
+    from guardrepro.run.profile import RunProfile
+
+    shipped = RunProfile.load(bench.ROOT / "runners/toy-hf.toml")
+    naive = RunProfile.load(bench.profile_file("naive", tmp_path, tmp_path / "home"))
+    assert naive.path.parent == tmp_path / "profiles"
+    assert naive.checkpoint.lock == shipped.checkpoint.lock
+    assert naive.guard.template_lock == shipped.guard.template_lock
+    assert dict(naive.backend_options) == {**shipped.backend_options, "decode_loop": "generate",
+                                           "batch_size": 1}
+    assert (naive.workers, naive.sort_by_length) == (1, False)
+    assert naive.decoding == shipped.decoding
+    shipped_again = RunProfile.load(bench.profile_file("toy-hf", tmp_path, tmp_path / "home"))
+    assert dict(shipped_again.backend_options) == dict(shipped.backend_options)
+    assert shipped_again.workers == shipped.workers == 2
+
+
+def test_the_generation_span_is_read_from_the_line_the_run_logs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from guardrepro.run.pipeline import RunSummary
+    from guardrepro.run.workers import log_summary
+
+    summary = RunSummary(run_dir=tmp_path, run_id="r", rows_in_cohort=4, rows_selected=4,
+                         already_done=0, generated=4, remaining=0, counts={"ok": 4},
+                         elapsed_s=3.0, generation_started=1000.25,
+                         generation_finished=1002.5)
+    with caplog.at_level(logging.INFO, logger="guardrepro.run.workers"):
+        log_summary(summary)
+    spans = bench.SPAN.findall(caplog.text)
+    assert [tuple(float(v) for v in span) for span in spans] == [(1000.25, 1002.5)]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--rows", "0"], "must be >= 1"), (["--repeats", "0"], "must be >= 1"),
      (["--configs", "hf,mlx-q4"], "unknown configuration(s) hf, mlx-q4; choose from naive,"),
-     (["--configs", ","], "(none given)")],
+     (["--configs", ","], "(none given)"),
+     (["--configs", "toy-hf-spawn"], "a start method is chosen only with --in-process")],
 )
 def test_bad_arguments_exit_2_naming_the_problem(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
@@ -73,30 +110,34 @@ def _run(path: Path, tokens: dict[str, list[int]]) -> Path:
     return run
 
 
-def test_ratios_min_median_and_identical_rows(tmp_path: Path) -> None:
+def test_paired_ratios_per_round_medians_and_identical_rows(tmp_path: Path) -> None:
     same = _run(tmp_path / "n0", {})
-    changed = _run(tmp_path / "t1", {"c": [1, 3]})  # one row's tokens moved in repeat 2
+    changed = _run(tmp_path / "t1", {"c": [1, 3]})  # one row's tokens moved in round 2
     samples = [
-        bench.Sample("naive", 0, 4, 10.0, 11.0, same),
-        bench.Sample("toy-hf", 0, 4, 2.0, 5.0, _run(tmp_path / "t0", {})),
-        bench.Sample("naive", 1, 4, 12.0, 13.0, _run(tmp_path / "n1", {})),
-        bench.Sample("toy-hf", 1, 4, 2.5, 5.5, changed),
+        bench.Sample("naive", 0, 4, 10.0, 11.0, same, 0.5, 2.0),
+        bench.Sample("toy-hf", 0, 4, 2.0, 5.0, _run(tmp_path / "t0", {}), 2.0, 3.0),
+        bench.Sample("naive", 1, 4, 12.0, 13.0, _run(tmp_path / "n1", {}), 0.7, 4.0),
+        bench.Sample("toy-hf", 1, 4, 2.5, 5.5, changed, 2.5, 5.0),
     ]
     naive, fast = bench.summarise(samples)
-    assert (naive["name"], naive["vs_naive"], naive["identical"]) == ("naive", 1.0, 4)
-    assert (fast["min_s"], fast["median_s"]) == (2.0, 2.25)
-    assert fast["rows_per_s"] == 2.0 and fast["vs_naive"] == 5.0  # 10 s / 2 s
-    assert fast["vs_naive_median_paired"] == pytest.approx(4.9)  # median(10/2, 12/2.5)
-    assert fast["identical"] == 3  # the worst repeat counts
-    # wall: median(11, 13) = 12 s for naive, median(5, 5.5) = 5.25 s for toy-hf
-    assert fast["wall_s_median"] == 5.25 and fast["wall_vs_naive"] == pytest.approx(12 / 5.25)
-    assert naive["wall_vs_naive"] == 1.0
-    for key in ("name", "rows", "rows_per_s", "vs_naive", "identical"):
-        assert key in fast
+    assert (naive["name"], naive["gen_vs_naive"], naive["identical"]) == ("naive", 1.0, 4)
+    assert naive["wall_vs_naive"] == 1.0 and naive["load"] == 3.0
+    # medians of the configuration's own runs
+    assert (fast["gen_s"], fast["wall_s"], fast["startup_s"]) == (2.25, 5.25, 2.25)
+    # per round: generation 10/2 = 5 and 12/2.5 = 4.8; wall 11/5 = 2.2 and 13/5.5
+    assert [r["gen"] for r in fast["rounds"]] == [5.0, 4.8]
+    assert fast["rounds"][1]["wall"] == pytest.approx(13 / 5.5)
+    assert fast["gen_vs_naive"] == pytest.approx(4.9) and fast["gen_vs_naive_worst"] == 4.8
+    assert fast["wall_vs_naive"] == pytest.approx((2.2 + 13 / 5.5) / 2)
+    assert fast["wall_vs_naive_worst"] == pytest.approx(2.2)
+    assert fast["identical"] == 3  # the worst round counts
+    assert fast["load"] == 4.0
     lines = bench.format_table([naive, fast]).splitlines()
-    assert lines[0].split()[:6] == ["config", "rows", "min_s", "median_s", "rows/s", "vs"]
-    assert lines[2].split()[:10] == ["toy-hf", "4", "2.00", "2.25", "2.00", "5.00x", "4.90x",
-                                     "3/4", "5.25", "2.29x"]
+    assert lines[0].split()[:5] == ["config", "rows", "start-up", "s", "gen"]
+    assert lines[2].split()[:11] == ["toy-hf", "4", "2.25", "2.25", "5.25", "4.90x", "4.80x",
+                                     "2.28x", "2.20x", "3/4", "4.0"]
+    assert lines[-2:] == ["round 1 (gen / wall vs naive): toy-hf 5.00x / 2.20x",
+                          "round 2 (gen / wall vs naive): toy-hf 4.80x / 2.36x"]
 
 
 def test_bench_ray_identity_names_each_differing_field() -> None:

@@ -32,15 +32,19 @@ The convention every verb follows (shared options in ``guardrepro.cli.options``)
   worth retrying (``TransientFetchError``: a download still failing after its
   retries); 130 interrupted. Each ``guardrepro.errors`` class carries its code.
 - ``main(argv)`` returns that code on success and on failure alike and never
-  calls ``sys.exit``; the console script and ``python -m guardrepro`` hand it
-  to ``SystemExit``.
+  calls ``sys.exit``; the console script and ``python -m guardrepro`` end the
+  process with it (``exit_with``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import importlib.util
+import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -183,6 +187,35 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     # --help and --version end in click's Exit, which it returns as the code
     return value if isinstance(value, int) else 0
+
+
+def exit_with(code: int) -> NoReturn:
+    """End the process with ``code`` once a verb has returned.
+
+    When the verb loaded torch, every file it wrote is closed by then (records
+    appended with fsync, outputs renamed into place, run.log's handler
+    closed), so stdout and stderr are flushed, the exit handlers run
+    (``atexit``: logging, temporary directories, multiprocessing) and the
+    process ends at once (``os._exit``), skipping the interpreter's teardown
+    of the thousands of modules torch and transformers import: measured on the
+    shared 2-core machine at load ~13, 12-15 s of exit after importing them,
+    0.4-0.7 s this way. Without torch, a plain ``SystemExit``."""
+    if "torch" not in sys.modules:
+        raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+def console() -> NoReturn:
+    """The console script: ``main()`` on ``sys.argv``, then ``exit_with`` its code."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    exit_with(code)
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -310,7 +310,7 @@ def _device(probe: str, opts: Mapping[str, Any]) -> tuple[str, str | None,
 def _concurrency(declared: int | tuple[str, ...] | None, opts: Mapping[str, Any]) -> int | None:
     if declared is None or isinstance(declared, int):
         return declared
-    return min(int(opts[name]) for name in declared)
+    return min(int(opts[name]) for name in declared if opts.get(name) is not None)
 
 
 def gather_facts(

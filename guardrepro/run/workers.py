@@ -80,7 +80,7 @@ from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
-from guardrepro.run.runners.registry import backend_of, option_table, runner_class
+from guardrepro.run.runners.registry import backend_of, option_table, preload, runner_class
 from guardrepro.run.shard import format_shard
 
 log = logging.getLogger(__name__)
@@ -133,14 +133,18 @@ def _sigint_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def start_method(backend: str) -> str:
+def start_method(backend: str, checkpoint_dir: Path | None = None) -> str:
     """``fork`` after importing the runner's module in this process (a backend
-    whose descriptor is ``fork_safe``, hf, on Linux), else ``spawn`` (see the
-    module docstring)."""
+    whose descriptor is ``fork_safe``, hf, on Linux), and with
+    ``checkpoint_dir`` what loading it imports (``registry.preload``: the model
+    class's modules), else ``spawn`` (see the module docstring)."""
     if backend_of(backend).fork_safe and sys.platform.startswith("linux") \
             and "fork" in multiprocessing.get_all_start_methods():
         with _sigint_deferred():  # the imports every worker would otherwise repeat
-            runner_class(backend)
+            if checkpoint_dir is None:
+                runner_class(backend)
+            else:
+                preload(backend, checkpoint_dir)
         return "fork"
     return "spawn"
 
@@ -331,6 +335,10 @@ def log_summary(summary: Any) -> None:
     log.info("run %s: %d row(s) generated, %d already recorded, %d remaining, %s; %.1f s",
              summary.run_dir, summary.generated, summary.already_done, summary.remaining,
              dict(sorted(summary.counts.items())), summary.elapsed_s)
+    if summary.generated:  # the span benchmarks read (scripts/bench_runners.py)
+        log.info("run %s: generation span %.3f s (epoch %.3f to %.3f)", summary.run_dir,
+                 summary.generation_finished - summary.generation_started,
+                 summary.generation_started, summary.generation_finished)
 
 
 def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progress: bool,
@@ -344,7 +352,7 @@ def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progr
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     results = _run_pool(handoff, cohort, out, dirs, shards, progress,
-                        start_method(shared.backend))
+                        start_method(shared.backend, handoff.checkpoint_dir))
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:

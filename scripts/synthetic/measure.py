@@ -83,7 +83,9 @@ def format_table(reports: Sequence[Mapping[str, Any]], naive_s: float | None,
     """One line per backend; ``vs naive`` only for backends that ran the naive
     loop's rows (``naive_rows``), not for a sample."""
     header = ("backend", "rows", "load_s", "prefill_s", "decode_s", "gen_s", "vs naive",
-              "prompt tok/s", "gen tok/s", "peak MB", "reused", "forced", "identical")
+              "wall_s", "wall vs naive", "prompt tok/s", "gen tok/s", "peak MB", "reused",
+              "forced", "identical")
+    naive_wall = next((r["wall_s"] for r in reports if r["backend"] == "hf-generate"), None)
     lines = [header]
     for r in reports:
         ident = r.get("identical")
@@ -94,7 +96,8 @@ def format_table(reports: Sequence[Mapping[str, Any]], naive_s: float | None,
             r["backend"], str(r["rows"]), f"{r['load_s']:.2f}",
             "-" if r["prefill_s"] is None else f"{r['prefill_s']:.2f}",
             "-" if r["decode_s"] is None else f"{r['decode_s']:.2f}",
-            f"{r['generation_s']:.2f}", ratio,
+            f"{r['generation_s']:.2f}", ratio, f"{r['wall_s']:.2f}",
+            f"{naive_wall / r['wall_s']:.2f}x" if naive_wall and same_rows else "-",
             "-" if r["prompt_tokens_per_s"] is None else f"{r['prompt_tokens_per_s']:.0f}",
             "-" if r["generated_tokens_per_s"] is None else f"{r['generated_tokens_per_s']:.0f}",
             f"{r['peak_memory_bytes'] / 2**20:.0f}", f"{100 * r['reuse_fraction']:.1f}%",

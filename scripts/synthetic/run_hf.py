@@ -26,9 +26,12 @@ def forcing(targets: Sequence[int], eos_ids: Sequence[int]) -> Any:
     lengths = torch.tensor(list(targets), dtype=torch.long)
     eos = torch.tensor(list(eos_ids), dtype=torch.long)
 
-    def adjust(step: int, alive: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+    def adjust(step: int | Sequence[int], alive: Sequence[int],
+               logits: torch.Tensor) -> torch.Tensor:
+        # step: tokens generated so far, one for all rows (batch 1, static batches)
+        # or one per live row (the lean decoder, whose rows join at different steps)
         want = lengths[torch.tensor(list(alive), dtype=torch.long)]
-        position = step + 1
+        position = torch.as_tensor(step, dtype=torch.long) + 1
         logits = logits.clone()
         suppress = want > position
         if bool(suppress.any()):
@@ -98,27 +101,84 @@ def batches(rows: Sequence[Row], size: int) -> list[list[Row]]:
 
 
 @torch.inference_mode()
-def lean(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, batch: int,
-         min_prefix: int | None = None) -> Result:
-    """The lean decoder, ``batch`` rows at a time, prefixes shared within a batch."""
+def _lean_rows(model: Any, rows: Sequence[Row], shape: Shape, batch: int,
+               min_prefix: int | None, slots: int | None
+               ) -> tuple[dict[str, list[int]], float, float, int]:
+    """The lean decoder over ``rows`` (tokens, prefill s, total s, reused tokens):
+    with ``slots``, every row in one call, sorted by length, ``slots`` rows decoded
+    at once (continuous batching); without, static sorted batches of ``batch``."""
     from guardrepro.run.runners.greedy import MIN_PREFIX
     from guardrepro.run.runners.lean import LeanDecoder
 
     decoder = LeanDecoder(model, min_prefix=MIN_PREFIX if min_prefix is None else min_prefix)
     decoder.warm_up(0)
     tokens, prefill, total, reused = {}, 0.0, 0.0, 0
-    for chunk in batches(rows, batch):
+    for chunk in batches(rows, len(rows) if slots is not None else batch):
         started = time.perf_counter()
         decoded, prefill_s = decoder.decode(
             [r.prompt for r in chunk], eos_token_ids=shape.eos_ids,
-            max_new_tokens=max(r.output_tokens for r in chunk),
+            max_new_tokens=max(r.output_tokens for r in chunk), slots=slots,
             adjust=forcing([r.output_tokens for r in chunk], shape.eos_ids))
         total += time.perf_counter() - started
         prefill += prefill_s
         reused += sum(decoder.reused)
         for r, d in zip(chunk, decoded, strict=True):
             tokens[r.row_id] = d.token_ids
+    return tokens, prefill, total, reused
+
+
+def lean(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, batch: int,
+         min_prefix: int | None = None) -> Result:
+    """The lean decoder, ``batch`` rows at a time, prefixes shared within a batch."""
+    tokens, prefill, total, reused = _lean_rows(model, rows, shape, batch, min_prefix, None)
     name = "hf-lean" if batch > 1 else "hf-lean-b1"
     return Result(name, f"lean decoder, sorted, batches of {batch}", rows, tokens, load_s,
                   prefill, total - prefill, reused, peak_rss_bytes(), "process peak RSS",
                   shape.eos_ids[0])
+
+
+def _worker(model: Any, rows: Sequence[Row], shape: Shape, slots: int, out: Any) -> None:
+    torch.set_num_threads(1)
+    started = time.time()
+    tokens, prefill, _, reused = _lean_rows(model, rows, shape, slots, None, slots)
+    out.send((tokens, prefill, started, time.time(), reused, peak_rss_bytes()))
+    out.close()
+
+
+def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, slots: int,
+                 workers: int) -> Result:
+    """The toy profile's setup (``runners/toy-hf.toml``): ``workers`` processes of
+    one thread each, forked after the model is built, over the run's
+    deterministic shards (``run.shard.shard_of``), each decoding its rows sorted
+    by length with ``slots`` rows at once (continuous batching). Generation =
+    first worker start to last worker done; ``prefill_s`` sums the workers'."""
+    import multiprocessing
+
+    from guardrepro.run.shard import shard_of
+
+    context = multiprocessing.get_context("fork")
+    shards = [[r for r in rows if shard_of(r.row_id, workers) == k]
+              for k in range(1, workers + 1)]
+    pipes, processes = [], []
+    forked = time.perf_counter()
+    for share in shards:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_worker, args=(model, share, shape, slots, send))
+        process.start()
+        pipes.append(receive)
+        processes.append(process)
+    results = [pipe.recv() for pipe in pipes]
+    for process in processes:
+        process.join()
+    wall = time.perf_counter() - forked
+    tokens: dict[str, list[int]] = {}
+    for got in results:
+        tokens.update(got[0])
+    prefill = sum(got[1] for got in results)
+    span = max(got[3] for got in results) - min(got[2] for got in results)
+    return Result("hf-lean", f"lean decoder, {workers} worker(s) x 1 thread, {slots} slots, "
+                  "continuous batching (the toy-hf setup)",
+                  rows, tokens, load_s, prefill / workers, span - prefill / workers,
+                  sum(got[4] for got in results), max(got[5] for got in results),
+                  "largest worker peak RSS", shape.eos_ids[0],
+                  {"wall_s": round(load_s + wall, 3), "workers": workers, "slots": slots})

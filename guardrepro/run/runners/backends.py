@@ -88,7 +88,8 @@ HF = Backend(
     modules=("torch", "transformers", "safetensors", "tokenizers"),
     packages=("torch", "transformers", "safetensors", "tokenizers"), extra="hf",
     score_logits=True, fork_safe=True,
-    doctor=DoctorFacts(probe="torch", concurrency=("batch_size",), threads="threads"),
+    doctor=DoctorFacts(probe="torch", concurrency=("batch_size", "decode_slots"),
+                       threads="threads"),
     options=OptionTable("hf", (
         Option("dtype", _STR, "float32", "float32 | bfloat16 | float16",
                choices=("float32", "bfloat16", "float16")),
@@ -102,6 +103,10 @@ HF = Backend(
         Option("decode_loop", _STR, "generate",
                "generate (transformers) | lean (runners/lean.py, greedy only)",
                choices=("generate", "lean")),
+        Option("decode_slots", _INT, None,
+               "lean: rows decoded at once; a finished row's slot goes to the next row of "
+               "the chunk (continuous batching); absent: every row of the chunk at once",
+               minimum=1),
     )),
 )
 

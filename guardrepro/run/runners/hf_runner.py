@@ -55,7 +55,7 @@ Options (``[backend_options]``; types, choices, defaults and help declared in
 (cpu | cuda | cuda:N | mps), ``batch_size``, ``threads`` (torch CPU threads:
 an integer, or ``"auto"`` = the physical cores this process may use; absent:
 torch's), ``attn_implementation`` (sdpa | eager), ``decode_loop`` (generate |
-lean).
+lean), ``decode_slots`` (lean: rows decoded at once, continuous batching).
 """
 
 from __future__ import annotations
@@ -108,6 +108,26 @@ def _shared(chunk: Sequence[GenerationRequest], key: str) -> tuple[int, ...]:
     if len(sets) != 1:
         raise InferenceError(f"requests {[r.row_id for r in chunk]} ask for different {key}")
     return cast(tuple[int, ...], sets.pop())
+
+
+def preload(checkpoint_dir: Path) -> None:
+    """Import, in this process, what loading ``checkpoint_dir`` and its tokenizer
+    will import: the model class named by its ``config.json`` (transformers
+    imports a model's modelling modules only when ``from_pretrained`` resolves
+    its class) and the tokenizer classes. Run by the parent before worker
+    processes fork (``run.workers.start_method``), so that each worker inherits
+    the modules instead of importing them itself, side by side with the others.
+    Reads the config only: no weights, no tokenizer, no tensor op (no torch
+    thread pool starts before the fork)."""
+    from transformers import AutoConfig, AutoTokenizer  # noqa: F401  (tokenizer classes)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        config = AutoConfig.from_pretrained(str(checkpoint_dir), local_files_only=True,
+                                            trust_remote_code=False)
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the modelling module
+    except (OSError, ValueError, KeyError):
+        return  # the worker's own load reports it, with its context
 
 
 class _FirstTokenClock(StoppingCriteria):
@@ -216,6 +236,8 @@ class HFRunner:
         }
         if self.options["decode_loop"] != "generate":  # absent key: older provenance unchanged
             info["decode_loop"] = self.options["decode_loop"]
+        if self.options["decode_slots"] is not None:  # likewise
+            info["decode_slots"] = self.options["decode_slots"]
         if self.device.type == "cuda":
             info["device_name"] = torch.cuda.get_device_name(self.device)
             info["compute_capability"] = ".".join(
@@ -292,6 +314,7 @@ class HFRunner:
                 eos_token_ids=self.eos_token_ids,
                 max_new_tokens=params.max_new_tokens,
                 label_ids=_shared(chunk, "label_token_ids"),
+                slots=self.options["decode_slots"],
             )
         except (RuntimeError, IndexError, ValueError) as exc:
             raise InferenceError(f"lean greedy decoding failed for {ids}: {exc}") from exc

@@ -77,8 +77,9 @@ SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 GROW = 256  # KV buffer columns added at a time
 REUSE_PAIR_COST = 2.0  # a masked (query, key) pair against a causal one (see worth_reusing)
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
-# (step, prompt index of each live row, that step's logits) -> the logits to choose from
-Adjust = Callable[[int, Sequence[int], torch.Tensor], torch.Tensor]
+# (tokens each live row has generated so far, prompt index of each live row, that
+# step's logits) -> the logits to choose from
+Adjust = Callable[[Sequence[int], Sequence[int], torch.Tensor], torch.Tensor]
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -164,6 +165,62 @@ class _Batch:
         self.mask = self.mask.index_select(0, rows)
         self.positions = self.positions.index_select(0, rows)
         self.padded = bool((~self.mask[:, : self.used]).any())
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the leading columns that are padding in every row (left behind by
+        rows that left), once there are ``GROW`` of them: a row's attention reads
+        the buffer's width, so it must follow the live rows, not the longest row
+        ever held. Columns are storage only (positions are per row)."""
+        attended = self.mask[:, : self.used].any(dim=0).nonzero()
+        first = int(attended[0]) if attended.numel() else self.used
+        if first < GROW:
+            return
+        self.keys = self.keys[:, :, :, first:].contiguous()
+        self.values = self.values[:, :, :, first:].contiguous()
+        self.mask = self.mask[:, first:].contiguous()
+        self.used -= first
+        self.padded = bool((~self.mask[:, : self.used]).any())
+
+    def add(self, batch: _Batch) -> None:
+        """Append ``batch``'s rows (newly prefilled prompts, ``batch.used`` columns)
+        after this batch's rows, right-aligned at this batch's next column: the
+        narrower of the two is padded on the left (masked)."""
+        grow = batch.used - self.used
+        if grow > 0:  # the new prompts are longer than this batch's columns: pad ours
+            self.keys, self.values, self.mask = _pad_left(self.keys, self.values, self.mask, grow)
+            self.used += grow
+        elif grow < 0:
+            batch.keys, batch.values, batch.mask = _pad_left(batch.keys, batch.values,
+                                                             batch.mask, -grow)
+        width = max(self.keys.shape[3], batch.keys.shape[3])
+        ours, theirs = _pad_right(self, width), _pad_right(batch, width)
+        self.keys = torch.cat([ours[0], theirs[0]], dim=1)
+        self.values = torch.cat([ours[1], theirs[1]], dim=1)
+        self.mask = torch.cat([ours[2], theirs[2]], dim=0)
+        self.positions = torch.cat([self.positions, batch.positions], dim=0)
+        self.padded = bool((~self.mask[:, : self.used]).any())
+
+
+def _pad_left(keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+              columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``columns`` zero (masked) columns before the buffers' first."""
+    shape = (*keys.shape[:3], columns, keys.shape[4])
+    return (torch.cat([keys.new_zeros(shape), keys], dim=3),
+            torch.cat([values.new_zeros(shape), values], dim=3),
+            torch.cat([mask.new_zeros((mask.shape[0], columns)), mask], dim=1))
+
+
+def _pad_right(batch: _Batch,
+               width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's buffers widened to ``width`` columns (free columns after its last)."""
+    extra = width - batch.keys.shape[3]
+    if extra == 0:
+        return batch.keys, batch.values, batch.mask
+    shape = (*batch.keys.shape[:3], extra, batch.keys.shape[4])
+    return (torch.cat([batch.keys, batch.keys.new_zeros(shape)], dim=3),
+            torch.cat([batch.values, batch.values.new_zeros(shape)], dim=3),
+            torch.cat([batch.mask, batch.mask.new_ones((batch.mask.shape[0], extra))], dim=1))
 
 
 class LeanDecoder:
@@ -282,6 +339,25 @@ class LeanDecoder:
         load time, not by the first rows. Outputs are discarded."""
         self.decode([[token_id] * 3, [token_id] * 5], eos_token_ids=[], max_new_tokens=3)
 
+    def _admit(self, prompts: Sequence[Sequence[int]], indices: Sequence[int],
+               store: PrefixStore[KV]) -> tuple[_Batch, torch.Tensor]:
+        """Prefill the prompts ``indices`` (each alone, on top of the longest prefix it
+        shares with a prompt in ``store``, where ``worth_reusing``): their batch and
+        their first-step logits."""
+        caches, logits = [], []
+        for index in indices:
+            prompt = prompts[index]
+            found = store.find(prompt)
+            if found is not None and not self.worth_reusing(found.length, len(prompt)):
+                found = None
+            self.reused[index] = 0 if found is None else found.length
+            cache, last = self._prefill(prompt, _slice(found))
+            store.add(prompt, cache)
+            caches.append(cache)
+            logits.append(last)
+        batch = _Batch(caches, [len(prompts[i]) for i in indices], len(self.layers))
+        return batch, torch.cat(logits, dim=0)
+
     @torch.inference_mode()
     def decode(
         self,
@@ -291,57 +367,71 @@ class LeanDecoder:
         max_new_tokens: int,
         adjust: Adjust | None = None,
         label_ids: Sequence[int] = (),
+        slots: int | None = None,
     ) -> tuple[list[Decoded], float]:
         """Greedy-decode ``prompts`` (see the module docstring); also the seconds
-        spent prefilling (to the first token of every prompt). ``adjust``
-        (benchmarks: forced output lengths) may rewrite each step's logits
-        before the choice; ``self.reused`` then holds each prompt's reused
-        prefix length. ``label_ids``: each step's logits of these ids are kept
-        per row (``Decoded.label_logits``)."""
+        spent prefilling. ``slots`` (default: every prompt) is how many rows decode
+        at once: the first ``slots`` prompts are prefilled, and whenever rows
+        finish, the next prompts (in order) are prefilled and join the batch in
+        their place, so a long answer holds one slot, not a batch (continuous
+        batching). A prompt reuses a prefix of the last ``slots`` prompts
+        prefilled. ``adjust`` (benchmarks: forced output lengths) may rewrite
+        each step's logits before the choice; ``self.reused`` then holds each
+        prompt's reused prefix length. ``label_ids``: each step's logits of these
+        ids are kept per row (``Decoded.label_logits``)."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        width = len(prompts) if slots is None else max(1, min(int(slots), len(prompts)))
         eos = set(int(i) for i in eos_token_ids)
         tokens: list[list[int]] = [[] for _ in prompts]
         margins: list[list[float]] = [[] for _ in prompts]
         labels: list[list[list[float]]] = [[] for _ in prompts]
         columns = torch.tensor(list(label_ids), dtype=torch.long, device=self.device)
         finish = ["length"] * len(prompts)
-        started = time.perf_counter()
-        caches, logits = [], []
-        done: PrefixStore[KV] = PrefixStore(None, self.min_prefix)
-        self.reused = []
-        for prompt in prompts:
-            found = done.find(prompt)
-            if found is not None and not self.worth_reusing(found.length, len(prompt)):
-                found = None
-            self.reused.append(0 if found is None else found.length)
-            cache, last = self._prefill(prompt, _slice(found))
-            done.add(prompt, cache)
-            caches.append(cache)
-            logits.append(last)
-        del done
-        batch = _Batch(caches, [len(p) for p in prompts], len(self.layers))
-        del caches
-        alive = list(range(len(prompts)))  # original index of each batch row
-        step_logits = torch.cat(logits, dim=0)
-        prefill_s = time.perf_counter() - started
-        for step in range(max_new_tokens):
+        self.reused = [0] * len(prompts)
+        store: PrefixStore[KV] = PrefixStore(width, self.min_prefix)
+        waiting = list(range(len(prompts)))[::-1]  # next prompt last
+        prefill_s = 0.0
+
+        def admit(count: int) -> tuple[_Batch, torch.Tensor, list[int]]:
+            nonlocal prefill_s
+            started = time.perf_counter()
+            indices = [waiting.pop() for _ in range(min(count, len(waiting)))]
+            batch, logits = self._admit(prompts, indices, store)
+            prefill_s += time.perf_counter() - started
+            return batch, logits, indices
+
+        batch, step_logits, alive = admit(width)
+        while True:
             if adjust is not None:
-                step_logits = adjust(step, alive, step_logits)
+                step_logits = adjust([len(tokens[i]) for i in alive], alive, step_logits)
             nxt = torch.argmax(step_logits, dim=-1)
             top2 = torch.topk(step_logits.float(), k=2, dim=-1).values
             gaps = (top2[:, 0] - top2[:, 1]).tolist()
             if label_ids:
                 record_labels(step_logits.index_select(1, columns).float().tolist(), alive, labels)
-            keep = record_step(nxt.tolist(), gaps, alive, eos, tokens, margins, finish)
-            if not keep or step + 1 == max_new_tokens:
-                break
+            keep = [row for row in record_step(nxt.tolist(), gaps, alive, eos, tokens, margins,
+                                               finish)
+                    if len(tokens[alive[row]]) < max_new_tokens]
             if len(keep) < len(alive):
                 rows = torch.tensor(keep, dtype=torch.long, device=self.device)
                 batch.keep(rows)
                 nxt = nxt.index_select(0, rows)
                 alive = [alive[row] for row in keep]
-            step_logits = self._step(nxt[:, None], batch)
+            if not alive and not waiting:
+                break
+            parts = [self._step(nxt[:, None], batch)] if alive else []
+            if waiting and len(alive) < width:
+                joined, logits, indices = admit(width - len(alive))
+                if alive:
+                    batch.add(joined)
+                else:
+                    batch = joined
+                parts.append(logits)
+                alive = alive + indices
+            step_logits = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
         decoded = [Decoded(t, m, f, label_logits=v)
                    for t, m, f, v in zip(tokens, margins, finish, labels, strict=True)]
         return decoded, prefill_s

@@ -173,6 +173,17 @@ def runner_class(backend: str) -> type[Any]:
     return cls
 
 
+def preload(backend: str, checkpoint_dir: str | Path) -> None:
+    """Import the runner of ``backend`` and what loading ``checkpoint_dir`` will
+    import (the runner module's optional ``preload(checkpoint_dir)``; hf: the
+    model's modelling modules), so that processes forked afterwards inherit it."""
+    module_name = backend_of(backend).runner.split(":", 1)[0]
+    runner_class(backend)
+    hook = getattr(importlib.import_module(module_name), "preload", None)
+    if callable(hook):
+        hook(Path(checkpoint_dir))
+
+
 def create_runner(
     backend: str,
     checkpoint_dir: str | Path,
