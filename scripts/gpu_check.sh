@@ -8,7 +8,7 @@
 #                 config, random weights: vLLM load_format="dummy", nothing downloaded),
 #                 256 rows with the published length profile, runners/vllm-bf16.toml's
 #                 engine settings (bf16, prefix caching, batch-invariant kernels,
-#                 max_num_seqs 256, 16k tokens per step); then the first SAMPLE rows
+#                 max_num_seqs 32, 16k tokens per step); then the first SAMPLE rows
 #                 (default 16) one request at a time: batch 1 vs batched identity.
 #   2. toy run    `guardrepro run` of the shipped toy guard's 256-row cohort with
 #                 runners/toy-vllm.toml on the GPU (device cuda, batches of 64),

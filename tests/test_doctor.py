@@ -24,13 +24,19 @@ from guardrepro.run.profile import RunProfile
 
 BASE = Facts(
     backend="vllm", versions={"vllm": "0.32.0"}, device="cuda", device_name="GPU",
-    compute_capability=(9, 0), dtype="bfloat16", concurrency=64, batch_invariant_mode=True,
-    multiprocessing=False, max_num_seqs=256, threads=8,
+    compute_capability=(9, 0), dtype="bfloat16", concurrency=32, batch_invariant_mode=True,
+    multiprocessing=False, max_num_seqs=32, threads=8,
 )
 
 # (change to BASE, expected verdict) — written from the rules in the doctor's docstring.
 CASES = [
     ({}, "guaranteed"),  # vLLM invariant mode on H100-class
+    ({"concurrency": 43}, "guaranteed"),
+    ({"concurrency": 44}, "unknown"),  # vLLM #51187: the mode breaks at ~44 sequences
+    ({"concurrency": 256, "compute_capability": (8, 0)}, "unknown"),
+    ({"concurrency": 64, "batch_invariant_mode": False}, "not-invariant"),
+    ({"concurrency": 64, "device": "cpu", "compute_capability": None, "dtype": "float32"},
+     "observed"),  # the CPU engine has no invariant mode to break
     ({"compute_capability": (8, 0)}, "guaranteed"),  # A100 with vLLM 0.32
     ({"compute_capability": (8, 0), "versions": {"vllm": "0.11.0"}}, "not-invariant"),
     ({"compute_capability": (9, 0), "versions": {"vllm": "0.11.0"}}, "guaranteed"),

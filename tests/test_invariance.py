@@ -127,3 +127,42 @@ def test_mlx_runner_check(tmp_path: Path, tiny: Path) -> None:
     assert report.backend == "mlx" and report.batch_size == 1
     assert report.invariant
     assert report.notes == ["the batch size is 1: both passes run one request per call"]
+
+
+def test_several_batch_sizes_share_one_batch_1_pass(tmp_path: Path, tiny: Path) -> None:
+    """``--batch-size 2,4`` (the lean decoder with 2 slots): one report per size,
+    each against the same batch-1 tokens; a size above the slots is noted."""
+    from click.testing import CliRunner
+
+    from guardrepro.cli import cli
+
+    profile, cohort = _files(tmp_path, tiny,
+                             options={"batch_size": 1, "decode_loop": "lean",
+                                      "decode_slots": 2},
+                             decoding='mode = "greedy"\nmax_new_tokens = 8')
+    out = tmp_path / "inv.json"
+    result = CliRunner().invoke(cli, ["check-invariance", "--profile", str(profile), "--cohort",
+                                      str(cohort), "--sample", "5", "--batch-size", "2,4,2",
+                                      "--out", str(out), "--no-progress",
+                                      "--fail-on-divergence"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(out.read_text())["reports"]
+    assert [r["batch_size"] for r in reports] == [2, 4]
+    assert all(r["identical_sequences"] == 5 for r in reports)
+    first, second = ([row["tokens_batch1"] for row in r["rows"]] for r in reports)
+    assert first == second  # one batch-1 pass
+    assert reports[0]["notes"] == []
+    assert reports[1]["notes"] == ["batch size 4: at most 2 requests are computed together "
+                                   "(decode_slots = 2)"]
+    assert "hf batch 1 vs batch 4: 5/5 sequences identical" in result.output
+
+
+@pytest.mark.parametrize(("text", "sizes"), [("16", [16]), ("1, 16,44,64,16", [1, 16, 44, 64])])
+def test_batch_size_lists(text: str, sizes: list[int]) -> None:
+    from guardrepro.run.invariance import parse_sizes
+
+    assert parse_sizes(text) == sizes
+    for bad in ("0", "16,x", "", "4,-1"):
+        with pytest.raises(InputError) as exc:
+            parse_sizes(bad)
+        assert exc.value.field == "batch_size"

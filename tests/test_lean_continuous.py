@@ -87,7 +87,7 @@ def _forced_naive(model: Any, prompt: list[int], length: int, eos: Sequence[int]
 
 
 def test_mixed_output_lengths_from_1_to_2048_tokens() -> None:
-    """Forced lengths 1, 2,048, 3, 700, 1, 40 and 260 through 3 slots: the 2,048-token
+    """Forced lengths 1, 2,048, 3, 300, 1, 40 and 120 through 3 slots: the 2,048-token
     row holds one slot while the others pass through the rest, the buffer's
     leading padding is dropped as rows leave (more than ``GROW`` columns), and
     every row has exactly its length and ``generate``'s tokens."""
@@ -101,7 +101,7 @@ def test_mixed_output_lengths_from_1_to_2048_tokens() -> None:
     with torch.no_grad():
         for seed, param in enumerate(p for p in model.parameters() if p.dim() == 2):
             param.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed))
-    lengths = [1, 2048, 3, 700, 1, 40, 260]
+    lengths = [1, 2048, 3, 300, 1, 40, 120]
     prompts = _prompts([12, 30, 7, 150, 9, 64, 20], seed=11, vocab=64)
     eos = [63, 62]
     decoded, _ = LeanDecoder(model).decode(

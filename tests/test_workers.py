@@ -132,3 +132,15 @@ def test_the_toy_profile_is_the_fast_one() -> None:
     assert profile.workers == 2 and profile.sort_by_length
     assert profile.backend_options["decode_loop"] == "lean"
     assert profile.backend_options["threads"] == "auto"
+
+
+@pytest.mark.parametrize(("cores", "workers", "threads"),
+                         [(2, 1, 1), (2, 2, 1), (1, 1, 1), (4, 1, 3), (4, 2, 1), (16, 1, 15),
+                          (16, 2, 7), (16, 4, 3), (16, 32, 1)])
+def test_auto_threads_leave_a_core_to_the_machine(cores: int, workers: int,
+                                                  threads: int) -> None:
+    """(cores - 1) // workers, at least 1: a process never needs every core."""
+    from guardrepro.run.workers import auto_threads
+
+    assert auto_threads(workers, cores) == threads
+    assert workers * auto_threads(workers, cores) <= max(cores - 1, workers)

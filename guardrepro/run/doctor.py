@@ -34,7 +34,9 @@ last rule matches everything. Verdicts:
 - ``not-invariant``: known to change outputs with the batch (bf16/fp16
   batches; vLLM on GPU without its invariant mode).
 - ``unknown``: not established (e.g. transformers fp32 on a GPU, whose BLAS
-  picks kernels by shape).
+  picks kernels by shape; vLLM's invariant mode at ``VLLM_INVARIANT_LIMIT``
+  = 44 or more concurrent sequences, where vLLM issue #51187 reports
+  different outputs across identical repeats).
 
 The first three are accepted when invariance is required; the others refuse.
 """
@@ -107,6 +109,7 @@ class Rule:
     min_compute_capability: tuple[int, int] | None = None
     min_version: tuple[str, str] | None = None  # (package, version)
     device_seen: bool | None = None  # a compute capability could be read on this machine
+    min_concurrency: int | None = None  # at least this many requests computed together
 
     def matches(self, facts: Facts) -> bool:
         if self.backend != "*" and facts.backend != self.backend:
@@ -131,6 +134,10 @@ class Rule:
             (facts.compute_capability is not None) != self.device_seen
         ):
             return False
+        if self.min_concurrency is not None and (
+            facts.concurrency is None or facts.concurrency < self.min_concurrency
+        ):
+            return False
         if self.min_version is not None:
             package, minimum = self.min_version
             have = facts.versions.get(package)
@@ -140,8 +147,18 @@ class Rule:
 
 
 HALF = ("bfloat16", "float16")
+VLLM_INVARIANT_LIMIT = 44  # concurrent sequences where vLLM issue #51187 saw the mode break
 RULES: tuple[Rule, ...] = (
     Rule("no-batching", "at most one request is computed at a time", single_request=True),
+    Rule(
+        "unknown",
+        f"vLLM batch-invariant mode with {VLLM_INVARIANT_LIMIT} or more sequences at once: "
+        "vLLM issue #51187 reports 3 different outputs in 5 identical repeats at about 44 "
+        f"concurrent sequences; keep max_num_seqs (or batch_size) below "
+        f"{VLLM_INVARIANT_LIMIT}, or measure with check-invariance --batch-size 1,44,...",
+        backend="vllm", devices=("cuda",), batch_invariant_mode=True,
+        min_concurrency=VLLM_INVARIANT_LIMIT,
+    ),
     Rule(
         "guaranteed",
         "vLLM batch-invariant mode on an NVIDIA GPU of compute capability >= 8.0 "

@@ -131,33 +131,66 @@ def _reset_cache(runner: Any) -> None:
         reset()
 
 
-def _two_passes(runner: Any, requests: Sequence[GenerationRequest], params: DecodingParams,
-                size: int,
-                progress: bool) -> tuple[list[Generation], list[Generation], float, float]:
-    """(batch-1 generations, batched generations, seconds of each pass); the
-    runner's prefix cache is reset before each pass."""
+def _pass(runner: Any, requests: Sequence[GenerationRequest], params: DecodingParams,
+          size: int, bar: Any) -> tuple[list[Generation], float]:
+    """The requests in calls of ``size`` (the runner's prefix cache reset first):
+    the generations and the seconds the pass took."""
+    _reset_cache(runner)
+    start = time.perf_counter()
+    out: list[Generation] = []
+    for begin in range(0, len(requests), size):
+        chunk = requests[begin : begin + size]
+        out.extend(runner.generate(chunk, params))
+        bar.update(len(chunk))
+    return out, time.perf_counter() - start
+
+
+def _passes(runner: Any, requests: Sequence[GenerationRequest], params: DecodingParams,
+            sizes: Sequence[int],
+            progress: bool) -> tuple[list[Generation], float, list[tuple[list[Generation], float]]]:
+    """The batch-1 pass first, then one pass per size in ``sizes``."""
     from guardrepro.progress import progress_bar
 
-    bar = progress_bar(2 * len(requests), "check-invariance", "row", enabled=progress)
+    bar = progress_bar((1 + len(sizes)) * len(requests), "check-invariance", "row",
+                       enabled=progress)
     try:
-        _reset_cache(runner)
-        start = time.perf_counter()
-        alone: list[Generation] = []
-        for request in requests:
-            alone.extend(runner.generate([request], params))
-            bar.update(1)
-        seconds_alone = time.perf_counter() - start
-        _reset_cache(runner)
-        start = time.perf_counter()
-        batched: list[Generation] = []
-        for begin in range(0, len(requests), size):
-            chunk = requests[begin : begin + size]
-            batched.extend(runner.generate(chunk, params))
-            bar.update(len(chunk))
-        seconds_batched = time.perf_counter() - start
+        alone, seconds_alone = _pass(runner, requests, params, 1, bar)
+        batched = [_pass(runner, requests, params, size, bar) for size in sizes]
     finally:
         bar.close()
-    return alone, batched, seconds_alone, seconds_batched
+    return alone, seconds_alone, batched
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"16,44,64"`` -> [16, 44, 64] (each >= 1; ``InputError`` naming
+    ``batch_size`` otherwise; duplicates dropped, order kept)."""
+    sizes: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise InputError(f"batch sizes must be integers >= 1, got {part!r} in {text!r}",
+                             field="batch_size")
+        if int(part) not in sizes:
+            sizes.append(int(part))
+    return sizes
+
+
+def concurrency_note(backend: str, options: dict[str, Any], size: int) -> str | None:
+    """A note when the profile computes fewer than ``size`` requests together
+    (vLLM's ``max_num_seqs``, the lean decoder's ``decode_slots``)."""
+    from guardrepro.run.runners.registry import backend_of
+
+    declared = backend_of(backend).doctor.concurrency
+    if not isinstance(declared, tuple):
+        return None
+    table = backend_of(backend).options
+    values = {name: table.value({**options, "batch_size": size}, name) for name in declared}
+    limits = {n: int(v) for n, v in values.items() if v is not None and int(v) < size}
+    if not limits:
+        return None
+    named = ", ".join(f"{n} = {v}" for n, v in sorted(limits.items()))
+    return (f"batch size {size}: at most {min(limits.values())} requests are computed "
+            f"together ({named})")
 
 
 def check_invariance(
@@ -172,17 +205,39 @@ def check_invariance(
 ) -> InvarianceReport:
     """Run ``sample`` rows at batch 1 and at the batch size (the profile's, or
     ``batch_size`` when given) with one runner and compare the tokens."""
+    sizes = None if batch_size is None else [batch_size]
+    return check_invariance_sizes(profile_path, cohort_path, sample, seed=seed,
+                                  batch_sizes=sizes, home=home, progress=progress)[0]
+
+
+def check_invariance_sizes(
+    profile_path: str | Path,
+    cohort_path: str | Path,
+    sample: int,
+    *,
+    seed: int = 0,
+    batch_sizes: Sequence[int] | None = None,
+    home: str | Path | None = None,
+    progress: bool = True,
+) -> list[InvarianceReport]:
+    """One report per batch size in ``batch_sizes`` (default: the profile's), each
+    comparing that size's pass with one batch-1 pass, all with one runner
+    (loaded with the largest size as its ``batch_size``)."""
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.profile import RunProfile
     from guardrepro.run.resolve import resolve_profile
     from guardrepro.run.runners.registry import chunk_size, create_runner
 
     profile = RunProfile.load(profile_path)
-    if batch_size is not None:
-        if batch_size < 1:
-            raise InputError(f"batch size must be >= 1, got {batch_size}", field="batch_size")
-        profile = profile.with_backend_options(batch_size=batch_size)
-    size = chunk_size(profile.backend, profile.backend_options)
+    if batch_sizes:
+        if min(batch_sizes) < 1:
+            raise InputError(f"batch sizes must be >= 1, got {list(batch_sizes)}",
+                             field="batch_size")
+        profile = profile.with_backend_options(batch_size=max(batch_sizes))
+    sizes = list(batch_sizes) if batch_sizes else [
+        chunk_size(profile.backend, profile.backend_options)]
+    if chunk_size(profile.backend, profile.backend_options) < max(sizes):
+        sizes = [1 for _ in sizes]  # a backend without batching: one request per call
     cohort_path = Path(cohort_path).resolve()
     cohort_rows, cohort_sha256 = read_cohort_hashed(cohort_path)  # one read: rows and hash
     rows = select_sample(cohort_rows, sample, seed)
@@ -199,9 +254,6 @@ def check_invariance(
         )
         for p in prepared
     ]
-    notes = []
-    if size == 1:
-        notes.append("the batch size is 1: both passes run one request per call")
     runner = create_runner(
         profile.backend,
         resolved.checkpoint_dir,
@@ -212,25 +264,21 @@ def check_invariance(
     )
     try:
         description = dict(runner.describe())
-        alone, batched, seconds_alone, seconds_batched = _two_passes(
-            runner, requests, params, size, progress)
+        alone, seconds_alone, passes = _passes(runner, requests, params, sizes, progress)
     finally:
         runner.close()
-    return InvarianceReport(
-        profile=str(profile.path),
-        backend=profile.backend,
-        cohort=str(cohort_path),
-        cohort_sha256=cohort_sha256,
-        sample=sample,
-        seed=seed,
-        batch_size=size,
-        decoding=params.to_dict(),
-        runner=description,
-        rows=compare_passes(alone, batched),
-        seconds_batch1=seconds_alone,
-        seconds_batched=seconds_batched,
-        notes=notes,
-    )
+    reports = []
+    for size, (batched, seconds_batched) in zip(sizes, passes, strict=True):
+        notes = ["the batch size is 1: both passes run one request per call"] if size == 1 \
+            else []
+        limit = concurrency_note(profile.backend, dict(profile.backend_options), size)
+        notes.extend([limit] if limit else [])
+        reports.append(InvarianceReport(
+            profile=str(profile.path), backend=profile.backend, cohort=str(cohort_path),
+            cohort_sha256=cohort_sha256, sample=sample, seed=seed, batch_size=size,
+            decoding=params.to_dict(), runner=description, rows=compare_passes(alone, batched),
+            seconds_batch1=seconds_alone, seconds_batched=seconds_batched, notes=notes))
+    return reports
 
 
 def format_table(report: InvarianceReport) -> str:

@@ -15,10 +15,11 @@ Invariants:
   place; an interrupted run keeps them, and rerunning the same command
   resumes every shard where it stopped.
 - Every worker gets the same profile, so the same provenance: for the hf
-  backend, threads ``"auto"`` (or unset) becomes ``max(1, physical cores //
-  N)`` for each worker, fixed before the workers start (threads are part of
-  the provenance). A run directory that already holds a run (a finished or
-  partly resumed merge) is resumed in one process with that same profile.
+  backend, threads ``"auto"`` (or unset) becomes ``auto_threads(N)`` =
+  ``max(1, (physical cores - 1) // N)`` for each worker, fixed before the
+  workers start (threads are part of the provenance). A run directory that
+  already holds a run (a finished or partly resumed merge) is resumed in one
+  process with that same profile.
 - The parent resolves the profile once (``run.resolve.resolve_handoff``: each
   lock read and verified once, the tree hash computed once; no tokenizer
   loaded) and hands every worker the result as a ``run.resolve.Handoff``
@@ -105,14 +106,27 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+def auto_threads(workers: int, cores: int | None = None) -> int:
+    """Torch threads for each of ``workers`` processes under ``threads = "auto"``:
+    ``(physical cores - 1) // workers``, at least 1. One core is left to the rest
+    of the machine: a process whose threads need every core stalls at each
+    parallel region whenever any other job takes one of them (measured on the
+    shared 2-core machine: one process with 2 threads ran 8-15x slower than
+    with 1 at load 10-15, and at most ~1.3x faster when idle; docs/THROUGHPUT.md).
+    The count is fixed before the run starts (it is part of the provenance),
+    so it cannot follow the load; more cores are used through more workers."""
+    available = physical_cores() if cores is None else cores
+    return max(1, (available - 1) // max(1, workers))
+
+
 def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
     """The profile each worker runs: threads (a backend that declares the option
-    ``threads``: hf) fixed to a share of the cores."""
+    ``threads``: hf) fixed by ``auto_threads``."""
     if "threads" not in option_table(profile.backend).names:
         return profile
     threads = profile.backend_options.get("threads")
     if threads is None or threads == "auto":
-        return profile.with_backend_options(threads=max(1, physical_cores() // workers))
+        return profile.with_backend_options(threads=auto_threads(workers))
     return profile
 
 

@@ -53,7 +53,8 @@ Invariants and choices:
 Options (``[backend_options]``; types, choices, defaults and help declared in
 ``runners.backends.HF``): ``dtype`` (float32 | bfloat16 | float16), ``device``
 (cpu | cuda | cuda:N | mps), ``batch_size``, ``threads`` (torch CPU threads:
-an integer, or ``"auto"`` = the physical cores this process may use; absent:
+an integer, or ``"auto"`` = ``workers.auto_threads``: the physical cores this
+process may use less one, shared among the workers, at least 1; absent:
 torch's), ``attn_implementation`` (sdpa | eager), ``decode_loop`` (generate |
 lean), ``decode_slots`` (lean: rows decoded at once, continuous batching).
 """
@@ -92,12 +93,12 @@ def _option_error(key: str, message: str) -> InputError:
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options checked against ``HF.options`` and filled; threads ``"auto"``
-    becomes the physical cores this process may use."""
+    becomes ``workers.auto_threads(1)`` (one process)."""
     out = HF.options.check(options)
     if out["threads"] == "auto":
-        from guardrepro.run.workers import physical_cores
+        from guardrepro.run.workers import auto_threads
 
-        out["threads"] = physical_cores()
+        out["threads"] = auto_threads(1)
     return out
 
 

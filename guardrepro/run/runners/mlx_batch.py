@@ -44,6 +44,7 @@ its first batch against batch 1 and falls back when they differ (see
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,6 +81,24 @@ def copy_prefix(cache: Sequence[Any], length: int) -> list[Any]:
         fresh.offset = length
         out.append(fresh)
     return out
+
+
+MASK_BUG_MLX_LM = (0, 31, 3)  # mlx-lm issue #1906, on mlx 0.32.2 / mlx-lm 0.31.3
+
+
+def version_reason(mlx_lm_version: str | None) -> str | None:
+    """Why this mlx-lm cannot batch, or None: mlx-lm issue #1906 reports that
+    batch generation ignores the padding mask on mlx 0.32.2 / mlx-lm 0.31.3 (the
+    versions the paper pins). Batched decoding here relies
+    on mlx-lm's left-padded ``BatchKVCache`` and its mask, so mlx-lm 0.31.3 and
+    earlier (not known to be fixed) run at batch 1."""
+    if mlx_lm_version is None:
+        return None
+    parts = tuple(int(p) for p in re.findall(r"[0-9]+", mlx_lm_version)[:3])
+    if parts and parts <= MASK_BUG_MLX_LM:
+        return (f"mlx-lm {mlx_lm_version}: batch generation ignores the padding mask on "
+                "mlx-lm <= 0.31.3 (mlx-lm issue #1906)")
+    return None
 
 
 def unsupported_reason(model: Any) -> str | None:

@@ -38,7 +38,8 @@ Invariants:
   first batch, ``"verified on N rows"``, or ``"fell back to batch 1: ..."``);
   ``describe()`` (hashed into provenance, so fixed per configuration) states
   the rule, or the load-time fallback of a model whose caches cannot be
-  merged.
+  merged or of an mlx-lm whose batch generation ignores the padding mask
+  (mlx-lm <= 0.31.3, mlx-lm issue #1906: ``mlx_batch.version_reason``).
 - ``prefix_reuse`` (default on; greedy only): a prompt that shares at least
   ``MIN_PREFIX`` leading tokens with a recent prompt (the last
   ``PREFIX_STORE`` prompts at batch 1, the earlier prompts of its batch when
@@ -145,7 +146,8 @@ class MLXRunner:
         self._batch_rule = ("batch 1" if self.batch_size == 1 else
                             "greedy batches; first batch checked against batch 1")
         if self.batch_size > 1:
-            reason = mlx_batch.unsupported_reason(self.model)
+            reason = (mlx_batch.version_reason(package_version("mlx-lm"))
+                      or mlx_batch.unsupported_reason(self.model))
             if reason is not None:
                 self._fall_back(reason)
                 self._batch_rule = self.batching
