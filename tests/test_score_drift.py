@@ -65,3 +65,23 @@ def test_compare_without_p_unsafe_writes_no_drift(tmp_path: Path) -> None:
     data = compare_runs(a, b).to_dict()
     assert "score_drift" not in data["summary"]
     assert "p_unsafe_a" not in data["rows"][0] and "base_sample_id" not in data["rows"][0]
+
+
+def test_attribute_separates_moved_but_held_from_flipped(tmp_path: Path) -> None:
+    from guardrepro.checks.parity.attribute import attribute, format_table
+    from guardrepro.checks.parity.loaders import load_reference, load_run_input
+
+    ref_specs = [(f"b{i}", "original", "banking", 1.0, 1.0) for i in range(4)]
+    run_specs = [*ref_specs[:3], ("b3", "original", "banking", 1.0, 0.0)]
+    ref, run = write_run(tmp_path / "ref", ref_specs), write_run(tmp_path / "run", run_specs)
+    _scored(ref, [0.9, 0.8, 0.7, 0.6])
+    _scored(run, [0.9, 0.6, 0.7, 0.4])  # b1 moved and held, b3 flipped, b0/b2 unmoved
+    reference, key_field, info = load_reference(ref)
+    att = attribute(reference, key_field=key_field, reference_info=info,
+                    bf16=load_run_input(run, key_field), replicates=50)
+    drift = att.runs[0].score_drift
+    assert drift is not None
+    assert (drift.moved_but_held, drift.flipped, drift.crossings) == (1, 1, 1)
+    assert drift.max.point == pytest.approx(0.2)
+    assert "moved but held" in format_table(att)
+    assert att.to_dict()["runs"][0]["score_drift"]["flipped"] == 1

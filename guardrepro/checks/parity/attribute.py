@@ -63,13 +63,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, ratio_interval
+from guardrepro.checks.core.bootstrap import (
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    QUICK_REPLICATES,
+    ratio_interval,
+)
 from guardrepro.checks.core.figure import CI, RATE_BOUNDS, Figure
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.serde import as_json_value, from_json_value, opt
 from guardrepro.checks.io.runio import ORIGINAL
 from guardrepro.checks.parity.compare import quantiles
 from guardrepro.checks.parity.gate_types import disagreement_reason, strict_agrees
+from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
 from guardrepro.errors import InputError
 from guardrepro.schema import Record, strict_decision
 
@@ -95,6 +101,7 @@ class RefValue:
     token_ids: tuple[int, ...] | None = None
     input_sha256: str | None = None
     output_text: str | None = None
+    p_unsafe: float | None = None  # a records reference row's P(unsafe), when valid
 
     def same_tokens(self, local: Record) -> bool:
         """True when ``local`` generated exactly this row's tokens (and text) from
@@ -208,6 +215,8 @@ class RunAttribution:
     rows: list[RowCause]
     counts: dict[str, dict[str, Figure]] = opt(shape=RATE_BOUNDS, default_factory=dict)
     margins: dict[str, dict[str, Any]] = opt(default_factory=dict)
+    # p_unsafe drift against the reference: moved but held vs flipped (None: no p_unsafe)
+    score_drift: ScoreDrift | None = None
 
     def denominator(self, level: str) -> int:
         return self.compared if level == "strict" else self.jointly_valid
@@ -226,6 +235,9 @@ class Attribution:
         """The attribution JSON object (``checks.core.serde``; figures in the
         ``rate_bounds`` shape)."""
         out: dict[str, Any] = json.loads(json.dumps(as_json_value(self)))
+        for run in out["runs"]:
+            if run.get("score_drift", ...) is None:
+                del run["score_drift"]
         return out
 
     @classmethod
@@ -318,7 +330,22 @@ def attribute_run(run: RunInput, *, quantized: bool, reference: Mapping[str, Ref
     return RunAttribution(
         label=run.label, role="quantized" if quantized else "unquantized", backend=run.backend,
         compared=len(in_den["strict"]), jointly_valid=len(in_den["exact"]), missing=missing,
-        rows=rows, counts=counts, margins=margins)
+        rows=rows, counts=counts, margins=margins,
+        score_drift=_drift(reference, run, in_den["strict"], replicates, seed))
+
+
+def _drift(reference: Mapping[str, RefValue], run: RunInput, keys: Sequence[str],
+           replicates: int, seed: int) -> ScoreDrift | None:
+    """|delta p_unsafe| of the run against the reference on ``keys``: rows that
+    moved but held their strict decision apart from rows that flipped."""
+    local = [run.records[k] for k in keys]
+    return score_drift(
+        list(keys), [reference[k].p_unsafe for k in keys],
+        [r.p_unsafe if r.valid else None for r in local],
+        [reference[k].base_sample_id for k in keys],
+        [strict_decision(reference[k].score) for k in keys],
+        [r.strict_decision for r in local], replicates=min(replicates, QUICK_REPLICATES),
+        seed=seed)
 
 
 def attribute(reference: Mapping[str, RefValue], *, key_field: str,
@@ -354,7 +381,8 @@ def reference_from_records(records: Sequence[Record], key_field: str) -> dict[st
     """A records reference keyed like the runs (``row_id`` or ``base_sample_id``)."""
     keyed = RunInput.from_records("reference", records, key_field)
     return {k: RefValue(k, r.score, r.base_sample_id, r.domain,
-                        tuple(r.output_token_ids), r.input_sha256, r.output_text)
+                        tuple(r.output_token_ids), r.input_sha256, r.output_text,
+                        r.p_unsafe if r.valid else None)
             for k, r in keyed.records.items()}
 
 
@@ -398,6 +426,9 @@ def format_table(att: Attribution) -> str:
                 total = run.counts[level]["disagreements"].count
                 lines.append(f"  sampling alone explains {hits} of {total} {level} "
                              f"disagreement{'' if total == 1 else 's'}")
+        if run.score_drift is not None:
+            lines.append(f"  {drift_line(run.score_drift)} (moved but held: the decision "
+                         "stayed; flipped: it changed)")
         for r in run.rows:
             why = f" ({r.reason})" if r.reason and r.reason != "strict" else ""
             lines.append(f"  {r.key}  {r.level:<6} {r.cause + why:<13} ref {r.reference} "
