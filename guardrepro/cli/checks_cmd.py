@@ -122,17 +122,19 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     in) a predictions file PRED.jsonl, so two files' stats never share a name."""
     from guardrepro.checks.audits.association import format_rung
     from guardrepro.checks.audits.ladder import interpretation
-    from guardrepro.checks.io.predictions import load_rows
-    from guardrepro.checks.io.runio import RunData, write_json_atomic
+    from guardrepro.checks.io.predictions import expected_rows
+    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.checks.io.stream import RunRowsRead, stream_run_rows
     from guardrepro.checks.stats.cache import keyed
     from guardrepro.checks.stats.compute import compute_stats, format_table
 
-    run = load_rows(path, cohort)
+    # a run directory is read a line at a time for its rows (memory: the rows, not the records)
+    run = stream_run_rows(path, cohort) if path.is_dir() else expected_rows(path, cohort)
     rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
                            progress=progress, expected_source=run.expected_source).with_extra(
         run_dir=str(path), interpretation=rung.to_dict())
-    if isinstance(run, RunData):  # the key that lets report / gr.stats reuse this stats.json
+    if isinstance(run, RunRowsRead):  # the key that lets report / gr.stats reuse stats.json
         result = keyed(result, run)
     data = result.to_dict()
     written = write_json_atomic(stats_file(path, out), data)

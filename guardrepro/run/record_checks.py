@@ -162,6 +162,23 @@ def _consistent(
         )
 
 
+def once_per_guard(parsers: ParserLookup | None) -> ParserLookup | None:
+    """``parsers`` looked up once per guard name (for one read of a file: the
+    lookup finds the guard's spec on disk, which cost more than the record's own
+    checks on a 1M-row file)."""
+    if parsers is None:
+        return None
+    lookup = parsers
+    found: dict[str, Callable[[str], ParseResult] | None] = {}
+
+    def cached(name: str) -> Callable[[str], ParseResult] | None:
+        if name not in found:
+            found[name] = lookup(name)
+        return found[name]
+
+    return cached
+
+
 def check_record(record: Record, *, file: str | None, row: int | None,
                  parsers: ParserLookup | None = None) -> None:
     """Raise InputError / IntegrityError (file, row, field named) on a bad record;

@@ -49,7 +49,7 @@ from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
 from guardrepro.run.manifest_checks import check_manifest_types
-from guardrepro.run.record_checks import ParserLookup, check_record
+from guardrepro.run.record_checks import ParserLookup, check_record, once_per_guard
 from guardrepro.run.record_sync import RecordSync, SyncPolicy
 from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
 from guardrepro.spec import check_keys, type_problem
@@ -256,6 +256,7 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
                    ) -> list[Record]:
     records: list[Record] = []
     seen: dict[str, int] = {}
+    parsers = once_per_guard(parsers)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

@@ -7,4 +7,6 @@ Modules:
 - ``predictions``: predictions JSONL files, the input when there is no run directory.
 - ``runio``: reading a run directory (records, manifest, expected rows) and writing JSON
   atomically.
+- ``stream``: a run directory read a line at a time for its rows only (``stats`` at any
+  size).
 """

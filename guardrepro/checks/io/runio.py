@@ -136,20 +136,26 @@ class CohortFile:
     sha256: str
 
 
+def manifest_cohort_candidates(run_dir: str | Path, manifest: RunManifest) -> list[Path]:
+    """Where the cohort file the manifest names may be, in the order looked up: as
+    given (absolute or relative to the working directory), then relative to the
+    run directory and each of its parents."""
+    raw = manifest.cohort.get("path")
+    if not isinstance(raw, str) or not raw:
+        return []
+    p = Path(raw)
+    return [p] if p.is_absolute() else [
+        p, *(base / p for base in (Path(run_dir).resolve(), *Path(run_dir).resolve().parents))
+    ]
+
+
 def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
                           ) -> tuple[Path, bytes, str] | None:
     """(path, bytes, sha256) of the cohort file the manifest names, looked up as
     given (absolute or relative to the working directory), then relative to the
     run directory and each of its parents; None when it is not on disk. A file
     found there whose sha256 differs from the manifest's is an ``IntegrityError``."""
-    raw = manifest.cohort.get("path")
-    if not isinstance(raw, str) or not raw:
-        return None
-    p = Path(raw)
-    candidates = [p] if p.is_absolute() else [
-        p, *(base / p for base in (Path(run_dir).resolve(), *Path(run_dir).resolve().parents))
-    ]
-    for cand in candidates:
+    for cand in manifest_cohort_candidates(run_dir, manifest):
         if cand.is_file():
             data, digest = read_hashed(cand)
             if digest != manifest.cohort.get("sha256"):
@@ -169,7 +175,9 @@ class RunRows:
     records: int
 
 
-def _from_record(rec: Record) -> RowResult:
+def _from_record(rec: Record | RowResult) -> RowResult:
+    if isinstance(rec, RowResult):
+        return rec
     return RowResult(
         row_id=rec.row_id,
         base_sample_id=rec.base_sample_id,
@@ -184,7 +192,7 @@ def _from_record(rec: Record) -> RowResult:
 
 
 def rows_from_records(
-    records: Iterable[Record], cohort_path: str | Path | None = None,
+    records: Iterable[Record] | Iterable[RowResult], cohort_path: str | Path | None = None,
     shard: str | None = None, records_file: str | Path | None = None,
     cohort_rows: Sequence[CohortRow] | None = None,
 ) -> RunRows:
@@ -193,7 +201,7 @@ def rows_from_records(
     that shard are expected. ``records_file`` (where ``records`` were read,
     in order) is named with the row index in consistency errors.
     ``cohort_rows``: the rows of ``cohort_path`` when the caller has read it."""
-    recs = list(records)
+    recs = [_from_record(r) for r in records]
     by_id = {r.row_id: r for r in recs}
     ctx = _Where(records_file, {id(r): i for i, r in enumerate(recs)})
     if cohort_path is not None:
@@ -226,7 +234,7 @@ def rows_from_records(
     if not recs:
         raise InputError("run has no records and no cohort to say which rows were expected")
     variants = sorted({r.variant for r in recs})
-    bases: dict[str, Record] = {}
+    bases: dict[str, RowResult] = {}
     for r in recs:
         bases.setdefault(r.base_sample_id, r)
     seen = {(r.base_sample_id, r.variant): r for r in recs}
@@ -254,8 +262,8 @@ class _Where:
     cohort: tuple[str, dict[str, int]] | None = None
 
     def check(
-        self, rec: Record, base: str, variant: str, domain: str, gold_label: float,
-        first: Record | None = None,
+        self, rec: Record | RowResult, base: str, variant: str, domain: str,
+        gold_label: float, first: Record | RowResult | None = None,
     ) -> None:
         for name, got, want in (
             ("base_sample_id", rec.base_sample_id, base),
@@ -313,8 +321,22 @@ def _run_cohort(run_dir: Path, manifest: RunManifest, cohort_path: str | Path | 
     return CohortFile(path, tuple(read_cohort(path, data)), digest)
 
 
+class ExpectedRows:
+    """``rows`` and ``expected_source`` of a run read with its expected rows."""
+
+    expected: RunRows
+
+    @property
+    def rows(self) -> list[RowResult]:
+        return self.expected.rows
+
+    @property
+    def expected_source(self) -> str:
+        return self.expected.expected_source
+
+
 @dataclass(frozen=True)
-class RunData:
+class RunData(ExpectedRows):
     """A run directory read once for a verb: every check, report and the pandas
     API take this value instead of reading the run's files again.
 
@@ -332,14 +354,6 @@ class RunData:
     cohort: CohortFile | None
     expected: RunRows
     manifest_sha256: str
-
-    @property
-    def rows(self) -> list[RowResult]:
-        return self.expected.rows
-
-    @property
-    def expected_source(self) -> str:
-        return self.expected.expected_source
 
     @property
     def cohort_path(self) -> Path | None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from guardrepro.checks.core.figure import SHAPES
 from guardrepro.checks.io.runio import RunData
+from guardrepro.checks.io.stream import RunRowsRead
 from guardrepro.checks.stats.definitions import STATISTICS, VIEWS
 from guardrepro.checks.stats.types import COUNTED, SCHEMA, StatsResult
 from guardrepro.limits import read_json_file
@@ -66,7 +67,7 @@ def fingerprint() -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def input_hashes(run: RunData) -> dict[str, str | None]:
+def input_hashes(run: RunData | RunRowsRead) -> dict[str, str | None]:
     """sha256 of the run's records, manifest and cohort file (None: no cohort
     file, the records' grid), as ``load_run_data`` hashed them while reading."""
     return {"records_sha256": run.records_sha256,
@@ -74,7 +75,7 @@ def input_hashes(run: RunData) -> dict[str, str | None]:
             "cohort_sha256": None if run.cohort is None else run.cohort.sha256}
 
 
-def cache_key(run: RunData, *, replicates: int | None, seed: int | None,
+def cache_key(run: RunData | RunRowsRead, *, replicates: int | None, seed: int | None,
               confidence: float | None) -> dict[str, Any]:
     """The key of the statistics of ``run`` with these settings."""
     return {"schema": SCHEMA, "fingerprint": fingerprint(), **input_hashes(run),
@@ -98,7 +99,7 @@ def cached(path: Path, key: Mapping[str, Any]) -> StatsResult | None:
     return StatsResult.from_dict(data)
 
 
-def keyed(result: StatsResult, run: RunData) -> StatsResult:
+def keyed(result: StatsResult, run: RunData | RunRowsRead) -> StatsResult:
     """``result`` carrying the ``cache_key`` of its own settings over ``run``
     (what every writer of a run's stats.json stores, so readers can reuse it)."""
     s = result.settings
