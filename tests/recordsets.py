@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def make_record(
         gold_label=float(gold),
         input_sha256="3" * 64,
         prompt_tokens=10,
-        provenance_sha256="4" * 64,
+        provenance_sha256=Provenance.from_dict(PROVENANCE).sha256,
         provenance=Provenance.from_dict(PROVENANCE),
         status=status,
         score=value,
@@ -154,7 +154,7 @@ def write_run(
         run_id=run_id,
         created_at="2025-01-01T00:00:00Z",
         provenance=Provenance.from_dict(PROVENANCE),
-        provenance_sha256="4" * 64,
+        provenance_sha256=Provenance.from_dict(PROVENANCE).sha256,  # re-hashed on read
         cohort={"path": str(cohort_path), "sha256": digest, "rows": len(specs)},
         profile={"path": "runners/hf-cpu.toml", "sha256": "5" * 64},
         shard=shard,
@@ -190,3 +190,25 @@ def grid(
         for variant, column in scores.items():
             out.append((base, variant, domain, gold, column[i]))
     return out
+
+
+def rewrite_manifest(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to the manifest at ``path`` as a run with those values
+    would have written it: its provenance hash and field digests made anew
+    (a manifest edited without them is refused on read)."""
+    from guardrepro.run.manifest_checks import DIGESTS_KEY, field_digests
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    data["provenance_sha256"] = Provenance.from_dict(data["provenance"]).sha256
+    data.pop(DIGESTS_KEY, None)
+    data[DIGESTS_KEY] = field_digests(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    records = path.parent / "records.jsonl"
+    if records.is_file():  # the run's records carry its provenance too
+        lines = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
+        for line in lines:
+            line["provenance"] = data["provenance"]
+            line["provenance_sha256"] = data["provenance_sha256"]
+        records.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines),
+                           encoding="utf-8")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
-from recordsets import grid, write_run
+from recordsets import grid, rewrite_manifest, write_run
 
 from guardrepro.cli import COMMANDS, cli, main
 
@@ -162,9 +162,7 @@ def test_progress_draws_real_bars_and_no_progress_silences_them(
     none with --no-progress."""
     run, ref = str(runs["run"]), str(runs["ref"])
     manifest = runs["ref"] / "manifest.json"  # another guard's run of the same cohort
-    data = json.loads(manifest.read_text())
-    data["provenance"]["guard"] = "other-guard"
-    manifest.write_text(json.dumps(data), encoding="utf-8")
+    rewrite_manifest(manifest, lambda data: data["provenance"].update(guard="other-guard"))
     quiet = call(capsys, "report", run, "--recompute", "--replicates", "20", "--guard-run", ref,
                  "--no-progress")
     assert quiet[0] == 0 and quiet[2] == ""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from extras import needs_matplotlib
-from recordsets import PROVENANCE, write_run
+from recordsets import PROVENANCE, rewrite_manifest, write_run
 
 from guardrepro.checks.core.bootstrap import Interval
 from guardrepro.checks.core.figure import Figure
@@ -202,9 +202,8 @@ def test_artifact_size_of_a_run_with_another_lock(tmp_path: Path) -> None:
     profile.write_text('name = "p"\nbackend = "hf"\n[guard]\nname = "toy-guard"\n'
                        'template_lock = "guard.toml"\ntemplate_file = "template.txt"\n'
                        '[checkpoint]\nlock = "absent.lock.toml"\n')
-    manifest = json.loads((run / "manifest.json").read_text())
-    manifest["profile"]["path"] = str(profile)
-    (run / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(run / "manifest.json",
+                     lambda manifest: manifest["profile"].update(path=str(profile)))
     with pytest.raises(InputError, match=r"artifact\.json") as err:
         load_config(run)
     assert "absent.lock.toml" in str(err.value)

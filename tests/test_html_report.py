@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recordsets import cohort_line, make_record, write_run
+from recordsets import cohort_line, make_record, rewrite_manifest, write_run
 
 from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.checks.parity.attribute import Attribution, RowCause, RunAttribution
@@ -81,10 +81,8 @@ def _write_records(run_dir: Path, records: list[dict[str, Any]]) -> None:
 def _made_of(run_dir: Path, cohort: Path) -> None:
     """Point the run's manifest at ``cohort`` (the run was made of it)."""
     path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["cohort"].update(path=str(cohort),
-                              sha256=hashlib.sha256(cohort.read_bytes()).hexdigest())
-    path.write_text(json.dumps(manifest), encoding="utf-8")
+    rewrite_manifest(path, lambda manifest: manifest["cohort"].update(
+        path=str(cohort), sha256=hashlib.sha256(cohort.read_bytes()).hexdigest()))
 
 
 @pytest.fixture()

@@ -238,12 +238,13 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path: Pat
 
 
 def manifest(**changes: Any) -> RunManifest:
+    provenance = Provenance.from_dict(
+        {**PROVENANCE, "backend_config": {"dtype": "float32", "batch_size": 1}})
     data: dict[str, Any] = {
         "run_id": "run1",
         "created_at": "2026-01-01T00:00:00Z",
-        "provenance": Provenance.from_dict(
-            {**PROVENANCE, "backend_config": {"dtype": "float32", "batch_size": 1}}),
-        "provenance_sha256": "p" * 64,
+        "provenance": provenance,
+        "provenance_sha256": provenance.sha256,
         "cohort": {"path": "/c.jsonl", "sha256": "c" * 64, "rows": 4},
         "profile": {"path": "/p.toml", "sha256": "f" * 64},
         "shard": None,

@@ -1,19 +1,44 @@
 """A run manifest checks itself on every read.
 
 Input: the JSON object of a ``manifest.json``.
-Output: ``check_manifest_types`` (every scalar typed), called by every reader
+Output: ``check_manifest_types`` (every scalar typed), ``field_digests``
+(written into the manifest as ``field_sha256``: each leaf field's dotted name,
+``provenance.guard`` or ``run_id``, mapped to the first 16 hex digits of the
+sha256 of its canonical JSON) and ``check_manifest``; every reader calls both
 through ``RunManifest.from_dict``.
 
-Invariants: an edited manifest with a row count of ``"12x"`` or ``-1`` is an
-``InputError`` naming the file and field, never a ValueError later.
+Invariants:
+
+- The provenance is re-hashed on every read and must equal
+  ``provenance_sha256``, for manifests of every age.
+- A manifest holding ``field_sha256`` (every manifest written since it was
+  introduced) must match it leaf by leaf, none missing and none added: an edit
+  is an ``InputError`` naming the manifest and the field that changed. These
+  digests catch edits, not forgery: whoever rewrites a value and its digest
+  alike is caught only by the records' own ``provenance_sha256``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from guardrepro.errors import InputError
+from guardrepro.schema import canonical_json
+
+DIGESTS_KEY = "field_sha256"
+
+
+def _leaves(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key in sorted(data, key=str):
+        if not prefix and key == DIGESTS_KEY:
+            continue
+        value = data[key]
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def check_manifest_types(data: Mapping[str, Any], file: str | None) -> None:
@@ -41,3 +66,37 @@ def check_manifest_types(data: Mapping[str, Any], file: str | None) -> None:
     for field_name, value, ok, what in checks:
         if not ok:
             raise InputError(f"expected {what}, got {value!r}", file=file, field=field_name)
+
+
+def field_digests(data: Mapping[str, Any]) -> dict[str, str]:
+    """Dotted leaf name -> 16 hex digits of the sha256 of its canonical JSON."""
+    return {name: hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+            for name, value in _leaves(data)}
+
+
+def check_manifest(data: Mapping[str, Any], provenance_sha256: str, *, file: str | None
+                   ) -> None:
+    """Refuse an edited manifest, naming the field (see the module docstring);
+    ``provenance_sha256``: the sha256 its provenance re-hashes to."""
+    recorded = data.get(DIGESTS_KEY)
+    if recorded is not None:
+        if not isinstance(recorded, Mapping) or not all(
+                isinstance(v, str) for v in recorded.values()):
+            raise InputError("expected an object of digests", file=file, field=DIGESTS_KEY)
+        actual = field_digests(data)
+        changed = sorted(name for name in set(actual) | set(recorded)
+                         if actual.get(name) != recorded.get(name))
+        if changed:
+            state = ("added" if changed[0] not in recorded else
+                     "removed" if changed[0] not in actual else "changed")
+            also = f" (also changed: {', '.join(changed[1:4])})" if changed[1:] else ""
+            raise InputError(
+                f"{state} after the run wrote this manifest: it no longer matches its "
+                f"digest in {DIGESTS_KEY}{also}; the manifest cannot be trusted",
+                file=file, field=changed[0])
+    if provenance_sha256 != data["provenance_sha256"]:
+        raise InputError(
+            f"changed after the run wrote this manifest: it hashes to "
+            f"{provenance_sha256[:12]}..., not to provenance_sha256 "
+            f"{str(data['provenance_sha256'])[:12]}...; the manifest cannot be trusted",
+            file=file, field="provenance")

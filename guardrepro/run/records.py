@@ -48,7 +48,12 @@ from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir, read_hashe
 from guardrepro.errors import InputError, OutputError, ProvenanceError
 from guardrepro.limits import at_line, load_json
 from guardrepro.run.leftovers import missing_dirs
-from guardrepro.run.manifest_checks import check_manifest_types
+from guardrepro.run.manifest_checks import (
+    DIGESTS_KEY,
+    check_manifest,
+    check_manifest_types,
+    field_digests,
+)
 from guardrepro.run.record_checks import ParserLookup, check_record, once_per_guard
 from guardrepro.run.record_sync import RecordSync, SyncPolicy
 from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
@@ -102,7 +107,8 @@ class RunManifest:
         if not isinstance(data, Mapping):
             raise InputError("manifest must be a JSON object", file=file)
         names = [f.name for f in fields(cls)]
-        check_keys(data, names, file=file, required=[n for n in names if n != "guard_spec"])
+        check_keys(data, [*names, DIGESTS_KEY], file=file,
+                   required=[n for n in names if n != "guard_spec"])
         if data.get("guard_spec") is not None and not isinstance(data["guard_spec"], Mapping):
             raise InputError(type_problem(data["guard_spec"], dict), file=file,
                              field="guard_spec")
@@ -114,6 +120,7 @@ class RunManifest:
         values: dict[str, Any] = {name: data.get(name) for name in names}
         values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
                                                     where="provenance")
+        check_manifest(data, values["provenance"].sha256, file=file)  # re-hashed: no edit
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,7 +201,9 @@ def write_manifest(run_dir: str | Path, manifest: RunManifest, *, trusted: Path 
                    ) -> Path:
     """Write the manifest atomically (no symlink below ``trusted`` followed)."""
     path = Path(run_dir) / MANIFEST_FILE
-    text = json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n"
+    data = manifest.to_dict()
+    data[DIGESTS_KEY] = field_digests(data)  # every later read checks them
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"), trusted=trusted)
     return path
 
