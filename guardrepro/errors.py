@@ -124,3 +124,16 @@ class CheckFailed(GuardreproError):
     run compared with published figures)."""
 
     exit_code = 3
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received (``guardrepro.cli.interrupts``): it unwinds
+    exactly as Ctrl-C's KeyboardInterrupt does (workers stopped, locks
+    released), and the CLI exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = int(signum)
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)

@@ -255,6 +255,11 @@ def run_log(path: Path, *, trusted: Path | None = None) -> Iterator[Path]:
     root.addHandler(handler)
     try:
         yield path
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
+        logging.getLogger("guardrepro.run").info(
+            "interrupted by %s: the records written so far are kept; rerunning the same "
+            "command resumes", getattr(exc, "name", "SIGINT"))
+        raise
     finally:
         root.removeHandler(handler)
         root.setLevel(before)

@@ -119,10 +119,11 @@ def test_ray_records_equal_two_local_workers_toy_guard(
     assert [r.row_id for r in read_records(got)] == [r.row_id for r in read_cohort(toy["cohort"])]
     assert _fields(got) == _fields(want)
     manifest = read_manifest(got)
-    assert manifest is not None and manifest.provenance.backend_config["threads"] == 1
-    assert manifest.shard is None
+    assert manifest is not None and manifest.shard is None
+    assert "threads" not in manifest.provenance.backend_config  # changes no token
     # run.log: the driver's start and summary, and each unit's line logged in an actor
     log = (got / "run.log").read_text(encoding="utf-8")
+    assert re.search(r"\[pid \d+\]: hf runner \(pid \d+\): 1 torch thread\(s\)", log), log
     assert f"[pid {os.getpid()}]: run {got}: profile toy-hf" in log
     assert "ray engine, 2 worker(s), 2 unit(s)" in log
     assert f"{TOY_ROWS} row(s) generated, 0 already recorded, 0 remaining" in log

@@ -100,7 +100,8 @@ def test_a_limit_runs_one_process_and_bad_counts_are_refused(setup: dict[str, Pa
     # the first three cohort rows, in one process with the workers' thread count
     assert [r.row_id for r in records] == [r.row_id for r in read_cohort(setup["cohort"])[:3]]
     threads = worker_profile(profile, 2).backend_options["threads"]
-    assert {r.provenance.backend_config["threads"] for r in records} == {threads}
+    assert all("threads" not in r.provenance.backend_config for r in records)
+    assert f"{threads} torch thread(s)" in (tmp_path / "x" / "run.log").read_text()
     rest = run_with_workers(profile, setup["cohort"], tmp_path / "x", workers=2, progress=False)
     assert rest.already_done == 3
     with pytest.raises(InputError, match="workers"):
@@ -144,3 +145,30 @@ def test_auto_threads_leave_a_core_to_the_machine(cores: int, workers: int,
 
     assert auto_threads(workers, cores) == threads
     assert workers * auto_threads(workers, cores) <= max(cores - 1, workers)
+
+
+def test_another_worker_count_reuses_an_interrupted_runs_records(setup: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """``--workers 1`` with 2 threads after an interrupted ``--workers 2`` with 1
+    thread each (its shard runs left as the workers leave them) reuses every
+    record they finished; the original command then still works."""
+    two = tmp_path / "two-threads.toml"
+    two.write_text(setup["fast"].read_text(encoding="utf-8").replace(
+        "threads = 1", "threads = 2"), encoding="utf-8")
+    profile = RunProfile.load(two)
+    first = RunProfile.load(setup["fast"])  # threads = 1
+    shards = tmp_path / ".run.workers"
+    for k in (1, 2):  # two rows each, then the run was stopped
+        run_cohort(worker_profile(first, 2), setup["cohort"], shards / f"{k}-of-2" / "run",
+                   shard=f"{k}/2", limit=2, progress=False)
+    finished = {r.row_id: r for d in shards.glob("*/run") for r in read_records(d)}
+    assert len(finished) == 4
+    out = tmp_path / "run"
+    summary = run_with_workers(profile, setup["cohort"], out, workers=1, progress=False)
+    assert summary.already_done == 4 and summary.generated == 3 and summary.remaining == 0
+    assert _content(out) == _content(setup["reference"])
+    kept = {r.row_id: r for r in read_records(out) if r.row_id in finished}
+    assert kept == finished  # the very records, not generated again
+    assert not shards.exists()
+    again = run_with_workers(first, setup["cohort"], out, workers=2, progress=False)
+    assert again.generated == 0 and again.already_done == 7

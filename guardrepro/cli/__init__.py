@@ -43,6 +43,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -155,14 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: run one verb and return its exit code.
 
     Success and failure end the same way, by returning an int (0 ok, 2 unusable
-    input or integrity failure, 3 a failed check, 4 a transient failure, 130
-    interrupted); nothing here calls ``sys.exit``. The console script and
-    ``python -m guardrepro`` pass the code to ``SystemExit``."""
+    input or integrity failure, 3 a failed check, 4 a transient failure, 128 +
+    the signal when interrupted: 130 SIGINT, 143 SIGTERM, 129 SIGHUP); nothing
+    here calls ``sys.exit``. The console script and ``python -m guardrepro``
+    pass the code to ``SystemExit``."""
+    from guardrepro.cli.interrupts import terminations_interrupt
+
     try:
-        value = cli.main(args=argv, prog_name="guardrepro", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        return 130
+        with terminations_interrupt():
+            value = cli.main(args=argv, prog_name="guardrepro", standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        return _aborted(exc, argv)
     except click.exceptions.ClickException as exc:
         exc.show()
         return 2 if exc.exit_code == 1 else exc.exit_code
@@ -178,13 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except KeyboardInterrupt as exc:  # raised outside click's own handling
+        return _aborted(exc, argv)
     except Exception as exc:
-        if not _interrupted(exc):
-            raise
         # Ctrl-C inside a library that wraps it (transformers' lazy imports turn a
         # KeyboardInterrupt during an import into an import or runtime error)
-        click.echo("Aborted.", err=True)
-        return 130
+        return _aborted(exc, argv)
     # --help and --version end in click's Exit, which it returns as the code
     return value if isinstance(value, int) else 0
 
@@ -213,21 +216,24 @@ def console() -> NoReturn:
     """The console script: ``main()`` on ``sys.argv``, then ``exit_with`` its code."""
     try:
         code = main()
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt as exc:  # before main() took over (errors.Interrupted: 128 + signal)
+        code = 128 + getattr(exc, "signum", int(signal.SIGINT))
     exit_with(code)
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is anywhere in ``exc``'s cause or context chain."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+def _aborted(exc: BaseException, argv: list[str] | None) -> int:
+    """Print what an interruption means and return 128 + its signal; an
+    exception that no interruption caused is raised again."""
+    from guardrepro.cli.interrupts import interruption, message
+
+    signum = interruption(exc)
+    if signum is None:
+        if isinstance(exc, click.exceptions.Abort):  # click's own abort (a prompt's EOF)
+            signum = int(signal.SIGINT)
+        else:
+            raise exc
+    click.echo(message(signum, list(sys.argv[1:] if argv is None else argv)), err=True)
+    return 128 + signum
 
 
 def _os_error_text(exc: OSError, argv: list[str] | None = None) -> str:

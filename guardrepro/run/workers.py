@@ -47,7 +47,10 @@ Invariants:
   draws one bar over the whole cohort (a line now and then when stderr is not
   a terminal: ``guardrepro.progress``). Ctrl-C reaches the parent only (the
   workers start with SIGINT blocked); the parent terminates every worker and
-  re-raises, so ``run`` exits 130 within ``STOP_TIMEOUT_S``.
+  re-raises, so ``run`` exits 130 within ``STOP_TIMEOUT_S``. SIGTERM and SIGHUP
+  to the parent do the same (``cli.interrupts``: exit 143, 129); in a worker
+  they end it at once. On Linux a worker also dies with its parent, even one
+  killed with SIGKILL (``die_with_parent``: ``PR_SET_PDEATHSIG``).
 - A worker logs through the same queue (``logs.to_queue``): the parent hands
   each record to its own handlers, so a worker's lines (its start and summary,
   transformers' records, captured print lines) reach the parent's stderr at
@@ -77,6 +80,7 @@ from guardrepro import errors, logs
 from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
+from guardrepro.run.adopt import adopt_shards
 from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
@@ -132,15 +136,15 @@ def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
 
 @contextlib.contextmanager
 def _sigint_deferred() -> Iterator[None]:
-    """SIGINT held back while the runner's libraries import: a KeyboardInterrupt
-    raised inside an import can be swallowed by the library and leave a half
-    initialised module, which forked workers would inherit (they then fail to
-    import the model class). A Ctrl-C meanwhile is delivered as soon as the
-    block ends, as a KeyboardInterrupt in this process."""
+    """SIGINT (and SIGTERM, SIGHUP) held back while the runner's libraries import:
+    a KeyboardInterrupt raised inside an import can be swallowed by the library
+    and leave a half initialised module, which forked workers would inherit
+    (they then fail to import the model class). A signal meanwhile is delivered
+    as soon as the block ends, as a KeyboardInterrupt in this process."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
     try:
         yield
     finally:
@@ -171,14 +175,38 @@ def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
 _BARRIER: Any = None  # set in each worker process by _init
 _PROGRESS: Any = None  # the parent's progress queue, set by _init
 BARRIER_TIMEOUT_S = 3600.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+STOPPING = (signal.SIGTERM, signal.SIGHUP)
 BROKEN = "another worker failed before generating"
 STOP_TIMEOUT_S = 5.0
 
 
-def _init(barrier: Any, progress: Any, level: int) -> None:
+def _init(barrier: Any, progress: Any, level: int, parent: int) -> None:
     global _BARRIER, _PROGRESS
     _BARRIER, _PROGRESS = barrier, progress
+    # SIGTERM and SIGHUP end a worker at once (its records are whole lines, its
+    # lock goes with it); SIGINT stays blocked (the parent handles Ctrl-C)
+    for number in STOPPING:
+        signal.signal(number, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPPING))
+    die_with_parent(parent)
     logs.to_queue(progress, level)  # log records travel with the row counts
+
+
+def die_with_parent(parent: int) -> None:
+    """Linux: this process gets SIGKILL when its parent dies, even by ``kill -9``
+    (``PR_SET_PDEATHSIG``), so no worker outlives its run; one whose parent is
+    already gone exits now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # died before the line above took effect
+        os._exit(1)
 
 
 def _report(rows: int) -> None:
@@ -248,9 +276,11 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
     bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
     pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
                                initializer=_init, initargs=(context.Barrier(len(shards)), queue,
-                                         logging.getLogger().getEffectiveLevel()))
+                                         logging.getLogger().getEffectiveLevel(), os.getpid()))
     try:
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # held back while the workers start: a worker inherits the mask (SIGINT stays
+        # blocked there), and this process handles a pending one once they exist
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
         try:
             futures = [pool.submit(_work, handoff, cohort, d, s, out.parent)
                        for d, s in zip(dirs, shards, strict=True)]
@@ -314,6 +344,8 @@ def run_with_workers(
     start = ("run %s: profile %s, cohort %s, %d worker(s)%s", out, profile.name, cohort,
              workers, "" if limit is None else f", first {limit} rows")
     shared = worker_profile(profile, workers)
+    # an interrupted run with another worker count: its records merged into out
+    adopt_shards(out, workers, cohort, one_process=workers == 1 or limit is not None)
     one_process = (profile if workers == 1 else shared) if (
         workers == 1 or limit is not None or (out / MANIFEST_FILE).is_file()) else None
     if one_process is not None:

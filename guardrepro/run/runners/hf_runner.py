@@ -61,6 +61,8 @@ lean), ``decode_slots`` (lean: rows decoded at once, continuous batching).
 
 from __future__ import annotations
 
+import logging
+import os
 import resource
 import sys
 import time
@@ -79,6 +81,8 @@ from guardrepro.run.runners.base import Generation, GenerationRequest, shared_ti
 from guardrepro.run.runners.lean import LeanDecoder, unsupported_reason
 from guardrepro.run.runners.weights import require_safetensors
 from guardrepro.schema import DecodingParams
+
+log = logging.getLogger(__name__)
 
 DTYPES: Mapping[str, torch.dtype] = {
     "float32": torch.float32,
@@ -168,6 +172,8 @@ class HFRunner:
         self._threads_before = torch.get_num_threads()
         if self.options["threads"] is not None:
             torch.set_num_threads(self.options["threads"])
+        # threads change no token (docs/PROTOCOL.md): logged, not part of the provenance
+        log.info("hf runner (pid %d): %d torch thread(s)", os.getpid(), torch.get_num_threads())
         self.device = torch.device(self.options["device"])
         self.dtype = DTYPES[self.options["dtype"]]
         # transformers' own loading bar would interleave with the run's bar
@@ -232,7 +238,6 @@ class HFRunner:
             "dtype": self.options["dtype"],
             "device": self.options["device"],
             "batch_size": self.options["batch_size"],
-            "threads": torch.get_num_threads(),
             "attn_implementation": self.options["attn_implementation"],
         }
         if self.options["decode_loop"] != "generate":  # absent key: older provenance unchanged
