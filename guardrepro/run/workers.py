@@ -151,6 +151,33 @@ def _sigint_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP noted while the block runs and acted on when it
+    ends, as this process's handlers would have. A mask is not enough here: once
+    the pool's own thread runs, a signal reaches the process through it, and
+    Python runs the handler in the main thread whatever its mask; raised in the
+    middle of starting a spawned worker, it left that worker without its start-up
+    data (a traceback on stderr)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {n: signal.signal(n, lambda signum, frame: caught.append(signum))
+                for n in (signal.SIGINT, *STOPPING)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:
+        handler = previous[signal.Signals(caught[0])]
+        if callable(handler):
+            handler(caught[0], None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), caught[0])
+
+
 def start_method(backend: str, checkpoint_dir: Path | None = None) -> str:
     """``fork`` after importing the runner's module in this process (a backend
     whose descriptor is ``fork_safe``, hf, on Linux), and with
@@ -278,12 +305,12 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
                                initializer=_init, initargs=(context.Barrier(len(shards)), queue,
                                          logging.getLogger().getEffectiveLevel(), os.getpid()))
     try:
-        # held back while the workers start: a worker inherits the mask (SIGINT stays
-        # blocked there), and this process handles a pending one once they exist
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
+        # a worker inherits the mask (SIGINT stays blocked there)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            futures = [pool.submit(_work, handoff, cohort, d, s, out.parent)
-                       for d, s in zip(dirs, shards, strict=True)]
+            with _signals_held():  # no worker is left half started
+                futures = [pool.submit(_work, handoff, cohort, d, s, out.parent)
+                           for d, s in zip(dirs, shards, strict=True)]
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         while wait(futures, timeout=0.2).not_done:
