@@ -149,6 +149,8 @@ def prepare_rows(
         try:
             text = guard.render(row.sample)
             messages = guard.messages(row.sample)
+            fields = {f"sample.{k}": v for k, v in row.sample.items() if isinstance(v, str)}
+            tokenizer.check_chars(messages, fields, max_new_tokens)  # fail fast: no tokens
             ids = tuple(tokenizer.encode_messages(messages))
             tokenizer.check_length(len(ids), max_new_tokens)
         except (PromptError, KeyError, ValueError) as exc:

@@ -126,6 +126,40 @@ def _id_list(value: Any, *, file: Path) -> list[int] | None:
     return list(values)
 
 
+# How many characters of the input one character after each normalizer may
+# stand for. NFC and NFKC compose a character from at most 4 code points
+# (the longest canonical decomposition, e.g. U+1F85); decompositions,
+# lowercasing and prepending only lengthen the text. A normalizer missing here
+# (StripAccents, a SentencePiece charsmap, ...) can shrink it without bound:
+# no check by length, the prompt is tokenized and measured as before.
+_SHRINK = {"NFC": 4, "NFKC": 4, "NFD": 1, "NFKD": 1, "Lowercase": 1, "Prepend": 1}
+
+
+def normalizer_shrink(normalizer: Any) -> int | None:
+    """The most input characters one normalized character can come from, for a
+    ``tokenizer.json`` ``normalizer`` (None: no normalizer); None when unknown."""
+    if normalizer is None:
+        return 1
+    if not isinstance(normalizer, Mapping):
+        return None
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        factor = 1
+        for part in normalizer.get("normalizers") or []:
+            shrink = normalizer_shrink(part)
+            if shrink is None:
+                return None
+            factor *= shrink
+        return factor
+    if kind == "Replace":
+        pattern, content = normalizer.get("pattern"), normalizer.get("content")
+        literal = pattern.get("String") if isinstance(pattern, Mapping) else None
+        if not isinstance(literal, str) or not isinstance(content, str) or not content:
+            return None
+        return max(1, -(-len(literal) // len(content)))
+    return _SHRINK.get(str(kind))
+
+
 class PromptTokenizer:
     """The checkpoint's tokenizer and chat template, loaded from local files."""
 
@@ -178,6 +212,9 @@ class PromptTokenizer:
         if not isinstance(max_context, int) or isinstance(max_context, bool) or max_context < 1:
             raise PromptError(f"{self.checkpoint_dir}: config.json lacks max_position_embeddings")
         self.max_context: int = max_context
+        self._max_token_chars: int | None = None
+        raw = _read_json(self.checkpoint_dir / "tokenizer.json") or {}
+        self._normalizer: Any = raw.get("normalizer")
 
     def token_name(self, token_id: int | None) -> str | None:
         """The token string of ``token_id`` (None for None or an unknown id)."""
@@ -337,6 +374,37 @@ class PromptTokenizer:
             clean_up_tokenization_spaces=False,
         )
         return str(text)
+
+    def max_token_chars(self) -> int:
+        """The most characters one token can stand for: the longest entry of the
+        vocabulary, added tokens included (byte-level BPE spells each byte as one
+        character, so this is also the most bytes a token covers)."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(len(token) for token in self._tok.get_vocab())
+        return self._max_token_chars
+
+    def check_chars(self, messages: Sequence[Mapping[str, str]], fields: Mapping[str, str],
+                    max_new_tokens: int) -> None:
+        """Refuse, before tokenizing, ``messages`` too long for the context by their
+        length alone: C characters need at least C / (L x S) tokens, L =
+        ``max_token_chars`` and S = ``normalizer_shrink`` (docs/FAULTS.md,
+        "Over-long rows"). ``fields``: the row's text fields, the longest named."""
+        shrink = normalizer_shrink(self._normalizer)
+        if shrink is None:
+            return
+        budget = max(self.max_context - max_new_tokens, 0)
+        per_token = self.max_token_chars() * shrink
+        chars = sum(len(m["content"]) for m in messages)
+        if chars <= budget * per_token:
+            return
+        name = max(fields, key=lambda key: len(fields[key]), default="the prompt")
+        size = len(fields[name]) if name in fields else chars
+        raise PromptError(
+            f"field {name!r} holds {size:,} characters (the prompt {chars:,}): at least"
+            f" {-(-chars // per_token):,} tokens, over the {budget:,} that the context of"
+            f" {self.max_context:,} leaves beside {max_new_tokens} new tokens (one token of"
+            f" this tokenizer stands for at most {per_token} characters); refused before"
+            " tokenizing")
 
     def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
         """Refuse a prompt that cannot fit its full generation budget."""

@@ -266,6 +266,7 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
     records: list[Record] = []
     seen: dict[str, int] = {}
     parsers = once_per_guard(parsers)
+    shared: Provenance | None = None
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -280,6 +281,9 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
                 field="row_id",
             )
         seen[record.row_id] = index
+        if record.provenance == shared:  # one object for a run's equal provenances
+            object.__setattr__(record, "provenance", shared)  # (a frozen field, same value)
+        shared = record.provenance
         records.append(record)
     return records
 

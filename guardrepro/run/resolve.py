@@ -77,6 +77,10 @@ class NoModelTokenizer:
     def check_length(self, n_prompt: int, max_new_tokens: int) -> None:
         return None
 
+    def check_chars(self, messages: Sequence[Mapping[str, str]], fields: Mapping[str, str],
+                    max_new_tokens: int) -> None:
+        return None
+
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         return ""
 
