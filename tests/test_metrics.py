@@ -26,7 +26,7 @@ def test_confusion_and_metrics_by_hand() -> None:
     c = confusion(GOLD, SCORES)
     assert (c.tp, c.fp, c.tn, c.fn) == (3, 2, 2, 1)
     assert (c.rows, c.valid) == (8, 7)
-    d = c.to_dict()
+    d = c.summary().to_dict()
     assert d["coverage"] == {"numerator": 7, "denominator": 8, "value": 7 / 8}
     m = d["metrics"]
     assert (m["accuracy"]["numerator"], m["accuracy"]["denominator"]) == (5, 8)

@@ -124,11 +124,6 @@ class Confusion:
             cells=Cells(plain(self.tp), plain(self.fp), plain(self.tn), plain(self.fn)),
             rows=self.rows, coverage=self.coverage, metrics=StrictMetrics(**m))
 
-    def to_dict(self) -> dict[str, Any]:
-        """Cells, coverage and every metric, each with numerator and denominator."""
-        out: dict[str, Any] = self.summary().to_dict()
-        return out
-
 
 POSITIVE = "unsafe (score != 0); invalid rows count as unsafe decisions"
 METRICS = ("accuracy", "precision", "recall", "specificity", "f1", "balanced_accuracy", "mcc")
@@ -162,7 +157,7 @@ class StrictMetrics(JsonValue):
 @dataclass(frozen=True)
 class ConfusionSummary(JsonValue):
     """A strict confusion as reported: cells, rows, coverage and metrics
-    (``to_dict()`` is ``Confusion.to_dict()``)."""
+    (``Confusion.summary()``; ``to_dict()`` is the JSON of every verb that reports one)."""
 
     cells: Cells = opt(key="confusion")
     rows: int = opt()
