@@ -161,3 +161,17 @@ def test_notebooks_run_on_the_demo(notebook: Path, demo: tuple[Path, str], tmp_p
     else:
         assert (tmp_path / "score_confusion.png").is_file()
         check_confusion(run_dir, frames)
+
+
+def test_the_docs_show_the_demos_own_output(demo: tuple[Path, str]) -> None:
+    """docs/CLI.md's demo output is this demo's: every line that does not depend
+    on the bootstrap replicates (this fixture runs 500), the clock or the output
+    directory is printed as the docs show it, the eighth step's table included."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "CLI.md").read_text(encoding="utf-8")
+    block = docs.split("### demo", 1)[1].split("```", 2)[1].splitlines()
+    _, stdout = demo
+    printed = set(stdout.splitlines())
+    steady = [line for line in block if line.strip() and "[" not in line
+              and not line.startswith(("timings", "demo directory", "report:", "html report"))]
+    assert any(line.startswith("ToolSafe table") for line in steady)
+    assert [line for line in steady if line not in printed] == []
