@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,43 @@ def test_atomic_writer_replaces_a_final_link_and_refuses_one_on_the_way(tmp_path
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("planted", ["runs", "runs/rule-nuisance", "rules"])
+def test_a_sweep_folder_planted_as_a_link_is_refused(planted, tmp_path):
+    """A sweep's rule configuration (the part of ``sweep`` that runs without MLX):
+    a link at ``runs/``, at its run folder or at ``rules/`` is refused."""
+    from test_sweep import REPO, RULES, _spec
+
+    from guardrepro.experiments import sweep
+    from guardrepro.experiments.spec import load_sweep
+
+    outside = _outside(tmp_path)
+    before = _snapshot(outside)
+    recipe = f'[[recipe]]\nrecipe = "{REPO / "quantize/q8-g64.toml"}"\n'  # not run here
+    spec = load_sweep(_spec(tmp_path, recipes=recipe + RULES, limit=4))
+    out, home = tmp_path / "out", tmp_path / "home"
+    cohort = sweep._cohort(spec, out, home)
+    _plant(out / planted, outside, "dir")
+    result = sweep.SweepResult(out=out, device="test")
+    with pytest.raises(OutputError, match=f"{out / planted}: it is a symbolic link"):
+        sweep._rule_config(spec.rules[0], spec, out, cohort, home, result, progress=False)
+    assert _snapshot(outside) == before
+
+
+def test_the_local_rays_folder_planted_as_a_link_is_refused(tmp_path, capsys, finished_run):
+    """``<run>/.ray`` (used when its path leaves room for Ray's sockets: a short one)."""
+    pytest.importorskip("ray")
+    outside = _outside(tmp_path)
+    before = _snapshot(outside)
+    short = Path(tempfile.mkdtemp(prefix="gr-", dir="/tmp"))
+    try:
+        run = short / "run"
+        _plant(run / ".ray", outside, "dir")
+        code, _, err = cli(capsys, "run", "--profile", str(RULE), "--cohort",
+                           str(finished_run[1]), "--out", str(run), "--engine", "ray",
+                           "--no-progress")
+        assert code == 2 and f"{run / '.ray'}: it is a symbolic link" in err, err
+    finally:
+        shutil.rmtree(short)
+    assert _snapshot(outside) == before
