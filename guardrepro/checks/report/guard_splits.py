@@ -39,6 +39,7 @@ from guardrepro.bench.released import RELEASED_FILES
 from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.io.keys import MISSING_MARK, key_note
 from guardrepro.checks.io.runio import RunData
 from guardrepro.checks.parity.toolsafe_table import (
     PublishedTables,
@@ -55,6 +56,8 @@ from guardrepro.progress import progress_iter
 SPLITS = ("agentharm", "asb", "agentdojo")  # the paper's column order
 SPLIT_NAMES = {"agentharm": "AgentHarm-Traj", "asb": "ASB-Traj", "agentdojo": "AgentDojo-Traj"}
 SHORT = {"accuracy": "ACC", "f1": "F1", "recall": "Recall"}
+SPLIT_PARTS = ("benchmark", "data_sha256", "view", "guard", "guard_spec", "checkpoint",
+               "backend", "dtype", "decoding")
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ def _cell(doc: GuardSplitTable, label: str, split: str, mode: str,
 
 
 def _pct(value: float | None, d: int) -> str:
-    return "-" if value is None else f"{100 * value:.{d}f}"
+    return MISSING_MARK if value is None else f"{100 * value:.{d}f}"
 
 
 def format_markdown(doc: GuardSplitTable) -> str:
@@ -216,15 +219,19 @@ def format_markdown(doc: GuardSplitTable) -> str:
                 vals = []
                 for s in splits:
                     c = _cell(doc, label, s, mode, view)
-                    vals += ["n/a" if c is None else _pct(c.value(f), d) for f in FIGURES]
+                    vals += [MISSING_MARK if c is None else _pct(c.value(f), d) for f in FIGURES]
                 lines.append(f"| {label} | {view} | " + " | ".join(vals) + " |")
             for name in sorted({p.guard for p in doc.paper if p.label == label}):
                 vals = []
                 for s in splits:
                     p = next((x for x in doc.paper if x.guard == name
                               and x.benchmark == s and x.mode == mode), None)
-                    vals += ["-" if p is None else f"{p.figures[f]:.{d}f}" for f in FIGURES]
+                    vals += [MISSING_MARK if p is None else f"{p.figures[f]:.{d}f}"
+                             for f in FIGURES]
                 lines.append(f"| paper: {name} | | " + " | ".join(vals) + " |")
+        keys = [c.row.key for c in doc.cells if c.row.mode == mode and c.row.key is not None]
+        if keys:  # the splits, guards and views are what the table sets side by side
+            lines += ["", key_note(keys, compared=SPLIT_PARTS)]
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
