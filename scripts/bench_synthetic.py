@@ -12,7 +12,9 @@ at batch 1 and batched: MLX's CPU kernels are slow; default 8);
 ``--batch`` (default 16: MLX's batch, and the lean decoder's slots);
 ``--workers`` (default 2: the lean decoder runs as ``runners/toy-hf.toml``
 does, in that many forked processes of one thread over the run's shards,
-continuous batching); ``--vllm-options`` (a run profile whose
+continuous batching); ``--concurrency 16,44,64`` (with ``hf-generate``: the
+lean decoder again at each concurrency, every row's tokens compared with the
+naive loop's: ``check-invariance`` on this cohort); ``--vllm-options`` (a run profile whose
 ``[backend_options]`` vLLM gets, e.g. ``runners/vllm-bf16.toml``);
 ``--json OUT``.
 
@@ -73,6 +75,16 @@ def available(name: str, vllm_py: Path | None) -> bool:
     return True
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {text!r}") from exc
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1: {text!r}")
+    return sizes
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="tiny")
@@ -84,6 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=_sizes, default=[])
     parser.add_argument("--vllm-python", type=Path)
     parser.add_argument("--vllm-options", type=Path)
     parser.add_argument("--json", type=Path)
@@ -193,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         return plan(args, shape, rows)
     reports: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
     failure: str | None = None
     naive_s = None
     reference: dict[str, list[int]] | None = None
@@ -210,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             print("[bench] hf-lean ...", file=sys.stderr, flush=True)
             lean = run_hf.lean_workers(model, load_s, rows, shape, args.batch, args.workers)
             reports.append(lean.report(reference, "hf-generate" if reference else None))
+        if args.concurrency and reference is not None:
+            print("[bench] concurrency ...", file=sys.stderr, flush=True)
+            checks = run_hf.concurrency_check(model, rows, shape, args.concurrency, reference)
         del model
     if "mlx" in args.backends:
         from scripts.synthetic import run_mlx
@@ -233,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                 batch1 = result.extra.pop("batch1")
                 reports.append(result.report(batch1, "vllm batch 1"))
     print(format_table(reports, naive_s, len(rows)))
+    for check in checks:
+        print(f"concurrency {check['concurrency']} ({check['decoded_together']} rows decoded "
+              f"together, lean decoder): {check['identical']}/{check['of']} rows identical "
+              f"to generate at batch 1 ({check['seconds']:.1f} s)")
     print("gen_s = prefill + decode (several workers: first start to last done); wall_s = "
           "load + generation (workers: load + fork to exit); vs naive = hf-generate's / "
           "the backend's, both in this run")
@@ -240,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         document = {"shape": {"name": shape.name, "parameters": shape.parameters(),
                               "config": shape.config}, "profile": profile,
                     "cpus": os.cpu_count(), "backends": reports,
-                    "naive_generation_s": naive_s, "failure": failure}
+                    "naive_generation_s": naive_s, "failure": failure,
+                    "concurrency": checks}
         atomic_write_bytes(args.json, (json.dumps(document, indent=2) + "\n").encode())
     if failure is not None:
         print(failure, file=sys.stderr)

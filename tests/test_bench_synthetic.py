@@ -105,6 +105,22 @@ def test_forced_lengths_and_batch_identity_short_prompts() -> None:
     _check(rows, 4)
 
 
+def test_the_toy_profiles_two_workers_and_each_concurrency_keep_generate_tokens() -> None:
+    """The benchmark's hf-lean (2 forked workers of one thread over the run's shards,
+    2 slots each: continuous batching) and --concurrency 1,3 give generate's tokens
+    on every row; the report's wall is load + the workers' fork to exit."""
+    rows = _rows([3, 17, 1, 9], 760)
+    model, load_s = run_hf.load(SHAPE, 1)
+    naive = run_hf.naive(model, load_s, rows, SHAPE)
+    lean = run_hf.lean_workers(model, load_s, rows, SHAPE, 2, 2)
+    assert lean.identical(naive.tokens) == (4, 4) and lean.forced_ok() == 4
+    report = lean.report(naive.tokens, "hf-generate")
+    assert report["wall_s"] >= report["load_s"] and report["workers"] == 2
+    checks = run_hf.concurrency_check(model, rows, SHAPE, [1, 3], naive.tokens)
+    assert [(c["concurrency"], c["decoded_together"], c["identical"], c["of"])
+            for c in checks] == [(1, 1, 4, 4), (3, 3, 4, 4)]
+
+
 @pytest.mark.slow
 def test_forced_lengths_and_batch_identity_at_13k_prompts() -> None:
     """The published maximum: the lean decoder stays token-identical to

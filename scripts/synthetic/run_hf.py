@@ -182,3 +182,21 @@ def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, s
                   sum(got[4] for got in results), max(got[5] for got in results),
                   "largest worker peak RSS", shape.eos_ids[0],
                   {"wall_s": round(load_s + wall, 3), "workers": workers, "slots": slots})
+
+
+def concurrency_check(model: Any, rows: Sequence[Row], shape: Shape, sizes: Sequence[int],
+                      reference: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """``check-invariance`` at each concurrency in ``sizes`` on the synthetic cohort:
+    the lean decoder in this process with ``size`` slots over every row (sorted,
+    one call, continuous batching), each row's tokens compared with the naive
+    loop's (``reference``). One object per size: rows identical, rows compared,
+    the most rows decoded together, seconds."""
+    out = []
+    for size in sizes:
+        started = time.perf_counter()
+        tokens, _, _, _ = _lean_rows(model, rows, shape, size, None, size)
+        same = sum(1 for r in rows if tokens[r.row_id] == list(reference[r.row_id]))
+        out.append({"concurrency": size, "decoded_together": min(size, len(rows)),
+                    "identical": same, "of": len(rows),
+                    "seconds": round(time.perf_counter() - started, 3)})
+    return out
