@@ -45,6 +45,10 @@ Invariants:
   imports, and a configuration run after another inherits its imports, so
   it measures generation and model load only, not what a user waits for.
 - MLX configurations quantize ``locks/toy-guard.toml`` first (untimed).
+- ``--label-cost`` measures instead what recording P(unsafe) costs
+  (``scripts/label_cost.py``): generation of the same rows with and without
+  the decision labels' logits, interleaved, as a ratio to the generation
+  without (``--mlx-artifact DIR`` adds MLX on 4 rows).
 """
 
 from __future__ import annotations
@@ -155,7 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--configs", type=_config_list, default=list(DEFAULT_CONFIGS))
     parser.add_argument("--in-process", action="store_true")
-    for option in ("--json", "--home", "--work"):
+    parser.add_argument("--label-cost", action="store_true")
+    for option in ("--json", "--home", "--work", "--mlx-artifact"):
         parser.add_argument(option, type=Path)
     args = parser.parse_args(argv)
     if args.rows < 1:
@@ -382,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         home = (args.home or Path(tmp) / "home").resolve()
         work = (args.work or Path(tmp) / "work").resolve()
         work.mkdir(parents=True, exist_ok=True)
+        if args.label_cost:
+            return _label_cost(args, home, work)
         results = summarise(rounds(args, home, work))
     how = ("in this one process (run_with_workers; start-up not measured: imports done "
            "beforehand)" if args.in_process else "each a fresh `guardrepro run` process")
@@ -390,6 +397,17 @@ def main(argv: list[str] | None = None) -> int:
           "the median (and worst) of the per-round paired ratios naive / configuration; "
           "load = 1-minute load average before the runs (median)")
     print(format_table(results))
+    if args.json is not None:
+        atomic_write_bytes(args.json, (json.dumps(results, indent=2) + "\n").encode("utf-8"))
+    return 0
+
+
+def _label_cost(args: argparse.Namespace, home: Path, work: Path) -> int:
+    from scripts.label_cost import format_cost, label_cost
+
+    cohort = first_rows(toy_cohort(home, work), args.rows, work / f"cohort-{args.rows}.jsonl")
+    results = label_cost(cohort, args.rows, args.repeats, mlx_artifact=args.mlx_artifact)
+    print(format_cost(results))
     if args.json is not None:
         atomic_write_bytes(args.json, (json.dumps(results, indent=2) + "\n").encode("utf-8"))
     return 0
