@@ -56,6 +56,9 @@ def check_manifest_types(data: Mapping[str, Any], file: str | None) -> None:
          "a string or null"),
         ("git_commit", data["git_commit"],
          data["git_commit"] is None or isinstance(data["git_commit"], str), "a string or null"),
+        ("guard_spec", data.get("guard_spec"),
+         data.get("guard_spec") is None or isinstance(data["guard_spec"], Mapping),
+         "an object or null"),
     ]
     for key in ("run_id", "created_at", "provenance_sha256", "guardrepro_version"):
         checks.append((key, data[key], isinstance(data[key], str), "a string"))

@@ -109,9 +109,6 @@ class RunManifest:
         names = [f.name for f in fields(cls)]
         check_keys(data, [*names, DIGESTS_KEY], file=file,
                    required=[n for n in names if n != "guard_spec"])
-        if data.get("guard_spec") is not None and not isinstance(data["guard_spec"], Mapping):
-            raise InputError(type_problem(data["guard_spec"], dict), file=file,
-                             field="guard_spec")
         for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
             if not isinstance(data[key], Mapping):
                 raise InputError(type_problem(data[key], dict), file=file, field=key)
