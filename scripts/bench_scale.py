@@ -47,9 +47,12 @@ BASE_ROWS = 10_000
 
 
 def _proc(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # SIGINT at its default: a shell's background job inherits it ignored, and a
+    # Python started so never raises KeyboardInterrupt
     return subprocess.Popen([sys.executable, "-m", "guardrepro", *args], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait(proc: subprocess.Popen[bytes], start: float, ok: tuple[int, ...] = (0,)
@@ -61,7 +64,7 @@ def _wait(proc: subprocess.Popen[bytes], start: float, ok: tuple[int, ...] = (0,
     proc.returncode = code
     if code not in ok:
         err = proc.stderr.read().decode() if proc.stderr is not None else ""
-        raise SystemExit(f"{proc.args} exited {code}:\n{err[-3000:]}")
+        raise SystemExit(f"{proc.args!r} exited {code}:\n{err[-3000:]}")
     return seconds, usage.ru_maxrss / 1024
 
 
@@ -142,12 +145,14 @@ def main(argv: list[str] | None = None) -> None:
     for label, env in (("batched fsync (a)", {}),
                        ("fsync per record", {"GUARDREPRO_RECORDS_SYNC_ROWS": "1"}),
                        ("batched fsync (b)", {})):
-        out = base / label.replace(" ", "-").strip("()")
+        out = base / label.replace(" ", "-").replace("(", "").replace(")", "")
         seconds, peak = step(["run", *common, "--out", str(out), "--limit", n], env)
         results[f"run --limit {n}, {label}"] = (seconds, peak, args.baseline_rows)
     run = base / "run"
     records = run / "records.jsonl"
     seconds, peak, kept = interrupted(["run", *common, "--out", str(run)], records, after)
+    if kept >= args.rows:
+        raise SystemExit("the run finished before the interrupt: SIGINT was not delivered")
     results["run, SIGINT after the target"] = (seconds, peak, kept)
     seconds, peak = step(["run", *common, "--out", str(run)])
     results["run again (resume to the end)"] = (seconds, peak, _count(records) - kept)
