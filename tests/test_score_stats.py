@@ -150,3 +150,19 @@ def test_curves_against_scikit_learn() -> None:
     curves = Scored.of(s, y).curves()
     fpr, tpr, _ = metrics.roc_curve(y, s, drop_intermediate=False)
     assert curves["fpr"] == pytest.approx(list(fpr)) and curves["tpr"] == pytest.approx(list(tpr))
+
+
+def test_guard_table_adds_auroc_and_auprc_per_guard(tmp_path: Path) -> None:
+    from guardrepro.checks.report.guard_table import format_guard_table, guard_table
+
+    run, _ = _scored_run(tmp_path)
+    plain = write_run(tmp_path / "plain", [("b00", "original", "banking", 1.0, 1.0)])
+    table = guard_table([run], replicates=100, seed=2)
+    column = next(iter(table.guards.values()))
+    assert column.scores is not None and column.scores.at_threshold.threshold == 0.5
+    data = _views(run)["fail_closed"]
+    assert column.scores.auroc.point == pytest.approx(
+        metrics.roc_auc_score(data["y"], data["s"]), abs=1e-12)
+    assert "| AUROC (p_unsafe, fail-closed) |" in format_guard_table(table)
+    bare = next(iter(guard_table([plain], replicates=20).guards.values()))
+    assert bare.scores is None

@@ -54,6 +54,7 @@ from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_da
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.definitions import VIEWS, stratified
 from guardrepro.checks.stats.pairs import make_pairs
+from guardrepro.checks.stats.scores import ScoreView, score_stats
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
 from guardrepro.run.records import RunManifest
@@ -99,6 +100,8 @@ class GuardColumn(JsonValue):
     coverage: Figure = opt(shape=RATIO)
     metrics: Mapping[str, Figure] = opt(shape=RATIO_SEEDED)
     key: ComparisonKey | None = None  # what the column was measured under (checks.io.keys)
+    # p_unsafe as a score, fail-closed (AUROC, AUPRC, the threshold); None: no p_unsafe
+    scores: ScoreView | None = None
 
 
 @dataclass(frozen=True)
@@ -183,10 +186,12 @@ def guard_table(runs: Sequence[str | Path | RunData], labels: Sequence[str] | No
         if label in columns:
             raise InputError(f"two runs share the label {label!r}; pass --label", field="label")
         column = guard_column(data.rows, replicates=replicates, seed=seed, run=str(run_dir))
+        scored = score_stats(data.rows, replicates=replicates, seed=seed, confidence=0.95)
         columns[label] = replace(column, key=manifest_key(
             manifest, manifest.provenance,
             benchmark=data.records[0].cohort if data.records else None,
-            label_mode="strict", view="fail_closed"))
+            label_mode="strict", view="fail_closed"),
+            scores=None if scored is None else scored.views.get("fail_closed"))
     if len(set(cohorts.values())) != 1:
         raise InputError("the runs did not score the same cohort (cohort sha256: "
                          + ", ".join(f"{k}: {str(v)[:12]}" for k, v in cohorts.items()) + ")",
@@ -204,6 +209,16 @@ def _cell(fig: Figure) -> str:
     return f"{value:.2f} ({plain(fig.count)}/{plain(fig.denominator)}){ci}"
 
 
+def _ranked(view: ScoreView | None, name: str) -> str:
+    if view is None:
+        return MISSING_MARK
+    iv = getattr(view, name)
+    if iv.point is None:
+        return MISSING_MARK
+    ci = "" if iv.lower is None else f" [{iv.lower:.2f},{iv.upper:.2f}]"
+    return f"{iv.point:.2f} (n={view.rows}, t={view.at_threshold.threshold:g}){ci}"
+
+
 def format_guard_table(table: GuardTable) -> str:
     """Markdown table: one row per figure, one column per guard."""
     guards = table.guards
@@ -219,6 +234,10 @@ def format_guard_table(table: GuardTable) -> str:
             cells = [_cell(guards[n].flip_views[view][v].figure) if v in guards[n].flips
                      else MISSING_MARK for n in names]
             lines.append(f"| flip rate: {v} ({view}) | " + " | ".join(cells) + " |")
+    if any(guards[n].scores is not None for n in names):
+        for name in ("auroc", "auprc"):
+            cells = [_ranked(guards[n].scores, name) for n in names]
+            lines.append(f"| {name.upper()} (p_unsafe, fail-closed) | " + " | ".join(cells) + " |")
     keys = [guards[n].key for n in names]
     if all(k is not None for k in keys):
         lines += ["", key_note([k for k in keys if k is not None], compared=GUARD_PARTS)]
