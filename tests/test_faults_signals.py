@@ -16,9 +16,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,13 +41,13 @@ CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status
            "error_type", "components", "input_sha256", "prompt_tokens", "provenance_sha256")
 
 
-def _start(cohort: Path, out: Path, *, pipes: bool = True) -> subprocess.Popen[str]:
+def _start(cohort: Path, out: Path, *extra: str, pipes: bool = True) -> subprocess.Popen[str]:
     """The run in its own session; without ``pipes`` its output is dropped (a
     surviving worker would hold a pipe open and hang the reader)."""
     where = subprocess.PIPE if pipes else subprocess.DEVNULL
     return subprocess.Popen(
         [sys.executable, "-m", "guardrepro", "run", "--profile", str(RULE), "--cohort",
-         str(cohort), "--out", str(out), "--workers", "2", "--no-progress"],
+         str(cohort), "--out", str(out), "--workers", "2", "--no-progress", *extra],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=where, stderr=where, text=True,
         start_new_session=True)
 
@@ -163,3 +165,42 @@ def test_kill_9_of_the_parent_takes_its_workers(tmp_path: Path) -> None:
         os.kill(pid, signal.SIGKILL)
     assert not left, "workers outlived a parent killed with SIGKILL"
     assert _locks_free(tmp_path)
+
+
+def _sessions(sid: int) -> list[int]:
+    """The live pids of session ``sid`` (a local Ray's processes stay in it)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_sigterm_to_a_ray_driver_exits_143_and_leaves_no_ray_process(tmp_path: Path) -> None:
+    """``ray.init`` installs a SIGTERM handler that exits 15; the driver keeps its own."""
+    pytest.importorskip("ray")
+    short = Path(tempfile.mkdtemp(prefix="gr-", dir="/tmp"))  # room for Ray's sockets
+    try:
+        cohort = write_cohort(tmp_path / "cohort.jsonl", ROWS)
+        out = short / "run"
+        proc = _start(cohort, out, "--engine", "ray")
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                (out / "records.jsonl").is_file() and (out / "records.jsonl").stat().st_size):
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err[-2000:]
+        assert "rerun the same command to resume" in err
+        deadline = time.monotonic() + 10
+        while _sessions(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _sessions(proc.pid), "a Ray process outlived its driver"
+        assert "interrupted by SIGTERM" in (out / "run.log").read_text()
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -137,6 +139,23 @@ def _temp_dir(run_dir: Path) -> tuple[Path, bool]:
 
 
 @contextmanager
+def _handlers_kept() -> Iterator[None]:
+    """The SIGTERM and SIGHUP handlers as they were before the block (``ray.init``
+    installs its own, which exits with status 15): a signal to the driver stays an
+    interruption (``cli.interrupts``: exit 143 or 129, the local Ray shut down)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {n: signal.getsignal(n) for n in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+@contextmanager
 def ray_session(options: RayOptions, run_dir: Path) -> Iterator[Any]:
     """``ray`` connected (see the module docstring); shut down when started here."""
     try:
@@ -149,14 +168,15 @@ def ray_session(options: RayOptions, run_dir: Path) -> Iterator[Any]:
     common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "logging_level": "WARNING"}
     temp: Path | None = None
-    if options.address is not None:
-        ray.init(address=options.address, **common)
-    else:
-        temp, _ = _temp_dir(run_dir)
-        cpus = options.workers * float(options.cpus_per_worker or 1)
-        ray.init(num_cpus=max(1, int(cpus)), num_gpus=int(options.workers *
-                 options.gpus_per_worker), object_store_memory=256 * 1024**2,
-                 _temp_dir=str(temp), **common)
+    with _handlers_kept():  # ray.init's SIGTERM handler would exit 15, skipping ours
+        if options.address is not None:
+            ray.init(address=options.address, **common)
+        else:
+            temp, _ = _temp_dir(run_dir)
+            cpus = options.workers * float(options.cpus_per_worker or 1)
+            ray.init(num_cpus=max(1, int(cpus)), num_gpus=int(options.workers *
+                     options.gpus_per_worker), object_store_memory=256 * 1024**2,
+                     _temp_dir=str(temp), **common)
     completed = False
     try:
         yield ray
