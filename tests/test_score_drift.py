@@ -85,3 +85,21 @@ def test_attribute_separates_moved_but_held_from_flipped(tmp_path: Path) -> None
     assert drift.max.point == pytest.approx(0.2)
     assert "moved but held" in format_table(att)
     assert att.to_dict()["runs"][0]["score_drift"]["flipped"] == 1
+
+
+def test_sweep_summary_lists_drift_per_configuration(tmp_path: Path) -> None:
+    from guardrepro.experiments.frontier import load_config
+    from guardrepro.experiments.outputs import config_drifts
+
+    specs = [(f"b{i}", "original", "banking", 1.0, 1.0) for i in range(4)]
+    ref, q8, q4 = (write_run(tmp_path / n, specs) for n in ("ref", "q8", "q4"))
+    _scored(ref, [0.9, 0.8, 0.7, 0.6])
+    _scored(q8, [0.9001, 0.8, 0.7002, 0.6])
+    _scored(q4, [0.8, 0.7, 0.75, 0.65])
+    drifts = config_drifts([load_config(ref, "ref"), load_config(q8, "q8"),
+                            load_config(q4, "q4")], "ref")
+    d8, d4 = drifts["q8"], drifts["q4"]
+    assert d8 is not None and d4 is not None and "ref" not in drifts
+    assert d8.mean.point == pytest.approx((1e-4 + 2e-4) / 4)
+    assert d4.mean.point == pytest.approx((0.1 + 0.1 + 0.05 + 0.05) / 4)
+    assert (d8.mean.point or 1.0) < (d4.mean.point or 0.0)
