@@ -84,10 +84,10 @@ def prompts() -> list[tuple[str, str]]:
 
 
 def run_config(name: str, out: Path, work: Path, max_new_tokens: int, allow_cpu: bool) -> None:
+    from guardrepro.decoding import DecodingParams
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.base import GenerationRequest
     from guardrepro.run.runners.registry import create_runner
-    from guardrepro.schema import DecodingParams
 
     backend, options = CONFIGS[name]
     options = dict(options)

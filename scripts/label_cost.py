@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.guards.registry import get_guard
 from guardrepro.run.attempts import generate_chunk
 from guardrepro.run.pipeline import prepare_rows
 from guardrepro.run.prompts import PromptTokenizer
 from guardrepro.run.runners.registry import create_runner
-from guardrepro.schema import DecodingParams, read_cohort
+from guardrepro.schema import read_cohort
 
 TOY = Path(__file__).resolve().parents[1] / "guardrepro" / "data" / "toy_guard"
 BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from guardrepro.cli import main
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError
 from guardrepro.run.doctor import diagnose, evaluate, gather_facts
 from guardrepro.run.profile import BACKENDS, RunProfile
@@ -26,7 +27,6 @@ from guardrepro.run.runners import registry
 from guardrepro.run.runners.backends import Backend, DoctorFacts
 from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
 from guardrepro.run.runners.options import Option, OptionTable
-from guardrepro.schema import DecodingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "guardrepro" / "data" / "toy_guard"

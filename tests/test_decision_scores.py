@@ -187,11 +187,12 @@ def test_toy_hf_run_matches_a_forward_pass() -> None:
     """Records of the toy guard's transformers runner (lean loop, batch 3):
     p_unsafe equals the one computed from a full forward pass of each row's
     own output, to float32 batched-kernel rounding."""
+    from guardrepro.decoding import DecodingParams
     from guardrepro.run.attempts import generate_chunk
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.registry import create_runner
-    from guardrepro.schema import CohortRow, DecodingParams
+    from guardrepro.schema import CohortRow
 
     guard = _guard("toy-guard")
     tok = PromptTokenizer(TOY)

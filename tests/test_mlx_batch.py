@@ -22,11 +22,11 @@ pytest.importorskip("torch", reason="torch writes the tiny checkpoints")
 
 from mlx_tiny import PROMPTS, build_source
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.run.prompts import PromptTokenizer
 from guardrepro.run.runners import mlx_batch
 from guardrepro.run.runners.base import GenerationRequest
 from guardrepro.run.runners.mlx_runner import MLXRunner
-from guardrepro.schema import DecodingParams
 
 pytestmark = pytest.mark.mlx
 STEPS = DecodingParams(max_new_tokens=20)

@@ -22,6 +22,7 @@ from runner_helpers import (
 )
 from tokenizers import Tokenizer
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, PromptError, ProvenanceError
 from guardrepro.guards.base import GuardTemplate
 from guardrepro.guards.registry import get_guard
@@ -32,7 +33,7 @@ from guardrepro.run.prompts import PromptTokenizer
 from guardrepro.run.records import read_manifest, read_records
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.registry import create_runner
-from guardrepro.schema import CohortRow, DecodingParams, read_cohort
+from guardrepro.schema import CohortRow, read_cohort
 
 VOLATILE = ("created_at", "timings", "peak_memory_bytes", "run_id")
 

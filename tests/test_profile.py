@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.run.profile import RunProfile
-from guardrepro.schema import DecodingParams
 
 REPO = Path(__file__).resolve().parent.parent
 

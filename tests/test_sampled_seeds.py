@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from guardrepro.decoding import DecodingParams, sampled_seed, sampled_seed_text
 from guardrepro.errors import InputError
-from guardrepro.schema import DecodingParams, read_cohort, sampled_seed, sampled_seed_text
+from guardrepro.schema import read_cohort
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_GUARD = ROOT / "guardrepro" / "data" / "toy_guard"

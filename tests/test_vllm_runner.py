@@ -131,10 +131,10 @@ def test_shipped_vllm_profiles_are_valid() -> None:
 
 
 def _hf_generate(checkpoint: Path, texts: list[str]) -> tuple[list[Any], list[tuple[int, ...]]]:
+    from guardrepro.decoding import DecodingParams
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.base import GenerationRequest
     from guardrepro.run.runners.hf_runner import HFRunner
-    from guardrepro.schema import DecodingParams
 
     tok = PromptTokenizer(checkpoint)
     ids = [tok.encode_chat(t) for t in texts]
@@ -308,10 +308,10 @@ def _cuda_vllm() -> bool:
 def test_bf16_batch_invariant_mode_on_cuda(tmp_path: Path) -> None:
     import torch
 
+    from guardrepro.decoding import DecodingParams
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.base import GenerationRequest
     from guardrepro.run.runners.vllm_runner import VLLMRunner
-    from guardrepro.schema import DecodingParams
 
     if torch.cuda.get_device_capability(0) < (8, 0):
         pytest.skip("vLLM's batch-invariant mode needs compute capability >= 8.0")

@@ -38,10 +38,10 @@ def _gen(items: list[Any]) -> list[dict[str, Any]]:
 
 
 def main(spec_path: str, out_path: str) -> int:
+    from guardrepro.decoding import DecodingParams
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.base import GenerationRequest
     from guardrepro.run.runners.vllm_runner import VLLMRunner
-    from guardrepro.schema import DecodingParams
 
     spec = json.loads(Path(spec_path).read_text())
     checkpoint = Path(spec["checkpoint"])

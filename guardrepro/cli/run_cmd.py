@@ -4,7 +4,7 @@ Input: ``--profile`` (runners/*.toml), ``--cohort`` (cohort JSONL), ``--out``
 (the run directory), optional ``--shard k/n``, ``--limit N`` and ``--seed N``
 (replaces the profile's decoding seed, the repeat index of the sampled seeds:
 0 = the published per-base seeds, N > 0 = repeat N, see
-``schema.sampled_seed``; sampled mode only, refused with an ``InputError`` for
+``decoding.sampled_seed``; sampled mode only, refused with an ``InputError`` for
 a greedy profile; it is part of the recorded decoding, so it changes the
 provenance hash) and ``--workers N`` (worker processes over
 deterministic shards, merged in cohort order: ``runners.workers``; default:

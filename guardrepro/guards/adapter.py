@@ -136,7 +136,7 @@ class SpecGuard:
         sampled = self.spec.sampled
         if sampled is None:
             return own_decoding(mode, self.max_new_tokens)
-        from guardrepro.schema import DecodingParams
+        from guardrepro.decoding import DecodingParams
 
         if mode == "sampled":
             params = DecodingParams(mode="sampled", max_new_tokens=self.max_new_tokens,

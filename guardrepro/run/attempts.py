@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError
 from guardrepro.guards.base import GuardAdapter
 from guardrepro.guards.decision import (
@@ -54,14 +55,7 @@ from guardrepro.guards.decision import (
 from guardrepro.run.record_checks import UNPARSED_STATUSES, unparsed_status
 from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
-from guardrepro.schema import (
-    Attempt,
-    CohortRow,
-    DecodingParams,
-    Provenance,
-    Record,
-    Timings,
-)
+from guardrepro.schema import Attempt, CohortRow, Provenance, Record, Timings
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError
 from guardrepro.run.records import read_cohort_hashed
 from guardrepro.run.runners.base import Generation, GenerationRequest
-from guardrepro.schema import CohortRow, DecodingParams
+from guardrepro.schema import CohortRow
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ Format::
     device = "cpu"
     batch_size = 4
 
-    [decoding]                         # schema.DecodingParams; every key optional:
+    [decoding]                         # decoding.DecodingParams; every key optional:
                                        # an omitted key takes the guard adapter's own
                                        # value (GuardAdapter.decoding_defaults)
     mode = "greedy"                    # or "sampled" (the authors' mode)
@@ -51,7 +51,7 @@ Format::
     # defaults: temperature = 0.1, top_p = 0.9, max_attempts = 3 (a guard with no
     # published sampled setting needs temperature and top_p here)
     # seed = 0                         # repeat index of the per-base, per-attempt
-                                       # seeds (schema.sampled_seed; absent or 0 =
+                                       # seeds (decoding.sampled_seed; absent or 0 =
                                        # the published seeds)
 
 Invariant: ``RunProfile.text_sha256`` is the sha256 of the file's text, so a
@@ -69,11 +69,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.guards.spec import looks_like_path
 from guardrepro.limits import parse_toml_text
 from guardrepro.run.runners.registry import RUNNERS, backend_of
-from guardrepro.schema import DecodingParams, sha256_text
+from guardrepro.schema import sha256_text
 from guardrepro.spec import check_keys, expect_kind
 
 BACKENDS: Mapping[str, Any] = RUNNERS  # the registered backends' names (runners.registry)

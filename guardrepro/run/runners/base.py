@@ -28,7 +28,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from guardrepro.schema import DecodingParams, Timings
+from guardrepro.decoding import DecodingParams
+from guardrepro.schema import Timings
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,12 @@ import transformers
 from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria
 from transformers.utils import logging as hf_logging
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.backends import HF
 from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
 from guardrepro.run.runners.lean import LeanDecoder, unsupported_reason
 from guardrepro.run.runners.weights import require_safetensors
-from guardrepro.schema import DecodingParams
 
 log = logging.getLogger(__name__)
 

@@ -64,13 +64,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners import mlx_batch
 from guardrepro.run.runners.backends import MLX
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings, shared_timings
 from guardrepro.run.runners.greedy import MIN_PREFIX, Prefix, PrefixStore
 from guardrepro.run.runners.weights import require_safetensors
-from guardrepro.schema import DecodingParams
 from guardrepro.versions import package_version
 
 DECODER_VERSION = "guardrepro-mlx-loop-1"

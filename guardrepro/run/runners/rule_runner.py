@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError
 from guardrepro.run.runners.backends import RULE
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
-from guardrepro.schema import DecodingParams
 
 
 class RuleRunner:

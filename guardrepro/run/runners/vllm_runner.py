@@ -62,11 +62,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.backends import VLLM
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.weights import require_safetensors
-from guardrepro.schema import DecodingParams
 
 LOGPROBS = 2  # top-1 and top-2 at every step: the decision margin
 # Top-k per step when the requests name decision-label ids: the labels' logprobs
