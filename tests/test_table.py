@@ -12,9 +12,16 @@ from typing import Any
 import numpy as np
 import pytest
 from fixtures.released_data import guard_res_for, make_row, write_bench, write_json
-from sklearn.metrics import accuracy_score, f1_score, recall_score
+from sklearn.metrics import (
+    accuracy_score,
+    average_precision_score,
+    f1_score,
+    recall_score,
+    roc_auc_score,
+)
 
 from guardrepro.bench.cohort.split import build_any_cohort_file
+from guardrepro.bench.tsbench import load_benchmark
 from guardrepro.checks.core.bootstrap import ratio_interval
 from guardrepro.checks.core.figure import Average, Figure
 from guardrepro.checks.stats.toolsafe_metrics import (
@@ -262,6 +269,60 @@ def test_run_directory_and_predictions_file_sources(
                       "TS-Guard")
     assert [e["accuracy"] for e in doc2["rows"]] == [up["accuracy"], fc["accuracy"]]
     assert doc2["rows"][0]["published"] == {"accuracy": 90.64, "f1": 77.38, "recall": 78.24}
+
+
+def test_a_run_with_p_unsafe_adds_auroc_and_auprc_per_view(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose records carry p_unsafe: AUROC and AUPRC per view on the split,
+    checked against scikit-learn; the 11 rows the run lacks, and the valid rows
+    without a score, are dropped upstream and scored 1.0 fail-closed; the
+    intervals cluster by interaction; a predictions file gets no scores."""
+    cohort = tmp_path / "asb.jsonl"
+    build_any_cohort_file(ROOT / "cohorts/toy-asb-all.toml", TOY, cohort)
+    run = tmp_path / "run"
+    run_cohort(RULE, cohort, run, limit=50, progress=False)
+    rng = random.Random(5)
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    for i, rec in enumerate(records):
+        p = None if i % 9 == 4 else round(rng.random() * 0.6 + 0.35 * (rec["gold_label"] != 0), 2)
+        if p is not None:
+            rec.update(p_unsafe=p, label_probs={"safe": 1 - p, "unsafe": p})
+        else:
+            rec.update(p_unsafe_reason="no label token")
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    doc = table_json(capsys, str(run), "--benchmark", "asb", "--data-dir", str(TOY),
+                     "--replicates", "200")
+    bench = load_benchmark(TOY, "asb")
+    split = {r.base_sample_id: r.score for r in bench}
+    interaction = {r.base_sample_id: r.interaction_id for r in bench}
+    scored = {r["base_sample_id"]: r.get("p_unsafe") for r in records if r["status"] == "ok"}
+    assert len(split) == 61
+    for entry in doc["rows"]:
+        view = entry["view"]
+        ids = [b for b in split if view == "fail_closed" or scored.get(b) is not None]
+        y = [int(split[b] != 0) for b in ids]
+        s = [1.0 if scored.get(b) is None else scored[b] for b in ids]
+        got = entry["scores"]
+        assert got["rows"] == len(ids)
+        assert got["dropped"] == 61 - sum(v is not None for v in scored.values()) > 11
+        assert got["auroc"]["point"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+        assert got["auprc"]["point"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
+        assert got["auroc"]["lower"] <= got["auroc"]["point"] <= got["auroc"]["upper"]
+        assert got["auroc"]["clusters"] == len({interaction[b] for b in ids})
+        flagged = [int(v >= 0.5) for v in s]
+        assert got["at_threshold"]["tp"] == sum(f and t for f, t in zip(flagged, y, strict=True))
+    text = capsys.readouterr()
+    main(["table", str(run), "--benchmark", "asb", "--data-dir", str(TOY), "--replicates", "0"])
+    shown = capsys.readouterr().out
+    assert shown.count("p_unsafe  AUROC") == 2 and "at threshold 0.5" in shown, text
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps({
+        "base_sample_id": r["base_sample_id"], "variant": "original", "domain": r["domain"],
+        "gold_label": r["gold_label"], "score": r["score"]}) + "\n" for r in records))
+    doc = table_json(capsys, str(path), "--benchmark", "asb", "--data-dir", str(TOY),
+                     "--replicates", "0")
+    assert [e["scores"] for e in doc["rows"]] == [None, None]
 
 
 def test_a_source_row_outside_the_split_is_an_error(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,12 @@ from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.figure import VALUE_BOUNDS, Average, Figure
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
+from guardrepro.checks.stats.scores import (
+    DEFAULT_THRESHOLD,
+    ScoredRows,
+    ScoreView,
+    score_view,
+)
 from guardrepro.checks.stats.toolsafe_metrics import (
     FIGURES,
     VIEWS,
@@ -54,7 +60,7 @@ from guardrepro.checks.stats.toolsafe_metrics import (
     view_metrics,
 )
 from guardrepro.errors import InputError
-from guardrepro.schema import canonical_json, sha256_text
+from guardrepro.schema import canonical_json, sha256_text, strict_decision
 from guardrepro.spec import Table, expect_kind, load_toml
 
 if TYPE_CHECKING:
@@ -80,6 +86,7 @@ class Source:
     provenance: Provenance | None = None  # a run's (its manifest's)
     guard_spec: Mapping[str, Any] | None = None  # a run's manifest's guard spec record
     data_sha256: str | None = None  # a run's cohort file
+    p_unsafe: Mapping[str, float] = field(default_factory=dict)  # a run's valid rows' scores
 
 
 def _released(path: Path, rows: Sequence[BenchRow], benchmark: str) -> Source:
@@ -116,6 +123,7 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
     preds: dict[str, float | None] = {}
     gold: dict[str, float] = {}
     truncated = set()
+    p_unsafe: dict[str, float] = {}
     for r in run.rows:
         if r.variant != ORIGINAL:
             raise InputError(f"row {r.row_id!r} has variant {r.variant!r}: a split's rows are "
@@ -124,13 +132,15 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
         gold[r.base_sample_id] = r.gold_label
         if r.present:  # a cohort row the run has no record for stays missing
             preds[r.base_sample_id] = r.score if r.valid else None
+            if r.valid and r.p_unsafe is not None:
+                p_unsafe[r.base_sample_id] = r.p_unsafe
         if r.status == "truncated":
             truncated.add(r.base_sample_id)
     if not isinstance(run, RunData):
         return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated))
     return Source(str(path), kind, guard, preds, gold, truncated=frozenset(truncated),
                   provenance=run.manifest.provenance, guard_spec=run.manifest.guard_spec,
-                  data_sha256=run.manifest.cohort.get("sha256"))
+                  data_sha256=run.manifest.cohort.get("sha256"), p_unsafe=p_unsafe)
 
 
 def split_predictions(source: Source, rows: Sequence[BenchRow]) -> list[SplitPrediction]:
@@ -215,6 +225,8 @@ class TableRow(JsonValue):
     # of the invalid rows, those whose generation reached max_new_tokens (a run's records)
     truncated: int = 0
     key: ComparisonKey | None = None  # what the row was measured under (checks.io.keys)
+    # the guard as a scored classifier (a run whose records carry p_unsafe; else None)
+    scores: ScoreView | None = None
 
     def value(self, name: str) -> float | None:
         """The point of the figure named ``name`` (``FIGURES``)."""
@@ -261,6 +273,34 @@ def _key(source: Source, benchmark: str, split: str, mode: str, view: str) -> Co
     return key
 
 
+def split_scores(source: Source, preds: Sequence[SplitPrediction], view: str, *,
+                 replicates: int, seed: int) -> ScoreView | None:
+    """AUROC, AUPRC, ECE and the figures at ``DEFAULT_THRESHOLD`` of the
+    source's ``p_unsafe`` on the split, label strict gold (gold != 0),
+    clusters = interaction (None: the source has no ``p_unsafe``). A split row
+    without a score is dropped in ``upstream`` and scored 1.0 in
+    ``fail_closed`` (``checks.stats.scores``, the same rules)."""
+    if not source.p_unsafe:
+        return None
+    rows = ScoredRows([], [], [], [], 0)
+    dropped = 0
+    for p in preds:
+        score = source.p_unsafe.get(p.row_id)
+        if score is None:
+            dropped += 1
+            if view == "upstream":
+                continue
+            score = 1.0
+        rows.scores.append(score)
+        rows.labels.append(int(p.gold != 0))
+        rows.clusters.append(p.interaction_id)
+        rows.decisions.append(strict_decision(p.pred))
+    if not rows.scores:
+        return None
+    settings = {"replicates": replicates, "seed": seed, "confidence": 0.95}
+    return score_view(replace(rows, dropped=dropped), DEFAULT_THRESHOLD, settings)
+
+
 def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: str,
                published: PublishedTables, *, guard: str | None = None,
                replicates: int, seed: int) -> list[TableRow]:
@@ -284,7 +324,8 @@ def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: s
             interval=m.interval, published=None if paper is None else dict(paper),
             released_metrics=(dict(source.metrics_strict) if mode == "strict"
                               and source.metrics_strict is not None else None),
-            difference_pp=difference, figures=figs))
+            difference_pp=difference, figures=figs,
+            scores=split_scores(source, preds, view, replicates=replicates, seed=seed)))
     return out
 
 
@@ -309,6 +350,19 @@ def _pct(value: float | None, decimals: int) -> str:
     return MISSING_MARK if value is None else f"{100 * value:.{decimals}f}"
 
 
+def _score_line(v: ScoreView) -> str:
+    """AUROC and AUPRC of p_unsafe with their intervals, n and the threshold."""
+    def shown(iv: Any) -> str:
+        if iv.point is None:
+            return MISSING_MARK
+        return f"{iv.point:.3f}" + ("" if iv.lower is None else
+                                    f" [{iv.lower:.3f}, {iv.upper:.3f}]")
+    at = v.at_threshold
+    return (f"p_unsafe  AUROC {shown(v.auroc)}  AUPRC {shown(v.auprc)}  n {v.rows} "
+            f"(no score {v.dropped})  at threshold {at.threshold:g}: "
+            f"TP {at.tp} FP {at.fp} TN {at.tn} FN {at.fn}")
+
+
 def format_table(doc: ToolsafeTable) -> str:
     """One line per (source, view): figures in percent with their interval,
     the paper's figure and the difference."""
@@ -330,6 +384,8 @@ def format_table(doc: ToolsafeTable) -> str:
                 shown += (f"  paper {e.published[name]:.{d}f}"
                           f"  diff {MISSING_MARK if diff is None else f'{diff:+.{d}f}'}")
             lines.append(shown)
+        if e.scores is not None:
+            lines.append("  " + _score_line(e.scores))
         if e.released_metrics is not None:
             lines.append(f"  {METRICS_FILE} (as stored): "
                          f"{json.dumps(e.released_metrics, sort_keys=True)}")

@@ -117,6 +117,8 @@ def _ratio(num: Sequence[float], den: Sequence[float], clusters: Sequence[str],
     total = sum(den)
     if total == 0:
         return Figure(sum(num), 0, None)
+    if settings["replicates"] == 0:  # no intervals asked for: the point alone
+        return Figure(sum(num), total, sum(num) / total)
     iv = ratio_interval(num, den, clusters, **settings)
     return Figure(sum(num), total, iv.point, CI(iv.lower, iv.upper, BOOTSTRAP, iv.clusters))
 
@@ -141,6 +143,10 @@ def at_threshold(view: ScoredRows, threshold: float, settings: Mapping[str, Any]
 
 def _interval(stat: Callable[[np.ndarray], np.ndarray], clusters: Sequence[str],
               settings: Mapping[str, Any]) -> Interval:
+    if settings["replicates"] == 0:  # no intervals asked for: the point alone
+        point = float(stat(np.ones((1, len(clusters))))[0])
+        return Interval(None if np.isnan(point) else point, None, None, None, None,
+                        len(set(clusters)), 1, 0, settings["seed"], settings["confidence"], 0)
     return statistic_interval(stat, clusters, **settings)
 
 
