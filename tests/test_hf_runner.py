@@ -20,6 +20,7 @@ pytest.importorskip("transformers")
 from runner_helpers import build_diverse_tiny, chatml  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
+from guardrepro.decoding import DecodingParams  # noqa: E402
 from guardrepro.errors import (  # noqa: E402
     DependencyMissingError,
     InputError,
@@ -27,7 +28,6 @@ from guardrepro.errors import (  # noqa: E402
 )
 from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402
 from guardrepro.run.runners.registry import create_runner  # noqa: E402
-from guardrepro.schema import DecodingParams  # noqa: E402
 
 EOS = (2, 0)
 PROMPTS = [

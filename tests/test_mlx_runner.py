@@ -20,11 +20,11 @@ torch = pytest.importorskip("torch", reason="torch is needed as the reference ba
 from mlx_tiny import PROMPTS, build_source  # noqa: E402
 
 from guardrepro.checks.parity.compare import first_divergence  # noqa: E402
+from guardrepro.decoding import DecodingParams  # noqa: E402
 from guardrepro.errors import InferenceError, InputError  # noqa: E402
 from guardrepro.run.prompts import PromptTokenizer  # noqa: E402
 from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402
 from guardrepro.run.runners.mlx_runner import MLXRunner  # noqa: E402
-from guardrepro.schema import DecodingParams  # noqa: E402
 
 pytestmark = pytest.mark.mlx
 REPO = Path(__file__).resolve().parents[1]
