@@ -26,7 +26,7 @@ from guardrepro.run.profile import BACKENDS, RunProfile
 from guardrepro.run.runners import registry
 from guardrepro.run.runners.backends import Backend, DoctorFacts
 from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
-from guardrepro.run.runners.options import Option, OptionTable
+from guardrepro.run.runners.options import CheckedOptions, Option, OptionTable
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "guardrepro" / "data" / "toy_guard"
@@ -42,11 +42,11 @@ class EchoRunner:
     """Echoes the prompt's last ``tokens`` ids, then stops on the first EOS id."""
 
     backend = "echo"
-    OPTIONS = ECHO_OPTIONS
 
     def __init__(self, checkpoint_dir: Path, options: Mapping[str, Any], *,
                  eos_token_ids: Sequence[int], pad_token_id: int | None,
                  decode: Callable[[Sequence[int]], str]) -> None:
+        self.received = options
         self.tokens = int(ECHO_OPTIONS.check(options)["tokens"])
         self.eos = tuple(eos_token_ids)
         self.decode = decode
@@ -190,3 +190,42 @@ def test_registration_is_checked(echo: Backend) -> None:
     assert registry.RUNNERS["echo"] == f"{__name__}:EchoRunner"
     assert list(registry.RUNNERS)[-1] == "echo" and "echo" in BACKENDS
     assert registry.DEPENDENCIES["echo"] == () and registry.EXTRAS["echo"] == ""
+
+
+def test_create_runner_checks_the_options_once_and_hands_them_filled() -> None:
+    # The descriptor itself is passed: the backend need not be registered by name.
+    runner = registry.create_runner(ECHO, TOY, {"tokens": 3}, eos_token_ids=(7,),
+                                    pad_token_id=None, decode=str)
+    assert isinstance(runner, EchoRunner) and "echo" not in registry.RUNNERS
+    assert isinstance(runner.received, CheckedOptions)
+    assert dict(runner.received) == {"tokens": 3, "batch_size": 1}  # the declared default
+    assert ECHO_OPTIONS.check(runner.received) is runner.received  # not checked again
+    other = OptionTable("other", ECHO_OPTIONS.options)
+    assert other.check(runner.received) is not runner.received  # another table checks anew
+    with pytest.raises(InputError) as info:  # refused before the runner is built
+        registry.create_runner(ECHO, TOY, {"tokens": 0}, eos_token_ids=(7,),
+                               pad_token_id=None, decode=str)
+    assert info.value.field == "backend_options.tokens"
+
+
+def test_a_loaded_profile_carries_its_descriptor_to_the_records(
+        toy: dict[str, Path], tmp_path: Path) -> None:
+    """The name is looked up when the profile is read and nowhere after: the
+    run goes through once the name is no longer registered."""
+    from guardrepro.run.pipeline import run_cohort
+
+    registry.register(ECHO)
+    try:
+        profile = RunProfile.load(_profile(tmp_path / "echo.toml", "tokens = 2"))
+    finally:
+        registry.unregister("echo")
+    assert profile.descriptor is ECHO and "echo" not in registry.RUNNERS
+    out = tmp_path / "run"
+    summary = run_cohort(profile, toy["cohort"], out, progress=False, home=toy["home"])
+    assert summary.generated == ROWS
+    tail, _, eos = _expected_tail(2)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == ROWS
+    assert all(r["output_token_ids"][:-1] == tail and r["output_token_ids"][-1] in eos
+               for r in records)
+    assert records[0]["provenance"]["backend_config"] == {"backend": "echo", "tokens": 2}

@@ -21,6 +21,7 @@ from guardrepro.run.doctor import (
     preflight,
 )
 from guardrepro.run.profile import RunProfile
+from guardrepro.run.runners.backends import VLLM
 
 BASE = Facts(
     backend="vllm", versions={"vllm": "0.32.0"}, device="cuda", device_name="GPU",
@@ -113,8 +114,8 @@ def test_env_contradicting_profile_is_warned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     profile = RunProfile.load(_profile(tmp_path, dtype="float32", batch_size=2))
-    profile = replace(profile, backend="vllm", backend_options={"dtype": "float32",
-                                                                 "device": "cpu"})
+    profile = replace(profile, descriptor=VLLM, backend_options={"dtype": "float32",
+                                                                  "device": "cpu"})
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
     report = diagnose(profile)
     assert any("VLLM_BATCH_INVARIANT=1" in w for w in report.warnings)

@@ -72,14 +72,13 @@ def _requests(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None,
     """(the runs to make, the pins), artifacts built and pinned on the way."""
     from guardrepro.run.engine_ray import RunRequest
     from guardrepro.run.profile import RunProfile
-    from guardrepro.run.runners.registry import backend_of
 
     pins: dict[str, Any] = {}
 
     def request(name: str, profile: RunProfile, run_dir: Path) -> RunRequest:
         lock = profile.checkpoint.lock
         pinned = None
-        if lock is not None and backend_of(profile.backend).needs_model:
+        if lock is not None and profile.descriptor.needs_model:
             pinned = pin(lock, home)
             pins[name] = {"lock": str(lock), "tree_sha256": pinned}
         return RunRequest(profile, cohort, run_dir.resolve(), pinned)

@@ -39,7 +39,7 @@ def _open_runner(profile: RunProfile, home: str | Path | None) -> tuple[Any, Any
     from guardrepro.run.runners.registry import create_runner
 
     resolved = resolve_profile(profile, home=home)
-    runner = create_runner(profile.backend, resolved.checkpoint_dir, resolved.runner_options,
+    runner = create_runner(profile.descriptor, resolved.checkpoint_dir, resolved.runner_options,
                            eos_token_ids=resolved.tokenizer.eos_token_ids,
                            pad_token_id=resolved.tokenizer.pad_token_id,
                            decode=resolved.tokenizer.decode)

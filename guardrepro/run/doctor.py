@@ -52,7 +52,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.run.runners.registry import PACKAGES, backend_of
+from guardrepro.run.runners.backends import Backend
+from guardrepro.run.runners.registry import PACKAGES, descriptor_of
 from guardrepro.versions import package_versions
 
 ACCEPTED = ("no-batching", "guaranteed", "observed")
@@ -331,7 +332,7 @@ def _concurrency(declared: int | tuple[str, ...] | None, opts: Mapping[str, Any]
 
 
 def gather_facts(
-    backend: str | None = None, options: Mapping[str, Any] | None = None
+    backend: Backend | str | None = None, options: Mapping[str, Any] | None = None
 ) -> Facts:
     """Facts for ``backend`` with the profile's ``[backend_options]`` (checked
     and filled from the backend's declared options), read where its
@@ -342,7 +343,7 @@ def gather_facts(
         device, name, cc, threads = _torch_device("auto")
         return Facts(None, _versions(["guardrepro", *names]), device, name, cc,
                      None, None, None, None, None, threads, env)
-    descriptor = backend_of(backend)
+    descriptor = descriptor_of(backend)
     opts = descriptor.options.check(options or {})  # the runner's declared defaults
     facts = descriptor.doctor
 
@@ -355,7 +356,7 @@ def gather_facts(
     invariant, multiprocessing = option(facts.batch_invariant_mode), option(facts.multiprocessing)
     max_num_seqs = option(facts.max_num_seqs)
     return Facts(
-        backend, _versions(["guardrepro", *descriptor.packages]), device, name, cc,
+        descriptor.name, _versions(["guardrepro", *descriptor.packages]), device, name, cc,
         opts.get("dtype"), _concurrency(facts.concurrency, opts),
         None if invariant is None else bool(invariant),
         None if multiprocessing is None else bool(multiprocessing),
@@ -363,16 +364,13 @@ def gather_facts(
     )
 
 
-def _env_warnings(facts: Facts, options: Mapping[str, Any]) -> list[str]:
+def _env_warnings(facts: Facts, descriptor: Backend, options: Mapping[str, Any]) -> list[str]:
     """A CUDA device asked for but not visible, and environment settings the
     runner would refuse (its descriptor's ``DoctorFacts.env``: it never
     overrides them)."""
     out = []
     if facts.device == "cuda" and facts.compute_capability is None:
         out.append("the profile runs on CUDA but torch sees no CUDA device on this machine")
-    if facts.backend is None:
-        return out
-    descriptor = backend_of(facts.backend)
     opts = descriptor.options.filled(options)
     for name, option in descriptor.doctor.env:
         wanted = bool(opts[option])
@@ -396,12 +394,12 @@ def diagnose(profile: Any | None = None, *, require: bool | None = None) -> Doct
     if profile is None:
         facts = gather_facts()
         return DoctorReport(facts, None, bool(require), None)
-    facts = gather_facts(profile.backend, profile.backend_options)
+    facts = gather_facts(profile.descriptor, profile.backend_options)
     required = (
         bool(getattr(profile, "require_batch_invariance", False)) if require is None else require
     )
     return DoctorReport(facts, evaluate(facts), required, str(profile.path),
-                        _env_warnings(facts, profile.backend_options))
+                        _env_warnings(facts, profile.descriptor, profile.backend_options))
 
 
 def preflight(profile: Any, *, require: bool | None = None) -> DoctorReport:

@@ -79,7 +79,6 @@ from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_actor import adopt_transformers
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, RunManifest
-from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow, read_cohort
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def ray_profile(profile: RunProfile, cpus_per_worker: float) -> tuple[RunProfile
     """(the profile the actors run, whether their threads come from their CPU
     allotment; a backend that declares the option ``threads``: hf): threads
     ``"auto"``/unset become the CPUs per worker."""
-    if "threads" not in option_table(profile.backend).names:
+    if "threads" not in profile.descriptor.options.names:
         return profile, False
     threads = profile.backend_options.get("threads")
     if threads is None or threads == "auto":

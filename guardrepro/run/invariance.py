@@ -35,6 +35,7 @@ from typing import Any
 from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError
 from guardrepro.run.records import read_cohort_hashed
+from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.base import Generation, GenerationRequest
 from guardrepro.schema import CohortRow
 
@@ -176,15 +177,13 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-def concurrency_note(backend: str, options: dict[str, Any], size: int) -> str | None:
+def concurrency_note(backend: Backend, options: dict[str, Any], size: int) -> str | None:
     """A note when the profile computes fewer than ``size`` requests together
     (vLLM's ``max_num_seqs``, the lean decoder's ``decode_slots``)."""
-    from guardrepro.run.runners.registry import backend_of
-
-    declared = backend_of(backend).doctor.concurrency
+    declared = backend.doctor.concurrency
     if not isinstance(declared, tuple):
         return None
-    table = backend_of(backend).options
+    table = backend.options
     values = {name: table.value({**options, "batch_size": size}, name) for name in declared}
     limits = {n: int(v) for n, v in values.items() if v is not None and int(v) < size}
     if not limits:
@@ -236,8 +235,8 @@ def check_invariance_sizes(
                              field="batch_size")
         profile = profile.with_backend_options(batch_size=max(batch_sizes))
     sizes = list(batch_sizes) if batch_sizes else [
-        chunk_size(profile.backend, profile.backend_options)]
-    if chunk_size(profile.backend, profile.backend_options) < max(sizes):
+        chunk_size(profile.descriptor, profile.backend_options)]
+    if chunk_size(profile.descriptor, profile.backend_options) < max(sizes):
         sizes = [1 for _ in sizes]  # a backend without batching: one request per call
     cohort_path = Path(cohort_path).resolve()
     cohort_rows, cohort_sha256 = read_cohort_hashed(cohort_path)  # one read: rows and hash
@@ -256,7 +255,7 @@ def check_invariance_sizes(
         for p in prepared
     ]
     runner = create_runner(
-        profile.backend,
+        profile.descriptor,
         resolved.checkpoint_dir,
         resolved.runner_options,
         eos_token_ids=resolved.tokenizer.eos_token_ids,
@@ -272,7 +271,7 @@ def check_invariance_sizes(
     for size, (batched, seconds_batched) in zip(sizes, passes, strict=True):
         notes = ["the batch size is 1: both passes run one request per call"] if size == 1 \
             else []
-        limit = concurrency_note(profile.backend, dict(profile.backend_options), size)
+        limit = concurrency_note(profile.descriptor, dict(profile.backend_options), size)
         notes.extend([limit] if limit else [])
         reports.append(InvarianceReport(
             profile=str(profile.path), backend=profile.backend, cohort=str(cohort_path),

@@ -218,7 +218,7 @@ def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
     the profile file."""
     try:
         return create_runner(
-            profile.backend,
+            profile.descriptor,
             resolved.checkpoint_dir,
             dict(resolved.runner_options),
             eos_token_ids=resolved.tokenizer.eos_token_ids,
@@ -353,7 +353,7 @@ def run_cohort(
             generation_started = time.time()
             generate_into(writer, todo, runner, resolved.guard, profile.decoding,
                           resolved.tokenizer.decode,
-                          chunk_size=chunk_size(profile.backend, profile.backend_options),
+                          chunk_size=chunk_size(profile.descriptor, profile.backend_options),
                           run_id=manifest.run_id, provenance=provenance, progress=progress,
                           on_rows=on_rows)
             generation_finished = time.time()

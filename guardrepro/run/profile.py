@@ -73,6 +73,7 @@ from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.guards.spec import looks_like_path
 from guardrepro.limits import parse_toml_text
+from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.registry import RUNNERS, backend_of
 from guardrepro.schema import sha256_text
 from guardrepro.spec import check_keys, expect_kind
@@ -130,7 +131,9 @@ class RunProfile:
     path: Path
     text_sha256: str
     name: str
-    backend: str
+    # the backend's descriptor, looked up by its name once, when the profile is
+    # read; passed down from here (doctor, resolve, the workers, create_runner)
+    descriptor: Backend = field(repr=False)
     guard: GuardSpec
     checkpoint: CheckpointSpec
     backend_options: Mapping[str, Any] = field(default_factory=dict)
@@ -184,7 +187,7 @@ class RunProfile:
             path=path,
             text_sha256=sha256_text(text),
             name=name,
-            backend=backend,
+            descriptor=descriptor,
             guard=guard,
             checkpoint=_checkpoint(data.get("checkpoint"), base, file=file,
                                    needs_model=descriptor.needs_model, backend=backend),
@@ -195,6 +198,11 @@ class RunProfile:
             workers=workers,
             sort_by_length=sort_by_length,
         )
+
+    @property
+    def backend(self) -> str:
+        """The backend's name, as the profile gives it (``backend = "hf"``)."""
+        return self.descriptor.name
 
     def check_paths(self) -> None:
         """Every local path the profile names must exist (MissingArtifactError

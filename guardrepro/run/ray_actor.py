@@ -61,7 +61,6 @@ from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
 from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import provenance_differences, record_line
-from guardrepro.run.runners.registry import option_table
 from guardrepro.schema import CohortRow
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def allotted_threads() -> int:
 def actor_profile(profile: RunProfile, threads_from_allotment: bool) -> RunProfile:
     """The profile this actor runs: threads (a backend that declares the option:
     hf) from its own CPU allotment."""
-    if threads_from_allotment and "threads" in option_table(profile.backend).names:
+    if threads_from_allotment and "threads" in profile.descriptor.options.names:
         return profile.with_backend_options(threads=allotted_threads())
     return profile
 
@@ -147,7 +146,7 @@ class _Job:
                 f"Ray actor on node {node_name()} (pid {os.getpid()}) refuses run "
                 f"{spec.run_dir}: its artifact hashes to {self.resolved.tree_sha256[:12]}... "
                 f"here, not the pinned {pinned[:12]}...")
-        self.chunk = chunk_size(self.profile.backend, self.profile.backend_options)
+        self.chunk = chunk_size(self.profile.descriptor, self.profile.backend_options)
 
     def open(self) -> tuple[Any, Any]:
         """(runner, provenance) of this run on this node; ``ProvenanceError``
@@ -208,9 +207,7 @@ def adopt_transformers(profiles: Sequence[RunProfile]) -> None:
     import transformers' logging now and route it to the root logger, so that
     its records from the tokenizer and model loads reach this process's
     handlers (the actor's buffer; the driver's stderr and run.log)."""
-    from guardrepro.run.runners.registry import backend_of
-
-    if any(backend_of(profile.backend).needs_model for profile in profiles):
+    if any(profile.descriptor.needs_model for profile in profiles):
         import transformers.utils.logging  # noqa: F401
 
         logs.adopt_libraries()

@@ -48,14 +48,14 @@ from typing import Any
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.runners.registry import RUNNERS, backend_of
+from guardrepro.run.runners.registry import registered
 from guardrepro.schema import sha256_text
 
 UNPINNED = "unpinned"
 
 
 def _needs_model(profile: RunProfile) -> bool:
-    return backend_of(profile.backend).needs_model
+    return profile.descriptor.needs_model
 
 
 class NoModelTokenizer:
@@ -248,7 +248,7 @@ def _guard(profile: RunProfile,
     from guardrepro.guards.registry import adapter_info, get_guard
 
     spec = profile.guard
-    descriptor = backend_of(profile.backend)
+    descriptor = profile.descriptor
     try:
         info = adapter_info(spec.name)
         loaded = _template(spec, locks)
@@ -261,7 +261,7 @@ def _guard(profile: RunProfile,
             raise InputError(f"guard {spec.name!r} {what}: backend {profile.backend!r} does "
                              "not fit", field="backend")
         if info.scoring == "logit" and not descriptor.score_logits:
-            logit_backends = [n for n in RUNNERS if backend_of(n).score_logits]
+            logit_backends = [b.name for b in registered() if b.score_logits]
             raise InputError(f"guard {spec.name!r} is scored from the logits of its score "
                              f"tokens, which only backend {' or '.join(logit_backends)} returns; "
                              f"backend {profile.backend!r} would make every row invalid",
@@ -282,7 +282,7 @@ def runner_options(profile: RunProfile) -> dict[str, Any]:
     """The profile's ``[backend_options]`` with file paths (the descriptor's
     ``path_options``) resolved against the profile."""
     options = dict(profile.backend_options)
-    for name in backend_of(profile.backend).path_options:
+    for name in profile.descriptor.path_options:
         if isinstance(options.get(name), str):
             options[name] = str(profile.path.parent / options[name])
     return options

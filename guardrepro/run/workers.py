@@ -85,7 +85,8 @@ from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
-from guardrepro.run.runners.registry import backend_of, option_table, preload, runner_class
+from guardrepro.run.runners.backends import Backend
+from guardrepro.run.runners.registry import preload, runner_class
 from guardrepro.run.shard import format_shard
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def auto_threads(workers: int, cores: int | None = None) -> int:
 def worker_profile(profile: RunProfile, workers: int) -> RunProfile:
     """The profile each worker runs: threads (a backend that declares the option
     ``threads``: hf) fixed by ``auto_threads``."""
-    if "threads" not in option_table(profile.backend).names:
+    if "threads" not in profile.descriptor.options.names:
         return profile
     threads = profile.backend_options.get("threads")
     if threads is None or threads == "auto":
@@ -178,12 +179,12 @@ def _signals_held() -> Iterator[None]:
             os.kill(os.getpid(), caught[0])
 
 
-def start_method(backend: str, checkpoint_dir: Path | None = None) -> str:
+def start_method(backend: Backend, checkpoint_dir: Path | None = None) -> str:
     """``fork`` after importing the runner's module in this process (a backend
     whose descriptor is ``fork_safe``, hf, on Linux), and with
     ``checkpoint_dir`` what loading it imports (``registry.preload``: the model
     class's modules), else ``spawn`` (see the module docstring)."""
-    if backend_of(backend).fork_safe and sys.platform.startswith("linux") \
+    if backend.fork_safe and sys.platform.startswith("linux") \
             and "fork" in multiprocessing.get_all_start_methods():
         with _sigint_deferred():  # the imports every worker would otherwise repeat
             if checkpoint_dir is None:
@@ -425,7 +426,7 @@ def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progr
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     results = _run_pool(handoff, cohort, out, dirs, shards, progress,
-                        start_method(shared.backend, handoff.checkpoint_dir))
+                        start_method(shared.descriptor, handoff.checkpoint_dir))
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:

@@ -96,9 +96,10 @@ def _option_error(key: str, message: str) -> InputError:
 
 
 def _validate(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options checked against ``HF.options`` and filled; threads ``"auto"``
+    """The options checked against ``HF.options`` and filled (as
+    ``create_runner`` hands them: not checked again); threads ``"auto"``
     becomes ``workers.auto_threads(1)`` (one process)."""
-    out = HF.options.check(options)
+    out = dict(HF.options.check(options))
     if out["threads"] == "auto":
         from guardrepro.run.workers import auto_threads
 

@@ -83,6 +83,20 @@ class Option:
         return ""
 
 
+class CheckedOptions(dict[str, Any]):
+    """Options checked against the table of backend ``backend`` and filled with
+    its defaults (``OptionTable.check``): that table's ``check`` returns them
+    unchanged, so a runner handed them by ``registry.create_runner`` does not
+    validate them a second time."""
+
+    def __init__(self, backend: str, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self.backend = backend
+
+    def __reduce__(self) -> Any:  # pickled for spawned workers and Ray actors
+        return (CheckedOptions, (self.backend, dict(self)))
+
+
 @dataclass(frozen=True)
 class OptionTable:
     backend: str
@@ -112,12 +126,15 @@ class OptionTable:
         """Option ``name`` as given, else its declared default."""
         return given[name] if name in given else self.default(name)
 
-    def check(self, given: Mapping[str, Any], *, file: str | None = None) -> dict[str, Any]:
-        """``given`` validated against the table and filled with the defaults.
+    def check(self, given: Mapping[str, Any], *, file: str | None = None) -> CheckedOptions:
+        """``given`` validated against the table and filled with the defaults
+        (``given`` itself when it is already this table's ``CheckedOptions``).
 
         A key the table does not declare, a missing required option, a value of
         the wrong type, outside its choices, pattern or range raise
         ``InputError(file=file, field="backend_options.<key>")``."""
+        if isinstance(given, CheckedOptions) and given.backend == self.backend:
+            return given
         check_keys(given, self.names, file=file, where="backend_options")
         for option in self.options:
             if option.required and option.name not in given:
@@ -129,4 +146,4 @@ class OptionTable:
                 if problem is not None:
                     raise InputError(f"backend {self.backend!r}: {problem}", file=file,
                                      field=f"backend_options.{option.name}")
-        return self.filled(given)
+        return CheckedOptions(self.backend, self.filled(given))

@@ -4,8 +4,12 @@ registered, and the tables derived from their descriptors.
 Input: a backend name from a run profile (or a ``backends.Backend`` to
 register), the local checkpoint directory, the profile's
 ``[backend_options]`` table and what the prompt tokenizer knows (EOS ids,
-pad id, a decode function). Output: the backend's descriptor (``backend``),
+pad id, a decode function). Output: the backend's descriptor (``backend_of``),
 its option table, and a loaded ``Runner`` (``create_runner``).
+
+A name is looked up once, when the profile is read (``RunProfile.descriptor``);
+from there the descriptor itself is passed down: every function here takes a
+descriptor, or a name for callers that hold only that (scripts, tests).
 
 Registration: the built-in descriptors (``backends.BUILTIN``) are registered
 at import; ``register(descriptor)`` adds another (a plugin, a test) to this
@@ -35,9 +39,12 @@ Constructor contract every runner class implements::
                                               # backend turns token ids into text with it
         ) -> None: ...
 
-- ``options`` is checked against the descriptor's table (``options.check``): a key it does
-  not define or a bad value raises ``InputError(field="backend_options.<key>")``;
-  what the table cannot say (a device that must exist) the runner checks.
+- ``options`` has been checked against the descriptor's table by ``create_runner``
+  (a key it does not define or a bad value raises
+  ``InputError(field="backend_options.<key>")``) and filled with its defaults: a
+  ``CheckedOptions``, which ``OptionTable.check`` returns as it is, so a runner may
+  call ``DESCRIPTOR.options.check(options)`` (needed when it is built directly) at no
+  cost. What the table cannot say (a device that must exist) the runner checks.
 - The runner loads local files only (no hub access, no remote code) and
   raises ``InferenceError`` for a failure that concerns a request rather than
   the configuration.
@@ -134,22 +141,32 @@ def backend_of(name: str, *, file: str | None = None) -> Backend:
     return _REGISTERED[name]
 
 
-def _missing(backend_name: str, exc: ImportError) -> DependencyMissingError | None:
+def registered() -> tuple[Backend, ...]:
+    """The registered descriptors, in registration order."""
+    return tuple(_REGISTERED.values())
+
+
+def descriptor_of(backend: Backend | str) -> Backend:
+    """``backend`` itself when it is a descriptor (the one a profile carries:
+    ``RunProfile.descriptor``), else the registered one of that name."""
+    return backend if isinstance(backend, Backend) else backend_of(backend)
+
+
+def _missing(descriptor: Backend, exc: ImportError) -> DependencyMissingError | None:
     """A DependencyMissingError when ``exc`` is one of the backend's optional deps."""
     name = (getattr(exc, "name", None) or "").split(".")[0]
-    descriptor = _REGISTERED[backend_name]
     if name not in descriptor.modules:
         return None
-    return missing_extra(f"backend {backend_name!r}", name, descriptor.extra)
+    return missing_extra(f"backend {descriptor.name!r}", name, descriptor.extra)
 
 
-def option_table(backend: str) -> OptionTable:
+def option_table(backend: Backend | str) -> OptionTable:
     """The options runner ``backend`` declares, read from its descriptor: the
     runner and its dependencies are not imported."""
-    return backend_of(backend).options
+    return descriptor_of(backend).options
 
 
-def chunk_size(backend: str, options: Mapping[str, Any]) -> int:
+def chunk_size(backend: Backend | str, options: Mapping[str, Any]) -> int:
     """Requests per ``generate`` call: option ``batch_size``, else its declared
     default; 1 for a backend that declares no ``batch_size``."""
     table = option_table(backend)
@@ -158,13 +175,14 @@ def chunk_size(backend: str, options: Mapping[str, Any]) -> int:
     return int(table.value(options, "batch_size"))
 
 
-def runner_class(backend: str) -> type[Any]:
+def runner_class(backend: Backend | str) -> type[Any]:
     """Import and return the runner class for ``backend``."""
-    module_name, attr = backend_of(backend).runner.split(":", 1)
+    descriptor = descriptor_of(backend)
+    module_name, attr = descriptor.runner.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        missing = _missing(backend, exc)
+        missing = _missing(descriptor, exc)
         if missing is not None:
             raise missing from exc
         raise
@@ -173,19 +191,20 @@ def runner_class(backend: str) -> type[Any]:
     return cls
 
 
-def preload(backend: str, checkpoint_dir: str | Path) -> None:
+def preload(backend: Backend | str, checkpoint_dir: str | Path) -> None:
     """Import the runner of ``backend`` and what loading ``checkpoint_dir`` will
     import (the runner module's optional ``preload(checkpoint_dir)``; hf: the
     model's modelling modules), so that processes forked afterwards inherit it."""
-    module_name = backend_of(backend).runner.split(":", 1)[0]
-    runner_class(backend)
+    descriptor = descriptor_of(backend)
+    runner_class(descriptor)
+    module_name = descriptor.runner.split(":", 1)[0]
     hook = getattr(importlib.import_module(module_name), "preload", None)
     if callable(hook):
         hook(Path(checkpoint_dir))
 
 
 def create_runner(
-    backend: str,
+    backend: Backend | str,
     checkpoint_dir: str | Path,
     options: Mapping[str, Any],
     *,
@@ -193,18 +212,23 @@ def create_runner(
     pad_token_id: int | None,
     decode: Callable[[Sequence[int]], str],
 ) -> Runner:
-    """Load the ``backend`` runner on ``checkpoint_dir`` (see the module docstring)."""
-    cls = runner_class(backend)
+    """Load the ``backend`` runner on ``checkpoint_dir`` (see the module
+    docstring). The options are checked here, once, against the descriptor's
+    table; the runner receives them filled (``CheckedOptions``, which its own
+    ``check`` passes through)."""
+    descriptor = descriptor_of(backend)
+    checked = descriptor.options.check(options)
+    cls = runner_class(descriptor)
     try:
         runner = cls(
             Path(checkpoint_dir),
-            options,
+            checked,
             eos_token_ids=tuple(eos_token_ids),
             pad_token_id=pad_token_id,
             decode=decode,
         )
     except ImportError as exc:  # a backend that imports its dependencies lazily
-        missing = _missing(backend, exc)
+        missing = _missing(descriptor, exc)
         if missing is not None:
             raise missing from exc
         raise
