@@ -337,14 +337,22 @@ def gather_facts(
     """Facts for ``backend`` with the profile's ``[backend_options]`` (checked
     and filled from the backend's declared options), read where its
     descriptor's ``DoctorFacts`` says; with no backend, a machine-wide summary."""
-    env = {name: os.environ.get(name) for name in ENV_VARS}
     if backend is None:
         names = sorted({n for group in PACKAGES.values() for n in group})
         device, name, cc, threads = _torch_device("auto")
         return Facts(None, _versions(["guardrepro", *names]), device, name, cc,
-                     None, None, None, None, None, threads, env)
-    descriptor = descriptor_of(backend)
-    opts = descriptor.options.check(options or {})  # the runner's declared defaults
+                     None, None, None, None, None, threads, _env())
+    return _facts(descriptor_of(backend), options or {})
+
+
+def _env() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in ENV_VARS}
+
+
+def _facts(descriptor: Backend, options: Mapping[str, Any]) -> Facts:
+    """``gather_facts`` for the descriptor a profile carries."""
+    env = _env()
+    opts = descriptor.options.check(options)  # the runner's declared defaults
     facts = descriptor.doctor
 
     def option(name: str | None) -> Any:
@@ -394,7 +402,7 @@ def diagnose(profile: Any | None = None, *, require: bool | None = None) -> Doct
     if profile is None:
         facts = gather_facts()
         return DoctorReport(facts, None, bool(require), None)
-    facts = gather_facts(profile.descriptor, profile.backend_options)
+    facts = _facts(profile.descriptor, profile.backend_options)
     required = (
         bool(getattr(profile, "require_batch_invariance", False)) if require is None else require
     )

@@ -166,10 +166,10 @@ def option_table(backend: Backend | str) -> OptionTable:
     return descriptor_of(backend).options
 
 
-def chunk_size(backend: Backend | str, options: Mapping[str, Any]) -> int:
+def chunk_size(descriptor: Backend, options: Mapping[str, Any]) -> int:
     """Requests per ``generate`` call: option ``batch_size``, else its declared
     default; 1 for a backend that declares no ``batch_size``."""
-    table = option_table(backend)
+    table = descriptor.options
     if "batch_size" not in table.names:
         return 1
     return int(table.value(options, "batch_size"))
