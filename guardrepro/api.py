@@ -29,7 +29,6 @@ from typing import Any
 
 from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.core.tables import pandas, write_table
-from guardrepro.checks.io.runio import RowResult, RunData, load_run_data, variant_order
 from guardrepro.checks.parity.attribute import attribute as run_attribution
 from guardrepro.checks.parity.compare import Comparison, RowComparison, compare_runs
 from guardrepro.checks.parity.gate import GateResult
@@ -37,7 +36,9 @@ from guardrepro.checks.parity.loaders import RunSource, load_reference, load_run
 from guardrepro.checks.report.markdown import load_gate as read_gate
 from guardrepro.checks.report.markdown import load_or_compute_stats
 from guardrepro.checks.stats.compute import StatsResult, compute_stats
-from guardrepro.schema import read_cohort, strict_decision
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.read import RowResult, RunData, load_run_data, variant_order
+from guardrepro.schema import strict_decision
 
 RUN_DTYPES = {
     "row_id": "string", "base_sample_id": "string", "domain": "string",
@@ -51,7 +52,7 @@ RUN_DTYPES = {
 
 
 def read_run(path: str | Path, cohort: str | Path | None = None) -> RunData:
-    """A run directory read once (``runio.load_run_data``: manifest, records,
+    """A run directory read once (``rundir.read.load_run_data``: manifest, records,
     cohort, expected rows and their hashes): what ``load_run``, ``stats``,
     ``gate`` and ``compare`` take instead of a path, so nothing is read again."""
     return load_run_data(path, cohort)
@@ -60,7 +61,7 @@ def read_run(path: str | Path, cohort: str | Path | None = None) -> RunData:
 def load_run(path: str | Path | RunData, cohort: str | Path | None = None) -> Any:
     """DataFrame of a run: one row per expected cohort row (see module docstring).
 
-    ``path`` is a run directory (read once, ``runio.load_run_data``) or a
+    ``path`` is a run directory (read once, ``rundir.read.load_run_data``) or a
     ``RunData`` already read; ``cohort`` overrides the cohort named in its
     manifest (without either, the expected rows are the records' grid)."""
     pd = pandas()
@@ -183,7 +184,7 @@ def attribute(reference: RunSource, *, bf16: RunSource | None = None,
     """Attribution of every disagreement (one row per run, row and level);
     the full ``Attribution`` is in ``df.attrs["attribution"]``. The reference is a
     gate spec or a run; each run is a directory or records file (read once) or a
-    run already read (``read_run``'s ``RunData``, or a ``runio.RecordsFile``),
+    run already read (``read_run``'s ``RunData``, or a ``rundir.read.RecordsFile``),
     which is not read again."""
     ref, key_field, info = load_reference(reference)
     att = run_attribution(

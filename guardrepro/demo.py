@@ -102,7 +102,7 @@ def mlx_plan() -> MlxPlan:
 
 def write_originals(cohort: Path, out: Path) -> Path:
     """Copy the cohort's original-variant lines (byte for byte) to ``out``."""
-    from guardrepro.run.records import write_atomic
+    from guardrepro.rundir.records import write_atomic
 
     lines = cohort.read_text(encoding="utf-8").splitlines(keepends=True)
     keep = [line for line in lines if json.loads(line)["variant"] == "original"]
@@ -243,11 +243,11 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
              home: str | Path | None) -> None:
     """Steps 4-5: quantize to MLX Q8 g64, run it, compare with transformers."""
     from guardrepro.artifacts.quantize.convert import quantize
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.compare import compare_runs
     from guardrepro.experiments.frontier import write_artifact_side
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
+    from guardrepro.rundir.read import write_json_atomic
 
     out = result.out_dir
     plan = mlx_plan()
@@ -285,7 +285,6 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
                     replicates: int, home: str | Path | None) -> ReportInputs:
     """The last two steps: the parity gate, then stats.json and the report; returns
     what the report was made of (the HTML report takes it too)."""
-    from guardrepro.checks.io.runio import load_run_data, write_json_atomic
     from guardrepro.checks.parity.gate import evaluate, load_spec, reference_rows
     from guardrepro.checks.report.markdown import (
         FIGURES_NOTE,
@@ -295,6 +294,7 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     )
     from guardrepro.checks.stats.cache import keyed
     from guardrepro.checks.stats.compute import compute_stats
+    from guardrepro.rundir.read import load_run_data, write_json_atomic
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run_data(hf_dir)
@@ -323,11 +323,11 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     against the shipped reference; writes ``hf-fp32/attribution.json``."""
     import dataclasses
 
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.attribute import attribute, format_table
     from guardrepro.checks.parity.loaders import load_reference, load_run_input
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
+    from guardrepro.rundir.read import write_json_atomic
 
     originals = out / "cohort-originals.jsonl"
     if not originals.exists():
@@ -358,9 +358,9 @@ def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
     from guardrepro.artifacts.fetch import materialize
     from guardrepro.bench.cohort.split import build_any_cohort_file
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.toolsafe_table import load_published_tables, toolsafe_table
     from guardrepro.run.pipeline import run_cohort
+    from guardrepro.rundir.read import write_json_atomic
 
     steps.start("whole split: the rule guard on every row of the toy ASB split, "
                 "ToolSafe's table (cohorts/toy-asb-all.toml)")

@@ -14,11 +14,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import MISSING as _MISSING
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
-from pathlib import Path
 from typing import Any
 
 from guardrepro.errors import InputError
-from guardrepro.limits import at_line, load_json
 from guardrepro.spec import check_keys
 from guardrepro.textsafe import check_id
 
@@ -194,45 +192,6 @@ class CohortRow:
         return out
 
 
-def read_cohort(path: str | Path, data: bytes | None = None) -> list[CohortRow]:
-    """Read a cohort JSONL file (or its bytes ``data``, read by the caller) strictly; duplicate
-    row ids are an error. Errors name the file and the line (``row`` = 0-based line index)."""
-    path = Path(path)
-    rows: list[CohortRow] = []
-    seen: dict[str, int] = {}
-    try:
-        data = path.read_bytes() if data is None else data
-    except FileNotFoundError:
-        raise InputError("cohort file not found", file=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read cohort file: {exc}", file=str(path)) from None
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the final line break ends the last line
-    for index, raw in enumerate(lines):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index,
-                             line=index + 1) from None
-        if not line.strip():
-            raise InputError("blank line", file=str(path), row=index, line=index + 1)
-        obj = load_json(line, file=str(path), row=index, line=index + 1)
-        try:
-            item = CohortRow.from_dict(obj, file=str(path), row=index)
-        except InputError as exc:
-            raise at_line(exc, index) from None
-        if item.row_id in seen:
-            raise InputError(
-                f"duplicate sample_id {item.row_id!r} (first at line {seen[item.row_id] + 1})",
-                file=str(path), row=index, line=index + 1, field="sample.sample_id")
-        seen[item.row_id] = index
-        rows.append(item)
-    if not rows:
-        raise InputError("cohort file is empty", file=str(path))
-    return rows
-
-
 def _where(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
@@ -289,7 +248,7 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One generation attempt and how it parsed (values checked by ``run.record_checks``)."""
+    """One generation attempt and how it parsed (values checked by ``rundir.record_checks``)."""
 
     text: str
     token_ids: list[int]

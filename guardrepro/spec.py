@@ -283,7 +283,7 @@ def check_cohort_path(path: Path) -> None:
     """What ``--cohort`` names, checked before a verb's heavy imports: a missing
     file, a directory, or a spec (TOML) where the built cohort (JSONL rows) is
     expected is an InputError saying what to do; anything else is left to the
-    cohort reader (``schema.read_cohort``)."""
+    cohort reader (``rundir.cohort.read_cohort``)."""
     file = str(path)
     if not path.exists():
         raise InputError("cohort file not found", file=file)

@@ -30,7 +30,6 @@ import pandas as pd
 from IPython.display import Image, display
 
 import guardrepro as gr
-from guardrepro.checks.io.runio import load_run
 from guardrepro.checks.report.markdown import (
     domain_bars,
     flip_bars,
@@ -38,6 +37,7 @@ from guardrepro.checks.report.markdown import (
     plot_flip_rates,
     plot_margin_histogram,
 )
+from guardrepro.rundir.read import load_run
 
 # parameters: the run (default: the last `guardrepro demo`) and where figures go
 # (default: a `figures` folder inside the run directory)

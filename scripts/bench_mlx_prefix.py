@@ -36,11 +36,11 @@ from typing import Any
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.guards.registry import record_parser
 from guardrepro.run.pipeline import prepare_rows
-from guardrepro.run.records import read_records
 from guardrepro.run.resolve import resolve_profile
 from guardrepro.run.runners import mlx_runner
 from guardrepro.run.runners.greedy import PrefixStore, common_prefix
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.records import read_records
 from scripts.bench_runners import first_rows, measure, outputs, profile_for, toy_cohort
 
 CONFIGS = {"full": "mlx-q8f32", "reuse": "mlx-q8f32-reuse", "reuse-checked": "mlx-q8f32-reuse"}

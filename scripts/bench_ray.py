@@ -42,8 +42,8 @@ from guardrepro.guards.registry import record_parser
 from guardrepro.run.engine_ray import RayOptions, ray_session, run_on_ray
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_pool import TIMING_FIELDS
-from guardrepro.run.records import read_records
 from guardrepro.run.workers import run_with_workers
+from guardrepro.rundir.records import read_records
 from scripts.bench_runners import first_rows, toy_cohort
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -78,9 +78,9 @@ from guardrepro.errors import InferenceError
 from guardrepro.guards.registry import record_parser
 from guardrepro.run import workers
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import read_records
 from guardrepro.run.runners.registry import runner_class
 from guardrepro.run.workers import run_with_workers
+from guardrepro.rundir.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "naive"

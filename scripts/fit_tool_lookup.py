@@ -17,7 +17,7 @@ from pathlib import Path
 
 from guardrepro.bench.tsbench import load_benchmark
 from guardrepro.guards.rule.lookup import fit_table, save_table, training_rows
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
 
 
 def main() -> None:

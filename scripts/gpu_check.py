@@ -199,7 +199,8 @@ def summarize(directory: Path, out: Path) -> dict[str, Any]:
 def cohort_stage(run_dir: Path, invariance: Path | None, wall_s: float) -> dict[str, Any]:
     """Wall time, tokens/s and batch-1 agreement of the TS-Guard cohort run."""
     from guardrepro.guards.registry import record_parser
-    from guardrepro.run.records import read_manifest, read_records
+    from guardrepro.rundir.manifest import read_manifest
+    from guardrepro.rundir.records import read_records
 
     records = read_records(run_dir, parsers=record_parser)
     manifest = read_manifest(run_dir)

@@ -61,7 +61,7 @@ def _read(path: Path) -> Any:
 
 def summarize(out: Path, failed: list[str]) -> int:
     from guardrepro.guards.registry import record_parser
-    from guardrepro.run.records import read_records
+    from guardrepro.rundir.records import read_records
 
     stages = {}
     for line in (out / "stages.jsonl").read_text().splitlines() if (out / "stages.jsonl").exists() \

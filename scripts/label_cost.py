@@ -29,7 +29,7 @@ from guardrepro.run.attempts import generate_chunk
 from guardrepro.run.pipeline import prepare_rows
 from guardrepro.run.prompts import PromptTokenizer
 from guardrepro.run.runners.registry import create_runner
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
 
 TOY = Path(__file__).resolve().parents[1] / "guardrepro" / "data" / "toy_guard"
 BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {

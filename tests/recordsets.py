@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardrepro.run.records import RunManifest, write_manifest
-from guardrepro.run.shard import shard_of
+from guardrepro.rundir.manifest import RunManifest, write_manifest
+from guardrepro.rundir.shard import shard_of
 from guardrepro.schema import Provenance, Record, Timings, canonical_json
 
 Spec = tuple[str, str, str, float, Any]
@@ -196,7 +196,7 @@ def rewrite_manifest(path: Path, change: Callable[[dict[str, Any]], None]) -> No
     """Apply ``change`` to the manifest at ``path`` as a run with those values
     would have written it: its provenance hash and field digests made anew
     (a manifest edited without them is refused on read)."""
-    from guardrepro.run.manifest_checks import DIGESTS_KEY, field_digests
+    from guardrepro.rundir.manifest import DIGESTS_KEY, field_digests
 
     data = json.loads(path.read_text(encoding="utf-8"))
     change(data)

@@ -18,7 +18,7 @@ from test_tiny_guards_e2e import write_cohort
 
 from guardrepro.cli import cli
 from guardrepro.errors import GuardreproError
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 from scripts.toy.tiny_guards import ARCHS, CHATML_DEFAULT_SYSTEM, build_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

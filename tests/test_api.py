@@ -15,10 +15,10 @@ from extras import needs_pyarrow
 from recordsets import grid, write_run
 
 import guardrepro as gr
-from guardrepro.checks.io.runio import load_run as load_rows
 from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.cli import main
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import load_run as load_rows
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0)]
 # cohort order: tool_alias before the original, to check "original first"

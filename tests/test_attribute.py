@@ -173,7 +173,7 @@ def test_cli(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_released_style_reference_keys_by_base(runs: dict) -> None:
     """A released reference is keyed by base sample id over the original rows."""
     from guardrepro.checks.parity.attribute import RefValue, RunInput
-    from guardrepro.run.records import read_records
+    from guardrepro.rundir.records import read_records
 
     ref = {b: RefValue(b, float(s), b) for b, s in zip(BASES, REF, strict=True)}
     q8 = RunInput.from_records("q8", read_records(runs["q8"] / "records.jsonl"),

@@ -14,8 +14,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "guardrepro"
 STAGES = ("core", "io", "stats", "parity", "audits", "report")
 ABOVE_CHECKS = ("api", "experiments", "cli", "demo")
-BELOW_CHECKS = ("artifacts", "bench", "guards", "run", "errors", "limits", "schema", "spec",
-                "versions", "progress", "logs", "spec_dirs")
+BELOW_CHECKS = ("artifacts", "bench", "guards", "rundir", "run", "errors", "limits", "schema",
+                "spec", "versions", "progress", "logs", "spec_dirs")
 
 
 def sources(top: Path = PACKAGE) -> dict[str, tuple[str, bool]]:
@@ -134,11 +134,11 @@ def test_stage_packages_are_a_docstring_listing_their_modules() -> None:
         == list(STAGES)
 
 
-PIPELINE = ("artifacts", "bench", "guards", "run", "checks")
+PIPELINE = ("artifacts", "bench", "guards", "rundir", "run", "checks")
 
 
 def test_lower_pipeline_stages_never_import_a_higher_one() -> None:
-    """artifacts -> bench -> guards -> run -> checks: a module of one stage imports
+    """artifacts -> bench -> guards -> rundir -> run -> checks: a module of one stage imports
     none of a later stage, deferred imports included (docs/ARCHITECTURE.md)."""
     upward = []
     for name, (source, is_init) in sources().items():

@@ -24,8 +24,8 @@ from guardrepro.bench.react import ReactStep
 from guardrepro.bench.tsbench import BenchRow, field_text
 from guardrepro.errors import InputError, IntegrityError
 from guardrepro.guards.base import render_ts_guard_prompt
-from guardrepro.run.records import read_records
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.records import read_records
 
 SALT = "260828"
 PROTOCOL = "BENCHMARK_SHORTCUT_AUDIT_PROTOCOL_v1.0"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fixtures.released_data import banking_spec
 
 from guardrepro.cli import cli, main
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
 
 SPEC = banking_spec("cli-cohort")
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from recordsets import PROVENANCE
 
 from guardrepro.checks.core.figure import RATE, encode
-from guardrepro.checks.io.runio import read_records_file
 from guardrepro.checks.parity.compare import compare_runs, first_divergence, quantiles
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import read_records_file
 from guardrepro.schema import Provenance, Record, Timings
 
 # An unregistered guard: these hand-made records carry no output text to re-parse.

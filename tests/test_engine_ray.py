@@ -29,10 +29,11 @@ from guardrepro.errors import InferenceError, ProvenanceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions, run_on_ray  # noqa: E402
 from guardrepro.run.profile import RunProfile  # noqa: E402
 from guardrepro.run.ray_pool import TIMING_FIELDS  # noqa: E402
-from guardrepro.run.records import read_manifest, read_records  # noqa: E402
-from guardrepro.run.shard import shard_of  # noqa: E402
 from guardrepro.run.workers import run_with_workers  # noqa: E402
-from guardrepro.schema import read_cohort  # noqa: E402
+from guardrepro.rundir.cohort import read_cohort  # noqa: E402
+from guardrepro.rundir.manifest import read_manifest  # noqa: E402
+from guardrepro.rundir.records import read_records  # noqa: E402
+from guardrepro.rundir.shard import shard_of  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,7 +355,7 @@ def test_duplicate_rows_are_dropped_when_identical_and_refused_when_not(
     import dataclasses
 
     from guardrepro.run.ray_pool import NondeterminismError, accept
-    from guardrepro.run.records import RecordWriter
+    from guardrepro.rundir.records import RecordWriter
     from guardrepro.schema import Timings
 
     rule = _rule_records(rule_cohort, tmp_path)

@@ -28,7 +28,7 @@ import pytest
 from extras import needs_matplotlib
 from test_faults_input import _paired_cohort
 
-from guardrepro.run.records import read_manifest
+from guardrepro.rundir.manifest import read_manifest
 
 pytestmark = pytest.mark.faults
 

@@ -17,7 +17,7 @@ import pytest
 from test_faults_input import RULE, _paired_cohort
 from test_faults_weights import cli
 
-from guardrepro.run.manifest_checks import field_digests
+from guardrepro.rundir.manifest import field_digests
 from guardrepro.schema import Provenance, canonical_json, sha256_text
 
 pytestmark = pytest.mark.faults

@@ -28,7 +28,7 @@ import pytest
 from runner_helpers import write_cohort
 
 from guardrepro.run.pipeline import run_cohort
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 
 pytestmark = [pytest.mark.faults,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")]

@@ -20,10 +20,10 @@ import pytest
 from recordsets import grid, write_run
 
 from guardrepro.checks.io.predictions import load_rows
-from guardrepro.checks.io.runio import load_run
 from guardrepro.checks.parity.gate import GateResult, RefRow, evaluate, load_spec
 from guardrepro.cli import main
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import load_run
 
 BASES = [("r1", "banking", 0), ("r2", "banking", 1), ("r3", "slack", 0), ("r4", "slack", 1)]
 REFERENCE: dict[str, list[Any]] = {"original": [0, 1, 0.5, 1], "tool_alias": [1, 1, 1, 1]}

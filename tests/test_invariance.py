@@ -20,7 +20,7 @@ from guardrepro.run.invariance import (
     select_sample,
 )
 from guardrepro.run.runners.base import Generation, Timings
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
 
 T = Timings(0.0, 0.0, 0.0)
 

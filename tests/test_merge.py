@@ -15,9 +15,11 @@ from runner_helpers import write_cohort
 from guardrepro.cli import cli
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.run.merge import merge_runs, provenance_differences
-from guardrepro.run.records import RunManifest, read_manifest, read_records, write_manifest
-from guardrepro.run.shard import shard_of
-from guardrepro.schema import Provenance, Record, Timings, read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import RunManifest, read_manifest, write_manifest
+from guardrepro.rundir.records import read_records
+from guardrepro.rundir.shard import shard_of
+from guardrepro.schema import Provenance, Record, Timings
 
 BASE_PROVENANCE: dict[str, Any] = {
     "guard": "toy-guard",

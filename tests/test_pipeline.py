@@ -30,10 +30,12 @@ from guardrepro.guards.ts_guard.parser import parse_ts_guard
 from guardrepro.run.attempts import decision_margin, generate_chunk, token_index_at
 from guardrepro.run.pipeline import prepare_rows, run_cohort
 from guardrepro.run.prompts import PromptTokenizer
-from guardrepro.run.records import read_manifest, read_records
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.registry import create_runner
-from guardrepro.schema import CohortRow, read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import read_manifest
+from guardrepro.rundir.records import read_records
+from guardrepro.schema import CohortRow
 
 VOLATILE = ("created_at", "timings", "peak_memory_bytes", "run_id")
 

@@ -228,7 +228,7 @@ def test_attribute_reads_each_run_once(toy: dict[str, Path], tmp_path: Path,
 def test_gr_attribute_takes_runs_already_read(toy: dict[str, Path],
                                               reads: collections.Counter[str]) -> None:
     import guardrepro as gr
-    from guardrepro.checks.io.runio import read_records_file
+    from guardrepro.rundir.read import read_records_file
 
     run = toy["run"]
     by_paths = gr.attribute(toy["ref"], bf16=run, quantized=[toy["ref"]], replicates=20)
@@ -249,7 +249,7 @@ def test_audits_read_the_preds_run_once(tmp_path: Path, capsys: pytest.CaptureFi
                                         reads: collections.Counter[str]) -> None:
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.audits.benchmark import run_preds
-    from guardrepro.checks.io.runio import load_run_data, read_records_file
+    from guardrepro.rundir.read import load_run_data, read_records_file
 
     split = write_split(tmp_path, "agentdojo", AUDIT_ROWS)
     run = write_run(tmp_path / "run", grid(split.bases[:7], {"original": AUDIT_SCORES}),
@@ -268,12 +268,12 @@ def test_audits_read_the_preds_run_once(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_reading_records_imports_no_guard() -> None:
-    """``run.records`` reads a run without the guard registry; the caller's
+    """``rundir.records`` reads a run without the guard registry; the caller's
     parser lookup is what re-checks scores (the checks pass the registry's)."""
     import subprocess
     import sys
 
-    code = ("import sys; from guardrepro.run.records import read_records; "
+    code = ("import sys; from guardrepro.rundir.records import read_records; "
             "n = len(read_records('guardrepro/data/toy_reference/records.jsonl')); "
             "print(n, sorted(m for m in sys.modules if m.startswith('guardrepro.guards')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
@@ -284,7 +284,7 @@ def test_reading_records_imports_no_guard() -> None:
 def test_the_parser_lookup_refuses_a_contradicted_score(tmp_path: Path) -> None:
     from guardrepro.errors import IntegrityError
     from guardrepro.guards.registry import record_parser
-    from guardrepro.run.records import read_records
+    from guardrepro.rundir.records import read_records
 
     lines = (ROOT / "guardrepro/data/toy_reference/records.jsonl").read_text().splitlines()
     first = json.loads(lines[0])

@@ -1,4 +1,4 @@
-"""records.jsonl fsync'd in batches (run.record_sync): how often, what a crash loses.
+"""records.jsonl fsync'd in batches (rundir.record_sync): how often, what a crash loses.
 
 Every fsync is observed by wrapping ``os.fsync`` and noting the records file's
 size at that moment: the bytes a machine crash (power loss) cannot take away.
@@ -26,8 +26,8 @@ from test_records import record
 import guardrepro.run.attempts as attempts_module
 from guardrepro.errors import InputError, OutputError
 from guardrepro.run.pipeline import run_cohort
-from guardrepro.run.record_sync import ROWS_ENV, SECONDS_ENV
-from guardrepro.run.records import RECORDS_FILE, RecordWriter, TornRecordWarning, read_records
+from guardrepro.rundir.record_sync import ROWS_ENV, SECONDS_ENV
+from guardrepro.rundir.records import RECORDS_FILE, RecordWriter, TornRecordWarning, read_records
 from guardrepro.schema import SCORE_KEYS, Record
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,17 +12,14 @@ import pytest
 from recordsets import PROVENANCE, guard_text
 
 from guardrepro.errors import InputError, ProvenanceError
-from guardrepro.run.records import (
+from guardrepro.rundir.manifest import RunManifest, check_resumable, read_manifest, write_manifest
+from guardrepro.rundir.records import (
     LOCK_FILE,
     RECORDS_FILE,
     RecordWriter,
-    RunManifest,
     TornRecordWarning,
-    check_resumable,
-    read_manifest,
     read_records,
     record_line,
-    write_manifest,
 )
 from guardrepro.schema import Attempt, Provenance, Record, Timings
 
@@ -223,7 +220,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path: Pat
             RecordWriter(tmp_path)
         # another process is refused too
         code = (
-            "import sys\nfrom guardrepro.run.records import RecordWriter\n"
+            "import sys\nfrom guardrepro.rundir.records import RecordWriter\n"
             "from guardrepro.errors import InputError\n"
             f"try:\n    RecordWriter({str(tmp_path)!r})\nexcept InputError as e:\n"
             "    print(e); sys.exit(7)\n"

@@ -10,9 +10,9 @@ import pytest
 from extras import needs_matplotlib
 from recordsets import grid, write_run
 
-from guardrepro.checks.io.runio import load_run
 from guardrepro.checks.report.markdown import load_gate, margin_groups
 from guardrepro.cli import main
+from guardrepro.rundir.read import load_run
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
 LOCAL: dict[str, list[Any]] = {"original": [0, 1, 0, 1], "marker_paraphrase": [1, 1, 0, "parse"]}

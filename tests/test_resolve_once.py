@@ -27,8 +27,8 @@ from guardrepro.run.doctor import diagnose
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.prompts import PromptTokenizer
-from guardrepro.run.records import read_manifest
 from guardrepro.run.resolve import resolve_profile
+from guardrepro.rundir.manifest import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "locks/toy-guard.toml"

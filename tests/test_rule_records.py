@@ -7,8 +7,9 @@ from pathlib import Path
 from recordsets import grid, write_cohort
 
 from guardrepro.run.pipeline import run_cohort
-from guardrepro.run.records import read_manifest, read_records, record_line
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import read_manifest
+from guardrepro.rundir.records import read_records, record_line
 
 PROFILE = Path(__file__).resolve().parents[1] / "runners" / "rule-nuisance.toml"
 

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
 
 from guardrepro.cli import cli, main
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 
 VOLATILE = ("created_at", "timings", "peak_memory_bytes", "run_id")
 
@@ -150,7 +150,7 @@ def test_killed_run_resumes_to_the_same_records(
 def test_seed_override_in_sampled_mode(
     files: dict[str, Path], tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from guardrepro.run.records import read_manifest
+    from guardrepro.rundir.manifest import read_manifest
 
     sampled = write_profile(
         tmp_path / "s.toml",

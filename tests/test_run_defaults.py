@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrepro.checks.io.runio import run_data_source
 from guardrepro.cli import main
+from guardrepro.rundir.cohort import run_data_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

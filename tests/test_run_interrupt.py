@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
 
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_WITHIN_S = 10.0

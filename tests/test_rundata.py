@@ -1,4 +1,4 @@
-"""The one run reader, ``runio.load_run_data`` (``gr.read_run``), on hand-made runs.
+"""The one run reader, ``rundir.read.load_run_data`` (``gr.read_run``), on hand-made runs.
 
 What it holds is checked against the files themselves, read here on their own
 (JSON lines parsed with ``json``, hashes taken with ``hashlib``); the checks
@@ -15,8 +15,8 @@ import pytest
 from recordsets import grid, write_run
 
 import guardrepro as gr
-from guardrepro.checks.io.runio import RunData, load_run_data
 from guardrepro.errors import InputError, IntegrityError
+from guardrepro.rundir.read import RunData, load_run_data
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0)]
 SCORES = {"original": [0, 1, "parse"], "tool_alias": [1, 1, None]}

@@ -12,7 +12,7 @@ import pytest
 
 from guardrepro.decoding import DecodingParams, sampled_seed, sampled_seed_text
 from guardrepro.errors import InputError
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_GUARD = ROOT / "guardrepro" / "data" / "toy_guard"
@@ -121,7 +121,7 @@ def test_toy_guard_sampled_runs_are_reproducible_and_share_seeds(
 
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
-    from guardrepro.run.records import read_records
+    from guardrepro.rundir.records import read_records
 
     lines = toy_cohort.read_text(encoding="utf-8").splitlines()
     one_base = tmp_path / "one-base.jsonl"

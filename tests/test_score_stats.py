@@ -14,9 +14,9 @@ from recordsets import write_run
 
 from guardrepro.checks.core.bootstrap import BATCH
 from guardrepro.checks.core.ranking import Scored
-from guardrepro.checks.io.runio import load_run_data
 from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.checks.stats.types import StatsResult
+from guardrepro.rundir.read import load_run_data
 
 metrics = pytest.importorskip("sklearn.metrics")
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrepro.errors import InputError
-from guardrepro.run.shard import parse_shard, select_shard, shard_of
+from guardrepro.rundir.shard import parse_shard, select_shard, shard_of
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from guardrepro.errors import InputError
 from guardrepro.guards.base import render_ts_guard_prompt
 from guardrepro.run.merge import merge_runs
 from guardrepro.run.pipeline import run_cohort
-from guardrepro.run.records import read_records
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "guardrepro" / "data" / "toy_bench"

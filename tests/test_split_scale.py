@@ -23,9 +23,9 @@ from guardrepro.checks.parity.toolsafe_table import load_source, split_predictio
 from guardrepro.checks.stats.toolsafe_metrics import view_metrics
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import read_records
 from guardrepro.run.workers import run_with_workers
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.records import read_records
 from scripts.bench_split_scale import RULE, synthetic_rows, write_split
 
 ROWS = 7000

@@ -19,9 +19,9 @@ import pytest
 from bootref import Row, reference_interval
 from recordsets import grid, write_run
 
-from guardrepro.checks.io.runio import load_run
 from guardrepro.checks.stats.compute import StatsResult, compute_stats
 from guardrepro.cli import main
+from guardrepro.rundir.read import load_run
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1),
          ("b5", "slack", 1)]
@@ -225,7 +225,7 @@ def test_stats_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_unpaired_edit_rows_are_counted() -> None:
-    from guardrepro.checks.io.runio import RowResult
+    from guardrepro.rundir.read import RowResult
 
     rows = [RowResult("a:o", "a", "original", "d", 0.0, "ok", 0.0),
             RowResult("a:m", "a", "marker_paraphrase", "d", 0.0, "ok", 1.0),
@@ -236,7 +236,7 @@ def test_unpaired_edit_rows_are_counted() -> None:
 
 
 def test_sharded_run_expects_only_its_shard(tmp_path: Path) -> None:
-    from guardrepro.run.shard import shard_of
+    from guardrepro.rundir.shard import shard_of
 
     specs = grid(BASES, {"original": [0, 1, 0, 1, 0], "marker_paraphrase": [0, 1, 0, 1, 0]})
     run = write_run(tmp_path / "run", specs, shard="1/2")

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from recordsets import grid, write_run
 
-from guardrepro.checks.io.runio import load_run_data
 from guardrepro.checks.report import markdown as report
 from guardrepro.checks.report.markdown import load_or_compute_stats
 from guardrepro.checks.stats import cache as stats_cache
+from guardrepro.rundir.read import load_run_data
 
 BASES = [("b1", "banking", 0), ("b2", "banking", 1), ("b3", "slack", 0), ("b4", "slack", 1)]
 # original accuracy: b1 0=0 right, b2 1=1 right, b3 0=0 right, b4 0 vs 1 wrong -> 3/4

@@ -1,5 +1,5 @@
-"""``stats`` reads a run a line at a time (checks.io.stream): the same rows, hashes,
-refusals and stats.json as the whole-run reader (runio.load_run_data), in a
+"""``stats`` reads a run a line at a time (rundir.stream): the same rows, hashes,
+refusals and stats.json as the whole-run reader (rundir.read.load_run_data), in a
 fraction of the memory.
 
 The whole-run reader is the independent implementation: every case is read by
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from recordsets import grid, write_cohort, write_run
 
-from guardrepro.checks.io.runio import load_run_data
-from guardrepro.checks.io.stream import stream_run_rows
 from guardrepro.cli import main as cli_main
 from guardrepro.errors import GuardreproError
 from guardrepro.run.pipeline import run_cohort
+from guardrepro.rundir.read import load_run_data
+from guardrepro.rundir.stream import stream_run_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = ROOT / "runners" / "rule-nuisance.toml"

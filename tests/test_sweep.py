@@ -98,8 +98,8 @@ def test_sweep_rule_baselines_are_the_records_of_guardrepro_run(
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.cli import main
     from guardrepro.experiments import sweep
-    from guardrepro.run.records import read_records
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
+    from guardrepro.rundir.records import read_records
 
     recipe = f'[[recipe]]\nrecipe = "{REPO / "quantize/q8-g64.toml"}"\n'  # not run here
     spec = load_sweep(_spec(tmp_path, recipes=recipe + RULES, limit=12))

@@ -23,7 +23,7 @@ pytest.importorskip("mlx_lm")
 from guardrepro.errors import InferenceError  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions  # noqa: E402
 from guardrepro.run.ray_pool import TIMING_FIELDS  # noqa: E402
-from guardrepro.run.records import read_records  # noqa: E402
+from guardrepro.rundir.records import read_records  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_ray_sweep_equals_the_local_sweep_building_once(
     import guardrepro.run.ray_pool as ray_pool
     from guardrepro.experiments.sweep import run_sweep
     from guardrepro.experiments.sweep_ray import run_configurations
-    from guardrepro.run.records import read_manifest
+    from guardrepro.rundir.manifest import read_manifest
 
     builds, teachers = _Counter(convert.quantize), _Counter(teacher.build_reference)
     pools = _Counter(ray_pool.dispatch)
@@ -170,7 +170,7 @@ def test_interrupted_ray_sweep_resumes_without_repeating_work(
     batch-invariant; the others are compared on what a resumed run shares)."""
     import guardrepro.artifacts.quantize.convert as convert
     import guardrepro.experiments.teacher as teacher
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
 
     out, local = local_sweep["base"] / "ray-resumed", local_sweep["local"]
     options = RayOptions(workers=2, units=2, cpus_per_worker=1)

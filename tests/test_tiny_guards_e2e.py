@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from extras import needs_matplotlib
 
 from guardrepro.cli import cli
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 from scripts.toy.tiny_guards import build_tiny_guard, chat_template
 
 
@@ -226,7 +226,7 @@ def test_a_default_system_prompt_is_reported(built: dict[str, Path], tmp_path: P
     from guardrepro.guards.registry import get_guard
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.prompts import PromptTokenizer
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
     from scripts.toy.tiny import build_tiny_qwen2
     from scripts.toy.tokenizer import DEFAULT_SYSTEM
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from guardrepro.cli import cli
-from guardrepro.run.records import read_records
+from guardrepro.rundir.records import read_records
 
 pytest.importorskip("transformers")
 

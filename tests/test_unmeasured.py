@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from extras import needs_matplotlib
 
-from guardrepro.run.record_checks import UNPARSED_STATUSES
-from guardrepro.run.records import read_records
+from guardrepro.rundir.record_checks import UNPARSED_STATUSES
+from guardrepro.rundir.records import read_records
 
 pytestmark = [pytest.mark.slow, needs_matplotlib]
 pytest.importorskip("mlx_lm")

@@ -246,7 +246,8 @@ def test_run_with_the_vllm_profile_gives_records_the_gate_reads(
     from click.testing import CliRunner
 
     from guardrepro.cli import cli
-    from guardrepro.run.records import read_manifest, read_records
+    from guardrepro.rundir.manifest import read_manifest
+    from guardrepro.rundir.records import read_records
 
     assert probe["out"]["run_exit"] == 0
     vllm_run = probe["base"] / "run-vllm"

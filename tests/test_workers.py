@@ -20,9 +20,10 @@ from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_pro
 from guardrepro.errors import InputError
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import read_manifest, read_records
 from guardrepro.run.workers import physical_cores, run_with_workers, worker_profile
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import read_manifest
+from guardrepro.rundir.records import read_records
 
 CONTENT = ("row_id", "output_token_ids", "output_text", "finish_reason", "status", "score",
            "error_type", "components", "input_sha256", "prompt_tokens")

@@ -25,8 +25,8 @@ from runner_helpers import write_cohort
 
 from guardrepro.artifacts.fetch import fetch_lock
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import read_records
 from guardrepro.run.workers import run_with_workers
+from guardrepro.rundir.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "locks/toy-guard.toml"

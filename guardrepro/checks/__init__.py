@@ -5,8 +5,8 @@ by tests/test_checks_stages.py):
 
 - ``core``: The values and rules every check shares: strict metrics, the interval engine,
   how figures are written, tables of results. Imports no other stage.
-- ``io``: Reading the checks' inputs: run directories and predictions files. Imports only
-  ``core``.
+- ``io``: Reading the checks' other inputs: predictions files and the comparison keys of
+  figures (a run directory is read by ``guardrepro.rundir``). Imports only ``core``.
 - ``stats``: Statistics of one run: original/edit pairs, per-variant accuracy and the paired
   flip statistics (``stats.json``) with their typed result, and ToolSafe's whole-split
   metrics. Imports ``core`` and ``io``.

@@ -31,7 +31,7 @@ from guardrepro.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from guardrepro.checks.io.runio import RecordsFile
+    from guardrepro.rundir.read import RecordsFile
 
 RUN = RUN_OR_FILE
 
@@ -92,8 +92,8 @@ def attribute(reference: Path, bf16: Path | None, quantized: tuple[Path, ...],
 def _reader() -> Callable[[Path], RecordsFile]:
     """Reads a run's records once per verb: a path given twice (say as the
     reference and as --bf16) is read and hashed once."""
-    from guardrepro.checks.io.runio import read_records_file
-    from guardrepro.run.records import records_path
+    from guardrepro.rundir.read import read_records_file
+    from guardrepro.rundir.records import records_path
 
     done: dict[Path, RecordsFile] = {}
 

@@ -84,9 +84,9 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
          out: Path | None, home: Path | None, as_json: bool) -> None:
     """Gate the original rows of a run (or predictions file) against the spec's
     reference predictions."""
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.gate import format_table
     from guardrepro.checks.parity.rows import format_agreement, gate_run
+    from guardrepro.rundir.read import write_json_atomic
 
     result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
     data = result.to_dict()
@@ -123,10 +123,10 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     from guardrepro.checks.audits.association import format_rung
     from guardrepro.checks.audits.ladder import interpretation
     from guardrepro.checks.io.predictions import expected_rows
-    from guardrepro.checks.io.runio import write_json_atomic
-    from guardrepro.checks.io.stream import RunRowsRead, stream_run_rows
     from guardrepro.checks.stats.cache import keyed
     from guardrepro.checks.stats.compute import compute_stats, format_table
+    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.stream import RunRowsRead, stream_run_rows
 
     # a run directory is read a line at a time for its rows (memory: the rows, not the records)
     run = stream_run_rows(path, cohort) if path.is_dir() else expected_rows(path, cohort)
@@ -179,7 +179,7 @@ def _source(preds: str | None, lock: Path | None, benchmark: str | None,
 
     run_lock = run_benchmark = None
     if preds not in (None, "released") and (lock is None or benchmark is None):
-        from guardrepro.checks.io.runio import run_data_source
+        from guardrepro.rundir.cohort import run_data_source
 
         source = run_data_source(Path(str(preds)))
         run_lock, run_benchmark = source.data_lock, source.benchmark
@@ -199,7 +199,7 @@ def _data_dir(data_dir: Path | None, lock: Path, home: Path | None) -> Path:
 
 
 def _emit(result: dict[str, Any], table: str, out: Path | None, as_json: bool) -> None:
-    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.rundir.read import write_json_atomic
 
     emit(as_json, result, table)
     if out is not None:
@@ -219,7 +219,7 @@ def _predictions(root: Path, rows: list[Any], benchmark: str, preds: str
         from guardrepro.bench.released import load_released
 
         return released_preds(rows, load_released(root, benchmark)), None
-    from guardrepro.checks.io.runio import read_records_file
+    from guardrepro.rundir.read import read_records_file
 
     return run_preds(rows, read_records_file(Path(preds)))  # read once
 

@@ -64,8 +64,8 @@ def compare(run_a: Path, run_b: Path, json_out: Path | None, shared_rows: bool, 
 def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bool,
                        exports: tuple[Path, ...], cohort: Path | None,
                        home: Path | None) -> None:
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.rows import compare_with_reference, format_agreement
+    from guardrepro.rundir.read import write_json_atomic
 
     if exports:
         raise InputError("--export applies to two runs; use --json or --out with a spec",

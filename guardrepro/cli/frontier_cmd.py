@@ -45,7 +45,6 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
     run whose records carry p_unsafe, the threshold frontier (unsafe missed
     against false flags as the threshold moves) with the harm-minimising
     threshold at --cost-miss / --cost-flag, within --max-miss when given."""
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.stats.thresholds import format_thresholds, threshold_fronts
     from guardrepro.errors import InputError
     from guardrepro.experiments.frontier import (
@@ -55,6 +54,7 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
         parse_costs,
     )
     from guardrepro.experiments.outputs import frontier_figure
+    from guardrepro.rundir.read import write_json_atomic
 
     configs = []
     for item in runs:

@@ -31,8 +31,8 @@ from guardrepro.cli.options import (
 from guardrepro.errors import InputError
 
 if TYPE_CHECKING:
-    from guardrepro.checks.io.runio import RunData
     from guardrepro.checks.report.guard_splits import GuardSplitTable
+    from guardrepro.rundir.read import RunData
 
 
 @click.command("guard-table", short_help="Several guards' runs of one cohort, side by side.")
@@ -76,7 +76,6 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
     if modes or paper_guards or data_dir is not None:
         raise InputError("--mode, --paper-guard and --data-dir apply with --splits",
                          field="splits")
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.report.guard_table import (
         format_guard_table,
         guard_table_figure,
@@ -84,6 +83,7 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
     from guardrepro.checks.report.guard_table import (
         guard_table as build,
     )
+    from guardrepro.rundir.read import write_json_atomic
 
     table = build([Path(r) for r in runs], list(labels) or None, replicates=replicates, seed=seed,
                   progress=progress)
@@ -127,8 +127,8 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
                  paper_guards: tuple[str, ...], data_dir: Path | None, lock: Path,
                  home: Path | None, replicates: int, seed: int, json_path: Path | None,
                  as_json: bool, figure_path: Path | None, progress: bool) -> None:
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.report.guard_splits import format_markdown, guard_split_figure
+    from guardrepro.rundir.read import write_json_atomic
 
     doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
                          replicates, seed, progress)

@@ -68,7 +68,7 @@ def check_invariance(
     check_cohort_path(cohort_path)
     from guardrepro.errors import GateFailed
     from guardrepro.run.invariance import check_invariance_sizes, format_table, parse_sizes
-    from guardrepro.run.records import write_atomic
+    from guardrepro.rundir.records import write_atomic
 
     sizes = None if batch_sizes is None else parse_sizes(batch_sizes)
     reports = check_invariance_sizes(profile_path, cohort_path, sample, seed=seed,

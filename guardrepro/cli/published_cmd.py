@@ -56,10 +56,10 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
                  out: Path | None, progress: bool, as_json: bool) -> None:
     """Print the run's figures beside the published ones, row by row."""
     from guardrepro.checks.io.predictions import load_rows
-    from guardrepro.checks.io.runio import RunData, write_json_atomic
     from guardrepro.checks.parity.published import compare, format_comparison, load_published
     from guardrepro.checks.parity.sides import side_from, side_of_run
     from guardrepro.checks.stats.compute import compute_stats
+    from guardrepro.rundir.read import RunData, write_json_atomic
 
     published = load_published(spec if spec is not None else _default_spec())
     run = load_rows(path, cohort)

@@ -57,13 +57,13 @@ def report(run_dir: Path, recompute: bool, seed: int | None, replicates: int | N
            split_sources: tuple[str, ...], data_dir: Path | None,
            drift_reference: Path | None, home: Path | None, progress: bool) -> None:
     """Build RUN_DIR/report.md and its figures from the checks' JSON files."""
-    from guardrepro.checks.io.runio import load_run_data
     from guardrepro.checks.report.markdown import (
         FIGURES_NOTE,
         build_report,
         figures_available,
         report_inputs,
     )
+    from guardrepro.rundir.read import load_run_data
 
     data = load_run_data(run_dir, cohort)  # read once: both reports and the split table
     split_table = None

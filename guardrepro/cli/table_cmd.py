@@ -89,12 +89,12 @@ def table(sources: tuple[str, ...], benchmark: str, mode: str, data_dir: Path | 
           home: Path | None) -> None:
     """Accuracy, F1 and recall of each SOURCE on the whole split, both views."""
     from guardrepro.bench.tsbench import load_benchmark
-    from guardrepro.checks.io.runio import write_json_atomic
     from guardrepro.checks.parity.toolsafe_table import (
         format_table,
         load_published_tables,
         toolsafe_table,
     )
+    from guardrepro.rundir.read import write_json_atomic
 
     if data_dir is None:
         from guardrepro.artifacts.fetch import materialize

@@ -182,7 +182,7 @@ def write_artifact_side(run_dir: Path, lock: Path, **extra: Any) -> None:
     lock (``RunProfile.with_checkpoint_lock``): the manifest names only the
     profile, whose own lock is not the artifact that ran, so the frontier's
     bytes axis reads the size from here."""
-    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.rundir.read import write_json_atomic
 
     write_json_atomic(run_dir / ARTIFACT_SIDE,
                       {"artifact_bytes": artifact_bytes(lock), "lock": str(lock), **extra})
@@ -202,7 +202,7 @@ def _artifact_bytes(path: Path) -> int | None:
         return value
     from guardrepro.artifacts.locks import load_lock
     from guardrepro.run.profile import RunProfile
-    from guardrepro.run.records import read_manifest
+    from guardrepro.rundir.manifest import read_manifest
 
     manifest = read_manifest(folder)
     if manifest is None:
@@ -225,7 +225,7 @@ def _artifact_bytes(path: Path) -> int | None:
 
 def load_config(path: str | Path, name: str | None = None) -> Config:
     """A configuration from a run directory or a records.jsonl file."""
-    from guardrepro.checks.io.runio import read_records_file
+    from guardrepro.rundir.read import read_records_file
 
     path = Path(path)
     file = read_records_file(path)
@@ -233,7 +233,7 @@ def load_config(path: str | Path, name: str | None = None) -> Config:
     if not records:
         raise InputError("no records", file=str(file.path))
     label = name or (path.name if path.is_dir() else path.parent.name)
-    from guardrepro.run.records import read_manifest
+    from guardrepro.rundir.manifest import read_manifest
 
     key = manifest_key(read_manifest(path if path.is_dir() else path.parent),
                        records[0].provenance, benchmark=records[0].cohort,

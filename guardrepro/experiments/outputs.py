@@ -29,7 +29,6 @@ from guardrepro.checks.core.bootstrap import MIN_VERDICT_ROWS, Interval
 from guardrepro.checks.core.figure import COUNT, RATE, Figure, decode
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.serde import JsonValue, as_json_value, opt
-from guardrepro.checks.io.runio import read_records_file, write_json_atomic
 from guardrepro.checks.report.figures import annotate_apart, pyplot, save_png
 from guardrepro.checks.stats.drift import ScoreDrift, record_drift
 from guardrepro.experiments.frontier import (
@@ -42,7 +41,8 @@ from guardrepro.experiments.frontier import (
 )
 from guardrepro.experiments.spec import SweepSpec
 from guardrepro.limits import read_json_file
-from guardrepro.run.records import write_atomic
+from guardrepro.rundir.read import read_records_file, write_json_atomic
+from guardrepro.rundir.records import write_atomic
 
 
 def _json(path: Path) -> Any:

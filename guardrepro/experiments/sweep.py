@@ -49,14 +49,14 @@ from typing import TYPE_CHECKING, Any
 from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.artifacts.store import read_hashed
-from guardrepro.checks.io.runio import write_json_atomic
 from guardrepro.errors import InputError, missing_extra
 from guardrepro.experiments.divergence import REFERENCE_FILE
 from guardrepro.experiments.frontier import FrontierReport, artifact_bytes, write_artifact_side
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
-from guardrepro.run.leftovers import refused_leaves_no_output
-from guardrepro.run.records import write_atomic
+from guardrepro.rundir.leftovers import refused_leaves_no_output
+from guardrepro.rundir.read import write_json_atomic
+from guardrepro.rundir.records import write_atomic
 
 if TYPE_CHECKING:
     from guardrepro.experiments.outputs import SummaryRow
@@ -91,7 +91,7 @@ def _cohort(spec: SweepSpec, out: Path, home: str | Path | None) -> Path:
     from guardrepro.artifacts.fetch import fetch_lock, materialize
     from guardrepro.bench.cohort.build import build_cohort_file
     from guardrepro.bench.cohort.spec import load_spec
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
 
     full, rows_file = out / "cohort.jsonl", out / "cohort-rows.jsonl"
     if rows_file.exists():
@@ -179,7 +179,7 @@ def _rule_profile(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
     """The rule baseline's run profile under ``rules/`` (and its fitted lookup
     table), written once per sweep invocation."""
     from guardrepro.experiments.rule_runs import fit_lookup_table, write_rule_profile
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
 
     if entry.name not in result.rule_profiles:
         table = None

@@ -51,8 +51,9 @@ def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[Fo
     from guardrepro.guards.registry import record_parser
     from guardrepro.run.attempts import token_index_at
     from guardrepro.run.pipeline import prepare_rows
-    from guardrepro.run.records import read_manifest, read_records
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
+    from guardrepro.rundir.manifest import read_manifest
+    from guardrepro.rundir.records import read_records
 
     manifest = read_manifest(run_dir)
     if manifest is None:
@@ -79,7 +80,7 @@ def reference_rows(profile: RunProfile, run_dir: Path, resolved: Any) -> list[Fo
 def build_reference(profile: RunProfile, run_dir: Path, out: Path, *,
                     home: str | Path | None = None, progress: bool = True) -> Path:
     """Score the reference run on its own tokens and save the log-probs once."""
-    from guardrepro.run.records import read_manifest
+    from guardrepro.rundir.manifest import read_manifest
 
     resolved, runner = _open_runner(profile, home)
     try:

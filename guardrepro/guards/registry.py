@@ -105,7 +105,7 @@ def get_parser(name: str) -> Callable[[str], ParseResult]:
 
 def record_parser(name: str) -> Callable[[str], ParseResult] | None:
     """The parser a record of guard ``name`` is re-checked with on read
-    (``run.records.read_records(parsers=record_parser)``): the spec's parser
+    (``rundir.records.read_records(parsers=record_parser)``): the spec's parser
     when the guard is scored by parsing its output, else None (a logit or
     rule guard, or a name no spec here declares)."""
     try:

@@ -1,1 +1,2 @@
-"""Run stage: what a run writes and how it is read back (see ``record_checks``)."""
+"""Run stage: a profile resolved, prompts rendered, guards run, records written (the run
+directory's format: ``guardrepro.rundir``)."""

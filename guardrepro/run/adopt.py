@@ -25,7 +25,8 @@ from pathlib import Path
 
 from guardrepro.artifacts.nofollow import refuse_links
 from guardrepro.errors import InputError
-from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
+from guardrepro.rundir.manifest import MANIFEST_FILE
+from guardrepro.rundir.records import RECORDS_FILE
 
 log = logging.getLogger(__name__)
 LOG_FILE = "run.log"

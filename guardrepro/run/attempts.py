@@ -52,9 +52,9 @@ from guardrepro.guards.decision import (
     logit_scores,
     tokens_for,
 )
-from guardrepro.run.record_checks import UNPARSED_STATUSES, unparsed_status
-from guardrepro.run.records import RecordWriter, utc_now
 from guardrepro.run.runners.base import Generation, GenerationRequest, Runner
+from guardrepro.rundir.record_checks import UNPARSED_STATUSES, unparsed_status
+from guardrepro.rundir.records import RecordWriter, utc_now
 from guardrepro.schema import Attempt, CohortRow, Provenance, Record, Timings
 
 

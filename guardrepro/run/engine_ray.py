@@ -78,8 +78,10 @@ from guardrepro.guards.registry import record_parser
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.ray_actor import adopt_transformers
 from guardrepro.run.ray_pool import PoolJob, PoolShape, dispatch
-from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, RunManifest
-from guardrepro.schema import CohortRow, read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import MANIFEST_FILE, RunManifest
+from guardrepro.rundir.records import RECORDS_FILE, RecordWriter
+from guardrepro.schema import CohortRow
 
 log = logging.getLogger(__name__)
 
@@ -327,8 +329,8 @@ def run_on_ray(
     ``<run_dir>/run.log``, as for ``--engine local`` (a run refused before its
     first record leaves no run.log)."""
     from guardrepro.logs import run_log
-    from guardrepro.run.leftovers import refused_leaves_nothing
     from guardrepro.run.workers import LOG_FILE, log_summary
+    from guardrepro.rundir.leftovers import refused_leaves_nothing
 
     request = RunRequest(profile, Path(cohort_path).resolve(), Path(run_dir).resolve(),
                          limit=limit)

@@ -34,9 +34,9 @@ from typing import Any
 
 from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError
-from guardrepro.run.records import read_cohort_hashed
 from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.base import Generation, GenerationRequest
+from guardrepro.rundir.cohort import read_cohort_hashed
 from guardrepro.schema import CohortRow
 
 

@@ -42,21 +42,24 @@ import guardrepro
 from guardrepro.artifacts.store import fsync_dir, read_hashed, remove_stale_dirs
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
-from guardrepro.run.records import (
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.manifest import (
     MANIFEST_FILE,
-    RECORDS_FILE,
     RunManifest,
     check_one_provenance,
-    parse_records,
     provenance_differences,
     read_manifest,
+    write_manifest,
+)
+from guardrepro.rundir.records import (
+    RECORDS_FILE,
+    parse_records,
     record_line,
     utc_now,
     write_atomic,
-    write_manifest,
 )
-from guardrepro.run.shard import parse_shard, shard_of
-from guardrepro.schema import Record, read_cohort
+from guardrepro.rundir.shard import parse_shard, shard_of
+from guardrepro.schema import Record
 from guardrepro.versions import git_commit
 
 MERGE_FILE = "merge.json"

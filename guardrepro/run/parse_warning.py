@@ -18,8 +18,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from guardrepro.run.record_checks import UNPARSED_STATUSES
-from guardrepro.run.records import read_records
+from guardrepro.rundir.record_checks import UNPARSED_STATUSES
+from guardrepro.rundir.records import read_records
 
 SHOWN_ROWS = 3
 SHOWN_CHARS = 160

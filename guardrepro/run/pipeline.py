@@ -3,7 +3,7 @@
 Input: a run profile (``runners/*.toml``, a parsed ``RunProfile``, or a
 ``run.resolve.ResolvedProfile`` already resolved), a cohort JSONL file and a run
 directory. Output: ``manifest.json`` and one ``schema.Record`` per selected
-cohort row appended to ``records.jsonl`` (see ``guardrepro.run.records``), and a
+cohort row appended to ``records.jsonl`` (see ``guardrepro.rundir.records``), and a
 ``RunSummary`` with the counts.
 
 Invariants:
@@ -73,16 +73,6 @@ from guardrepro.guards.registry import record_parser
 from guardrepro.run.attempts import PreparedRow, generate_into, label_table
 from guardrepro.run.guard_facts import guard_facts
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import (
-    MANIFEST_FILE,
-    RecordWriter,
-    RunManifest,
-    check_resumable,
-    parse_manifest,
-    read_cohort_hashed,
-    utc_now,
-    write_manifest,
-)
 from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
     UNPINNED,
     NoModelTokenizer,
@@ -91,7 +81,16 @@ from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
 )
 from guardrepro.run.runners.base import Runner
 from guardrepro.run.runners.registry import chunk_size, create_runner
-from guardrepro.run.shard import select_rows
+from guardrepro.rundir.cohort import read_cohort_hashed
+from guardrepro.rundir.manifest import (
+    MANIFEST_FILE,
+    RunManifest,
+    check_resumable,
+    parse_manifest,
+    write_manifest,
+)
+from guardrepro.rundir.records import RecordWriter, utc_now
+from guardrepro.rundir.shard import select_rows
 from guardrepro.schema import (
     RECORD_STATUSES,
     CohortRow,

@@ -60,7 +60,8 @@ from guardrepro import logs
 from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
 from guardrepro.run.attempts import PreparedRow, generate_chunk, make_record
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import provenance_differences, record_line
+from guardrepro.rundir.manifest import provenance_differences
+from guardrepro.rundir.records import record_line
 from guardrepro.schema import CohortRow
 
 log = logging.getLogger(__name__)

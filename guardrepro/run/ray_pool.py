@@ -41,8 +41,8 @@ from typing import Any
 
 from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
-from guardrepro.run.records import RecordWriter
-from guardrepro.run.shard import shard_of
+from guardrepro.rundir.records import RecordWriter
+from guardrepro.rundir.shard import shard_of
 from guardrepro.schema import Record
 
 # Fields that may differ between two generations of the same row.
@@ -235,7 +235,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
     from guardrepro.guards.registry import record_parser
     from guardrepro.progress import progress_bar
     from guardrepro.run.ray_actor import PoolRegistry, UnitActor
-    from guardrepro.run.records import _parse_line
+    from guardrepro.rundir.records import _parse_line
 
     DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)

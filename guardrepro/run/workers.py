@@ -81,13 +81,14 @@ from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
 from guardrepro.run.adopt import adopt_shards
-from guardrepro.run.leftovers import refused_leaves_nothing
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.records import MANIFEST_FILE, RECORDS_FILE
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.registry import preload, runner_class
-from guardrepro.run.shard import format_shard
+from guardrepro.rundir.leftovers import refused_leaves_nothing
+from guardrepro.rundir.manifest import MANIFEST_FILE
+from guardrepro.rundir.records import RECORDS_FILE
+from guardrepro.rundir.shard import format_shard
 
 log = logging.getLogger(__name__)
 LOG_FILE = "run.log"
@@ -297,7 +298,7 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
     resumes every shard.
     """
     from guardrepro.progress import progress_bar
-    from guardrepro.schema import read_cohort
+    from guardrepro.rundir.cohort import read_cohort
 
     context = multiprocessing.get_context(method)
     queue = context.SimpleQueue()

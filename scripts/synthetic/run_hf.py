@@ -149,12 +149,12 @@ def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, s
                  workers: int) -> Result:
     """The toy profile's setup (``runners/toy-hf.toml``): ``workers`` processes of
     one thread each, forked after the model is built, over the run's
-    deterministic shards (``run.shard.shard_of``), each decoding its rows sorted
+    deterministic shards (``rundir.shard.shard_of``), each decoding its rows sorted
     by length with ``slots`` rows at once (continuous batching). Generation =
     first worker start to last worker done; ``prefill_s`` sums the workers'."""
     import multiprocessing
 
-    from guardrepro.run.shard import shard_of
+    from guardrepro.rundir.shard import shard_of
 
     context = multiprocessing.get_context("fork")
     shards = [[r for r in rows if shard_of(r.row_id, workers) == k]

@@ -3,7 +3,7 @@
 
 Input: a :class:`~guardrepro.bench.cohort.spec.CohortSpec` and a data directory
 holding ``TS-Bench/<benchmark>-traj/<domain>.json`` for each spec domain.
-Output: cohort JSONL bytes (readable by ``guardrepro.schema.read_cohort``)
+Output: cohort JSONL bytes (readable by ``guardrepro.rundir.cohort.read_cohort``)
 and a manifest dict; ``write_cohort`` writes both atomically, the cohort
 (``<out>``) first and its manifest (``<out>.manifest.json``) last.
 

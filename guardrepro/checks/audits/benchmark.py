@@ -4,7 +4,7 @@ tool-name lookup shortcut.
 Input: TS-Bench rows (``guardrepro.bench.tsbench.BenchRow``, upstream order) and,
 for the interaction audit, one prediction per row (0 / 0.5 / 1 or None): the
 released ones (``released_preds``) or a run's, from a run already read
-(``run_preds``: a ``runio.RunData`` or ``RecordsFile``, nothing read again).
+(``run_preds``: a ``rundir.read.RunData`` or ``RecordsFile``, nothing read again).
 
 Output: typed results (``checks.audits.types``: ``InteractionAudit``,
 ``ToolLookupAudit``; ``to_dict()`` is the JSON the audit verbs write, every
@@ -81,8 +81,8 @@ from guardrepro.checks.core.metrics import (
     interaction_weights,
     strict_decision,
 )
-from guardrepro.checks.io.runio import ORIGINAL, RecordsFile, RunData
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import ORIGINAL, RecordsFile, RunData
 from guardrepro.schema import Record
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from guardrepro.checks.core.serde import JsonValue
 
 if TYPE_CHECKING:
-    from guardrepro.run.records import RunManifest
+    from guardrepro.rundir.manifest import RunManifest
     from guardrepro.schema import Provenance
 
 MISSING_MARK = "—"  # how every missing figure and key part is shown

@@ -5,7 +5,7 @@ keys ``base_sample_id`` (non-empty string), ``variant`` (non-empty string),
 ``domain`` (non-empty string), ``gold_label`` (0, 0.5 or 1) and ``score``
 (0, 0.5, 1, or null when the prediction is invalid or missing).
 
-Output: ``runio.RowResult`` values in file order (row id
+Output: ``rundir.read.RowResult`` values in file order (row id
 ``"<base_sample_id>:<variant>"``; status ``ok`` for a score, ``invalid`` for
 null, so a null fails closed downstream) and, via ``load_rows``, the
 ``RunRows`` of either a run directory or a predictions file.
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.metrics import check_gold, check_score
-from guardrepro.checks.io.runio import MISSING, RowResult, RunData, RunRows, load_run_data
 from guardrepro.errors import InputError
-from guardrepro.schema import read_cohort
+from guardrepro.rundir.cohort import read_cohort
+from guardrepro.rundir.read import MISSING, RowResult, RunData, RunRows, load_run_data
 from guardrepro.spec import check_keys, expect_kind
 from guardrepro.textsafe import check_id
 
@@ -159,7 +159,7 @@ def expected_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows
 
 def load_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows | RunData:
     """The rows to analyse (``.rows``, ``.expected_source``): a run directory,
-    read once (``runio.load_run_data``: its ``RunData``), or a predictions file
+    read once (``rundir.read.load_run_data``: its ``RunData``), or a predictions file
     (``expected_rows``), expected rows from ``cohort`` when given."""
     path = Path(path)
     if path.is_dir():

@@ -72,11 +72,11 @@ from guardrepro.checks.core.bootstrap import (
 from guardrepro.checks.core.figure import CI, RATE_BOUNDS, Figure
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.serde import as_json_value, from_json_value, opt
-from guardrepro.checks.io.runio import ORIGINAL
 from guardrepro.checks.parity.compare import quantiles
 from guardrepro.checks.parity.gate_types import disagreement_reason, strict_agrees
 from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import ORIGINAL
 from guardrepro.schema import Record, strict_decision
 
 CAUSES = ("identical", "sampling", "quantization", "backend", "unexplained")
@@ -439,6 +439,6 @@ def format_table(att: Attribution) -> str:
 
 
 def write_json(att: Attribution, out: str | Path) -> Path:
-    from guardrepro.checks.io.runio import write_json_atomic
+    from guardrepro.rundir.read import write_json_atomic
 
     return write_json_atomic(out, att.to_dict())

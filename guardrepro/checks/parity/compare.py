@@ -39,10 +39,10 @@ from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import frac_percent, sig3
 from guardrepro.checks.core.serde import JsonValue, opt
-from guardrepro.checks.io.runio import RunData, read_records_file
 from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
 from guardrepro.errors import InputError
-from guardrepro.run.records import RunManifest, read_manifest
+from guardrepro.rundir.manifest import RunManifest, read_manifest
+from guardrepro.rundir.read import RunData, read_records_file
 from guardrepro.schema import Record
 from guardrepro.textsafe import shown
 

@@ -1,7 +1,7 @@
 """The parity gate: a run's original rows against reference predictions.
 
 Input: a gate spec (TOML, ``checks/*.toml``) and a run's expected rows
-(``runio.load_run_data``). The spec::
+(``rundir.read.load_run_data``). The spec::
 
     name = "ts-guard-agentdojo"
     rows = "originals"              # the rows gated: variant == "original"
@@ -73,7 +73,6 @@ from guardrepro.checks.core.bootstrap import ratio_interval
 from guardrepro.checks.core.figure import CI, Figure
 from guardrepro.checks.core.formatting import frac
 from guardrepro.checks.core.metrics import strict_decision
-from guardrepro.checks.io.runio import MISSING, RowResult, read_records_file
 from guardrepro.checks.parity.gate_spec import GateSpec, load_spec
 from guardrepro.checks.parity.gate_types import (
     ELIGIBLE,
@@ -91,6 +90,7 @@ from guardrepro.checks.parity.gate_types import (
     strict_agrees,
 )
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import MISSING, RowResult, read_records_file
 from guardrepro.schema import Record
 
 __all__ = ["SCHEMA", "Figure", "GateCheck", "GateFigures", "GateResult", "GateSpec",

@@ -7,7 +7,7 @@ like the runs, the key field and a description of where they came from.
 
 Invariant: a run directory's records are read strictly (duplicate row ids and
 torn lines are errors); labels are the run directory's name, made unique by
-the caller. A run already read (``runio.RunData`` or ``runio.RecordsFile``) is
+the caller. A run already read (``rundir.read.RunData`` or ``rundir.read.RecordsFile``) is
 taken as it is and not read again.
 """
 
@@ -16,15 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from guardrepro.checks.io.runio import RecordsFile, RunData, read_records_file
 from guardrepro.checks.parity.attribute import RefValue, RunInput, reference_from_records
+from guardrepro.rundir.read import RecordsFile, RunData, read_records_file
 from guardrepro.schema import Record
 
 RunSource = str | Path | RunData | RecordsFile  # a path to read, or a run already read
 
 
 def records_file(run: RunSource) -> RecordsFile:
-    """The records of a run: read once from a path (``runio.read_records_file``),
+    """The records of a run: read once from a path (``rundir.read.read_records_file``),
     or those of a run already read."""
     if isinstance(run, RecordsFile):
         return run

@@ -36,7 +36,6 @@ from guardrepro.checks.core.figure import STRATIFIED_BOOTSTRAP, Figure, TableCI
 from guardrepro.checks.core.formatting import frac_value
 from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
-from guardrepro.checks.io.runio import RunData, RunRows
 from guardrepro.checks.parity.gate import RefRow, evaluate, reference_rows
 from guardrepro.checks.parity.gate_spec import GateSpec, load_spec, with_expected_rows
 from guardrepro.checks.parity.gate_types import (
@@ -47,6 +46,7 @@ from guardrepro.checks.parity.gate_types import (
     GateResult,
     ReferenceDisagreement,
 )
+from guardrepro.rundir.read import RunData, RunRows
 from guardrepro.textsafe import shown
 
 SHOWN_ROWS = 20  # disagreeing rows printed in the table (all of them are in the JSON)

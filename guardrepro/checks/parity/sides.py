@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.serde import JsonValue
-from guardrepro.checks.io.runio import MANIFEST_FILE, RECORDS_FILE, read_records_file
-from guardrepro.run.records import RunManifest, read_manifest
+from guardrepro.rundir.manifest import MANIFEST_FILE, RunManifest, read_manifest
+from guardrepro.rundir.read import read_records_file
+from guardrepro.rundir.records import RECORDS_FILE
 from guardrepro.schema import Record
 
 FIELDS = ("guard", "checkpoint", "cohort")

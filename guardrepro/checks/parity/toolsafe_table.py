@@ -3,7 +3,7 @@
 Input: the split's benchmark rows (``bench.tsbench.load_benchmark``, upstream
 order) and one or more sources, each one of
 
-- a run directory (``checks.io.runio.load_run_data``): the ``original`` rows of a run
+- a run directory (``rundir.read.load_run_data``): the ``original`` rows of a run
   of the split's cohort (``cohorts/<benchmark>-all.toml``);
 - a predictions JSONL file (``checks.io.predictions``), ``original`` rows;
 - a released-log directory holding ``preds.json``, ``labels.json`` and
@@ -64,7 +64,7 @@ from guardrepro.schema import canonical_json, sha256_text, strict_decision
 from guardrepro.spec import Table, expect_kind, load_toml
 
 if TYPE_CHECKING:
-    from guardrepro.checks.io.runio import RunData, RunRows
+    from guardrepro.rundir.read import RunData, RunRows
     from guardrepro.schema import Provenance
 
 PUBLISHED_SPEC = Path("checks/published/toolsafe-tables.toml")
@@ -106,7 +106,7 @@ def load_source(path: str | Path | RunData, rows: Sequence[BenchRow], benchmark:
     """Read one source (module docstring); a run already read (``RunData``) is
     not read again."""
     from guardrepro.checks.io.predictions import load_rows
-    from guardrepro.checks.io.runio import ORIGINAL, RunData
+    from guardrepro.rundir.read import ORIGINAL, RunData
 
     run: RunRows | RunData
     if isinstance(path, RunData):

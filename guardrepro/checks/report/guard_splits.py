@@ -40,7 +40,6 @@ from guardrepro.bench.tsbench import BENCHMARK_FILES, BenchRow, load_benchmark
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, key_note
-from guardrepro.checks.io.runio import RunData
 from guardrepro.checks.parity.toolsafe_table import (
     PublishedTables,
     Source,
@@ -52,6 +51,7 @@ from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.toolsafe_metrics import FIGURES, MODES, VIEWS, check_mode
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
+from guardrepro.rundir.read import RunData
 
 SPLITS = ("agentharm", "asb", "agentdojo")  # the paper's column order
 SPLIT_NAMES = {"agentharm": "AgentHarm-Traj", "asb": "ASB-Traj", "agentdojo": "AgentDojo-Traj"}

@@ -1,6 +1,6 @@
 """Side-by-side guard table: several runs of one cohort, one column block per guard.
 
-Input: run directories (``checks.io.runio.load_run_data``) that ran the same cohort
+Input: run directories (``rundir.read.load_run_data``) that ran the same cohort
 (same cohort sha256 in their manifests, else ``InputError``), each labelled
 by its guard (the manifest's provenance) or an explicit label. Output: a
 JSON-ready dict and a text table with, per guard:
@@ -50,14 +50,14 @@ from guardrepro.checks.core.formatting import frac, plain
 from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
-from guardrepro.checks.io.runio import ORIGINAL, RowResult, RunData, load_run_data
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.definitions import VIEWS, stratified
 from guardrepro.checks.stats.pairs import make_pairs
 from guardrepro.checks.stats.scores import ScoreView, score_stats
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
-from guardrepro.run.records import RunManifest
+from guardrepro.rundir.manifest import RunManifest
+from guardrepro.rundir.read import ORIGINAL, RowResult, RunData, load_run_data
 
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row

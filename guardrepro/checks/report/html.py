@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import Markup, escape
 
 from guardrepro.artifacts.store import read_hashed
-from guardrepro.checks.io.runio import ORIGINAL, RowResult, variant_order
 from guardrepro.checks.parity.attribute import Attribution
 from guardrepro.checks.parity.compare import first_divergence
 from guardrepro.checks.parity.gate_types import GateResult
@@ -43,7 +42,9 @@ from guardrepro.checks.report.hints import Hint, attribution_hint, gate_hint, re
 from guardrepro.errors import GuardreproError, missing_extra
 from guardrepro.guards.registry import record_parser
 from guardrepro.limits import read_json_file
-from guardrepro.run.records import RunManifest, parse_records, write_atomic
+from guardrepro.rundir.manifest import RunManifest
+from guardrepro.rundir.read import ORIGINAL, RowResult, variant_order
+from guardrepro.rundir.records import parse_records, write_atomic
 from guardrepro.schema import CohortRow, Record, sha256_text, strict_decision
 
 if TYPE_CHECKING:

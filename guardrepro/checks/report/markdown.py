@@ -37,13 +37,6 @@ from typing import TYPE_CHECKING, Any
 from guardrepro.checks.core.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from guardrepro.checks.core.figure import Figure
 from guardrepro.checks.core.formatting import fixed, frac_value, value_counts
-from guardrepro.checks.io.runio import (
-    RunData,
-    load_run_data,
-    read_records_file,
-    variant_order,
-    write_json_atomic,
-)
 from guardrepro.checks.parity.gate_types import GateResult
 from guardrepro.checks.report.charts import (
     CAPTIONS,
@@ -68,7 +61,14 @@ from guardrepro.checks.stats.compute import (
     fmt_num,
 )
 from guardrepro.limits import read_json_file
-from guardrepro.run.records import write_atomic
+from guardrepro.rundir.read import (
+    RunData,
+    load_run_data,
+    read_records_file,
+    variant_order,
+    write_json_atomic,
+)
+from guardrepro.rundir.records import write_atomic
 
 if TYPE_CHECKING:
     from guardrepro.checks.report.guard_splits import GuardSplitTable

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.bootstrap import QUICK_REPLICATES, Interval
-from guardrepro.checks.io.runio import RowResult
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.drift import ScoreDrift
 from guardrepro.checks.stats.scores import ScoreStats, curves
 from guardrepro.checks.stats.thresholds import ThresholdFrontier, threshold_frontier
+from guardrepro.rundir.read import RowResult
 
 ROC_PR_PNG = "roc_pr.png"
 RELIABILITY_PNG = "reliability.png"

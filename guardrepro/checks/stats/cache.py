@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.figure import SHAPES
-from guardrepro.checks.io.runio import RunData
-from guardrepro.checks.io.stream import RunRowsRead
 from guardrepro.checks.stats.definitions import STATISTICS, VIEWS
 from guardrepro.checks.stats.types import COUNTED, SCHEMA, StatsResult
 from guardrepro.limits import read_json_file
+from guardrepro.rundir.read import RunData
+from guardrepro.rundir.stream import RunRowsRead
 
 SETTINGS = ("replicates", "seed", "confidence")
 

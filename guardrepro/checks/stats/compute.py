@@ -1,6 +1,6 @@
 """Per-variant strict accuracy and paired original-vs-edit statistics of one run.
 
-Input: the rows of a run or of a predictions file (``runio.RowResult``; rows
+Input: the rows of a run or of a predictions file (``rundir.read.RowResult``; rows
 with no record are present with status ``missing``), interval settings.
 
 Output: a ``StatsResult`` (frozen, typed in ``checks.stats.types``);
@@ -62,7 +62,6 @@ from guardrepro.checks.core.bootstrap import (
 from guardrepro.checks.core.figure import BOOTSTRAP, CI, Figure
 from guardrepro.checks.core.formatting import fmt_num, frac
 from guardrepro.checks.core.metrics import confusion
-from guardrepro.checks.io.runio import MISSING, RowResult
 from guardrepro.checks.stats.definitions import BY_NAME, STATISTICS, VIEWS, stratified
 from guardrepro.checks.stats.extras import exact_score, placebo_corrected
 from guardrepro.checks.stats.pairs import (
@@ -91,6 +90,7 @@ from guardrepro.checks.stats.types import (
 )
 from guardrepro.errors import InputError
 from guardrepro.progress import progress_bar
+from guardrepro.rundir.read import MISSING, RowResult
 
 
 class _Engine:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 from guardrepro.checks.core.bootstrap import difference_interval
 from guardrepro.checks.core.figure import Figure
-from guardrepro.checks.io.runio import MISSING, RowResult
 from guardrepro.checks.stats.pairs import Pair
 from guardrepro.checks.stats.types import (
     DifferenceInterval,
@@ -30,6 +29,7 @@ from guardrepro.checks.stats.types import (
     PlaceboView,
     Transitions,
 )
+from guardrepro.rundir.read import MISSING, RowResult
 
 SCORE_LABELS = ("0.0", "0.5", "1.0", "invalid", "missing")
 VIEWS = ("all_pairs", "valid_both_only")

@@ -1,6 +1,6 @@
 """Pairs of an original row and its edited row, per base.
 
-Input: the rows of a run or predictions file (``runio.RowResult``) and an edit
+Input: the rows of a run or predictions file (``rundir.read.RowResult``) and an edit
 variant name.
 
 Output: ``Pair`` values, one per base that has both an ``original`` row and a
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guardrepro.checks.core.metrics import strict_decision
-from guardrepro.checks.io.runio import ORIGINAL, RowResult
 from guardrepro.errors import InputError
+from guardrepro.rundir.read import ORIGINAL, RowResult
 
 PLACEBO = "placebo"
 REPEAT = "repeat"

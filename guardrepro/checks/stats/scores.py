@@ -1,6 +1,6 @@
 """The guard as a scored classifier: its operating point, curves and calibration.
 
-Input: a run's rows (``runio.RowResult`` with ``p_unsafe``), the threshold in
+Input: a run's rows (``rundir.read.RowResult`` with ``p_unsafe``), the threshold in
 force and the interval settings. Output: ``ScoreStats`` (``stats.json``'s
 ``scores``; None when no row carries ``p_unsafe``, so the statistics of a run
 without label probabilities are unchanged).
@@ -37,7 +37,7 @@ from guardrepro.checks.core.bootstrap import Interval, ratio_interval, statistic
 from guardrepro.checks.core.figure import BOOTSTRAP, CI, RATIO, Figure
 from guardrepro.checks.core.ranking import ECE_BINS, Scored
 from guardrepro.checks.core.serde import JsonValue, opt
-from guardrepro.checks.io.runio import RowResult
+from guardrepro.rundir.read import RowResult
 from guardrepro.schema import strict_decision
 
 DEFAULT_THRESHOLD = 0.5

@@ -12,7 +12,7 @@ base_sample_id seen in the records times every variant seen in the records
 cohort minus bases with no record at all). ``expected_source`` says which.
 
 A sharded run (``manifest.shard`` = "k/n") expects only its shard's cohort
-rows (``guardrepro.run.shard.select_shard``).
+rows (``rundir.shard.select_shard``).
 
 Invariants: every record carries the manifest's provenance hash (a run
 directory holding mixed provenance is refused); a row_id appears at most once
@@ -40,21 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
-from guardrepro.errors import InputError, IntegrityError
+from guardrepro.errors import InputError
 from guardrepro.guards.registry import record_parser
-from guardrepro.limits import read_json_file
-from guardrepro.run.records import (
-    MANIFEST_FILE,
-    RECORDS_FILE,  # noqa: F401 (re-exported)
-    RunManifest,
-    check_one_provenance,
-    parse_manifest,
-    parse_records,
-    read_cohort_hashed,
-    records_path,
-)
-from guardrepro.run.shard import parse_shard, select_shard
-from guardrepro.schema import CohortRow, Record, read_cohort
+from guardrepro.rundir.cohort import CohortFile, read_cohort, run_cohort
+from guardrepro.rundir.manifest import RunManifest, check_one_provenance, load_manifest_hashed
+from guardrepro.rundir.records import parse_records, records_path
+from guardrepro.rundir.shard import parse_shard, select_shard
+from guardrepro.schema import CohortRow, Record
 
 MISSING = "missing"
 ORIGINAL = "original"
@@ -108,64 +100,13 @@ class RecordsFile:
 
 
 def read_records_file(run: str | Path) -> RecordsFile:
-    """The records of a run directory or records file (``run.records.records_path``),
+    """The records of a run directory or records file (``rundir.records.records_path``),
     read once, strictly (duplicate row ids, torn lines, a score contradicting its
     output: errors naming the file and line), hashed from the same bytes."""
     path = records_path(run)
     data, digest = read_hashed(path)
     records = parse_records(data, file=str(path), parsers=record_parser)
     return RecordsFile(path, tuple(records), digest)
-
-
-def load_manifest_hashed(run_dir: str | Path) -> tuple[RunManifest, str]:
-    """The run directory's manifest and the sha256 of the bytes parsed (one read)."""
-    path = Path(run_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise InputError("manifest.json not found in run directory", file=str(path))
-    data, digest = read_hashed(path)
-    return parse_manifest(data, file=str(path)), digest
-
-
-@dataclass(frozen=True)
-class CohortFile:
-    """A cohort file read once: its path, its rows (the whole file) and the
-    sha256 of the bytes parsed."""
-
-    path: Path
-    rows: tuple[CohortRow, ...]
-    sha256: str
-
-
-def manifest_cohort_candidates(run_dir: str | Path, manifest: RunManifest) -> list[Path]:
-    """Where the cohort file the manifest names may be, in the order looked up: as
-    given (absolute or relative to the working directory), then relative to the
-    run directory and each of its parents."""
-    raw = manifest.cohort.get("path")
-    if not isinstance(raw, str) or not raw:
-        return []
-    p = Path(raw)
-    return [p] if p.is_absolute() else [
-        p, *(base / p for base in (Path(run_dir).resolve(), *Path(run_dir).resolve().parents))
-    ]
-
-
-def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
-                          ) -> tuple[Path, bytes, str] | None:
-    """(path, bytes, sha256) of the cohort file the manifest names, looked up as
-    given (absolute or relative to the working directory), then relative to the
-    run directory and each of its parents; None when it is not on disk. A file
-    found there whose sha256 differs from the manifest's is an ``IntegrityError``."""
-    for cand in manifest_cohort_candidates(run_dir, manifest):
-        if cand.is_file():
-            data, digest = read_hashed(cand)
-            if digest != manifest.cohort.get("sha256"):
-                raise IntegrityError(
-                    f"cohort file {cand} has sha256 {digest[:12]}..., the run's manifest "
-                    f"pins {str(manifest.cohort.get('sha256'))[:12]}...; pass --cohort "
-                    "with the run's cohort"
-                )
-            return cand, data, digest
-    return None
 
 
 @dataclass(frozen=True)
@@ -295,31 +236,6 @@ def _line(index: int | None) -> str:
     return "?" if index is None else str(index + 1)
 
 
-def _given_cohort(cohort_path: Path, manifest: RunManifest) -> CohortFile:
-    """A cohort given by hand, read once; it must be the one the run was made of
-    (by sha256)."""
-    rows, digest = read_cohort_hashed(cohort_path)  # a malformed file is named first
-    if digest != manifest.cohort.get("sha256"):
-        raise InputError(
-            f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
-            f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
-            f" {digest[:12]}...): refusing to analyse a run against another cohort",
-            file=str(cohort_path))
-    return CohortFile(cohort_path, tuple(rows), digest)
-
-
-def _run_cohort(run_dir: Path, manifest: RunManifest, cohort_path: str | Path | None
-                ) -> CohortFile | None:
-    """The run's cohort file read once: ``cohort_path`` when given, else the one
-    its manifest names when it is on disk, else None."""
-    if cohort_path is not None:
-        return _given_cohort(Path(cohort_path), manifest)
-    found = _find_manifest_cohort(run_dir, manifest)
-    if found is None:
-        return None
-    path, data, digest = found
-    return CohortFile(path, tuple(read_cohort(path, data)), digest)
-
 
 class ExpectedRows:
     """``rows`` and ``expected_source`` of a run read with its expected rows."""
@@ -384,7 +300,7 @@ def load_run_data(run_dir: str | Path, cohort_path: str | Path | None = None) ->
         raise InputError("the run holds 0 records: there is nothing to analyse (run"
                          " `guardrepro run` into it first)", file=str(file.path))
     check_one_provenance(records, manifest, file.path, refusing="analyse")
-    cohort = _run_cohort(run_dir, manifest, cohort_path)
+    cohort = run_cohort(run_dir, manifest, cohort_path)
     if cohort is None:
         rows = rows_from_records(records, None, records_file=file.path)
         expected = RunRows(
@@ -401,32 +317,3 @@ def load_run_data(run_dir: str | Path, cohort_path: str | Path | None = None) ->
 def load_run(run_dir: str | Path, cohort_path: str | Path | None = None) -> RunRows:
     """Rows of a run directory (``load_run_data(...).expected``)."""
     return load_run_data(run_dir, cohort_path).expected
-
-
-@dataclass(frozen=True)
-class RowSource:
-    """Where a run's rows came from, as its cohort's manifest records it: the
-    data lock and the benchmark (None each when the cohort or its manifest is
-    not on disk, or predates the field)."""
-
-    data_lock: Path | None
-    benchmark: str | None
-
-
-def run_data_source(run_dir: str | Path) -> RowSource:
-    """The data lock and benchmark of the cohort a run was made of, read from
-    ``<cohort>.manifest.json`` beside the cohort its manifest names (the cohort
-    itself is checked against the run's sha256 first)."""
-    from guardrepro.bench.cohort.build import manifest_path
-
-    manifest = load_manifest_hashed(run_dir)[0]
-    found = _find_manifest_cohort(run_dir, manifest)
-    meta = None if found is None else manifest_path(found[0])
-    if meta is None or not meta.is_file():
-        return RowSource(None, None)
-    data = read_json_file(meta, what="cohort manifest")
-    if not isinstance(data, dict):
-        raise InputError("expected a JSON object", file=str(meta))
-    lock, benchmark = data.get("data_lock"), data.get("benchmark")
-    return RowSource(Path(lock) if isinstance(lock, str) else None,
-                          benchmark if isinstance(benchmark, str) else None)

@@ -1,17 +1,17 @@
 """A run directory read for its rows only, a line at a time: ``stats`` at any size.
 
 Input: a run directory (``records.jsonl``, ``manifest.json``) and the cohort
-file, given or the one the manifest names (``runio`` looks it up the same way).
+file, given or the one the manifest names (``read`` looks it up the same way).
 Output: ``RunRowsRead``: the manifest, the sha256 of each file, and the
-expected rows joined with the records (``runio.RunRows``), what ``stats``
+expected rows joined with the records (``read.RunRows``), what ``stats``
 needs and nothing else.
 
-Why: ``runio.load_run_data`` keeps every ``Record`` (provenance, attempts,
+Why: ``rundir.read.load_run_data`` keeps every ``Record`` (provenance, attempts,
 output text) and every cohort row (its whole sample) for the checks that need
 them (gate, report, compare); ``stats`` needs eight fields a row. On 100,000
 rule rows that was 1.0 GB of RSS. Here each file is read line by line, hashed
 as it is read, each record parsed and checked as ``read_records_file`` checks
-it (``run.records._parse_line``, the guard's parser included) and kept only as
+it (``rundir.records._parse_line``, the guard's parser included) and kept only as
 a ``RowResult``; each cohort row is parsed and checked as ``read_cohort``
 checks it and kept as its expected ``RowResult`` only when no record answers
 it. Memory grows with the rows (a ``RowResult`` each, with shared variant and
@@ -36,26 +36,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardrepro.checks.io.runio import (
-    MISSING,
-    ExpectedRows,
-    RowResult,
-    RunRows,
-    manifest_cohort_candidates,
-    rows_from_records,
-)
 from guardrepro.errors import GuardreproError, InputError, IntegrityError, ProvenanceError
 from guardrepro.guards.registry import record_parser
 from guardrepro.limits import at_line, load_json
-from guardrepro.run.record_checks import once_per_guard
-from guardrepro.run.records import (
-    MANIFEST_FILE,
-    RunManifest,
-    _parse_line,
-    parse_manifest,
-    records_path,
-)
-from guardrepro.run.shard import parse_shard, shard_of
+from guardrepro.rundir.cohort import manifest_cohort_candidates
+from guardrepro.rundir.manifest import MANIFEST_FILE, RunManifest, parse_manifest
+from guardrepro.rundir.read import MISSING, ExpectedRows, RowResult, RunRows, rows_from_records
+from guardrepro.rundir.record_checks import once_per_guard
+from guardrepro.rundir.records import _parse_line, records_path
+from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import CohortRow
 
 
@@ -70,7 +59,7 @@ class CohortDigest:
 @dataclass(frozen=True)
 class RunRowsRead(ExpectedRows):
     """A run directory read for its rows (module docstring); the fields ``stats``
-    and its cache key read from ``runio.RunData``, without the records."""
+    and its cache key read from ``rundir.read.RunData``, without the records."""
 
     run_dir: Path
     manifest: RunManifest
@@ -134,7 +123,7 @@ def _records(path: Path, manifest: RunManifest | None, shared: _Shared
 
 
 def _cohort_rows(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, CohortRow]]:
-    """Each cohort row with its 0-based line, checked as ``schema.read_cohort`` does."""
+    """Each cohort row with its 0-based line, checked as ``rundir.cohort.read_cohort`` does."""
     file = str(path)
     index = -1
     for index, raw in enumerate(_lines(path, digest)):
@@ -168,7 +157,7 @@ class _Join:
                  ) -> tuple[list[RowResult], InputError | None]:
         """The cohort's rows (of ``shard``), each its record's row or a missing one,
         and what is wrong with the join (raised once the cohort is known to be the
-        run's, as ``runio`` does); a malformed cohort line raises here."""
+        run's, as ``read`` does); a malformed cohort line raises here."""
         k, n = parse_shard(shard) if shard is not None else (1, 1)
         matched = bytearray(len(self.records))
         first_mismatch: InputError | None = None
@@ -201,7 +190,7 @@ class _Join:
 
     def _mismatch(self, rec: RowResult, at: int, row: CohortRow, cohort: Path, index: int
                   ) -> InputError | None:
-        """The error ``runio`` raises when a record disagrees with its cohort row."""
+        """The error ``read`` raises when a record disagrees with its cohort row."""
         for name, got, want in (("base_sample_id", rec.base_sample_id, row.base_sample_id),
                                 ("variant", rec.variant, row.variant),
                                 ("domain", rec.domain, row.domain),

@@ -1,6 +1,6 @@
 """When ``records.jsonl`` is fsync'd: batched, with a bound on rows and seconds.
 
-Input: the records file's descriptor (``run.records.RecordWriter`` opens it,
+Input: the records file's descriptor (``rundir.records.RecordWriter`` opens it,
 ``O_APPEND``) and a ``SyncPolicy``: at most ``rows`` records
 (``GUARDREPRO_RECORDS_SYNC_ROWS``, default 1,000) and at most ``seconds``
 (``GUARDREPRO_RECORDS_SYNC_S``, default 1) between an append and the fsync

@@ -1,14 +1,14 @@
-"""The run directory: ``manifest.json`` and the append-only ``records.jsonl``.
+"""A run directory's append-only ``records.jsonl``: read and written.
 
 Input: ``schema.Record`` values produced by the pipeline, one per cohort row.
-Output: ``records.jsonl`` holding one ``Record.to_dict()`` JSON object per line,
-and ``manifest.json`` holding the run's full provenance.
+Output: ``records.jsonl`` holding one ``Record.to_dict()`` JSON object per line
+(the manifest beside it: ``rundir.manifest``).
 
 Invariants:
 
 - Appends are whole: each record is serialised to one line that ends in
   ``\\n``, written with a single ``os.write`` on an ``O_APPEND`` descriptor
-  before ``append`` returns, and fsync'd in batches (``run.record_sync``: at
+  before ``append`` returns, and fsync'd in batches (``rundir.record_sync``: at
   most 1,000 rows or 1 s later, and at close). A record is complete exactly
   when its line ends in a newline.
 - One writer at a time: ``RecordWriter`` holds an exclusive, non-blocking
@@ -20,9 +20,6 @@ Invariants:
   record: a writer opening the directory truncates it, with a warning, and the
   row is generated again. ``read_records`` refuses such a file instead.
 - Row ids are unique within a run; a duplicate is an error, never skipped.
-- ``manifest.json`` is written atomically (temporary file in the same
-  directory, fsync, ``os.replace``) once, when the run starts; a resumed run
-  must present an identical provenance hash, cohort hash and shard.
 """
 
 from __future__ import annotations
@@ -32,10 +29,8 @@ import errno
 import json
 import os
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from guardrepro.artifacts.nofollow import (
     describe_os_error,
@@ -44,24 +39,16 @@ from guardrepro.artifacts.nofollow import (
     output_error,
     read_fd,
 )
-from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir, read_hashed
-from guardrepro.errors import InputError, OutputError, ProvenanceError
+from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir
+from guardrepro.errors import InputError, OutputError
 from guardrepro.limits import at_line, load_json
-from guardrepro.run.leftovers import missing_dirs
-from guardrepro.run.manifest_checks import (
-    DIGESTS_KEY,
-    check_manifest,
-    check_manifest_types,
-    field_digests,
-)
-from guardrepro.run.record_checks import ParserLookup, check_record, once_per_guard
-from guardrepro.run.record_sync import RecordSync, SyncPolicy
-from guardrepro.schema import CohortRow, Provenance, Record, read_cohort
-from guardrepro.spec import check_keys, type_problem
+from guardrepro.rundir.leftovers import missing_dirs
+from guardrepro.rundir.record_checks import ParserLookup, check_record, once_per_guard
+from guardrepro.rundir.record_sync import RecordSync, SyncPolicy
+from guardrepro.schema import Provenance, Record
 
 RECORDS_FILE = "records.jsonl"
 LOCK_FILE = "records.jsonl.lock"
-MANIFEST_FILE = "manifest.json"
 
 
 class TornRecordWarning(RuntimeWarning):
@@ -76,149 +63,6 @@ def utc_now() -> str:
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (``artifacts.store.atomic_write_bytes``)."""
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-# ---------------------------------------------------------------------------
-# manifest
-
-
-@dataclass(frozen=True)
-class RunManifest:
-    """What ``manifest.json`` holds. ``cohort`` = {path, sha256, rows};
-    ``profile`` = {path, sha256 (of the profile's text)}; ``shard`` = "k/n" or None;
-    ``provenance`` is the run's ``Provenance`` (its keys read strictly);
-    ``rows_selected`` = rows of the cohort in this run (after the shard)."""
-
-    run_id: str
-    created_at: str
-    provenance: Provenance
-    provenance_sha256: str
-    cohort: Mapping[str, Any]
-    profile: Mapping[str, Any]
-    shard: str | None
-    rows_selected: int
-    guardrepro_version: str
-    git_commit: str | None
-    # the guard spec, its special tokens and system prompt (``run.guard_facts``)
-    guard_spec: Mapping[str, Any] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, *, file: str | None = None) -> RunManifest:
-        if not isinstance(data, Mapping):
-            raise InputError("manifest must be a JSON object", file=file)
-        names = [f.name for f in fields(cls)]
-        check_keys(data, [*names, DIGESTS_KEY], file=file,
-                   required=[n for n in names if n != "guard_spec"])
-        for key, sub in (("cohort", ("path", "sha256", "rows")), ("profile", ("path", "sha256"))):
-            if not isinstance(data[key], Mapping):
-                raise InputError(type_problem(data[key], dict), file=file, field=key)
-            check_keys(data[key], sub, file=file, where=key, required=sub)
-        check_manifest_types(data, file)
-        values: dict[str, Any] = {name: data.get(name) for name in names}
-        values["provenance"] = Provenance.from_dict(data["provenance"], file=file,
-                                                    where="provenance")
-        check_manifest(data, values["provenance"].sha256, file=file)  # re-hashed: no edit
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(json.dumps(asdict(self)))
-        if out["guard_spec"] is None:
-            del out["guard_spec"]
-        return out
-
-    def differences(self, other: RunManifest) -> list[str]:
-        """Human-readable list of what makes ``other`` a different run than this one."""
-        diffs: list[str] = []
-        if self.provenance_sha256 != other.provenance_sha256:
-            diffs.extend(provenance_differences(self.provenance.to_dict(),
-                                                other.provenance.to_dict()))
-            if not diffs:  # same keys and values but different hash: report the hash itself
-                diffs.append("provenance_sha256")
-        if self.cohort["sha256"] != other.cohort["sha256"]:
-            diffs.append(
-                f"cohort.sha256: {self.cohort['sha256'][:12]}... ({self.cohort['path']}) != "
-                f"{other.cohort['sha256'][:12]}... ({other.cohort['path']})"
-            )
-        if self.shard != other.shard:
-            diffs.append(f"shard: {self.shard!r} != {other.shard!r}")
-        mine, theirs = ((m.guard_spec or {}).get("sha256") for m in (self, other))
-        if mine and theirs and mine != theirs:
-            diffs.append(f"guard_spec.sha256: {mine[:12]}... != {theirs[:12]}...")
-        return diffs
-
-
-def provenance_differences(old: Any, new: Any, prefix: str = "provenance") -> list[str]:
-    """Every leaf key whose value differs, as ``"key: old != new"``."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            where = f"{prefix}.{key}"
-            if key not in old:
-                out.append(f"{where}: absent != {new[key]!r}")
-            elif key not in new:
-                out.append(f"{where}: {old[key]!r} != absent")
-            else:
-                out.extend(provenance_differences(old[key], new[key], where))
-        return out
-    return [] if old == new else [f"{prefix}: {old!r} != {new!r}"]
-
-
-def check_one_provenance(records: Sequence[Record], manifest: RunManifest, records_path: Path,
-                         *, refusing: str) -> None:
-    """``ProvenanceError`` naming the first record whose provenance hash is not
-    its run manifest's; ``refusing`` says what is refused ("merge", ...)."""
-    for index, record in enumerate(records):
-        if record.provenance_sha256 != manifest.provenance_sha256:
-            raise ProvenanceError(
-                f"{records_path}: line {index + 1} ({record.row_id!r}) has provenance "
-                f"{record.provenance_sha256[:12]}..., its run's manifest "
-                f"{manifest.provenance_sha256[:12]}...; refusing to {refusing} mixed provenance"
-            )
-
-
-def read_manifest(run_dir: str | Path) -> RunManifest | None:
-    """The run directory's manifest, or None when it has none yet."""
-    path = Path(run_dir) / MANIFEST_FILE
-    if not path.exists():
-        return None
-    return parse_manifest(path.read_bytes(), file=str(path))
-
-
-def parse_manifest(data: bytes, *, file: str) -> RunManifest:
-    """A manifest from the bytes of ``file`` (not UTF-8, not JSON or not a
-    manifest: ``InputError`` naming the file)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text: {exc}", file=file) from exc
-    return RunManifest.from_dict(load_json(text, file=file), file=file)
-
-
-def write_manifest(run_dir: str | Path, manifest: RunManifest, *, trusted: Path | None = None
-                   ) -> Path:
-    """Write the manifest atomically (no symlink below ``trusted`` followed)."""
-    path = Path(run_dir) / MANIFEST_FILE
-    data = manifest.to_dict()
-    data[DIGESTS_KEY] = field_digests(data)  # every later read checks them
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"), trusted=trusted)
-    return path
-
-
-def check_resumable(existing: RunManifest, new: RunManifest, run_dir: str | Path) -> None:
-    """Raise ProvenanceError naming every difference when ``new`` may not resume ``existing``."""
-    diffs = existing.differences(new)
-    if diffs:
-        listing = "\n  ".join(diffs)
-        raise ProvenanceError(
-            f"{run_dir} already holds run {existing.run_id!r} with different provenance; "
-            f"refusing to mix records. Differences (existing != requested):\n  {listing}\n"
-            "Use a new --out directory for the new configuration."
-        )
-
-
-# ---------------------------------------------------------------------------
-# records
 
 
 def record_line(record: Record) -> str:
@@ -285,16 +129,6 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
     return records
 
 
-def read_cohort_hashed(path: str | Path) -> tuple[list[CohortRow], str]:
-    """A cohort file's rows (``schema.read_cohort``) and its sha256, from one read."""
-    try:
-        data, digest = read_hashed(Path(path))
-    except OSError:
-        read_cohort(path)  # an InputError naming the missing or unreadable file
-        raise
-    return read_cohort(path, data), digest
-
-
 def records_path(run: str | Path) -> Path:
     """The records file of a run given as a run directory or a records file (the one
     place a run argument becomes its ``records.jsonl``); an InputError without one."""
@@ -312,7 +146,7 @@ def read_records(path: str | Path, *, parsers: ParserLookup | None = None) -> li
 
     ``path`` is ``records.jsonl`` or a run directory. A torn final line is an
     error here (resume the run to repair it). ``parsers`` (``guards.registry.record_parser``):
-    refuse a score its output text does not parse to (``run.record_checks.check_record``).
+    refuse a score its output text does not parse to (``rundir.record_checks.check_record``).
     """
     path = Path(path)
     if path.is_dir():
@@ -425,7 +259,7 @@ class RecordWriter:
         return data[:keep], dropped
 
     def append(self, record: Record) -> None:
-        """Append one record (fsync'd as ``run.record_sync`` says); its row id is new."""
+        """Append one record (fsync'd as ``rundir.record_sync`` says); its row id is new."""
         if self._fd is None or self._sync is None:
             raise InputError("record writer is closed", file=str(self.path))
         if record.row_id in self.records:
