@@ -6,7 +6,7 @@ Output: the run directory holding every selected row's record in cohort order
 
 Invariants:
 
-- Worker ``k`` runs shard ``k/N`` (``guardrepro.run.shard``: deterministic,
+- Worker ``k`` runs shard ``k/N`` (``guardrepro.rundir.shard``: deterministic,
   by row id) with ``pipeline.run_cohort`` into
   ``.<name>.workers/<k>-of-<N>/<name>`` beside the run directory, so its
   records carry the run directory's name as run id. The shard runs are
