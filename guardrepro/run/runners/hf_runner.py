@@ -6,8 +6,9 @@ Output: one ``Generation`` per request, in request order.
 
 Invariants and choices:
 
-- Loading: local files only, safetensors only (``use_safetensors=True``; a
-  directory without ``*.safetensors`` is refused), ``trust_remote_code=False``.
+- Loading (``runners.torch_load``, shared with any torch-based backend): local
+  files only, safetensors only (``use_safetensors=True``; a directory without
+  ``*.safetensors`` is refused), ``trust_remote_code=False``.
 - The checkpoint's own ``generation_config.json`` never influences decoding.
   transformers fills every generation setting left unset (``None``) from the
   model's generation config (TS-Guard's carries ``top_k=20`` and
@@ -61,10 +62,6 @@ lean), ``decode_slots`` (lean: rows decoded at once, continuous batching).
 
 from __future__ import annotations
 
-import logging
-import os
-import resource
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -72,23 +69,14 @@ from typing import Any, cast
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria
-from transformers.utils import logging as hf_logging
+from transformers import GenerationConfig, StoppingCriteria
 
 from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.backends import HF
 from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
 from guardrepro.run.runners.lean import LeanDecoder, unsupported_reason
-from guardrepro.run.runners.weights import require_safetensors
-
-log = logging.getLogger(__name__)
-
-DTYPES: Mapping[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+from guardrepro.run.runners.torch_load import load_causal_lm
 
 
 def _option_error(key: str, message: str) -> InputError:
@@ -169,38 +157,10 @@ class HFRunner:
         self.pad_token_id = self.eos_token_ids[-1] if pad_token_id is None else int(pad_token_id)
         self.decode = decode
         self.checkpoint_dir = Path(checkpoint_dir)
-        require_safetensors(self.checkpoint_dir, "hf")
-        self._threads_before = torch.get_num_threads()
-        if self.options["threads"] is not None:
-            torch.set_num_threads(self.options["threads"])
-        # threads change no token (docs/PROTOCOL.md): logged, not part of the provenance
-        log.info("hf runner (pid %d): %d torch thread(s)", os.getpid(), torch.get_num_threads())
-        self.device = torch.device(self.options["device"])
-        self.dtype = DTYPES[self.options["dtype"]]
-        # transformers' own loading bar would interleave with the run's bar
-        bars_on = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                str(self.checkpoint_dir),
-                dtype=self.dtype,
-                use_safetensors=True,
-                trust_remote_code=False,
-                local_files_only=True,
-                attn_implementation=self.options["attn_implementation"],
-            )
-        except (OSError, ValueError) as exc:
-            raise InputError(
-                f"cannot load the checkpoint with transformers: {exc}",
-                file=str(self.checkpoint_dir),
-            ) from exc
-        finally:
-            if bars_on:
-                hf_logging.enable_progress_bar()
-        self.model: Any = cast(Any, model).to(self.device).eval()
-        # Drop the checkpoint's sampling defaults: transformers would fill any
-        # unset generation setting from them (see the module docstring).
-        self.model.generation_config = GenerationConfig()
+        # safetensors only, threads, dtype, device, no checkpoint generation defaults
+        self._loaded = load_causal_lm(self.checkpoint_dir, self.options, backend=HF.name)
+        self.device, self.dtype = self._loaded.device, self._loaded.dtype
+        self.model: Any = self._loaded.model
         self._step_margins: list[torch.Tensor] = []
         self._score_ids: list[int] = []
         self._score_logits: torch.Tensor | None = None
@@ -273,14 +233,10 @@ class HFRunner:
         )
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self._loaded.sync()
 
     def _peak_memory(self) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)
+        return self._loaded.peak_memory()
 
     def generate(
         self, requests: Sequence[GenerationRequest], params: DecodingParams
@@ -407,8 +363,6 @@ class HFRunner:
 
     def close(self) -> None:
         """Release the model and restore torch's thread count (a process-wide setting)."""
-        torch.set_num_threads(self._threads_before)
         self._hook.remove()
         del self.model
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        self._loaded.close()
