@@ -235,7 +235,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
     from guardrepro.guards.registry import record_parser
     from guardrepro.progress import progress_bar
     from guardrepro.run.ray_actor import PoolRegistry, UnitActor
-    from guardrepro.rundir.records import _parse_line
+    from guardrepro.rundir.records import parse_record_line
 
     DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -262,7 +262,7 @@ def dispatch(ray: Any, jobs: Sequence[PoolJob], shape: PoolShape, home: str | Pa
             indices = batch.column("job").to_pylist()
             for index, line in zip(indices, batch.column("record").to_pylist(), strict=True):
                 writer = jobs[index].writer
-                record = _parse_line(line.encode("utf-8"), file=f"{writer.path} (from Ray)",
+                record = parse_record_line(line.encode("utf-8"), file=f"{writer.path} (from Ray)",
                                      row=len(writer.records), parsers=record_parser)
                 if accept(writer, record, provenance_sha256=jobs[index].provenance_sha256,
                           expected=expected[index]):

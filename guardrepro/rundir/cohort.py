@@ -26,6 +26,23 @@ from guardrepro.rundir.manifest import RunManifest, load_manifest_hashed
 from guardrepro.schema import CohortRow
 
 
+def parse_cohort_line(raw: bytes, *, file: str, index: int) -> CohortRow:
+    """One cohort line (without its line break), at 0-based ``index`` of ``file``,
+    checked strictly: not UTF-8, blank, not JSON or not a cohort row is an
+    ``InputError`` naming the file and the line."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8: {exc}", file=file, row=index, line=index + 1) from None
+    if not line.strip():
+        raise InputError("blank line", file=file, row=index, line=index + 1)
+    obj = load_json(line, file=file, row=index, line=index + 1)
+    try:
+        return CohortRow.from_dict(obj, file=file, row=index)
+    except InputError as exc:
+        raise at_line(exc, index) from None
+
+
 def read_cohort(path: str | Path, data: bytes | None = None) -> list[CohortRow]:
     """Read a cohort JSONL file (or its bytes ``data``, read by the caller) strictly; duplicate
     row ids are an error. Errors name the file and the line (``row`` = 0-based line index)."""
@@ -42,18 +59,7 @@ def read_cohort(path: str | Path, data: bytes | None = None) -> list[CohortRow]:
     if lines and lines[-1] == b"":
         lines.pop()  # the final line break ends the last line
     for index, raw in enumerate(lines):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=str(path), row=index,
-                             line=index + 1) from None
-        if not line.strip():
-            raise InputError("blank line", file=str(path), row=index, line=index + 1)
-        obj = load_json(line, file=str(path), row=index, line=index + 1)
-        try:
-            item = CohortRow.from_dict(obj, file=str(path), row=index)
-        except InputError as exc:
-            raise at_line(exc, index) from None
+        item = parse_cohort_line(raw, file=str(path), index=index)
         if item.row_id in seen:
             raise InputError(
                 f"duplicate sample_id {item.row_id!r} (first at line {seen[item.row_id] + 1})",
@@ -98,6 +104,27 @@ def manifest_cohort_candidates(run_dir: str | Path, manifest: RunManifest) -> li
     ]
 
 
+def check_given_cohort(manifest: RunManifest, path: Path, digest: str) -> None:
+    """A cohort file given by hand (sha256 ``digest``) must be the run's:
+    an ``InputError`` naming it otherwise."""
+    pinned = manifest.cohort.get("sha256")
+    if digest != pinned:
+        raise InputError(
+            f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
+            f" {str(pinned)[:12]}...), not of this file (sha256 {digest[:12]}...):"
+            " refusing to analyse a run against another cohort", file=str(path))
+
+
+def check_found_cohort(manifest: RunManifest, path: Path, digest: str) -> None:
+    """The cohort file found where the manifest names it (sha256 ``digest``) must
+    still be the run's: an ``IntegrityError`` otherwise (it changed since the run)."""
+    pinned = manifest.cohort.get("sha256")
+    if digest != pinned:
+        raise IntegrityError(
+            f"cohort file {path} has sha256 {digest[:12]}..., the run's manifest pins"
+            f" {str(pinned)[:12]}...; pass --cohort with the run's cohort")
+
+
 def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
                           ) -> tuple[Path, bytes, str] | None:
     """(path, bytes, sha256) of the cohort file the manifest names, looked up as
@@ -107,12 +134,7 @@ def _find_manifest_cohort(run_dir: str | Path, manifest: RunManifest
     for cand in manifest_cohort_candidates(run_dir, manifest):
         if cand.is_file():
             data, digest = read_hashed(cand)
-            if digest != manifest.cohort.get("sha256"):
-                raise IntegrityError(
-                    f"cohort file {cand} has sha256 {digest[:12]}..., the run's manifest "
-                    f"pins {str(manifest.cohort.get('sha256'))[:12]}...; pass --cohort "
-                    "with the run's cohort"
-                )
+            check_found_cohort(manifest, cand, digest)
             return cand, data, digest
     return None
 
@@ -121,12 +143,7 @@ def _given_cohort(cohort_path: Path, manifest: RunManifest) -> CohortFile:
     """A cohort given by hand, read once; it must be the one the run was made of
     (by sha256)."""
     rows, digest = read_cohort_hashed(cohort_path)  # a malformed file is named first
-    if digest != manifest.cohort.get("sha256"):
-        raise InputError(
-            f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
-            f" {str(manifest.cohort.get('sha256'))[:12]}...), not of this file (sha256"
-            f" {digest[:12]}...): refusing to analyse a run against another cohort",
-            file=str(cohort_path))
+    check_given_cohort(manifest, cohort_path, digest)
     return CohortFile(cohort_path, tuple(rows), digest)
 
 

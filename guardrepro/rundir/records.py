@@ -70,7 +70,7 @@ def record_line(record: Record) -> str:
     return json.dumps(record.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def _parse_line(line: bytes, *, file: str, row: int, parsers: ParserLookup | None = None
+def parse_record_line(line: bytes, *, file: str, row: int, parsers: ParserLookup | None = None
                 ) -> Record:
     try:
         text = line.decode("utf-8")
@@ -112,7 +112,7 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
     if lines and lines[-1] == b"":
         lines.pop()
     for index, line in enumerate(lines):
-        record = _parse_line(line, file=file, row=index, parsers=parsers)
+        record = parse_record_line(line, file=file, row=index, parsers=parsers)
         if record.row_id in seen:
             raise InputError(
                 f"duplicate row_id {record.row_id!r} (first at line {seen[record.row_id] + 1})",

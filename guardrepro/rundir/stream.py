@@ -1,9 +1,9 @@
 """A run directory read for its rows only, a line at a time: ``stats`` at any size.
 
 Input: a run directory (``records.jsonl``, ``manifest.json``) and the cohort
-file, given or the one the manifest names (``read`` looks it up the same way).
+file, given or the one the manifest names (``rundir.cohort`` looks it up the same way).
 Output: ``RunRowsRead``: the manifest, the sha256 of each file, and the
-expected rows joined with the records (``read.RunRows``), what ``stats``
+expected rows joined with the records (``rundir.read.RunRows``), what ``stats``
 needs and nothing else.
 
 Why: ``rundir.read.load_run_data`` keeps every ``Record`` (provenance, attempts,
@@ -11,8 +11,8 @@ output text) and every cohort row (its whole sample) for the checks that need
 them (gate, report, compare); ``stats`` needs eight fields a row. On 100,000
 rule rows that was 1.0 GB of RSS. Here each file is read line by line, hashed
 as it is read, each record parsed and checked as ``read_records_file`` checks
-it (``rundir.records._parse_line``, the guard's parser included) and kept only as
-a ``RowResult``; each cohort row is parsed and checked as ``read_cohort``
+it (``rundir.records.parse_record_line``, the guard's parser included) and kept
+only as a ``RowResult``; each cohort row is parsed and checked as ``read_cohort``
 checks it and kept as its expected ``RowResult`` only when no record answers
 it. Memory grows with the rows (a ``RowResult`` each, with shared variant and
 domain strings), not with their text.
@@ -31,19 +31,24 @@ together)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardrepro.errors import GuardreproError, InputError, IntegrityError, ProvenanceError
+from guardrepro.errors import GuardreproError, InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
-from guardrepro.limits import at_line, load_json
-from guardrepro.rundir.cohort import manifest_cohort_candidates
-from guardrepro.rundir.manifest import MANIFEST_FILE, RunManifest, parse_manifest
+from guardrepro.rundir.cohort import (
+    check_found_cohort,
+    check_given_cohort,
+    manifest_cohort_candidates,
+    parse_cohort_line,
+)
+from guardrepro.rundir.manifest import RunManifest, load_manifest_hashed
 from guardrepro.rundir.read import MISSING, ExpectedRows, RowResult, RunRows, rows_from_records
 from guardrepro.rundir.record_checks import once_per_guard
-from guardrepro.rundir.records import _parse_line, records_path
+from guardrepro.rundir.records import parse_record_line, records_path
 from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import CohortRow
 
@@ -107,7 +112,7 @@ def _records(path: Path, manifest: RunManifest | None, shared: _Shared
             raise InputError("final line is incomplete (the writing process was interrupted);"
                              " resuming the run truncates it", file=file, row=index,
                              line=index + 1)
-        rec = _parse_line(line[:-1], file=file, row=index, parsers=parsers)
+        rec = parse_record_line(line[:-1], file=file, row=index, parsers=parsers)
         if rec.row_id in seen:
             raise InputError(f"duplicate row_id {rec.row_id!r} (first at line "
                              f"{seen[rec.row_id] + 1})", file=file, row=index, line=index + 1,
@@ -128,18 +133,7 @@ def _cohort_rows(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, Cohor
     index = -1
     for index, raw in enumerate(_lines(path, digest)):
         body = raw[:-1] if raw.endswith(b"\n") else raw
-        try:
-            line = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8: {exc}", file=file, row=index, line=index + 1) from None
-        if not line.strip():
-            raise InputError("blank line", file=file, row=index, line=index + 1)
-        obj = load_json(line, file=file, row=index, line=index + 1)
-        try:
-            row = CohortRow.from_dict(obj, file=file, row=index)
-        except InputError as exc:
-            raise at_line(exc, index) from None
-        yield index, row
+        yield index, parse_cohort_line(body, file=file, index=index)
     if index < 0:
         raise InputError("cohort file is empty", file=file)
 
@@ -202,14 +196,6 @@ class _Join:
         return None
 
 
-def _manifest(run_dir: Path) -> tuple[RunManifest, str]:
-    path = run_dir / MANIFEST_FILE
-    if not path.is_file():
-        raise InputError("manifest.json not found in run directory", file=str(path))
-    data = path.read_bytes()
-    return parse_manifest(data, file=str(path)), hashlib.sha256(data).hexdigest()
-
-
 def _read_cohort(join: _Join, path: Path, shard: str | None,
                  check: Callable[[str], None]) -> tuple[list[RowResult], str]:
     digest = hashlib.sha256()
@@ -232,7 +218,7 @@ def stream_run_rows(run_dir: str | Path, cohort_path: str | Path | None = None) 
     path = records_path(run_dir)
     manifest_error: GuardreproError | None = None
     try:
-        manifest, manifest_sha256 = _manifest(run_dir)
+        manifest, manifest_sha256 = load_manifest_hashed(run_dir)
     except GuardreproError as exc:  # records are named first, as load_run_data does
         manifest_error = exc
     shared = _Shared()
@@ -250,29 +236,15 @@ def stream_run_rows(run_dir: str | Path, cohort_path: str | Path | None = None) 
             f" manifest {manifest.provenance_sha256[:12]}...; refusing to analyse mixed"
             " provenance")
     join = _Join(records, by_id, path, shared)
-    pinned = manifest.cohort.get("sha256")
     if cohort_path is not None:
         given = Path(cohort_path)
-
-        def same_run(digest: str) -> None:
-            if digest != pinned:
-                raise InputError(
-                    f"this run was made of cohort {manifest.cohort.get('path')!r} (sha256"
-                    f" {str(pinned)[:12]}...), not of this file (sha256 {digest[:12]}...):"
-                    " refusing to analyse a run against another cohort", file=str(given))
-
+        same_run = functools.partial(check_given_cohort, manifest, given)
         expected, digest = _read_cohort(join, given, manifest.shard, same_run)
         return _with_cohort(run_dir, manifest, manifest_sha256, path, records_sha256, given,
                             digest, expected, len(records))
     for candidate in manifest_cohort_candidates(run_dir, manifest):
         if candidate.is_file():
-            def unchanged(digest: str, candidate: Path = candidate) -> None:
-                if digest != pinned:
-                    raise IntegrityError(
-                        f"cohort file {candidate} has sha256 {digest[:12]}..., the run's "
-                        f"manifest pins {str(pinned)[:12]}...; pass --cohort with the run's"
-                        " cohort")
-
+            unchanged = functools.partial(check_found_cohort, manifest, candidate)
             # one read: parsed and hashed together (a changed file that is also
             # malformed is named for its bad line, the whole reader names the hash)
             expected, digest = _read_cohort(join, candidate, manifest.shard, unchanged)
