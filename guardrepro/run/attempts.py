@@ -37,8 +37,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from guardrepro.decoding import DecodingParams
@@ -307,21 +308,25 @@ def _decision_fields(decision: DecisionScores | None) -> dict[str, Any]:
             "expected_score": decision.expected_score, "p_unsafe_reason": decision.reason}
 
 
-def generate_into(writer: RecordWriter, todo: Sequence[PreparedRow], runner: Runner,
+def generate_into(writer: RecordWriter, todo: Iterable[PreparedRow], runner: Runner,
                   guard: GuardAdapter, params: DecodingParams,
                   decode: Callable[[Sequence[int]], str], *, chunk_size: int, run_id: str,
                   provenance: Provenance, progress: bool,
-                  on_rows: Callable[[int], None] | None = None) -> None:
-    """Generate ``todo`` in chunks of ``chunk_size`` and append each row's
-    record to ``writer`` as soon as its chunk is done (then ``on_rows(len(chunk))``);
+                  on_rows: Callable[[int], None] | None = None,
+                  total: int | None = None) -> None:
+    """Generate ``todo`` (a list, or an iterator of ``total`` rows, consumed a
+    chunk at a time) in chunks of ``chunk_size`` and append each row's record
+    to ``writer`` as soon as its chunk is done (then ``on_rows(len(chunk))``);
     ``progress``: a bar on a terminal, a line now and then elsewhere."""
     from guardrepro.progress import progress_bar
 
-    bar = progress_bar(len(todo), f"run {run_id}", "row", enabled=progress)
+    if total is None:
+        total = len(todo) if isinstance(todo, Sized) else 0
+    bar = progress_bar(total, f"run {run_id}", "row", enabled=progress)
     digest = provenance.sha256  # hashed once, not once per record
+    rows = iter(todo)
     try:
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
+        while chunk := list(islice(rows, chunk_size)):
             history = generate_chunk(runner, guard, chunk, params, decode)
             for p in chunk:
                 writer.append(make_record(run_id, p, history[p.row.row_id], provenance, digest))

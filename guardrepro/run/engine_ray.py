@@ -224,6 +224,7 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
         build_provenance,
         prepare_rows,
     )
+    from guardrepro.run.prepare import mismatched_prompts
     from guardrepro.run.resolve import resolve_profile
 
     cohort, run_dir, limit = request.cohort, request.run_dir, request.limit
@@ -249,7 +250,8 @@ def _plan(writer: RecordWriter, profile: RunProfile, threads_from_allotment: boo
     facts = guard_facts(resolved, scope[:1])
     manifest = _settle_manifest(existing, run_dir, provenance, profile, cohort, len(rows),
                                 None, len(rows), guard_spec=facts)
-    _check_existing(writer, rows, prepared, provenance.sha256)
+    _check_existing(writer, {r.row_id for r in rows}, None,
+                    mismatched_prompts(writer.records, prepared), provenance.sha256)
     todo = [p for p in prepared if p.row.row_id not in writer.records]
     return _Plan(profile, threads_from_allotment, manifest, provenance, rows, len(rows), todo,
                  len(prepared) - len(todo))
@@ -271,7 +273,7 @@ def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: b
     Ray's temporary directory goes under ``session_dir`` (default: the first
     run's directory); ``label`` names the progress bar and the job in errors."""
     from guardrepro.run.doctor import preflight
-    from guardrepro.run.pipeline import RunSummary, _status_counts
+    from guardrepro.run.pipeline import RunSummary
 
     started = time.perf_counter()
     opts = options.checked()
@@ -303,7 +305,7 @@ def run_many(requests: Sequence[RunRequest], *, options: RayOptions, progress: b
         generation_finished = time.time()
         summaries = []
         for writer, plan in plans:
-            counts = _status_counts(writer, plan.rows)
+            counts = dict(writer.records.status_counts)  # all of selected rows (checked)
             summaries.append(RunSummary(
                 run_dir=writer.run_dir, run_id=plan.manifest.run_id,
                 rows_in_cohort=plan.rows_all, rows_selected=len(plan.rows),

@@ -39,6 +39,14 @@ Invariants:
   cohort hash and shard; otherwise ``ProvenanceError`` lists every
   difference. Existing records must carry the same provenance hash, belong
   to the selected rows and have the same ``input_sha256``.
+- Memory does not grow with the rows' text: the cohort is checked and hashed
+  in one pass and read again a block at a time (``rundir.cohort_stream``); every
+  row is prepared once up front and kept as nothing (``prepare.check_rows``),
+  then prepared again a chunk at a time for generation (``prepare.rows_to_do``);
+  the writer keeps an index of what is recorded, not the records
+  (``rundir.record_index``). What grows is about 250 bytes a row: the row ids
+  and that index. A profile with ``sort_by_length`` holds the prepared rows
+  to do (they are sorted as a whole).
 - The run directory's lock is taken before anything else, so a concurrent
   second run on it fails at once. Rows already recorded are skipped; the
   others go to the runner ``batch_size`` requests per ``generate`` call and
@@ -57,8 +65,7 @@ from __future__ import annotations
 
 import platform
 import time
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,12 +73,16 @@ from typing import Any
 import guardrepro
 from guardrepro.artifacts.nofollow import read_in, resolved_beneath
 from guardrepro.artifacts.store import read_hashed
-from guardrepro.errors import InputError, PromptError, ProvenanceError
-from guardrepro.guards.base import GuardAdapter
-from guardrepro.guards.decision import label_union
+from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
-from guardrepro.run.attempts import PreparedRow, generate_into, label_table
+from guardrepro.run.attempts import PreparedRow, generate_into
 from guardrepro.run.guard_facts import guard_facts
+from guardrepro.run.prepare import (  # noqa: F401 (prepare_rows re-exported)
+    check_rows,
+    prepare_rows,
+    rows_to_do,
+    system_prompt_inserted,
+)
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
     UNPINNED,
@@ -81,7 +92,7 @@ from guardrepro.run.resolve import (  # noqa: F401 (re-exported)
 )
 from guardrepro.run.runners.base import Runner
 from guardrepro.run.runners.registry import chunk_size, create_runner
-from guardrepro.rundir.cohort import read_cohort_hashed
+from guardrepro.rundir.cohort_stream import CohortScan, scan_cohort
 from guardrepro.rundir.manifest import (
     MANIFEST_FILE,
     RunManifest,
@@ -90,12 +101,9 @@ from guardrepro.rundir.manifest import (
     write_manifest,
 )
 from guardrepro.rundir.records import RecordWriter, utc_now
-from guardrepro.rundir.shard import select_rows
+from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import (
-    RECORD_STATUSES,
-    CohortRow,
     Provenance,
-    sha256_text,
 )
 from guardrepro.versions import git_commit, package_versions
 
@@ -128,62 +136,6 @@ class RunSummary:
 
 # ---------------------------------------------------------------------------
 # resolution
-
-
-def prepare_rows(
-    guard: GuardAdapter,
-    tokenizer: Any,
-    rows: Sequence[CohortRow],
-    max_new_tokens: int,
-    *,
-    cohort_path: str | Path | None = None,
-) -> list[PreparedRow]:
-    """Render, hash, tokenize and length-check each row (PromptError names the row)."""
-    prepared = []
-    score_ids = tuple(tokenizer.single_token_id(t) for t in guard.score_tokens)
-    labels = label_table(guard, tokenizer)
-    if rows:
-        system_prompt_inserted(guard, tokenizer, rows[0].sample)
-    for index, row in enumerate(rows):
-        try:
-            text = guard.render(row.sample)
-            messages = guard.messages(row.sample)
-            fields = {f"sample.{k}": v for k, v in row.sample.items() if isinstance(v, str)}
-            tokenizer.check_chars(messages, fields, max_new_tokens)  # fail fast: no tokens
-            ids = tuple(tokenizer.encode_messages(messages))
-            tokenizer.check_length(len(ids), max_new_tokens)
-        except (PromptError, KeyError, ValueError) as exc:
-            where = f"{cohort_path}: " if cohort_path is not None else ""
-            raise PromptError(f"{where}row {index} ({row.row_id}): {exc}") from exc
-        pairs = tuple((m["role"], m["content"]) for m in messages)
-        prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids,
-                                    labels, label_union(labels)))
-    return prepared
-
-
-def system_prompt_inserted(guard: GuardAdapter, tokenizer: Any,
-                           sample: Mapping[str, Any]) -> str | None:
-    """The system prompt the chat template adds on its own to ``sample``'s
-    messages (None: none), checked against the guard spec's
-    ``default_system_prompt``: ``expected`` (part of the upstream setup, as
-    Qwen2.5's for the TS-Guard family) passes, ``allow`` warns, ``forbid`` is
-    a ``PromptError`` naming the text, the spec and how to allow it."""
-    if not hasattr(tokenizer, "injected_system_prompt"):
-        return None
-    injected: str | None = tokenizer.injected_system_prompt(guard.messages(sample))
-    policy = getattr(guard, "system_prompt", "expected" if guard.default_system_expected
-                     else "allow")
-    if injected is None or policy == "expected":
-        return injected
-    what = (f"the chat template adds a system prompt of its own to guard {guard.name!r}'s "
-            f"prompt: {injected[:200]!r}")
-    if policy == "forbid":
-        spec = getattr(getattr(guard, "spec", None), "path", "the guard spec")
-        raise PromptError(f"{what}; {spec}, field 'prompt.default_system_prompt' is "
-                          '"forbid": give the guard a system message of its own in '
-                          '[[prompt.messages]], or set it to "allow" (recorded in the manifest)')
-    warnings.warn(what, stacklevel=3)
-    return injected
 
 
 def provenance_versions() -> dict[str, str]:
@@ -278,16 +230,6 @@ def _settle_manifest(existing: RunManifest | None, run_dir: Path, provenance: Pr
     return manifest
 
 
-def _status_counts(writer: RecordWriter, rows: list[CohortRow]) -> dict[str, int]:
-    """Records per status among the selected ``rows``."""
-    selected_ids = {r.row_id for r in rows}
-    counts = dict.fromkeys(RECORD_STATUSES, 0)
-    for record in writer.records.values():
-        if record.row_id in selected_ids:
-            counts[record.status] += 1
-    return counts
-
-
 def run_cohort(
     profile_path: str | Path | RunProfile | ResolvedProfile,
     cohort_path: str | Path,
@@ -325,26 +267,24 @@ def run_cohort(
         Path(run_dir), trusted)
     if limit is not None and limit < 0:
         raise InputError(f"limit must be >= 0, got {limit}", field="limit")
-    rows_all, digest = read_cohort_hashed(cohort_path)  # one read: the rows and their hash
-    rows, shard_spec = select_rows(rows_all, shard)
-    scope = rows if limit is None else rows[:limit]
-    with RecordWriter(run_dir, refused_leaves=(MANIFEST_FILE,), parsers=record_parser,
-                      trusted=trusted) as writer:
+    # one checking pass (rows and hash); the rows are read again a block at a time
+    with scan_cohort(cohort_path, shard) as cohort, RecordWriter(
+            run_dir, refused_leaves=(MANIFEST_FILE,), parsers=record_parser,
+            trusted=trusted) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
-        prepared = prepare_rows(resolved.guard, resolved.tokenizer, scope,
-                                profile.decoding.max_new_tokens, cohort_path=cohort_path)
+        stream = _RowStream(resolved, cohort, limit, writer, cohort_path)
+        scope, todo_rows, mismatched = stream.check()  # every row prepared: bad ones refused
         runner = _create_runner(profile, resolved)
         try:
             provenance = build_provenance(resolved, runner, resolved.tree_sha256)
             manifest = _settle_manifest(existing_manifest, run_dir, provenance, profile,
-                                        cohort_path, len(rows_all), shard_spec, len(rows),
-                                        digest, trusted, guard_facts(resolved, scope[:1]))
-            _check_existing(writer, rows, prepared, provenance.sha256)
-            todo = [p for p in prepared if p.row.row_id not in writer.records]
-            already = len(prepared) - len(todo)
-            if profile.sort_by_length:
-                todo.sort(key=lambda p: len(p.token_ids))
+                                        cohort_path, cohort.rows_in_cohort, cohort.shard,
+                                        cohort.rows_selected, cohort.sha256, trusted,
+                                        guard_facts(resolved, list(cohort.rows(1))))
+            _check_existing(writer, cohort.ids, cohort.shard, mismatched, provenance.sha256)
+            already = scope - todo_rows
+            todo = stream.todo(sorted_by_length=profile.sort_by_length)
             if on_ready is not None:
                 on_ready()
             if on_rows is not None:
@@ -354,20 +294,46 @@ def run_cohort(
                           resolved.tokenizer.decode,
                           chunk_size=chunk_size(profile.descriptor, profile.backend_options),
                           run_id=manifest.run_id, provenance=provenance, progress=progress,
-                          on_rows=on_rows)
+                          on_rows=on_rows, total=todo_rows)
             generation_finished = time.time()
             if profile.sort_by_length:
-                writer.rewrite_in_order([r.row_id for r in rows])
+                writer.rewrite_in_order([r.row_id for r in cohort.rows()])
         finally:
             runner.close()
-        counts = _status_counts(writer, rows)
+        counts = dict(writer.records.status_counts)  # every record is of a selected row
         return RunSummary(
-            run_dir=run_dir, run_id=manifest.run_id, rows_in_cohort=len(rows_all),
-            rows_selected=len(rows), already_done=already, generated=len(todo),
-            remaining=len(rows) - sum(counts.values()), counts=counts,
+            run_dir=run_dir, run_id=manifest.run_id, rows_in_cohort=cohort.rows_in_cohort,
+            rows_selected=cohort.rows_selected, already_done=already, generated=todo_rows,
+            remaining=cohort.rows_selected - sum(counts.values()), counts=counts,
             elapsed_s=time.perf_counter() - started,
             generation_started=generation_started, generation_finished=generation_finished,
         )
+
+
+class _RowStream:
+    """The run's rows (the first ``limit`` of the shard), read from the cohort
+    scan in two passes: ``check`` prepares each and keeps nothing, ``todo``
+    prepares again, a chunk at a time, those without a record."""
+
+    def __init__(self, resolved: ResolvedProfile, cohort: CohortScan, limit: int | None,
+                 writer: RecordWriter, cohort_path: Path) -> None:
+        self.resolved, self.cohort, self.limit = resolved, cohort, limit
+        self.done, self.cohort_path = writer.records, cohort_path
+        self.max_new_tokens = resolved.profile.decoding.max_new_tokens
+
+    def check(self) -> tuple[int, int, dict[str, str]]:
+        return check_rows(self.resolved.guard, self.resolved.tokenizer,
+                          self.cohort.rows(self.limit), self.max_new_tokens,
+                          cohort_path=self.cohort_path, done=self.done)
+
+    def todo(self, *, sorted_by_length: bool) -> Iterable[PreparedRow]:
+        rows = rows_to_do(self.resolved.guard, self.resolved.tokenizer,
+                          self.cohort.rows(self.limit), self.max_new_tokens,
+                          cohort_path=self.cohort_path, done=self.done)
+        if not sorted_by_length:
+            return rows
+        # the one case that holds every prepared row to do (stable sort by length)
+        return sorted(rows, key=lambda p: len(p.token_ids))
 
 
 def _profile_of(profile: str | Path | RunProfile | ResolvedProfile) -> RunProfile:
@@ -376,29 +342,31 @@ def _profile_of(profile: str | Path | RunProfile | ResolvedProfile) -> RunProfil
     return profile if isinstance(profile, RunProfile) else RunProfile.load(profile)
 
 
-def _check_existing(
-    writer: RecordWriter,
-    rows: Sequence[CohortRow],
-    prepared: Sequence[PreparedRow],
-    provenance_sha256: str,
-) -> None:
-    """Existing records must share this run's provenance, rows and prompts."""
-    selected = {r.row_id for r in rows}
-    hashes = {p.row.row_id: p.input_sha256 for p in prepared}
-    for record in writer.records.values():
-        if record.provenance_sha256 != provenance_sha256:
+def _check_existing(writer: RecordWriter, ids: Container[str], shard: str | None,
+                    mismatched: Mapping[str, str], provenance_sha256: str) -> None:
+    """Existing records must share this run's provenance, be rows of the cohort
+    (``ids``) and ``shard``, and have this run's prompts (``mismatched``: this
+    run's prompt hash of each recorded row whose record has another,
+    ``prepare.check_rows``); the first record in file order that fails is named."""
+    records = writer.records
+    foreign = min((at for digest, at in records.provenances.items()
+                   if digest != provenance_sha256), default=None)
+    k, n = parse_shard(shard) if shard is not None else (1, 1)
+    for line, row_id in enumerate(records):
+        if foreign is not None and line == foreign[0]:
+            digest = next(d for d, at in records.provenances.items() if at == foreign)
             raise ProvenanceError(
-                f"{writer.path}: record {record.row_id!r} has provenance "
-                f"{record.provenance_sha256[:12]}..., this run {provenance_sha256[:12]}...; "
+                f"{writer.path}: record {row_id!r} has provenance "
+                f"{digest[:12]}..., this run {provenance_sha256[:12]}...; "
                 "refusing to mix provenance"
             )
-        if record.row_id not in selected:
+        if row_id not in ids or (n > 1 and shard_of(row_id, n) != k):
             raise ProvenanceError(
-                f"{writer.path}: record {record.row_id!r} is not a row of this cohort/shard"
+                f"{writer.path}: record {row_id!r} is not a row of this cohort/shard"
             )
-        expected = hashes.get(record.row_id)
-        if expected is not None and expected != record.input_sha256:
+        expected = mismatched.get(row_id)
+        if expected is not None:
             raise ProvenanceError(
-                f"{writer.path}: record {record.row_id!r} was made from a different prompt "
-                f"(input_sha256 {record.input_sha256[:12]}... != {expected[:12]}...)"
+                f"{writer.path}: record {row_id!r} was made from a different prompt "
+                f"(input_sha256 {records.input_sha256(row_id)[:12]}... != {expected[:12]}...)"
             )

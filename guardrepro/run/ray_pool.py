@@ -71,7 +71,7 @@ def accept(writer: RecordWriter, record: Record, *, provenance_sha256: str,
     if expected.get(record.row_id) != record.input_sha256:
         raise ProvenanceError(f"{writer.path}: a Ray actor returned row {record.row_id!r}, "
                               "which is not a row to do in this run or has another prompt")
-    known = writer.records.get(record.row_id)
+    known = writer.read(record.row_id) if record.row_id in writer.records else None
     if known is None:
         writer.append(record)
         return True

@@ -28,7 +28,6 @@ import datetime as _dt
 import errno
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,20 +38,23 @@ from guardrepro.artifacts.nofollow import (
     output_error,
     read_fd,
 )
-from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir
+from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError, OutputError
 from guardrepro.limits import at_line, load_json
 from guardrepro.rundir.leftovers import missing_dirs
 from guardrepro.rundir.record_checks import ParserLookup, check_record, once_per_guard
+from guardrepro.rundir.record_index import (  # noqa: F401 (TornRecordWarning re-exported)
+    RecordIndex,
+    TornRecordWarning,
+    count_lines,
+    index_lines,
+    repair_tail,
+)
 from guardrepro.rundir.record_sync import RecordSync, SyncPolicy
 from guardrepro.schema import Provenance, Record
 
 RECORDS_FILE = "records.jsonl"
 LOCK_FILE = "records.jsonl.lock"
-
-
-class TornRecordWarning(RuntimeWarning):
-    """A partial final line was removed from records.jsonl on resume."""
 
 
 def utc_now() -> str:
@@ -158,8 +160,11 @@ class RecordWriter:
     """Exclusive, append-only writer for one run directory (creates it if needed).
 
     On open it takes the directory's lock, repairs a torn final line (warning
-    ``TornRecordWarning``) and loads the records already present
-    (``self.records``, by row id). Use as a context manager or call ``close``.
+    ``TornRecordWarning``) and reads the records already present, a line at a
+    time, each checked as ``read_records`` checks it, into ``self.records``
+    (a ``rundir.record_index.RecordIndex``: by row id, the line's place, input
+    hash and status; ``read`` gives a whole record back). Use as a context
+    manager or call ``close``.
     """
 
     _sync: RecordSync | None
@@ -180,17 +185,20 @@ class RecordWriter:
                            if not os.path.lexists(p)]
         self._lock_fd: int | None = None
         self._fd: int | None = None
-        self.records: dict[str, Record] = {}
+        self.records = RecordIndex()  # what is kept of each record (rundir.record_index)
         # every file of the run is opened relative to this descriptor, without
         # following a symlink (``trusted``: see ``artifacts.nofollow``)
         self.dir_fd: int | None = open_dir(self.run_dir, trusted=trusted, create=True)
         try:
             self._lock()
             self._fd = open_in(self.dir_fd, self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-            data, self.truncated_bytes = self._repair_tail(self._fd)
-            self.records = {
-                r.row_id: r for r in _parse_records(data, file=str(self.path), parsers=parsers)
-            }
+            # a torn final line (TornRecordWarning) is cut off, reading from the end
+            self._end, self.truncated_bytes = repair_tail(self._fd, self.path)
+            checked = once_per_guard(parsers)
+            self.records = index_lines(
+                self._fd, lambda line, row: parse_record_line(line, file=str(self.path), row=row,
+                                                        parsers=checked),
+                file=str(self.path), end=self._end)
             self._sync = RecordSync(self._fd, self._policy, self.path)
         except BaseException as exc:
             where = self.path if self._lock_fd is not None else self.run_dir / LOCK_FILE
@@ -237,26 +245,13 @@ class RecordWriter:
             raise
         self._lock_fd = fd
 
-    def _repair_tail(self, fd: int) -> tuple[bytes, int]:
-        """(the records file's complete lines, the bytes of a torn final line cut off)."""
-        data = read_fd(fd)
-        if not data:
-            fsync_dir(self.run_dir)  # the file may be new
-            return data, 0
-        if data.endswith(b"\n"):
-            return data, 0
-        keep = data.rfind(b"\n") + 1
-        dropped = len(data) - keep
-        os.ftruncate(fd, keep)
-        os.fsync(fd)
-        row = data.count(b"\n")
-        warnings.warn(
-            f"{self.path}: removed an incomplete final line ({dropped} bytes, line "
-            f"{row + 1}) left by an interrupted run; that row will be generated again",
-            TornRecordWarning,
-            stacklevel=3,
-        )
-        return data[:keep], dropped
+    def read(self, row_id: str) -> Record:
+        """The whole record of ``row_id``, read back from its line."""
+        if self._fd is None:
+            raise InputError("record writer is closed", file=str(self.path))
+        offset, length = self.records.location(row_id)
+        line = os.pread(self._fd, length, offset)
+        return parse_record_line(line[:-1], file=str(self.path), row=count_lines(self._fd, offset))
 
     def append(self, record: Record) -> None:
         """Append one record (fsync'd as ``rundir.record_sync`` says); its row id is new."""
@@ -279,7 +274,8 @@ class RecordWriter:
                 f" {describe_os_error(exc)}; the records before it are intact, and a torn"
                 " final line is removed when the run resumes"
             ) from None
-        self.records[record.row_id] = record
+        self.records.add(record, self._end, len(line))
+        self._end += len(line)
         self._sync.wrote()  # in the file now; fsync'd by the policy (OutputError if it fails)
 
     def rewrite_in_order(self, row_ids: Sequence[str]) -> bool:
@@ -299,6 +295,10 @@ class RecordWriter:
         ordered = [by_id[i] for i in row_ids if i in by_id]
         if ordered == lines:
             return False
+        offset = 0
+        for row_id, line in ((i, by_id[i]) for i in row_ids if i in by_id):
+            self.records.move(row_id, offset)
+            offset += len(line)
         self._sync.close()
         os.close(self._fd)
         self._fd = None
