@@ -12,13 +12,17 @@ from there the descriptor itself is passed down: every function here takes a
 descriptor, or a name for callers that hold only that (scripts, tests).
 
 Registration: the built-in descriptors (``backends.BUILTIN``) are registered
-at import; ``register(descriptor)`` adds another (a plugin, a test) to this
+at import, then the ``DESCRIPTOR`` of every module ``runners/<name>_backend.py``
+(a backend added by docs/CONTRIBUTING.md's recipe: its descriptor and its
+runner class in one module, which imports its libraries inside the runner, so
+that importing it costs nothing), in the order of their names, in every
+process (a spawned worker too); ``register(descriptor)`` adds another (a plugin, a test) to this
 process, ``unregister(name)`` removes it. ``RUNNERS`` (class path),
 ``DEPENDENCIES`` (top-level modules), ``EXTRAS`` (pip extra) and ``PACKAGES``
 (the distributions ``doctor`` reports) are read-only views of the registered
 descriptors, so they cannot disagree with them. A backend registered at run
 time exists in this process only: worker processes started by ``spawn`` see
-the built-in ones.
+the built-in and the ``*_backend.py`` ones.
 
 Constructor contract every runner class implements::
 
@@ -64,6 +68,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -120,7 +125,22 @@ def unregister(name: str) -> None:
     del _REGISTERED[name]
 
 
-for _builtin in BUILTIN:
+def _discover() -> tuple[Backend, ...]:
+    """The ``DESCRIPTOR`` of each module ``runners/<name>_backend.py``, by name."""
+    found = []
+    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]))
+    for name in names:
+        if name.endswith("_backend"):
+            module = importlib.import_module(f"{__package__}.{name}")
+            descriptor = getattr(module, "DESCRIPTOR", None)
+            if not isinstance(descriptor, Backend):
+                raise InputError(f"{module.__file__}: a backend module defines DESCRIPTOR, "
+                                 "a runners.backends.Backend", field="DESCRIPTOR")
+            found.append(descriptor)
+    return tuple(found)
+
+
+for _builtin in (*BUILTIN, *_discover()):
     register(_builtin)
 
 
