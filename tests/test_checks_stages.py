@@ -14,7 +14,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "guardrepro"
 STAGES = ("core", "io", "stats", "parity", "audits", "report")
 ABOVE_CHECKS = ("api", "experiments", "cli", "demo")
-BELOW_CHECKS = ("artifacts", "bench", "guards", "rundir", "run", "errors", "limits", "schema",
+BELOW_CHECKS = ("artifacts", "bench", "guards", "rundir", "run", "serde", "errors", "limits",
+                "schema",
                 "spec", "versions", "progress", "logs", "spec_dirs")
 
 

@@ -49,6 +49,7 @@ from guardrepro.bench.tsbench import (
 )
 from guardrepro.errors import InputError
 from guardrepro.schema import check_score
+from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.spec import check_keys
 
 RELEASED_DIR = "guardian_test_logs/{benchmark}/TS-Guard"
@@ -283,29 +284,18 @@ def released_output(guard_res: Mapping[str, Any], *, file: str | None, index: in
 
 
 @dataclass(frozen=True)
-class ReparseRow:
-    index: int
-    base_sample_id: str
-    domain: str | None
-    gold_label: float
-    released_pred: float | None
-    status: str
-    score: float | None
-    error_type: str | None
-    reproduced: bool
+class ReparseRow(JsonValue):
+    """One released row parsed again (the reparse report's key names)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "sample_id": self.base_sample_id,  # the key names of the reparse report
-            "domain": self.domain,
-            "label": self.gold_label,
-            "released_pred": self.released_pred,
-            "status": self.status,
-            "score": self.score,
-            "error_type": self.error_type,
-            "reproduced": self.reproduced,
-        }
+    index: int
+    base_sample_id: str = opt(key="sample_id")
+    domain: str | None = opt()
+    gold_label: float = opt(key="label")
+    released_pred: float | None = opt()
+    status: str = opt()
+    score: float | None = opt()
+    error_type: str | None = opt()
+    reproduced: bool = opt()
 
 
 class Parsed(Protocol):

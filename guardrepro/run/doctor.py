@@ -48,12 +48,13 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from guardrepro.errors import InputError
 from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.registry import PACKAGES, descriptor_of
+from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.versions import package_versions
 
 ACCEPTED = ("no-batching", "guaranteed", "observed")
@@ -72,28 +73,27 @@ class BatchInvarianceRefused(InputError):
     """The profile requires batch invariance that this backend/device cannot give."""
 
 
+def _capability_text(cc: tuple[int, int] | None) -> str | None:
+    return None if cc is None else f"{cc[0]}.{cc[1]}"
+
+
 @dataclass(frozen=True)
-class Facts:
-    """What the determinism of a run depends on (``None``: not applicable/unknown)."""
+class Facts(JsonValue):
+    """What the determinism of a run depends on (``None``: not applicable/unknown);
+    the compute capability is written as ``"major.minor"``."""
 
     backend: str | None
     versions: Mapping[str, str]
     device: str
     device_name: str | None
-    compute_capability: tuple[int, int] | None
-    dtype: str | None
-    concurrency: int | None  # most requests computed together
-    batch_invariant_mode: bool | None
-    multiprocessing: bool | None
-    max_num_seqs: int | None
-    threads: int | None
+    compute_capability: tuple[int, int] | None = opt(write=_capability_text)
+    dtype: str | None = opt()
+    concurrency: int | None = opt()  # most requests computed together
+    batch_invariant_mode: bool | None = opt()
+    multiprocessing: bool | None = opt()
+    max_num_seqs: int | None = opt()
+    threads: int | None = opt()
     env: Mapping[str, str | None] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        cc = self.compute_capability
-        out["compute_capability"] = None if cc is None else f"{cc[0]}.{cc[1]}"
-        return out
 
 
 @dataclass(frozen=True)
@@ -234,26 +234,18 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class DoctorReport:
+class DoctorReport(JsonValue):
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = ("refused",)
+
     facts: Facts
-    verdict: Verdict | None
-    required: bool
-    profile: str | None
+    verdict: Verdict | None = opt(key="batch_invariance")
+    required: bool = opt()
+    profile: str | None = opt()
     warnings: Sequence[str] = ()
 
     @property
     def refused(self) -> bool:
         return self.required and self.verdict is not None and not self.verdict.accepted
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "facts": self.facts.to_dict(),
-            "batch_invariance": None if self.verdict is None else asdict(self.verdict),
-            "required": self.required,
-            "refused": self.refused,
-            "warnings": list(self.warnings),
-        }
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

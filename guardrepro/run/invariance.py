@@ -28,9 +28,9 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InputError
@@ -38,6 +38,7 @@ from guardrepro.run.runners.backends import Backend
 from guardrepro.run.runners.base import Generation, GenerationRequest
 from guardrepro.rundir.cohort import read_cohort_hashed
 from guardrepro.schema import CohortRow
+from guardrepro.serde.fields import JsonValue
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,10 @@ class RowAgreement:
 
 
 @dataclass(frozen=True)
-class InvarianceReport:
+class InvarianceReport(JsonValue):
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = ("identical_sequences", "token_agreement",
+                                               "invariant")
+
     profile: str
     backend: str
     cohort: str
@@ -95,13 +99,6 @@ class InvarianceReport:
     @property
     def invariant(self) -> bool:
         return self.identical_sequences == len(self.rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["identical_sequences"] = self.identical_sequences
-        out["token_agreement"] = self.token_agreement
-        out["invariant"] = self.invariant
-        return out
 
 
 def compare_passes(

@@ -33,10 +33,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import guardrepro
 from guardrepro.artifacts.store import fsync_dir, read_hashed, remove_stale_dirs
@@ -60,6 +60,7 @@ from guardrepro.rundir.records import (
 )
 from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import Record
+from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.versions import git_commit
 
 MERGE_FILE = "merge.json"
@@ -68,26 +69,43 @@ SHOW = 10  # ids listed in an error message
 
 
 @dataclass(frozen=True)
-class SourceRun:
-    path: Path
-    manifest: RunManifest
-    records: list[Record]
-    records_sha256: str
+class SourceRun(JsonValue):
+    """One merged shard: written as its path, the manifest's identity and its
+    records' count and hash."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "run_id": self.manifest.run_id,
-            "shard": self.manifest.shard,
-            "records": len(self.records),
-            "records_sha256": self.records_sha256,
-            "profile": dict(self.manifest.profile),
-            "created_at": self.manifest.created_at,
-        }
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = (
+        "run_id", "shard", ("records", "record_count"), "profile", "created_at")
+
+    path: Path
+    manifest: RunManifest = opt(skip=True)
+    records: list[Record] = opt(skip=True)
+    records_sha256: str = opt()
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    @property
+    def shard(self) -> str | None:
+        return self.manifest.shard
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def profile(self) -> Mapping[str, Any]:
+        return self.manifest.profile
+
+    @property
+    def created_at(self) -> str:
+        return self.manifest.created_at
 
 
 @dataclass(frozen=True)
-class MergeReport:
+class MergeReport(JsonValue):
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = ("missing_rows",)
+
     out_dir: Path
     run_id: str
     sources: list[SourceRun]
@@ -96,17 +114,9 @@ class MergeReport:
     missing: list[str] = field(default_factory=list)  # ids, when the cohort file was read
     cohort_checked: bool = False  # row ids checked against the cohort file itself
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out_dir": str(self.out_dir),
-            "run_id": self.run_id,
-            "sources": [s.to_dict() for s in self.sources],
-            "cohort_rows": self.cohort_rows,
-            "merged_rows": self.merged_rows,
-            "missing_rows": self.cohort_rows - self.merged_rows,
-            "missing": list(self.missing),
-            "cohort_checked": self.cohort_checked,
-        }
+    @property
+    def missing_rows(self) -> int:
+        return self.cohort_rows - self.merged_rows
 
 
 def _ids(ids: Sequence[str]) -> str:

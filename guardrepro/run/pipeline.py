@@ -66,7 +66,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,7 @@ from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import (
     Provenance,
 )
+from guardrepro.serde.fields import JsonValue
 from guardrepro.versions import git_commit, package_versions
 
 # Packages every backend's outputs depend on (prompt rendering and tokenization);
@@ -113,7 +114,7 @@ PROMPT_PACKAGES = ("tokenizers", "transformers", "jinja2")
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(JsonValue):
     run_dir: Path
     run_id: str
     rows_in_cohort: int
@@ -126,12 +127,6 @@ class RunSummary:
     # wall-clock (time.time) span of generation: runner loaded -> last record
     generation_started: float = 0.0
     generation_finished: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["run_dir"] = str(self.run_dir)
-        out["counts"] = dict(self.counts)
-        return out
 
 
 # ---------------------------------------------------------------------------

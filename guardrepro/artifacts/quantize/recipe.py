@@ -41,6 +41,7 @@ from typing import Any
 from guardrepro.artifacts.locks import NAME
 from guardrepro.artifacts.store import sha256_bytes
 from guardrepro.errors import InputError
+from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.spec import (
     HEX40,
     HEX64,
@@ -68,41 +69,43 @@ _EXPECTED_KEYS = {"model", "revision", "source_tree_sha256", "tree_sha256", "fil
 
 
 @dataclass(frozen=True)
-class ExpectedArtifact:
-    """A published artifact the recipe should reproduce from one source."""
+class ExpectedArtifact(JsonValue):
+    """A published artifact the recipe should reproduce from one source (a
+    value it does not know is left out of its JSON)."""
 
     model: str
-    revision: str | None
-    source_tree_sha256: str | None
-    tree_sha256: str
-    files: int | None
-    bytes: int | None
-    mlx: str | None
-    mlx_lm: str | None
-    note: str
+    revision: str | None = opt(omit_none=True)
+    source_tree_sha256: str | None = opt(omit_none=True)
+    tree_sha256: str = opt()
+    files: int | None = opt(omit_none=True)
+    bytes: int | None = opt(omit_none=True)
+    mlx: str | None = opt(omit_none=True)
+    mlx_lm: str | None = opt(omit_none=True)
+    note: str = opt()
 
     def matches(self, *, revision: str | None, source_tree_sha256: str | None) -> bool:
         if self.revision is not None and revision == self.revision:
             return True
         return self.source_tree_sha256 is not None and source_tree_sha256 == self.source_tree_sha256
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(JsonValue):
+    """A quantization recipe; its JSON (in a sweep's outputs and an artifact's
+    provenance) is what it makes, where it was read from, not its prose or its
+    expected artifacts."""
+
     name: str
-    description: str
-    quantize: bool
-    bits: int | None
-    group_size: int | None
-    mode: str
-    dtype: str
-    source_dtype: str | None
-    expected: tuple[ExpectedArtifact, ...]
-    path: str
-    sha256: str
+    description: str = opt(skip=True)
+    quantize: bool = opt()
+    bits: int | None = opt()
+    group_size: int | None = opt()
+    mode: str = opt()
+    dtype: str = opt()
+    source_dtype: str | None = opt()
+    expected: tuple[ExpectedArtifact, ...] = opt(skip=True)
+    path: str = opt()
+    sha256: str = opt()
 
     @property
     def quantization(self) -> dict[str, Any] | None:
@@ -118,19 +121,6 @@ class Recipe:
             if item.matches(revision=revision, source_tree_sha256=source_tree_sha256):
                 return item
         return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": self.path,
-            "sha256": self.sha256,
-            "quantize": self.quantize,
-            "bits": self.bits,
-            "group_size": self.group_size,
-            "mode": self.mode,
-            "dtype": self.dtype,
-            "source_dtype": self.source_dtype,
-        }
 
 
 def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, file: str,

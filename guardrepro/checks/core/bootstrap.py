@@ -50,10 +50,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError
 from guardrepro.limits import MAX_REPLICATES
 
@@ -73,46 +73,28 @@ NOT_ENOUGH_ROWS = "not enough rows"
 BATCH = 512
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A point estimate with its bootstrap bounds and how they were made."""
-
-    point: float | None
-    lower: float | None
-    upper: float | None
-    numerator: float | None
-    denominator: float | None
-    clusters: int
-    strata: int
-    replicates: int
-    seed: int
-    confidence: float
-    undefined_replicates: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "point": self.point,
-            "lower": self.lower,
-            "upper": self.upper,
-            "numerator": _plain(self.numerator),
-            "denominator": _plain(self.denominator),
-            "clusters": self.clusters,
-            "strata": self.strata,
-            "replicates": self.replicates,
-            "seed": self.seed,
-            "confidence": self.confidence,
-            "undefined_replicates": self.undefined_replicates,
-        }
-
-    def _dump(self, out: dict[str, Any]) -> dict[str, Any]:
-        """``checks.core.serde``'s hook: an ``Interval`` field is written as ``to_dict``."""
-        return self.to_dict()
-
-
 def _plain(x: float | None) -> int | float | None:
     if x is None:
         return None
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
+
+
+@dataclass(frozen=True)
+class Interval(JsonValue):
+    """A point estimate with its bootstrap bounds and how they were made (its
+    sums are written as integers where they are integral)."""
+
+    point: float | None
+    lower: float | None
+    upper: float | None
+    numerator: float | None = opt(write=_plain)
+    denominator: float | None = opt(write=_plain)
+    clusters: int = opt()
+    strata: int = opt()
+    replicates: int = opt()
+    seed: int = opt()
+    confidence: float = opt()
+    undefined_replicates: int = opt()
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,6 @@ as ``missing`` for that run; a run with a duplicate key is an error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +70,7 @@ from guardrepro.checks.core.bootstrap import (
 )
 from guardrepro.checks.core.figure import CI, RATE_BOUNDS, Figure
 from guardrepro.checks.core.formatting import frac
-from guardrepro.checks.core.serde import as_json_value, from_json_value, opt
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.parity.compare import quantiles
 from guardrepro.checks.parity.gate_types import disagreement_reason, strict_agrees
 from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
@@ -216,38 +215,23 @@ class RunAttribution:
     counts: dict[str, dict[str, Figure]] = opt(shape=RATE_BOUNDS, default_factory=dict)
     margins: dict[str, dict[str, Any]] = opt(default_factory=dict)
     # p_unsafe drift against the reference: moved but held vs flipped (None: no p_unsafe)
-    score_drift: ScoreDrift | None = None
+    score_drift: ScoreDrift | None = opt(omit_none=True, default=None)
 
     def denominator(self, level: str) -> int:
         return self.compared if level == "strict" else self.jointly_valid
 
 
 @dataclass(frozen=True)
-class Attribution:
+class Attribution(JsonValue):
+    """The attribution JSON object (``checks.core.serde``; figures in the
+    ``rate_bounds`` shape; a run without p_unsafe has no ``score_drift`` key)."""
+
     reference: dict[str, Any]
     key_field: str
     sampled_runs: list[str]
     noise_floor: dict[str, Figure] = opt(shape=RATE_BOUNDS)
     runs: list[RunAttribution] = opt()
     settings: dict[str, Any] = opt()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The attribution JSON object (``checks.core.serde``; figures in the
-        ``rate_bounds`` shape)."""
-        out: dict[str, Any] = json.loads(json.dumps(as_json_value(self)))
-        for run in out["runs"]:
-            if run.get("score_drift", ...) is None:
-                del run["score_drift"]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> Attribution:
-        """The inverse of ``to_dict``: an attribution JSON object read back."""
-        try:
-            out: Attribution = from_json_value(cls, data)
-            return out
-        except (InputError, KeyError, TypeError) as exc:
-            raise InputError(f"not an attribution object ({exc})", file=file) from exc
 
     def causes_by_key(self, level: str = "strict") -> dict[str, dict[str, str]]:
         """run label -> key -> cause at ``level``."""

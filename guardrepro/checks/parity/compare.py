@@ -27,18 +27,17 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.checks.core.figure import RATE, Figure
 from guardrepro.checks.core.formatting import frac_percent, sig3
-from guardrepro.checks.core.serde import JsonValue, opt
+from guardrepro.checks.core.serde import JsonValue, load_json_value, opt
 from guardrepro.checks.stats.drift import ScoreDrift, drift_line, score_drift
 from guardrepro.errors import InputError
 from guardrepro.rundir.manifest import RunManifest, read_manifest
@@ -59,8 +58,12 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None
 
 
+# the scored-row keys, written only where a side has a P(unsafe)
+_SCORED = ("p_unsafe_a", "p_unsafe_b")
+
+
 @dataclass(frozen=True)
-class RowComparison:
+class RowComparison(JsonValue):
     row_id: str
     variant: str
     domain: str
@@ -81,16 +84,9 @@ class RowComparison:
     margin_a: float | None
     margin_b: float | None
     # P(unsafe) on each side and the interaction (written only where a side has one)
-    p_unsafe_a: float | None = None
-    p_unsafe_b: float | None = None
-    base_sample_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.p_unsafe_a is None and self.p_unsafe_b is None:
-            for key in ("p_unsafe_a", "p_unsafe_b", "base_sample_id"):
-                del out[key]
-        return out
+    p_unsafe_a: float | None = opt(omit_none=_SCORED, default=None)
+    p_unsafe_b: float | None = opt(omit_none=_SCORED, default=None)
+    base_sample_id: str | None = opt(omit_none=_SCORED, default=None)
 
 
 def compare_row(a: Record, b: Record) -> RowComparison:
@@ -202,9 +198,11 @@ class CompareSummary(JsonValue):
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(JsonValue):
     """Two runs row by row; ``to_dict()`` is the compare JSON object, ``to_json()``
-    its text as ``write_json`` writes it."""
+    its text as ``write_json`` writes it (ASCII)."""
+
+    JSON_ASCII: ClassVar[bool] = True
 
     run_a: str
     run_b: str
@@ -247,10 +245,6 @@ class Comparison:
                 [r.strict_a for r in both], [r.strict_b for r in both]),
         )
 
-    def to_json(self) -> str:
-        """The compare JSON text (sorted keys, indent 2, ASCII)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
     def to_dict(self) -> dict[str, Any]:
         """The compare JSON object (summary, rows only in one run, every row)."""
         out = {
@@ -266,9 +260,9 @@ class Comparison:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> Comparison:
         """The inverse of ``to_dict`` (the summary is recomputed from the rows)."""
-        rows = [RowComparison(**r) for r in data["rows"]]
+        rows = load_json_value(list[RowComparison], data["rows"], file=file, at="rows")
         summary = data["summary"]
         return cls(data["run_a"], data["run_b"], rows, list(data["only_a"]),
                    list(data["only_b"]), summary["rows_a"], summary["rows_b"],

@@ -21,6 +21,7 @@ from guardrepro.checks.core.bootstrap import (
     DEFAULT_SEED,
     check_settings,
 )
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.errors import InputError, UnsafePathError
 from guardrepro.spec import check_keys, expect_kind, is_kind, parse_toml, type_problem
 
@@ -42,16 +43,19 @@ REFERENCE_ROWS = "reference"
 
 
 @dataclass(frozen=True)
-class GateSpec:
+class GateSpec(JsonValue):
+    """A gate spec as read; its JSON (gate.json's ``spec``) holds the bootstrap
+    settings in a ``bootstrap`` object."""
+
     name: str
     path: Path
     sha256: str
     rows: str
     reference: Mapping[str, Any]
     thresholds: Mapping[str, Any]
-    replicates: int = DEFAULT_REPLICATES
-    seed: int = DEFAULT_SEED
-    confidence: float = DEFAULT_CONFIDENCE
+    replicates: int = opt(group="bootstrap", default=DEFAULT_REPLICATES)
+    seed: int = opt(group="bootstrap", default=DEFAULT_SEED)
+    confidence: float = opt(group="bootstrap", default=DEFAULT_CONFIDENCE)
 
     def resolve(self, relative: str, field: str) -> Path:
         """A path of the spec (its key ``field``): relative to the spec file, or
@@ -66,18 +70,6 @@ class GateSpec:
             except UnsafePathError as exc:
                 raise InputError(f"{exc}", file=str(self.path), field=field) from None
         return (self.path.parent / relative).resolve()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "rows": self.rows,
-            "reference": dict(self.reference),
-            "thresholds": dict(self.thresholds),
-            "bootstrap": {"replicates": self.replicates, "seed": self.seed,
-                          "confidence": self.confidence},
-        }
 
 
 def with_expected_rows(spec: GateSpec, reference_rows: int) -> GateSpec:

@@ -21,11 +21,9 @@ Invariants: ``from_dict(to_dict())`` rebuilds an equal value, and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dc_field
-from pathlib import Path
 from typing import Any
 
 from guardrepro.checks.core.figure import (
@@ -35,7 +33,13 @@ from guardrepro.checks.core.figure import (
     STRATIFIED_BOOTSTRAP,
     Figure,
 )
-from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
+from guardrepro.checks.core.serde import (
+    JsonValue,
+    as_json_value,
+    from_json_value,
+    load_json_value,
+    opt,
+)
 from guardrepro.checks.core.tables import pandas
 from guardrepro.checks.parity.gate_spec import GateSpec
 from guardrepro.errors import InputError
@@ -205,7 +209,7 @@ class GateRow(JsonValue):
 
 
 @dataclass(frozen=True)
-class GateResult:
+class GateResult(JsonValue):
     """The outcome of a gate; ``to_dict()`` is the gate.json object, ``to_json()``
     its text (``extra`` holds what the caller adds: the reference description,
     the run path; ``agreement`` the section ``gate_run`` adds, None without it)."""
@@ -255,15 +259,11 @@ class GateResult:
         if data.get("schema") != SCHEMA:
             raise InputError(f"gate schema {data.get('schema')!r} is not {SCHEMA!r}",
                              file=file, field="schema")
-        spec, boot = data["spec"], data["spec"]["bootstrap"]
         known = {"schema", "spec", "conservative", "passed", "causal_interpretation", "verdict",
                  "missing_rows", "truncated_rows", "figures", "checks", "confusion",
                  "disagreements", "exact_disagreements", "rows", "agreement"}
         return cls(
-            spec=GateSpec(name=spec["name"], path=Path(spec["path"]), sha256=spec["sha256"],
-                          rows=spec["rows"], reference=spec["reference"],
-                          thresholds=spec["thresholds"], replicates=boot["replicates"],
-                          seed=boot["seed"], confidence=boot["confidence"]),
+            spec=load_json_value(GateSpec, data["spec"], file=file, at="spec"),
             conservative=data["conservative"],
             passed=data["passed"],
             verdict=data["verdict"],
@@ -293,10 +293,6 @@ class GateResult:
         rows = pandas().DataFrame([d.to_dict() for d in self.disagreement_rows], columns=cols)
         return rows.merge(self.to_frame()[["row_id", "decision_margin"]], on="row_id",
                           how="left")
-
-    def to_json(self) -> str:
-        """The gate.json text (sorted keys, indent 2)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         """The gate.json object."""

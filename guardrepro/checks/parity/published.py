@@ -27,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from guardrepro.checks.core.formatting import fmt_num
+from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.parity.sides import Side, compare_sides, side_of, sides_line
 from guardrepro.errors import InputError
 from guardrepro.spec import Table, expect_kind, load_toml
@@ -202,23 +203,34 @@ def compare_figure(figure: Figure, documents: Mapping[str, Mapping[str, Any] | N
 
 
 @dataclass(frozen=True)
-class Comparison:
-    spec: PublishedSpec
-    rows: tuple[Row, ...]
-    sources: Mapping[str, str]
-    sides: Mapping[str, Any] | None = None  # checks.parity.sides.compare_sides(run, published)
+class Comparison(JsonValue):
+    """Every figure of a spec against a run: written with the spec's file and name."""
+
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = ("schema", ("spec", "spec_file"), "name",
+                                               "passed")
+    schema: ClassVar[str] = "guardrepro.vs_published/1"
+
+    spec: PublishedSpec = opt(skip=True)
+    rows: tuple[Row, ...] = opt()
+    sources: Mapping[str, str] = opt()
+    # checks.parity.sides.compare_sides(run, published)
+    sides: Mapping[str, Any] | None = opt(omit_none=True, default=None)
+
+    @property
+    def spec_file(self) -> str:
+        return str(self.spec.path)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
 
     @property
     def failed(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.fails)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"schema": "guardrepro.vs_published/1", "spec": str(self.spec.path),
-               "name": self.spec.name, "sources": dict(self.sources),
-               "passed": not self.failed, "rows": [r.to_dict() for r in self.rows]}
-        if self.sides is not None:
-            out["sides"] = dict(self.sides)
-        return out
 
 
 def compare(spec: PublishedSpec, documents: Mapping[str, Mapping[str, Any] | None],

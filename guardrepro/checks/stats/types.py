@@ -18,11 +18,10 @@ Invariants: ``from_dict(to_dict())`` rebuilds an equal value.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from guardrepro.checks.core.bootstrap import (
     BATCH,
@@ -32,7 +31,13 @@ from guardrepro.checks.core.bootstrap import (
 )
 from guardrepro.checks.core.figure import COUNT, POINT, RATIO, STATISTIC, Figure, encode
 from guardrepro.checks.core.metrics import ConfusionSummary
-from guardrepro.checks.core.serde import JsonValue, as_json_value, from_json_value, opt
+from guardrepro.checks.core.serde import (
+    JsonValue,
+    as_json_value,
+    from_json_value,
+    load_json_value,
+    opt,
+)
 from guardrepro.checks.core.tables import stats_frame, write_table
 from guardrepro.checks.stats.definitions import STATISTICS, VIEWS, stratified
 from guardrepro.checks.stats.scores import ScoreStats
@@ -44,21 +49,28 @@ STRATA = "domain:gold_label"
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(JsonValue):
+    """The intervals' settings; written with how the intervals are made."""
+
+    JSON_DERIVED: ClassVar[tuple[Any, ...]] = ("method", "alpha", "batch", "rng", "clusters",
+                                               "strata")
+    method: ClassVar[str] = "cluster bootstrap of a ratio of sums, nanquantile bounds"
+    batch: ClassVar[int] = BATCH
+    rng: ClassVar[str] = "numpy.random.default_rng(seed), fresh per interval"
+    clusters: ClassVar[str] = "base_sample_id"
+
     replicates: int = DEFAULT_REPLICATES
     seed: int = DEFAULT_SEED
     confidence: float = DEFAULT_CONFIDENCE
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": "cluster bootstrap of a ratio of sums, nanquantile bounds",
-            "replicates": self.replicates, "seed": self.seed, "confidence": self.confidence,
-            "alpha": (1 - self.confidence) / 2, "batch": BATCH,
-            "rng": "numpy.random.default_rng(seed), fresh per interval",
-            "clusters": "base_sample_id",
-            "strata": {v: {s: STRATA if stratified(v, s) else None for s in STATISTICS}
-                       for v in VIEWS},
-        }
+    @property
+    def alpha(self) -> float:
+        return (1 - self.confidence) / 2
+
+    @property
+    def strata(self) -> dict[str, dict[str, str | None]]:
+        """view -> statistic -> the strata of its interval (None: unstratified)."""
+        return {v: {s: STRATA if stratified(v, s) else None for s in STATISTICS} for v in VIEWS}
 
 
 @dataclass(frozen=True)
@@ -210,7 +222,7 @@ class StatsExtras(JsonValue):
 
 
 @dataclass(frozen=True)
-class StatsResult:
+class StatsResult(JsonValue):
     settings: Settings
     expected_source: str
     rows: RowsSummary
@@ -225,17 +237,16 @@ class StatsResult:
         return replace(self, extra={**self.extra, **extra})
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StatsResult:
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None) -> StatsResult:
         """The inverse of ``to_dict``: a stats.json object of this schema."""
         if data.get("schema") != SCHEMA:
             raise InputError(f"stats schema {data.get('schema')!r} is not {SCHEMA!r}",
-                             field="schema")
-        intervals = data["settings"]["intervals"]
+                             file=file, field="schema")
         known = {"schema", "settings", "rows", "variants", "edits", "extras", "scores"}
         hints = {"variants": Mapping[str, VariantStats], "edits": Mapping[str, EditStats]}
         return cls(
-            settings=Settings(intervals["replicates"], intervals["seed"],
-                              intervals["confidence"]),
+            settings=load_json_value(Settings, data["settings"]["intervals"], file=file,
+                                     at="settings.intervals"),
             expected_source=data["settings"]["expected_rows"],
             rows=from_json_value(RowsSummary, data["rows"]),
             variants=from_json_value(hints["variants"], data["variants"]),
@@ -252,10 +263,6 @@ class StatsResult:
     def export(self, path: str | Path) -> Path:
         """``to_frame()`` as CSV or Parquet (by suffix), written atomically."""
         return write_table(self.to_frame(), path)
-
-    def to_json(self) -> str:
-        """The stats.json text (sorted keys, indent 2)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         """The stats.json object."""
