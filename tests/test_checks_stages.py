@@ -15,8 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "guardrepro"
 STAGES = ("core", "io", "stats", "parity", "audits", "report")
 ABOVE_CHECKS = ("api", "experiments", "cli", "demo")
 BELOW_CHECKS = ("artifacts", "bench", "guards", "rundir", "run", "serde", "errors", "limits",
-                "schema",
-                "spec", "versions", "progress", "logs", "spec_dirs")
+                "schema", "spec", "versions", "progress", "logs", "spec_dirs")
 
 
 def sources(top: Path = PACKAGE) -> dict[str, tuple[str, bool]]:
