@@ -21,7 +21,8 @@ transformers = pytest.importorskip("transformers")
 
 from test_lean import _eos_for_mixed_stops, _tiny, naive  # noqa: E402
 
-from guardrepro.run.runners.lean import GROW, LeanDecoder  # noqa: E402
+from guardrepro.run.runners.lean import LeanDecoder  # noqa: E402
+from guardrepro.run.runners.lean_kv import GROW  # noqa: E402
 from scripts.synthetic.run_hf import forcing  # noqa: E402
 
 

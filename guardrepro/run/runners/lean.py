@@ -72,11 +72,10 @@ from guardrepro.run.runners.greedy import (
     record_labels,
     record_step,
 )
+from guardrepro.run.runners.lean_kv import KV, KVGroup, drop, partition, place
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
-GROW = 256  # KV buffer columns added at a time
 REUSE_PAIR_COST = 2.0  # a masked (query, key) pair against a causal one (see worth_reusing)
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # one prompt's (keys, values) per layer
 # (tokens each live row has generated so far, prompt index of each live row, that
 # step's logits) -> the logits to choose from
 Adjust = Callable[[Sequence[int], Sequence[int], torch.Tensor], torch.Tensor]
@@ -121,106 +120,6 @@ def _slice(prefix: Prefix[KV] | None) -> KV | None:
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-class _Batch:
-    """The unfinished sequences: KV buffers (layer, batch, kv_head, column, dim)
-    with prompts right-aligned at ``width``, a key mask and next positions."""
-
-    def __init__(self, caches: list[KV], lengths: list[int], layers: int) -> None:
-        self.width = max(lengths)
-        first = caches[0][0][0]
-        _, kv_heads, _, dim = first.shape
-        shape = (layers, len(caches), kv_heads, self.width + GROW, dim)
-        # uninitialised: every column up to ``used`` is written below or by a
-        # step before it is read, except the left padding, zeroed here (it is
-        # masked, but 0 * garbage could be NaN in the values product)
-        self.keys = first.new_empty(shape)
-        self.values = first.new_empty(shape)
-        for row, (cache, n) in enumerate(zip(caches, lengths, strict=True)):
-            self.keys[:, row, :, : self.width - n] = 0
-            self.values[:, row, :, : self.width - n] = 0
-            for i in range(layers):
-                self.keys[i, row, :, self.width - n : self.width] = cache[i][0][0]
-                self.values[i, row, :, self.width - n : self.width] = cache[i][1][0]
-        self.used = self.width
-        pad = torch.tensor([self.width - n for n in lengths], device=first.device)
-        cols = torch.arange(self.keys.shape[3], device=first.device)
-        self.mask = cols[None, :] >= pad[:, None]  # True = attend
-        self.padded = bool((pad > 0).any())
-        self.positions = torch.tensor(lengths, dtype=torch.long, device=first.device)[:, None]
-
-    def reserve(self) -> None:
-        if self.used < self.keys.shape[3]:
-            return
-        grow = self.keys.new_zeros((*self.keys.shape[:3], GROW, self.keys.shape[4]))
-        self.keys = torch.cat([self.keys, grow], dim=3)
-        self.values = torch.cat([self.values, grow.clone()], dim=3)
-        ones = self.mask.new_ones((self.mask.shape[0], GROW))
-        self.mask = torch.cat([self.mask, ones], dim=1)
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.keys = self.keys.index_select(1, rows)
-        self.values = self.values.index_select(1, rows)
-        self.mask = self.mask.index_select(0, rows)
-        self.positions = self.positions.index_select(0, rows)
-        self.padded = bool((~self.mask[:, : self.used]).any())
-        self._trim()
-
-    def _trim(self) -> None:
-        """Drop the leading columns that are padding in every row (left behind by
-        rows that left), once there are ``GROW`` of them: a row's attention reads
-        the buffer's width, so it must follow the live rows, not the longest row
-        ever held. Columns are storage only (positions are per row)."""
-        attended = self.mask[:, : self.used].any(dim=0).nonzero()
-        first = int(attended[0]) if attended.numel() else self.used
-        if first < GROW:
-            return
-        self.keys = self.keys[:, :, :, first:].contiguous()
-        self.values = self.values[:, :, :, first:].contiguous()
-        self.mask = self.mask[:, first:].contiguous()
-        self.used -= first
-        self.padded = bool((~self.mask[:, : self.used]).any())
-
-    def add(self, batch: _Batch) -> None:
-        """Append ``batch``'s rows (newly prefilled prompts, ``batch.used`` columns)
-        after this batch's rows, right-aligned at this batch's next column: the
-        narrower of the two is padded on the left (masked)."""
-        grow = batch.used - self.used
-        if grow > 0:  # the new prompts are longer than this batch's columns: pad ours
-            self.keys, self.values, self.mask = _pad_left(self.keys, self.values, self.mask, grow)
-            self.used += grow
-        elif grow < 0:
-            batch.keys, batch.values, batch.mask = _pad_left(batch.keys, batch.values,
-                                                             batch.mask, -grow)
-        width = max(self.keys.shape[3], batch.keys.shape[3])
-        ours, theirs = _pad_right(self, width), _pad_right(batch, width)
-        self.keys = torch.cat([ours[0], theirs[0]], dim=1)
-        self.values = torch.cat([ours[1], theirs[1]], dim=1)
-        self.mask = torch.cat([ours[2], theirs[2]], dim=0)
-        self.positions = torch.cat([self.positions, batch.positions], dim=0)
-        self.padded = bool((~self.mask[:, : self.used]).any())
-
-
-def _pad_left(keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-              columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``columns`` zero (masked) columns before the buffers' first."""
-    shape = (*keys.shape[:3], columns, keys.shape[4])
-    return (torch.cat([keys.new_zeros(shape), keys], dim=3),
-            torch.cat([values.new_zeros(shape), values], dim=3),
-            torch.cat([mask.new_zeros((mask.shape[0], columns)), mask], dim=1))
-
-
-def _pad_right(batch: _Batch,
-               width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The batch's buffers widened to ``width`` columns (free columns after its last)."""
-    extra = width - batch.keys.shape[3]
-    if extra == 0:
-        return batch.keys, batch.values, batch.mask
-    shape = (*batch.keys.shape[:3], extra, batch.keys.shape[4])
-    return (torch.cat([batch.keys, batch.keys.new_zeros(shape)], dim=3),
-            torch.cat([batch.values, batch.values.new_zeros(shape)], dim=3),
-            torch.cat([batch.mask, batch.mask.new_ones((batch.mask.shape[0], extra))], dim=1))
 
 
 class LeanDecoder:
@@ -294,34 +193,48 @@ class LeanDecoder:
         k = (k * cos) + (_rotate_half(k) * sin)
         return q, k, v
 
-    def _step(self, tokens: torch.Tensor, batch: _Batch) -> torch.Tensor:
-        """One decoding step for every row of ``batch``: the last-position logits."""
-        batch.reserve()
-        col = batch.used
-        h = self.inner.embed_tokens(tokens)  # (rows, 1, hidden)
-        cos, sin = self.inner.rotary_emb(h, batch.positions)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        rows = h.shape[0]
-        bias = None
-        if batch.padded:  # additive key mask: -inf on left padding
-            bias = torch.zeros(batch.mask.shape[0], col + 1, dtype=h.dtype, device=h.device)
-            bias.masked_fill_(~batch.mask[:, : col + 1], float("-inf"))
-            bias = bias[:, None, None, :]
+    def _attention(self, i: int, group: KVGroup, q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """Layer ``i``'s attention for ``group``'s rows (their q, k, v of this step)."""
+        col, rows = group.used, q.shape[0]
+        group.keys[i, :, :, col : col + 1] = k
+        group.values[i, :, :, col : col + 1] = v
+        keys, values = group.keys[i, :, :, : col + 1], group.values[i, :, :, : col + 1]
+        # one query per sequence: the group's queries share their kv head
         groups = self.heads // self.kv_heads
+        scores = torch.matmul(q.reshape(rows, self.kv_heads, groups, self.head_dim),
+                              keys.transpose(-1, -2)) * self.scale
+        if bias is not None:
+            scores = scores + bias
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+        return torch.matmul(probs, values).reshape(rows, 1, -1)
+
+    def _step(self, tokens: torch.Tensor, groups: list[KVGroup]) -> torch.Tensor:
+        """One decoding step for every row of ``groups`` (in their order): the
+        last-position logits. Projections and MLP run over all rows at once,
+        attention per group."""
+        for group in groups:
+            group.reserve()
+        h = self.inner.embed_tokens(tokens)  # (rows, 1, hidden)
+        positions = (groups[0].positions if len(groups) == 1
+                     else torch.cat([g.positions for g in groups], dim=0))
+        cos, sin = self.inner.rotary_emb(h, positions)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        biases = [g.bias(h.dtype) for g in groups]
+        spans, start = [], 0
+        for group in groups:
+            spans.append((start, start + len(group.rows)))
+            start += len(group.rows)
         for i, layer in enumerate(self.layers):
             residual = h
             x = _rms(h, layer.input_layernorm.weight, self.eps)
             q, k, v = self._attend(layer, x, cos, sin)
-            batch.keys[i, :, :, col : col + 1] = k
-            batch.values[i, :, :, col : col + 1] = v
-            keys, values = batch.keys[i, :, :, : col + 1], batch.values[i, :, :, : col + 1]
-            # one query per sequence: the group's queries share their kv head
-            scores = torch.matmul(q.reshape(rows, self.kv_heads, groups, self.head_dim),
-                                  keys.transpose(-1, -2)) * self.scale
-            if bias is not None:
-                scores = scores + bias
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            out = torch.matmul(probs, values).reshape(rows, 1, -1)
+            if len(groups) == 1:
+                out = self._attention(i, groups[0], q, k, v, biases[0])
+            else:
+                out = torch.cat([self._attention(i, g, q[a:b], k[a:b], v[a:b], bias)
+                                 for g, (a, b), bias in zip(groups, spans, biases, strict=True)],
+                                dim=0)
             h = residual + F.linear(out, layer.self_attn.o_proj.weight)
             residual = h
             x = _rms(h, layer.post_attention_layernorm.weight, self.eps)
@@ -329,8 +242,8 @@ class LeanDecoder:
             gated = mlp.act_fn(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight)
             h = residual + F.linear(gated, mlp.down_proj.weight)
         h = _rms(h, self.inner.norm.weight, self.eps)
-        batch.used += 1
-        batch.positions = batch.positions + 1
+        for group in groups:
+            group.advance()
         return self.model.lm_head(h[:, -1, :])
 
     def warm_up(self, token_id: int) -> None:
@@ -340,10 +253,11 @@ class LeanDecoder:
         self.decode([[token_id] * 3, [token_id] * 5], eos_token_ids=[], max_new_tokens=3)
 
     def _admit(self, prompts: Sequence[Sequence[int]], indices: Sequence[int],
-               store: PrefixStore[KV]) -> tuple[_Batch, torch.Tensor]:
+               store: PrefixStore[KV]) -> tuple[list[KVGroup], torch.Tensor]:
         """Prefill the prompts ``indices`` (each alone, on top of the longest prefix it
-        shares with a prompt in ``store``, where ``worth_reusing``): their batch and
-        their first-step logits."""
+        shares with a prompt in ``store``, where ``worth_reusing``): their KV groups
+        (``lean_kv.partition``: similar lengths together) and their first-step
+        logits, in ``indices`` order."""
         caches, logits = [], []
         for index in indices:
             prompt = prompts[index]
@@ -355,8 +269,11 @@ class LeanDecoder:
             store.add(prompt, cache)
             caches.append(cache)
             logits.append(last)
-        batch = _Batch(caches, [len(prompts[i]) for i in indices], len(self.layers))
-        return batch, torch.cat(logits, dim=0)
+        lengths = [len(prompts[i]) for i in indices]
+        groups = [KVGroup([caches[j] for j in part], [lengths[j] for j in part],
+                          len(self.layers), [indices[j] for j in part])
+                  for part in partition(lengths)]
+        return groups, torch.cat(logits, dim=0)
 
     @torch.inference_mode()
     def decode(
@@ -395,16 +312,29 @@ class LeanDecoder:
         waiting = list(range(len(prompts)))[::-1]  # next prompt last
         prefill_s = 0.0
 
-        def admit(count: int) -> tuple[_Batch, torch.Tensor, list[int]]:
+        def admit(count: int) -> tuple[list[KVGroup], torch.Tensor, list[int]]:
             nonlocal prefill_s
             started = time.perf_counter()
             indices = [waiting.pop() for _ in range(min(count, len(waiting)))]
-            batch, logits = self._admit(prompts, indices, store)
+            joined, logits = self._admit(prompts, indices, store)
             prefill_s += time.perf_counter() - started
-            return batch, logits, indices
+            return joined, logits, indices
 
-        batch, step_logits, alive = admit(width)
+        groups: list[KVGroup] = []
+        alive: list[int] = []
+        step_logits = torch.empty(0)
         while True:
+            order = list(alive)  # the rows of step_logits
+            if waiting and len(alive) < width:
+                joined, logits, indices = admit(width - len(alive))
+                place(groups, joined)
+                step_logits = torch.cat([step_logits, logits], dim=0) if alive else logits
+                order += indices
+                alive = [row for group in groups for row in group.rows]
+                if order != alive:
+                    at = {row: i for i, row in enumerate(order)}
+                    step_logits = step_logits.index_select(
+                        0, torch.tensor([at[row] for row in alive], device=self.device))
             if adjust is not None:
                 step_logits = adjust([len(tokens[i]) for i in alive], alive, step_logits)
             nxt = torch.argmax(step_logits, dim=-1)
@@ -416,22 +346,13 @@ class LeanDecoder:
                                                finish)
                     if len(tokens[alive[row]]) < max_new_tokens]
             if len(keep) < len(alive):
-                rows = torch.tensor(keep, dtype=torch.long, device=self.device)
-                batch.keep(rows)
-                nxt = nxt.index_select(0, rows)
+                groups = drop(groups, keep)
+                nxt = nxt.index_select(0, torch.tensor(keep, dtype=torch.long, device=self.device))
                 alive = [alive[row] for row in keep]
             if not alive and not waiting:
                 break
-            parts = [self._step(nxt[:, None], batch)] if alive else []
-            if waiting and len(alive) < width:
-                joined, logits, indices = admit(width - len(alive))
-                if alive:
-                    batch.add(joined)
-                else:
-                    batch = joined
-                parts.append(logits)
-                alive = alive + indices
-            step_logits = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
+            if alive:
+                step_logits = self._step(nxt[:, None], groups)
         decoded = [Decoded(t, m, f, label_logits=v)
                    for t, m, f, v in zip(tokens, margins, finish, labels, strict=True)]
         return decoded, prefill_s
