@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -102,10 +103,11 @@ def unsupported_reason(model: Any) -> str | None:
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # transformers' Qwen2RMSNorm / LlamaRMSNorm, op for op
     dtype = x.dtype
-    x = x.to(torch.float32)
+    if dtype != torch.float32:  # the casts are no-ops in float32: skip their dispatch
+        x = x.to(torch.float32)
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + eps)
-    return weight * x.to(dtype)
+    return weight * (x if dtype == torch.float32 else x.to(dtype))
 
 
 def _slice(prefix: Prefix[KV] | None) -> KV | None:
@@ -120,6 +122,33 @@ def _slice(prefix: Prefix[KV] | None) -> KV | None:
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@dataclass(frozen=True)
+class _LayerWeights:
+    """One decoder layer's tensors (the model's own, not copies)."""
+
+    norm_in: torch.Tensor
+    q: torch.Tensor
+    q_bias: torch.Tensor | None
+    k: torch.Tensor
+    k_bias: torch.Tensor | None
+    v: torch.Tensor
+    v_bias: torch.Tensor | None
+    o: torch.Tensor
+    norm_post: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+    act: Callable[[torch.Tensor], torch.Tensor]
+
+    @classmethod
+    def of(cls, layer: Any) -> _LayerWeights:
+        attn, mlp = layer.self_attn, layer.mlp
+        return cls(layer.input_layernorm.weight, attn.q_proj.weight, attn.q_proj.bias,
+                   attn.k_proj.weight, attn.k_proj.bias, attn.v_proj.weight, attn.v_proj.bias,
+                   attn.o_proj.weight, layer.post_attention_layernorm.weight,
+                   mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, mlp.act_fn)
 
 
 class LeanDecoder:
@@ -138,6 +167,9 @@ class LeanDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.scale = self.head_dim**-0.5
         self.layers = list(self.inner.layers)[: config.num_hidden_layers]
+        # each layer's tensors, looked up once (module attribute access costs per step)
+        self.weights = [_LayerWeights.of(layer) for layer in self.layers]
+        self._cos = self._sin = torch.empty(0)  # RoPE by position (``_rope``)
         self.device = next(model.parameters()).device
         self.min_prefix = min_prefix
         kv = self.kv_heads * self.head_dim
@@ -182,16 +214,28 @@ class LeanDecoder:
         layers: Any = cache.layers
         return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
 
-    def _attend(self, layer: Any, h: torch.Tensor, cos: Any, sin: Any) -> Any:
+    def _attend(self, w: _LayerWeights, h: torch.Tensor, cos: Any, sin: Any) -> Any:
         rows = h.shape[0]
-        attn = layer.self_attn
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(rows, 1, -1, self.head_dim)
-        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(rows, 1, -1, self.head_dim)
-        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(rows, 1, -1, self.head_dim)
+        q = F.linear(h, w.q, w.q_bias).view(rows, 1, -1, self.head_dim)
+        k = F.linear(h, w.k, w.k_bias).view(rows, 1, -1, self.head_dim)
+        v = F.linear(h, w.v, w.v_bias).view(rows, 1, -1, self.head_dim)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q = (q * cos) + (_rotate_half(q) * sin)
         k = (k * cos) + (_rotate_half(k) * sin)
         return q, k, v
+
+    def _rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """cos and sin at ``positions`` (rows, 1) from a table of the model's own
+        ``rotary_emb`` over positions 0..n (extended as needed). Bit for bit the
+        per-step call: each entry is one product ``inv_freq * position`` (a
+        matmul of inner size 1) and its cos / sin, whatever the other positions."""
+        top = int(positions.max()) + 1
+        if top > self._cos.shape[0]:
+            size = max(top, 2 * self._cos.shape[0], 4096)
+            ids = torch.arange(size, device=self.device)[None, :]
+            cos, sin = self.inner.rotary_emb(like, ids)
+            self._cos, self._sin = cos[0], sin[0]
+        return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
 
     def _attention(self, i: int, group: KVGroup, q: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -218,29 +262,26 @@ class LeanDecoder:
         h = self.inner.embed_tokens(tokens)  # (rows, 1, hidden)
         positions = (groups[0].positions if len(groups) == 1
                      else torch.cat([g.positions for g in groups], dim=0))
-        cos, sin = self.inner.rotary_emb(h, positions)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos, sin = self._rope(positions, h)
         biases = [g.bias(h.dtype) for g in groups]
         spans, start = [], 0
         for group in groups:
             spans.append((start, start + len(group.rows)))
             start += len(group.rows)
-        for i, layer in enumerate(self.layers):
+        for i, w in enumerate(self.weights):
             residual = h
-            x = _rms(h, layer.input_layernorm.weight, self.eps)
-            q, k, v = self._attend(layer, x, cos, sin)
+            x = _rms(h, w.norm_in, self.eps)
+            q, k, v = self._attend(w, x, cos, sin)
             if len(groups) == 1:
                 out = self._attention(i, groups[0], q, k, v, biases[0])
             else:
                 out = torch.cat([self._attention(i, g, q[a:b], k[a:b], v[a:b], bias)
                                  for g, (a, b), bias in zip(groups, spans, biases, strict=True)],
                                 dim=0)
-            h = residual + F.linear(out, layer.self_attn.o_proj.weight)
+            h = residual + F.linear(out, w.o)
             residual = h
-            x = _rms(h, layer.post_attention_layernorm.weight, self.eps)
-            mlp = layer.mlp
-            gated = mlp.act_fn(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight)
-            h = residual + F.linear(gated, mlp.down_proj.weight)
+            x = _rms(h, w.norm_post, self.eps)
+            h = residual + F.linear(w.act(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
         h = _rms(h, self.inner.norm.weight, self.eps)
         for group in groups:
             group.advance()
