@@ -387,7 +387,13 @@ def write_stamp(home: Path, path: Path, sha256: str) -> None:
         "ctime_ns": st.st_ctime_ns,
         "sampled": sampled_digest(path),
     }
-    atomic_write_bytes(_stamp_file(home, st), json.dumps(body).encode(), durable=False)
+    data, target = json.dumps(body).encode(), _stamp_file(home, st)
+    with contextlib.suppress(OSError):
+        if target.read_bytes() == data:
+            # the same stamp: no rewrite (on ext4 a rename over an existing file
+            # flushes the new file's data first, about 7 ms a stamp on re-verify)
+            return
+    atomic_write_bytes(target, data, durable=False)
 
 
 def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool:
