@@ -62,7 +62,9 @@ def verify(lock: Path, home: Path | None, progress: bool, as_json: bool) -> None
         lines.extend(f"  {planned.action}" for planned in plan)
     if report.ok:
         lines.append(f"ok: {len(report.files)} file(s) of lock {report.lock!r} verified")
-    document = {**to_jsonable(report), "ok": report.ok, "fetch_plan": to_jsonable(plan)}
+    # the JSON document only when asked for (a line per file costs ~0.7 ms to build)
+    document = ({**to_jsonable(report), "ok": report.ok, "fetch_plan": to_jsonable(plan)}
+                if as_json else None)
     emit(as_json, document, "\n".join(lines))
     if plan and all(f.status in (MISSING, UNPINNED) for f in report.problems) and (
             report.tree is None or report.tree.ok):
