@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from guardrepro.guards.base import check_decision_labels
-from guardrepro.guards.registry import adapter_info, decision_labels, get_guard, guard_names
+from guardrepro.guards.registry import adapter_info, decision_labels, get_guard
+from guardrepro.guards.spec import shipped_names
 from guardrepro.guards.ts_guard.parser import parse_ts_guard
 
-MODEL_GUARDS = [n for n in guard_names() if adapter_info(n).needs_model]
+MODEL_GUARDS = [n for n in shipped_names() if adapter_info(n).needs_model]
 
 
 @pytest.mark.parametrize("name", MODEL_GUARDS)
@@ -18,7 +19,7 @@ def test_model_guards_declare_valid_labels(name: str) -> None:
 
 
 def test_rule_guards_declare_none() -> None:
-    assert all(not decision_labels(n) for n in guard_names() if not adapter_info(n).needs_model)
+    assert all(not decision_labels(n) for n in shipped_names() if not adapter_info(n).needs_model)
 
 
 def test_declared_labels_by_guard() -> None:

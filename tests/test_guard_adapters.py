@@ -14,9 +14,9 @@ from guardrepro.errors import InputError
 from guardrepro.guards.base import ParseResult, agent_step_conversation, messages_text
 from guardrepro.guards.llama_guard.rules import parse_llama_guard
 from guardrepro.guards.qwen3guard.rules import parse_qwen3guard
-from guardrepro.guards.registry import get_guard, get_parser, guard_names
+from guardrepro.guards.registry import get_guard, get_parser
 from guardrepro.guards.rule.rules import evaluate_rule, nuisance_decision
-from guardrepro.guards.spec import ParserSpec
+from guardrepro.guards.spec import ParserSpec, shipped_names
 from scripts.toy.tiny_guards import chat_template
 
 
@@ -199,7 +199,7 @@ def test_registry_lists_every_adapter() -> None:
     result = CliRunner().invoke(cli, ["guards", "--json"])
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["name"] for r in rows] == list(guard_names())
+    assert [r["name"] for r in rows] == shipped_names()
     assert {r["origin"] for r in rows} == {"shipped"}
     assert {r["name"]: r["scoring"] for r in rows}["shieldgemma"] == "logit"
 

@@ -17,8 +17,8 @@ from recordsets import grid, write_run
 from guardrepro.cli import cli
 from guardrepro.errors import InputError
 from guardrepro.guards.parsers import SpecParser
-from guardrepro.guards.registry import get_guard, get_parser, guard_names
-from guardrepro.guards.spec import ParserSpec, find_spec, load_spec
+from guardrepro.guards.registry import get_guard, get_parser
+from guardrepro.guards.spec import ParserSpec, find_spec, load_spec, shipped_names
 
 ROOT = Path(__file__).resolve().parents[1]
 SAFE_UNSAFE = {"safe": 0.0, "unsafe": 1.0}
@@ -168,7 +168,7 @@ def test_shipped_guards_keep_their_parser_versions() -> None:
                 "rule-tool-lookup": "rule-v1"}
     from guardrepro.guards.base import GuardTemplate
 
-    built = {n: get_guard(n, GuardTemplate("t", "0" * 64)) for n in guard_names()}
+    built = {n: get_guard(n, GuardTemplate("t", "0" * 64)) for n in shipped_names()}
     assert {n: g.parser_version for n, g in built.items()} == versions
     assert {n: g.name for n, g in built.items()} == {n: n for n in versions}
 
@@ -251,13 +251,13 @@ def test_lookup_by_name_local_and_unknown(tmp_path: Path, monkeypatch: pytest.Mo
     assert origins == [("house-guard", "local"),
                        ("ts-guard", "local (shadowed by the shipped spec)"),
                        ("house-guard", "path")]
-    assert [r["name"] for r in rows if r["origin"] == "shipped"] == list(guard_names())
+    assert [r["name"] for r in rows if r["origin"] == "shipped"] == shipped_names()
 
 
 def test_shipped_folder_holds_one_spec_per_guard() -> None:
-    assert sorted(p.stem for p in (ROOT / "guards").glob("*.toml")) == sorted(guard_names())
+    assert sorted(p.stem for p in (ROOT / "guards").glob("*.toml")) == sorted(shipped_names())
     assert {"ts-guard", "toy-guard", "llama-guard-3", "qwen3guard", "shieldgemma"} <= set(
-        guard_names())
+        shipped_names())
 
 
 # ---------------------------------------------------------------- what verbs import

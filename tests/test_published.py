@@ -130,10 +130,10 @@ def test_a_changed_prediction_and_a_missing_variant_fail(tmp_path: Path) -> None
     assert run_cli(["vs-published", str(path), "--spec", str(spec)]) == 3
     no_combined = [r for r in q8_rows() if r["variant"] != "combined"]
     path = write_predictions(tmp_path / "b.jsonl", no_combined)
-    from guardrepro.checks.io.predictions import load_predictions
+    from guardrepro.checks.io.predictions import load_rows
     from guardrepro.checks.stats.compute import compute_stats
 
-    stats = compute_stats(load_predictions(path), replicates=10).to_dict()
+    stats = compute_stats(load_rows(path).rows, replicates=10).to_dict()
     result = compare(load_published(spec), {"stats": stats, "gate": None, "audit": None})
     status = {r.figure.name: r.status for r in result.rows}
     assert status["strict accuracy: combined"] == "missing"
@@ -147,10 +147,10 @@ def test_the_capped_row_is_reported_as_truncated(tmp_path: Path) -> None:
     stats count it under ``truncated`` (match); a predictions file has no
     status, so the reported figure is missing and nothing fails; coverage is
     255/256 either way."""
-    from guardrepro.checks.io.predictions import load_predictions
+    from guardrepro.checks.io.predictions import load_rows
     from guardrepro.checks.stats.compute import compute_stats
 
-    stats = compute_stats(load_predictions(write_predictions(tmp_path / "p.jsonl")),
+    stats = compute_stats(load_rows(write_predictions(tmp_path / "p.jsonl")).rows,
                           replicates=10).to_dict()
     spec = load_published(SPEC)
     rows = {r.figure.name: r for r in compare(spec, {"stats": stats, "gate": None,

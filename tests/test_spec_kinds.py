@@ -12,7 +12,7 @@ import pytest
 from guardrepro.artifacts.locks import load_lock
 from guardrepro.artifacts.quantize.recipe import load_recipe
 from guardrepro.bench.cohort.spec import load_spec as load_cohort_spec
-from guardrepro.checks.io.predictions import load_predictions
+from guardrepro.checks.io.predictions import load_rows
 from guardrepro.checks.parity.gate_spec import load_spec as load_gate_spec
 from guardrepro.checks.parity.published import load_published
 from guardrepro.checks.parity.toolsafe_table import load_published_tables
@@ -100,7 +100,7 @@ def test_cohort_rows_given_to_stats(tmp_path: Path, capsys: pytest.CaptureFixtur
     path = tmp_path / "cohort.jsonl"
     path.write_text(json.dumps(cohort_row) + "\n", encoding="utf-8")
     with pytest.raises(InputError) as err:
-        load_predictions(path)
+        load_rows(path)
     assert err.value.line == 1
     assert err.value.message == "this is a cohort (JSONL rows), not a predictions file"
     assert main(["stats", str(path)]) == 2

@@ -13,7 +13,7 @@ import pytest
 from bootref import Row, reference_interval
 from q8rows import q8_rows, write_predictions
 
-from guardrepro.checks.io.predictions import load_predictions
+from guardrepro.checks.io.predictions import load_rows
 from guardrepro.checks.stats.compute import compute_stats
 from guardrepro.cli import main
 
@@ -23,7 +23,7 @@ REPLICATES = 1100
 @pytest.fixture(scope="module")
 def q8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = write_predictions(tmp_path_factory.mktemp("q8") / "preds.jsonl")
-    return compute_stats(load_predictions(path), replicates=REPLICATES).to_dict()
+    return compute_stats(load_rows(path).rows, replicates=REPLICATES).to_dict()
 
 
 def cd(s: dict[str, Any]) -> tuple[int, int]:

@@ -200,16 +200,3 @@ def refuse_links(path: Path, *, trusted: Path) -> Path:
         if not current.is_dir():
             break
     return path
-
-
-def unlink_in(path: Path, *, trusted: Path | None = None) -> None:
-    """Remove the file ``path`` (a symlink there is removed itself, never its
-    target), refusing a symlink at a directory between ``trusted`` and it."""
-    parent = open_dir(path.parent, trusted=path.parent if trusted is None else trusted)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path.name, dir_fd=parent)
-    except OSError as exc:
-        raise _fd_error(path, exc) from None
-    finally:
-        os.close(parent)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrepro.errors import InputError
 from guardrepro.guards.base import ExpectedTokens, GuardAdapter, GuardTemplate, ParseResult
-from guardrepro.guards.spec import GuardSpec, find_spec, shipped_names
+from guardrepro.guards.spec import GuardSpec, find_spec
 
 if TYPE_CHECKING:
     from guardrepro.guards.parsers import SpecParser
@@ -64,11 +64,6 @@ class AdapterInfo:
     @property
     def parser(self) -> Callable[[str], ParseResult]:
         return _parser(self.spec).parse
-
-
-def guard_names() -> tuple[str, ...]:
-    """The shipped guards' names."""
-    return tuple(shipped_names())
 
 
 def adapter_info(name: str) -> AdapterInfo:

@@ -5,10 +5,11 @@ keys ``base_sample_id`` (non-empty string), ``variant`` (non-empty string),
 ``domain`` (non-empty string), ``gold_label`` (0, 0.5 or 1) and ``score``
 (0, 0.5, 1, or null when the prediction is invalid or missing).
 
-Output: ``rundir.read.RowResult`` values in file order (row id
+Output: ``rundir.read.RowResult`` values (row id
 ``"<base_sample_id>:<variant>"``; status ``ok`` for a score, ``invalid`` for
-null, so a null fails closed downstream) and, via ``load_rows``, the
-``RunRows`` of either a run directory or a predictions file.
+null, so a null fails closed downstream) as the ``RunRows`` of
+``expected_rows``, and, via ``load_rows``, the ``RunRows`` of either a run
+directory or a predictions file.
 
 Expected rows of a predictions file (``expected_rows``), as for a run
 directory: with a cohort (``--cohort``), every cohort row, in cohort order,
@@ -63,11 +64,6 @@ def parse_prediction(obj: Any, *, file: str, line: int) -> RowResult:
         row_id=f"{base}:{variant}", base_sample_id=base, variant=variant, domain=domain,
         gold_label=gold, status="ok" if score is not None else INVALID, score=score,
     )
-
-
-def load_predictions(path: str | Path) -> list[RowResult]:
-    """Every row of a predictions file, validated (see the module docstring)."""
-    return [row for row, _ in _numbered_predictions(path)]
 
 
 def _numbered_predictions(path: str | Path) -> list[tuple[RowResult, int]]:
