@@ -244,7 +244,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     """Steps 4-5: quantize to MLX Q8 g64, run it, compare with transformers."""
     from guardrepro.artifacts.quantize.convert import quantize
     from guardrepro.checks.parity.compare import compare_runs
-    from guardrepro.experiments.frontier import write_artifact_side
+    from guardrepro.experiments.artifact_side import write_artifact_side
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
     from guardrepro.rundir.read import write_json_atomic

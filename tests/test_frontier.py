@@ -195,7 +195,7 @@ def test_artifact_size_of_a_run_with_another_lock(tmp_path: Path) -> None:
     """A run whose profile's own checkpoint lock is absent (the run used another
     lock) is refused with the lock named; artifact.json written beside it by
     write_artifact_side gives the size: 10 + 32 bytes from a hand-written lock."""
-    from guardrepro.experiments.frontier import write_artifact_side
+    from guardrepro.experiments.artifact_side import write_artifact_side
 
     run = write_run(tmp_path / "run", [("b0", "original", "d", 1.0, 1.0)])
     profile = tmp_path / "profile.toml"

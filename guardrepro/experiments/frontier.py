@@ -58,7 +58,7 @@ from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
 from guardrepro.checks.stats.drift import record_drift
 from guardrepro.errors import InputError
-from guardrepro.limits import read_json_file
+from guardrepro.experiments.artifact_side import run_artifact_bytes
 from guardrepro.schema import Record, strict_decision
 
 # axis -> (field in the metrics, True when lower is better)
@@ -166,63 +166,6 @@ class FrontierReport(JsonValue):
         raise InputError(f"no configuration {name!r}", field="name")
 
 
-ARTIFACT_SIDE = "artifact.json"
-
-
-def artifact_bytes(lock: Path) -> int:
-    """The bytes of the checkpoint ``lock`` pins: the sum of its files' sizes
-    (a file without a recorded size counts 0, as the sweep has always counted)."""
-    from guardrepro.artifacts.locks import load_lock
-
-    return sum(int(f.size or 0) for f in load_lock(lock).files)
-
-
-def write_artifact_side(run_dir: Path, lock: Path, **extra: Any) -> None:
-    """Write ``artifact.json`` next to a run made with a substituted checkpoint
-    lock (``RunProfile.with_checkpoint_lock``): the manifest names only the
-    profile, whose own lock is not the artifact that ran, so the frontier's
-    bytes axis reads the size from here."""
-    from guardrepro.rundir.read import write_json_atomic
-
-    write_json_atomic(run_dir / ARTIFACT_SIDE,
-                      {"artifact_bytes": artifact_bytes(lock), "lock": str(lock), **extra})
-
-
-def _artifact_bytes(path: Path) -> int | None:
-    """``artifact.json`` next to the records (written by the sweep and the demo,
-    whose runs substitute the profile's checkpoint lock), else the sum of the
-    file sizes of the manifest's profile checkpoint lock."""
-    folder = path if path.is_dir() else path.parent
-    side = folder / ARTIFACT_SIDE
-    if side.is_file():
-        value = read_json_file(side).get("artifact_bytes")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InputError("artifact_bytes must be an integer", file=str(side),
-                             field="artifact_bytes")
-        return value
-    from guardrepro.artifacts.locks import load_lock
-    from guardrepro.run.profile import RunProfile
-    from guardrepro.rundir.manifest import read_manifest
-
-    manifest = read_manifest(folder)
-    if manifest is None:
-        return None
-    profile_path = Path(manifest.profile["path"])
-    if not profile_path.is_file():
-        return None
-    profile = RunProfile.load(profile_path)
-    if profile.checkpoint.lock is None:
-        return None
-    if not Path(profile.checkpoint.lock).is_file():
-        raise InputError(
-            f"the checkpoint lock of profile {profile_path} is not there, so the run's "
-            f"artifact size is unknown; a run made with another checkpoint lock needs "
-            f"{ARTIFACT_SIDE} beside its records (frontier.write_artifact_side)",
-            file=str(profile.checkpoint.lock), field="checkpoint.lock")
-    sizes = [f.size for f in load_lock(profile.checkpoint.lock).files]
-    return None if any(s is None for s in sizes) else sum(int(s) for s in sizes if s)
-
-
 def load_config(path: str | Path, name: str | None = None) -> Config:
     """A configuration from a run directory or a records.jsonl file."""
     from guardrepro.rundir.read import read_records_file
@@ -238,7 +181,7 @@ def load_config(path: str | Path, name: str | None = None) -> Config:
     key = manifest_key(read_manifest(path if path.is_dir() else path.parent),
                        records[0].provenance, benchmark=records[0].cohort,
                        label_mode="strict", view="fail_closed")
-    return Config(label, str(path), records, _artifact_bytes(path), key)
+    return Config(label, str(path), records, run_artifact_bytes(path), key)
 
 
 def parse_costs(text: str | None) -> dict[str, float]:

@@ -50,8 +50,9 @@ from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.artifacts.quantize.recipe import Recipe
 from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import InputError, missing_extra
+from guardrepro.experiments.artifact_side import ARTIFACT_SIDE, artifact_bytes, write_artifact_side
 from guardrepro.experiments.divergence import REFERENCE_FILE
-from guardrepro.experiments.frontier import FrontierReport, artifact_bytes, write_artifact_side
+from guardrepro.experiments.frontier import FrontierReport
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
 from guardrepro.rundir.leftovers import refused_leaves_no_output
@@ -208,7 +209,7 @@ def _rule_config(entry: RuleEntry, spec: SweepSpec, out: Path, cohort: Path,
     summary = (result.run or run_cohort)(RunProfile.load(profile_path), cohort, run_dir,
                                          progress=progress, home=home)
     result.actions.append(f"rule {name}: {summary.generated} rows")
-    write_json_atomic(run_dir / "artifact.json", {"artifact_bytes": 0, "rule": entry.rule,
+    write_json_atomic(run_dir / ARTIFACT_SIDE, {"artifact_bytes": 0, "rule": entry.rule,
                                                   "profile": str(profile_path)})
     lookup = None if table is None else {
         "train_split": entry.train_split, "train_rows": table["rows"],
@@ -232,7 +233,7 @@ def _reference(spec: SweepSpec, out: Path, cohort: Path, home: str | Path | None
     result.actions.append(f"reference: {summary.generated} generated")
     lock = profile.checkpoint.lock
     size = None if lock is None else sum(int(f.size or 0) for f in load_lock(lock).files)
-    write_json_atomic(ref_dir / "artifact.json", {"artifact_bytes": size,
+    write_json_atomic(ref_dir / ARTIFACT_SIDE, {"artifact_bytes": size,
                                                   "profile": str(spec.reference_profile)})
     target = ref_dir / REFERENCE_FILE
     if not target.exists():
