@@ -88,7 +88,7 @@ def test_too_long_prompt_is_refused_up_front(tiny: Path) -> None:
 def test_run_writes_manifest_and_one_record_per_row(
     setup: dict[str, Path], tmp_path: Path, tiny: Path
 ) -> None:
-    from guardrepro.artifacts.verify import tree_hash
+    from guardrepro.artifacts.treehash import tree_hash
 
     summary = run_cohort(setup["profile"], setup["cohort"], tmp_path / "run", progress=False)
     assert (summary.rows_selected, summary.generated, summary.already_done) == (6, 6, 0)
@@ -287,7 +287,7 @@ def _local_lock(path: Path, name: str, kind: str, directory: Path) -> Path:
 def test_pinned_checkpoint_and_template_through_locks(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from guardrepro.artifacts.verify import tree_hash
+    from guardrepro.artifacts.treehash import tree_hash
 
     tpl_dir = tmp_path / "tpl"
     tpl_dir.mkdir()
@@ -311,7 +311,7 @@ def test_pinned_checkpoint_and_template_through_locks(
     assert manifest.provenance.template_sha256 == hashlib.sha256(TEMPLATE.encode()).hexdigest()
     assert len(read_records(tmp_path / "run")) == 2
     # a resume trusts the cached tree hash (stamps unchanged): no byte re-read
-    import guardrepro.artifacts.verify as verify_mod
+    import guardrepro.artifacts.treehash as treehash_mod
 
     reads: list[Path] = []
 
@@ -319,7 +319,7 @@ def test_pinned_checkpoint_and_template_through_locks(
         reads.append(Path(directory))
         return tree_hash(directory)
 
-    monkeypatch.setattr(verify_mod, "tree_hash", counting)
+    monkeypatch.setattr(treehash_mod, "tree_hash", counting)
     again = run_cohort(profile, cohort, tmp_path / "run", progress=False, home=tmp_path / "home")
     assert (again.already_done, reads) == (2, [])
 

@@ -62,7 +62,8 @@ def _digests(directory: Path) -> dict[str, str]:
 
 
 def test_q8_twice_same_tree_hash_and_lock_verifies(bf16_source: Path, tmp_path: Path) -> None:
-    from guardrepro.artifacts.verify import tree_hash, verify_lock
+    from guardrepro.artifacts.treehash import tree_hash
+    from guardrepro.artifacts.verify import verify_lock
 
     before = _digests(bf16_source)
     one = quantize(Q8, bf16_source, tmp_path / "one", unpinned=True)
@@ -212,7 +213,7 @@ def test_cli_from_a_lock_reports_expected_match_and_mismatch(
     expected tree hash for this source: first a wrong one (MISMATCH, exit 0), then the
     one we just produced (MATCH)."""
     from guardrepro.artifacts.locks import LocalSource, Lock, LockedFile, save_lock
-    from guardrepro.artifacts.verify import tree_hash
+    from guardrepro.artifacts.treehash import tree_hash
 
     files = tuple(
         LockedFile(path=p.name, sha256=hashlib.sha256(p.read_bytes()).hexdigest(),

@@ -15,7 +15,8 @@ from loopback import sha
 
 import guardrepro
 from guardrepro.artifacts.fetch import fetch_lock, materialize
-from guardrepro.artifacts.verify import tree_hash, verify_lock
+from guardrepro.artifacts.treehash import tree_hash
+from guardrepro.artifacts.verify import verify_lock
 from guardrepro.cli import cli, main
 from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
 
@@ -264,23 +265,23 @@ def test_symlinked_blob_is_refused(tmp_path):
 
 
 def test_cached_tree_hash_reads_once_until_a_stamp_changes(tmp_path, monkeypatch):
-    import guardrepro.artifacts.verify as verify_mod
+    import guardrepro.artifacts.treehash as treehash_mod
 
     root, home = tmp_path / "tree", tmp_path / "home"
     root.mkdir()
     make_tree(root)
     calls = []
-    real = verify_mod.tree_hash
+    real = treehash_mod.tree_hash
 
     def counting(directory):
         calls.append(Path(directory))
         return real(directory)
 
-    monkeypatch.setattr(verify_mod, "tree_hash", counting)
-    first = verify_mod.cached_tree_hash(root, home)
+    monkeypatch.setattr(treehash_mod, "tree_hash", counting)
+    first = treehash_mod.cached_tree_hash(root, home)
     assert (first.sha256, first.files, first.bytes) == independent_tree_hash(root)
     assert len(calls) == 1
-    assert verify_mod.cached_tree_hash(root, home) == first
+    assert treehash_mod.cached_tree_hash(root, home) == first
     assert len(calls) == 1  # second call: stamps only, no byte read
     assert list((home / "state/trees").iterdir())
 
@@ -289,7 +290,7 @@ def test_cached_tree_hash_reads_once_until_a_stamp_changes(tmp_path, monkeypatch
     data = bytearray(weights.read_bytes())
     data[7] ^= 0xFF
     weights.write_bytes(bytes(data))
-    changed = verify_mod.cached_tree_hash(root, home)
+    changed = treehash_mod.cached_tree_hash(root, home)
     assert len(calls) == 2 and changed.sha256 != first.sha256
     assert changed.sha256 == independent_tree_hash(root)[0]
 
@@ -298,13 +299,13 @@ def test_cached_tree_hash_reads_once_until_a_stamp_changes(tmp_path, monkeypatch
     data[7] ^= 0xFF
     weights.write_bytes(bytes(data))
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert verify_mod.cached_tree_hash(root, home).sha256 == first.sha256
+    assert treehash_mod.cached_tree_hash(root, home).sha256 == first.sha256
     assert len(calls) == 3
 
     # a new file -> recomputed
     (root / "extra").write_bytes(b"x")
-    assert verify_mod.cached_tree_hash(root, home).files == first.files + 1
+    assert treehash_mod.cached_tree_hash(root, home).files == first.files + 1
     assert len(calls) == 4
     # another home has its own record
-    verify_mod.cached_tree_hash(root, tmp_path / "home2")
+    treehash_mod.cached_tree_hash(root, tmp_path / "home2")
     assert len(calls) == 5

@@ -41,8 +41,8 @@ WATCHED = {
     ("load_lock", "artifacts/locks.py"): "lock",
     ("check_lock", "artifacts/verify.py"): "verify",
     ("_checked_directory", "artifacts/fetch.py"): "materialize",
-    ("cached_tree_hash", "artifacts/verify.py"): "cached_tree_hash",
-    ("tree_hash", "artifacts/verify.py"): "tree_hash",
+    ("cached_tree_hash", "artifacts/treehash.py"): "cached_tree_hash",
+    ("tree_hash", "artifacts/treehash.py"): "tree_hash",
     ("PromptTokenizer.__init__", "run/prompts.py"): "tokenizer",
 }
 NAMES = {qualname.rsplit(".", 1)[-1] for qualname, _ in WATCHED}

@@ -1,22 +1,9 @@
 """Re-hash what a lock pins and say, file by file, whether it is intact.
 
-Input: a lock file and the guardrepro home (or, for ``tree_hash``, a directory).
+Input: a lock file and the guardrepro home.
 Output: a :class:`VerifyReport` (per file: ok, mismatch, missing, unpinned,
-unexpected or unsafe; plus the tree hash of a "local" source) or a :class:`TreeHash`.
-
-Tree hash (docs/PROTOCOL.md, "Pins"): every regular file below the directory,
-sorted by relative POSIX path; one sha256 fed, per file, with the path length (8
-bytes big-endian), the UTF-8 path, the size (8 bytes big-endian), then the bytes.
-Symlinks are refused.
-
-``cached_tree_hash(directory, home)`` is the same hash, remembered under the
-home's ``state/trees/<sha256 of the directory path>.json`` together with every
-file's stamp (relative path -> device, inode, size, mtime and ctime in ns; the
-same record ``check_tree`` keeps for "local" locks): a
-later call whose stamps all match returns it without reading a byte; any
-added, removed, replaced or touched file recomputes it in full. Callers use it
-right after ``fetch.materialize`` (which trusts the same kind of stamps), so a
-pinned checkpoint is not read twice per run.
+unexpected or unsafe; plus the tree hash of a "local" source, computed by
+``artifacts.treehash``).
 
 Invariants: ``verify_lock`` ignores verification stamps and reads every byte; files
 that hash correctly get a fresh stamp (which ``materialize`` may trust later);
@@ -26,8 +13,6 @@ extra files in a lock's directory are reported, never ignored.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,18 +24,14 @@ from guardrepro.artifacts.locks import HfSource, LocalSource, Lock, LockedFile, 
 from guardrepro.artifacts.paths import artifact_dir, fetch_hint
 from guardrepro.artifacts.pins import with_cached_pins
 from guardrepro.artifacts.store import (
-    CHUNK,
-    atomic_write_bytes,
-    ensure_dir,
     guardrepro_home,
-    open_regular,
     safe_join,
     sha256_file,
     stamp_matches,
-    verify_full_requested,
     walk_files,
     write_stamp,
 )
+from guardrepro.artifacts.treehash import TreeHash, cached_tree
 from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
 from guardrepro.progress import progress_bar
 
@@ -63,46 +44,6 @@ OK, MISMATCH, MISSING, UNPINNED, UNEXPECTED, UNSAFE = (
     "unsafe",
 )
 CORRUPT = "corrupt in the HF cache"  # detail prefix: the blob's bytes do not match its name
-
-
-@dataclass(frozen=True)
-class TreeHash:
-    """Tree hash of a directory, with its file count and total byte count."""
-
-    sha256: str
-    files: int
-    bytes: int
-
-
-def tree_hash(directory: str | os.PathLike[str]) -> TreeHash:
-    """Tree hash of ``directory`` as docs/PROTOCOL.md defines it; UnsafePathError on symlinks."""
-    root = Path(directory)
-    digest = hashlib.sha256()
-    count = total = 0
-    for rel, path in walk_files(root):
-        encoded = rel.encode("utf-8")
-        with os.fdopen(open_regular(path), "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            digest.update(len(encoded).to_bytes(8, "big"))
-            digest.update(encoded)
-            digest.update(size.to_bytes(8, "big"))
-            seen = 0
-            while chunk := fh.read(CHUNK):
-                digest.update(chunk)
-                seen += len(chunk)
-        if seen != size:
-            raise IntegrityError(f"{path}: changed while hashing ({size} -> {seen} bytes)")
-        count += 1
-        total += size
-    return TreeHash(digest.hexdigest(), count, total)
-
-
-def cached_tree_hash(
-    directory: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
-) -> TreeHash:
-    """``tree_hash(directory)``, reusing the value stored under ``home`` while
-    every file's stamp is unchanged (see the module docstring)."""
-    return _cached_tree(guardrepro_home(home), Path(directory), full=False)
 
 
 @dataclass(frozen=True)
@@ -270,41 +211,6 @@ def _extras(directory: Path, lock: Lock) -> list[FileStatus]:
         return [FileStatus(str(directory), UNSAFE, location=directory, detail=str(exc))]
 
 
-def _tree_state_file(home: Path, directory: Path) -> Path:
-    key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:32]
-    return safe_join(home, f"state/trees/{key}.json")
-
-
-def _tree_stats(directory: Path) -> dict[str, list[int]]:
-    """Per file below ``directory``: device, inode, size, mtime_ns, ctime_ns."""
-    stats = {}
-    for rel, path in walk_files(directory):
-        st = os.stat(path, follow_symlinks=False)
-        stats[rel] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-    return stats
-
-
-def _cached_tree(home: Path, directory: Path, *, full: bool) -> TreeHash:
-    """The tree hash of ``directory``: from ``state/trees`` when every file's
-    stamp matches the stored ones (unless ``full``), else computed in full and
-    stored (only when no stamp changed while hashing)."""
-    state_file = _tree_state_file(home, directory)
-    stats = _tree_stats(directory)
-    if not full and not verify_full_requested():
-        try:
-            saved = json.loads(state_file.read_text())
-            if saved.get("stats") == stats and saved.get("tree") is not None:
-                return TreeHash(**saved["tree"])
-        except (OSError, ValueError, TypeError):
-            pass
-    observed = tree_hash(directory)
-    if stats == _tree_stats(directory):
-        ensure_dir(home, "state/trees")
-        body = {"stats": stats, "tree": dataclasses.asdict(observed)}
-        atomic_write_bytes(state_file, json.dumps(body).encode())
-    return observed
-
-
 def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
     """Tree-hash status of a "local" lock that pins tree_sha256/files/bytes (else None)."""
     source = lock.source
@@ -314,7 +220,7 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
     directory = lock.local_dir()
     status = TreeStatus(source.tree_sha256, source.tree_files, source.tree_bytes, None)
     try:
-        observed = _cached_tree(home, directory, full=full)
+        observed = cached_tree(home, directory, full=full)
     except (UnsafePathError, FileNotFoundError) as exc:
         return dataclasses.replace(status, detail=str(exc))
     return dataclasses.replace(status, observed=observed)

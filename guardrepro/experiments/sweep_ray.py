@@ -48,7 +48,7 @@ PINS_FILE = "pins.json"
 def pin(lock: Path, home: str | Path | None) -> str:
     """Materialise and verify the artifact of ``lock``; its tree hash."""
     from guardrepro.artifacts.fetch import materialize
-    from guardrepro.artifacts.verify import cached_tree_hash
+    from guardrepro.artifacts.treehash import cached_tree_hash
 
     return cached_tree_hash(materialize(lock, home), home).sha256
 

@@ -31,7 +31,7 @@ Invariants:
   logit guard's score tokens must each be one token. A rule guard runs on
   the ``rule`` backend with no checkpoint and no tokenizer.
 - The provenance (guard, backend, ``runner.describe()``, artifact tree hash
-  -- for a locked checkpoint ``verify.cached_tree_hash`` in the same home, so
+  -- for a locked checkpoint ``treehash.cached_tree_hash`` in the same home, so
   the bytes ``materialize`` just verified are not read again --
   model revision or ``"unpinned"``, template and chat-template hashes, parser
   version, decoding, package versions) is computed before generating. A run

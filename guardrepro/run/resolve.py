@@ -25,9 +25,9 @@ Invariants:
 - A backend that needs no model (``Backend.needs_model`` false: the rule
   backend) gets no checkpoint (directory ``.``, revision ``"none"``) and a
   ``NoModelTokenizer``.
-- The tree hash of a locked checkpoint is ``verify.cached_tree_hash`` (the
+- The tree hash of a locked checkpoint is ``treehash.cached_tree_hash`` (the
   bytes ``materialize`` just verified are not read again); of an unpinned
-  directory, ``verify.tree_hash``; without a model, ``"none"``.
+  directory, ``treehash.tree_hash``; without a model, ``"none"``.
 - ``Handoff.resolve()`` reads no lock and verifies nothing: it trusts the
   paths and hashes the resolving process verified. It loads the tokenizer
   from the verified checkpoint directory (checking the guard's special
@@ -290,7 +290,7 @@ def runner_options(profile: RunProfile) -> dict[str, Any]:
 
 def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
                  home: Path | None) -> str:
-    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+    from guardrepro.artifacts.treehash import cached_tree_hash, tree_hash
 
     if not _needs_model(profile):  # no model, no checkpoint
         return "none"

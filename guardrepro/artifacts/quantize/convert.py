@@ -379,7 +379,7 @@ def quantize(
         inspection = inspect_artifact(converted, recipe, plan)
         t = time.perf_counter()
         progress("hashing artifact")
-        from guardrepro.artifacts.verify import tree_hash
+        from guardrepro.artifacts.treehash import tree_hash
 
         tree = tree_hash(converted)
         timings["hash_s"] = time.perf_counter() - t

@@ -52,7 +52,7 @@ def resolve_source(model: Path, *, unpinned: bool, home: Path | None,
                    source_cls: type[SourceInfo]) -> SourceInfo:
     """Verify the source: a lock is materialized (hash-checked) by guardrepro.artifacts.fetch;
     a directory is accepted only when ``unpinned`` (its tree hash is recorded)."""
-    from guardrepro.artifacts.verify import cached_tree_hash, tree_hash
+    from guardrepro.artifacts.treehash import cached_tree_hash, tree_hash
 
     if model.is_dir():
         if not unpinned:
