@@ -44,6 +44,22 @@ def cluster(faults: Path) -> Iterator[Any]:
         yield ray_module
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread for one test module, restored after it. For
+    tiny models (hidden sizes of 32 to 64) a step is framework overhead, and a
+    second thread only adds synchronisation, and on a loaded 2-core machine its
+    waits dominate (measured at load 6: the lean decoder and ``generate`` 5 to
+    75 times slower on two threads than on one). Results do not depend on it:
+    each comparison runs both of its sides under the same setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     for tier in TIERS:
         parser.addoption(f"--run-{tier}", action="store_true", help=f"run the {tier} tier")

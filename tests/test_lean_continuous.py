@@ -25,6 +25,10 @@ from guardrepro.run.runners.lean import LeanDecoder  # noqa: E402
 from guardrepro.run.runners.lean_kv import GROW  # noqa: E402
 from scripts.synthetic.run_hf import forcing  # noqa: E402
 
+# tiny models: one torch thread (see the fixture) keeps the 2,048-step test's
+# cost flat on a loaded machine
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _prompts(lengths: Sequence[int], seed: int, vocab: int = 96) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
