@@ -179,7 +179,7 @@ def test_prompt_tokenizer_matches_hand_built_chatml(tiny_checkpoint: Path) -> No
     tok = PromptTokenizer(tiny_checkpoint)
     text = "Check this:\n{'current_action': 'send_money'} <\\Think> caf\u00e9"
     chatml = CHATML_SYSTEM + "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n"
-    assert tok.render_chat(text) == chatml
+    assert tok.render_messages([{"role": "user", "content": text}]) == chatml
     raw = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
     ids = tok.encode_chat(text)
     assert isinstance(ids, tuple) and all(type(i) is int for i in ids)

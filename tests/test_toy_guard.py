@@ -76,7 +76,8 @@ def test_prompt_ids_match_the_shared_prompt_path(guard: ToyGuard) -> None:
     row = load_benchmark(BENCH_DIR, "agentdojo")[0].raw
     text = render_ts_guard_prompt(guard.template, row)
     assert tuple(guard.prompt_ids(row)) == tok.encode_chat(text)
-    assert tok.render_chat(text).startswith("<|im_start|>system\n")
+    rendered = tok.render_messages([{"role": "user", "content": text}])
+    assert rendered.startswith("<|im_start|>system\n")
     # edited forms stay in vocabulary: no byte-level fallback for the marker
     pieces = guard.tokenizer.tokenize("<UNTRUSTED_EXTERNAL_CONTENT>")
     assert len(pieces) <= 5

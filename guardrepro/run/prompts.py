@@ -299,10 +299,6 @@ class PromptTokenizer:
     def _messages(text: str) -> list[dict[str, str]]:
         return [{"role": "user", "content": text}]
 
-    def render_chat(self, text: str) -> str:
-        """The chat-templated prompt string (user turn + generation prompt)."""
-        return self.render_messages(self._messages(text))
-
     def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
         """The chat-templated prompt string of a conversation + generation prompt."""
         rendered = self._apply(messages, tokenize=False)

@@ -233,10 +233,6 @@ class Attribution(JsonValue):
     runs: list[RunAttribution] = opt()
     settings: dict[str, Any] = opt()
 
-    def causes_by_key(self, level: str = "strict") -> dict[str, dict[str, str]]:
-        """run label -> key -> cause at ``level``."""
-        return {r.label: {c.key: c.cause for c in r.rows if c.level == level} for r in self.runs}
-
 
 def _interval(hits: Sequence[int], dens: Sequence[int], clusters: Sequence[str],
               replicates: int, seed: int) -> Figure:
