@@ -12,7 +12,7 @@ Modules:
   with its numerator and denominator.
 - ``ranking``: a scored classifier's AUROC, AUPRC, ECE, ROC/PR curves and reliability bins,
   per bootstrap weight vector.
-- ``serde``: plain JSON values of the checks' frozen dataclasses, derived from their fields.
+- ``serde``: the figure shapes in ``guardrepro.serde``'s JSON derived from dataclass fields.
 - ``tables``: pandas on demand, a nested result as one row per figure, CSV/Parquet export
   (the result types' ``to_frame()``).
 """
