@@ -18,7 +18,11 @@ resident memory (``wait4``'s ``ru_maxrss``) is its own:
 3. ``run`` of every row, interrupted with SIGINT once ``--interrupt-after``
    records are in the file (exit 130 expected), then the same command, which
    resumes and finishes;
-4. ``stats`` of the finished run.
+4. ``stats`` of the finished run;
+5. with ``--verify-files N`` (N > 0), ``lock`` of a directory of N small files
+   (1,000 a sub-directory) and ``verify`` of that lock twice (the second finds
+   every verification stamp in place), in a cache of its own under the
+   benchmark directory.
 
 Output: a table on stdout (seconds, rows, rows/s, peak MB per step) and the
 ratios: per-record / batched fsync seconds on the baseline rows; the resume's
@@ -129,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline-rows", type=int, default=50_000)
     parser.add_argument("--interrupt-after", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--verify-files", type=int, default=0)
+    parser.add_argument("--only-verify", action="store_true",
+                        help="skip the run steps: only the --verify-files steps")
     args = parser.parse_args(argv)
     after = args.interrupt_after or args.rows // 3
     if not 0 < after < args.rows or not 0 < args.baseline_rows <= args.rows:
@@ -137,6 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     base.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     results: dict[str, tuple[float, float, int]] = {}
+    if args.only_verify:
+        verify_steps(base, args.verify_files, results)
+        report(results, args, base, load_before)
+        return
     start = time.perf_counter()
     cohort = make_cohort(base, args.rows)
     results["cohort (build and repeat)"] = (time.perf_counter() - start, 0.0, args.rows)
@@ -158,18 +169,41 @@ def main(argv: list[str] | None = None) -> None:
     results["run again (resume to the end)"] = (seconds, peak, _count(records) - kept)
     seconds, peak = step(["stats", str(run), "--no-progress"])
     results["stats"] = (seconds, peak, _count(records))
+    verify_steps(base, args.verify_files, results)
     report(results, args, base, load_before)
+
+
+def verify_steps(base: Path, files: int, results: dict[str, tuple[float, float, int]]) -> None:
+    """``lock`` of ``files`` small files, then ``verify`` twice (rows: files)."""
+    if files <= 0:
+        return
+    model = base / f"files-{files}"
+    for i in range(files):
+        sub = model / f"d{i // 1000:04d}"
+        if i % 1000 == 0:
+            sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:07d}.bin").write_bytes(b"%d\n" % i)
+    lock, home = base / f"files-{files}.toml", str(base / "home")
+    results[f"lock of {files} files"] = (*step(["lock", str(model), "--out", str(lock),
+                                                "--no-progress", "--force"],
+                                               {"GUARDREPRO_HOME": home}), files)
+    for label in ("verify", "verify again (stamps in place)"):
+        results[label] = (*step(["verify", str(lock), "--no-progress"],
+                                {"GUARDREPRO_HOME": home}), files)
 
 
 def report(results: dict[str, tuple[float, float, int]], args: argparse.Namespace,
            base: Path, load_before: tuple[float, float, float]) -> None:
-    print(f"{args.rows} rows, run directories in {base}")
+    what = f"{args.verify_files} files" if args.only_verify else f"{args.rows} rows"
+    print(f"{what}, run directories in {base}")
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}"
           f" ({os.cpu_count()} CPUs)")
     print(f"{'step':<46} {'seconds':>9} {'rows':>9} {'rows/s':>8} {'peak MB':>8}")
     for name, (seconds, peak, rows) in results.items():
         rate = rows / seconds if seconds else 0.0
         print(f"{name:<46} {seconds:>9.1f} {rows:>9} {rate:>8.0f} {peak:>8.0f}")
+    if args.only_verify:
+        return
     n = args.baseline_rows
     batched = [v[0] for k, v in results.items() if k.startswith(f"run --limit {n}, batched")]
     per_record = results[f"run --limit {n}, fsync per record"][0]
