@@ -27,6 +27,9 @@ from guardrepro.run.runners.lean import (  # noqa: E402
     unsupported_reason,
 )
 
+# tiny models: one torch thread (tests/conftest.py, one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _tiny(kind: str, kv_heads: int, seed: int) -> Any:
     torch.manual_seed(seed)

@@ -21,6 +21,9 @@ from test_lean import naive  # noqa: E402
 from guardrepro.run.runners.lean import LeanDecoder  # noqa: E402
 from guardrepro.run.runners.lean_kv import fits, partition  # noqa: E402
 
+# tiny models: one torch thread (tests/conftest.py, one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def test_partition_by_hand() -> None:
     """988, 1,570 and 2,122 together: 3 x 2,122 = 6,366 columns for 4,680 needed
