@@ -35,8 +35,11 @@ How it stays ``generate(do_sample=False)``:
   operations in the same order as the transformers modules (RMSNorm in
   float32, biases, RoPE from the model's ``rotary_emb``, SDPA with the same
   GQA layout transformers picks: ``enable_gqa`` without a mask, the
-  single-query "packed" layout with one), over a preallocated KV buffer in
-  which shorter prompts are left-padded and masked. It skips what costs time
+  single-query "packed" layout with one), over preallocated KV buffers in
+  which shorter prompts are left-padded and masked. Rows of very different
+  lengths keep separate buffers (``lean_kv``: KV groups), so attention never
+  reads another row's long padding; the projections and MLP of a step run
+  over every row at once. It skips what costs time
   per step in ``generate``: logits processors, stopping criteria, mask
   builders, output containers, cache bookkeeping.
 - The next token is ``argmax`` of the raw logits (no processor is active in
