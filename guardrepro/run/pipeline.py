@@ -44,7 +44,7 @@ Invariants:
   row is prepared once up front and kept as nothing (``prepare.check_rows``),
   then prepared again a chunk at a time for generation (``prepare.rows_to_do``);
   the writer keeps an index of what is recorded, not the records
-  (``rundir.record_index``). What grows is about 250 bytes a row: the row ids
+  (``rundir.record_index``). What grows is about 300 bytes a row: the row ids
   and that index. A profile with ``sort_by_length`` holds the prepared rows
   to do (they are sorted as a whole).
 - The run directory's lock is taken before anything else, so a concurrent
