@@ -181,3 +181,50 @@ def test_drill_down_in_headless_chromium(report: Path) -> None:
         browser.close()
     assert errors == []
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
+
+
+def _rows_data(html: str) -> dict[str, dict[str, Any]]:
+    start = html.index('id="rows-data"')
+    body = html[html.index(">", start) + 1:html.index("</script>", start)]
+    return {row["row_id"]: row for row in json.loads(body)}
+
+
+def test_a_row_invalid_on_both_sides_is_flagged_as_such_and_scores_are_shown(
+        tmp_path: Path) -> None:
+    """b2's original row fails to parse in the run and in the reference: the gate
+    counts it against agreement (fail-closed), but the drill-down flags it
+    "invalid on both sides", never "disagrees"; b1's original row, whose
+    decisions differ, still disagrees. With p_unsafe in the records, the report
+    carries the scored-classifier lines of stats.json and the ROC figure."""
+    specs = [("b1", "original", "banking", 1.0, 1.0), ("b2", "original", "slack", 0.0, "parse")]
+    run = write_run(tmp_path / "run", specs)
+    ref = write_run(tmp_path / "ref", [("b1", "original", "banking", 1.0, 0.0),
+                                       ("b2", "original", "slack", 0.0, "parse")])
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    for rec, p in zip(records, (0.9, None), strict=True):
+        if p is not None:
+            rec.update(p_unsafe=p, label_probs={"0.0": 1 - p, "1.0": p})
+        else:
+            rec.update(p_unsafe_reason="the record did not parse")
+    _write_records(run, records)
+    gate_spec = tmp_path / "gate.toml"
+    gate_spec.write_text(
+        f'name = "both-invalid"\nrows = "originals"\n[reference]\ntype = "records"\n'
+        f'path = "{(ref / "records.jsonl").as_posix()}"\n[thresholds]\nexpected_rows = 2\n'
+        "min_coverage = 0.0\nmin_strict_agreement = 0.0\nmin_strict_agreement_gold_safe = 0.0\n"
+        "min_strict_agreement_gold_unsafe = 0.0\n", encoding="utf-8")
+    main(["gate", str(run), "--spec", str(gate_spec)])
+    gate = json.loads((run / "gate.json").read_text())
+    assert {d["row_id"] for d in gate["disagreements"]} == {"b1:original", "b2:original"}
+    assert main(["stats", str(run), "--replicates", "50"]) == 0
+    assert main(["report", str(run), "--html"]) == 0
+    html = (run / "report.html").read_text()
+    rows = _rows_data(html)
+    assert (rows["b2:original"]["disagree"], rows["b2:original"]["both_invalid"]) == (False, True)
+    assert (rows["b1:original"]["disagree"], rows["b1:original"]["both_invalid"]) == (True, False)
+    assert "The guard as a scored classifier (p_unsafe)" in html
+    # one scored row (unsafe, 0.9) and one without a score, counted 1.0 (safe gold)
+    assert "2 rows (1 unsafe, 1 safe; 1 without a score" in html
+    assert "TP 1, FP 1, TN 0, FN 0" in html
+    if (run / "roc_pr.png").is_file():  # drawn when the report extra is installed
+        assert 'alt="roc_pr.png"' in html

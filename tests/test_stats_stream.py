@@ -47,7 +47,8 @@ def _same(run: Path, cohort: Path | None = None) -> None:
         assert (lean.cohort.path, lean.cohort.sha256) == (whole.cohort.path, whole.cohort.sha256)
 
 
-@pytest.mark.parametrize("case", ["manifest-cohort", "given-cohort", "grid", "shard", "split"])
+@pytest.mark.parametrize("case", ["manifest-cohort", "given-cohort", "grid", "shard", "split",
+                                  "scored"])
 def test_the_streamed_rows_are_the_whole_readers(tmp_path: Path, case: str) -> None:
     specs = _specs()
     if case == "grid":
@@ -58,6 +59,12 @@ def test_the_streamed_rows_are_the_whole_readers(tmp_path: Path, case: str) -> N
         run = write_run(tmp_path / "run", [s for s in specs if s[1] == "original"], split=True)
     else:
         run = write_run(tmp_path / "run", specs)
+    if case == "scored":  # records carrying p_unsafe: the rows carry it too
+        lines = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
+        for i in range(0, len(lines), 2):
+            _edit_line(run / "records.jsonl", i, p_unsafe=round(i / len(lines), 3))
+        assert [r.p_unsafe for r in stream_run_rows(run).rows][:3] == [0.0, None,
+                                                                       round(2 / len(lines), 3)]
     cohort = tmp_path / "run-cohort.jsonl" if case == "given-cohort" else None
     _same(run, cohort)
 

@@ -123,7 +123,7 @@ def _records(path: Path, manifest: RunManifest | None, shared: _Shared
             foreign = (index, rec.row_id, rec.provenance_sha256)
         rows.append(RowResult(rec.row_id, rec.base_sample_id, shared(rec.variant),
                               shared(rec.domain), float(rec.gold_label), shared(rec.status),
-                              rec.score, rec.decision_margin))
+                              rec.score, rec.decision_margin, rec.p_unsafe))
     return rows, seen, digest.hexdigest(), foreign
 
 

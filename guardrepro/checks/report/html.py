@@ -39,6 +39,14 @@ from guardrepro.checks.parity.compare import first_divergence
 from guardrepro.checks.parity.gate_types import GateResult
 from guardrepro.checks.report.charts import CAPTIONS
 from guardrepro.checks.report.hints import Hint, attribution_hint, gate_hint, report_hint
+from guardrepro.checks.report.score_figures import (
+    DRIFT_PNG,
+    RELIABILITY_PNG,
+    ROC_PR_PNG,
+    SCORE_CAPTIONS,
+    THRESHOLDS_PNG,
+    score_summary,
+)
 from guardrepro.errors import GuardreproError, missing_extra
 from guardrepro.guards.registry import record_parser
 from guardrepro.limits import read_json_file
@@ -51,7 +59,8 @@ if TYPE_CHECKING:
     from guardrepro.checks.report.markdown import ReportInputs
 
 HTML_FILE = "report.html"
-FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png")
+FIGURES = ("flip_rates.png", "score_confusion.png", "margin_hist.png", ROC_PR_PNG,
+           RELIABILITY_PNG, THRESHOLDS_PNG, DRIFT_PNG)
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
@@ -183,10 +192,12 @@ def _row_item(r: RowResult, rec: Record | None, ctx: Mapping[str, Any]) -> dict[
         other_label = "original variant" if other is not None else None
     pair = _output_pair(rec, other)
     gate_agree = ctx["gate_agree"].get(r.row_id)
+    both_invalid = r.row_id in ctx["both_invalid"]
     return {
         "row_id": r.row_id, "base_sample_id": r.base_sample_id, "variant": r.variant,
         "domain": r.domain, "gold_label": r.gold_label, "status": r.status, "score": r.score,
-        "margin": r.decision_margin, "disagree": gate_agree is False, "flip": bool(flip),
+        "margin": r.decision_margin, "disagree": gate_agree is False and not both_invalid,
+        "both_invalid": both_invalid, "flip": bool(flip),
         "cause": ctx["causes"].get(r.row_id), "components": json.dumps(
             dict(rec.components) if rec and rec.components else None, indent=1),
         "prompt": str(prompt_html), "prompt_hash_ok": hash_ok,
@@ -231,7 +242,7 @@ def _figures(run_dir: Path) -> list[dict[str, str]]:
         if path.is_file():
             data = base64.b64encode(path.read_bytes()).decode("ascii")
             out.append({"name": name, "src": f"data:image/png;base64,{data}",
-                        "caption": CAPTIONS.get(name, "")})
+                        "caption": {**CAPTIONS, **SCORE_CAPTIONS}.get(name, "")})
     return out
 
 
@@ -279,14 +290,17 @@ def build_html(run_dir: str | Path, *, cohort: str | Path | None = None,
         "originals": {r.base_sample_id: r for r in run.rows if r.variant == ORIGINAL},
         "prompts": _prompts(rows_c, render), "rendered": render is not None,
         "records": records, "reference": _reference_records(gate), "causes": causes,
-        "gate_agree": {g.row_id: g.strict_agree for g in (gate.rows if gate else ())}}
+        "gate_agree": {g.row_id: g.strict_agree for g in (gate.rows if gate else ())},
+        "both_invalid": {d.row_id for d in (gate.disagreement_rows if gate else ())
+                         if d.both_invalid}}
     items = [_row_item(r, records.get(r.row_id), ctx) for r in run.rows]
     html = _environment().get_template("report.html.j2").render(
         run_id=manifest.run_id, manifest=manifest, gate=gate, notes=notes,
         gate_hint=gate_hint(run_dir, manifest.provenance.guard).text,
         report_hint=report_hint(run_dir).text,
         tables=report_tables(stats, gate, variant_order([r.variant for r in run.rows])),
-        figures=_figures(run_dir), rows=items, causes=sorted(set(causes.values())),
+        figures=_figures(run_dir), scores=score_summary(stats.scores if stats else None),
+        rows=items, causes=sorted(set(causes.values())),
         variants=variant_order([r.variant for r in run.rows]))
     path = Path(out) if out is not None else run_dir / HTML_FILE
     write_atomic(path, html)
