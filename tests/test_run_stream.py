@@ -179,3 +179,20 @@ def test_peak_memory_of_a_run_grows_by_a_few_hundred_bytes_a_row(tmp_path: Path)
     small, large = _peak(tmp_path, 2_000), _peak(tmp_path, 20_000)
     per_row = (large - small) / 18_000
     assert per_row < 600, f"{per_row:.0f} bytes a row ({small} -> {large})"
+
+
+@pytest.mark.parametrize("name", ["rule-nuisance", "toy-guard", "llama-guard-3", "qwen3guard",
+                                  "shieldgemma"])
+def test_rendered_is_render_and_messages(name: str) -> None:
+    from guardrepro.guards.base import GuardTemplate
+    from guardrepro.guards.registry import get_guard
+
+    template = GuardTemplate("U={user_request}\nA={agent_action}\nE={env_info}", "0" * 64)
+    guard = get_guard(name, template if name == "toy-guard" else None)
+    line = cohort_line("b0", "original", "banking", 1.0)
+    line["sample"].update(instruction="pay the bill", history="<information>x</information>",
+                          current_action='{"tool": "send_money"}')
+    sample = CohortRow.from_dict(line).sample
+    text, messages = guard.rendered(sample)  # type: ignore[attr-defined]
+    assert (text, messages) == (guard.render(sample), guard.messages(sample))
+    assert text and messages

@@ -105,6 +105,13 @@ class SpecGuard:
             return render_rule_input(self.spec.prompt.value, sample)
         return messages_text(self.messages(sample))
 
+    def rendered(self, sample: Mapping[str, Any]) -> tuple[str, Messages]:
+        """``(render(sample), messages(sample))``, a one-message prompt rendered once."""
+        if self._one_message():
+            text = self.render(sample)
+            return text, [{"role": "user", "content": text}]
+        return self.render(sample), self.messages(sample)
+
     def messages(self, sample: Mapping[str, Any]) -> Messages:
         if self._one_message():
             return [{"role": "user", "content": self.render(sample)}]

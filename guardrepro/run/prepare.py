@@ -57,8 +57,7 @@ def prepare_rows(
         system_prompt_inserted(guard, tokenizer, rows[0].sample)
     for index, row in enumerate(rows, start=start):
         try:
-            text = guard.render(row.sample)
-            messages = guard.messages(row.sample)
+            text, messages = _rendered(guard, row.sample)
             fields = {f"sample.{k}": v for k, v in row.sample.items() if isinstance(v, str)}
             tokenizer.check_chars(messages, fields, max_new_tokens)  # fail fast: no tokens
             ids = tuple(tokenizer.encode_messages(messages))
@@ -70,6 +69,16 @@ def prepare_rows(
         prepared.append(PreparedRow(row, text, sha256_text(text), ids, pairs, score_ids,
                                     labels, label_union(labels)))
     return prepared
+
+
+def _rendered(guard: GuardAdapter, sample: Mapping[str, Any]) -> tuple[str, Any]:
+    """The prompt text and messages of ``sample``, rendered once where the
+    adapter can (``SpecGuard.rendered``)."""
+    both = getattr(guard, "rendered", None)
+    if both is not None:
+        text, messages = both(sample)
+        return text, messages
+    return guard.render(sample), guard.messages(sample)
 
 
 def system_prompt_inserted(guard: GuardAdapter, tokenizer: Any,
