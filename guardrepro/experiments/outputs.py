@@ -63,7 +63,7 @@ class SummaryRow(JsonValue):
 
     name: str
     kind: str
-    recipe: str | None
+    recipe: Mapping[str, Any] | None  # the recipe as its artifact.json records it
     device: str | None
     artifact_bytes: int | None
     rows: int

@@ -42,6 +42,14 @@ from guardrepro.rundir.stream import RunRowsRead
 SETTINGS = ("replicates", "seed", "confidence")
 
 
+def _metadata(meta: Mapping[str, Any]) -> str:
+    """A field's serialisation options as text that is the same in every process:
+    a function (a field's own writer or reader) by its qualified name, never by
+    its ``repr``, which holds a memory address."""
+    return str(sorted((k, v.__qualname__ if callable(v) and hasattr(v, "__qualname__") else v)
+                      for k, v in meta.items()))
+
+
 def _describe(tp: Any, seen: set[str]) -> str:
     """A type as text, dataclasses expanded into their fields (once each)."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -49,7 +57,7 @@ def _describe(tp: Any, seen: set[str]) -> str:
             return tp.__qualname__
         seen.add(tp.__qualname__)
         hints = typing.get_type_hints(tp)
-        inner = ",".join(f"{f.name}:{sorted(f.metadata.items())}:{_describe(hints[f.name], seen)}"
+        inner = ",".join(f"{f.name}:{_metadata(f.metadata)}:{_describe(hints[f.name], seen)}"
                          for f in dataclasses.fields(tp))
         return f"{tp.__qualname__}({inner})"
     args = typing.get_args(tp)
