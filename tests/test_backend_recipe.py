@@ -13,7 +13,6 @@ backend (``tests/kvloop_backend.py``: a greedy loop over the KV cache).
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 
 import kvloop_backend
 import pytest
+from recipe_tree import changed_files, copy_tree
 
 from guardrepro.cli import main
 from guardrepro.errors import InputError
@@ -164,27 +164,8 @@ def test_kvloop_matches_hf_at_batch_1() -> None:
 '''
 
 
-def _copy_tree(dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(source, dest / name)
-    return dest
 
 
-def _changed(before: Path, after: Path) -> set[str]:
-    out: set[str] = set()
-    for path in after.rglob("*"):
-        if not path.is_file() or "__pycache__" in path.parts or ".pytest_cache" in path.parts:
-            continue
-        rel = path.relative_to(after)
-        old = before / rel
-        if not old.is_file() or not filecmp.cmp(old, path, shallow=False):
-            out.add(rel.as_posix())
-    return out
 
 
 def _python(tree: Path, *args: str) -> str:
@@ -197,8 +178,8 @@ def _python(tree: Path, *args: str) -> str:
 
 @pytest.mark.slow
 def test_a_backend_is_three_files(tmp_path: Path) -> None:
-    pristine = _copy_tree(tmp_path / "pristine")
-    tree = _copy_tree(tmp_path / "tree")
+    pristine = copy_tree(tmp_path / "pristine", COPIED)
+    tree = copy_tree(tmp_path / "tree", COPIED)
     # 1. the descriptor and its runner, one module
     shutil.copy2(Path(kvloop_backend.__file__),
                  tree / "guardrepro/run/runners/kvloop_backend.py")
@@ -211,7 +192,7 @@ def test_a_backend_is_three_files(tmp_path: Path) -> None:
     row = "| `kvloop` | transformers KV-cache loop | `hf` | no |\n"
     backends_md.write_text(text[:end] + row + text[end:], encoding="utf-8")
 
-    assert _changed(pristine, tree) == {"guardrepro/run/runners/kvloop_backend.py",
+    assert changed_files(pristine, tree) == {"guardrepro/run/runners/kvloop_backend.py",
                                         "tests/test_kvloop_backend.py", "docs/BACKENDS.md"}
     listed = json.loads(_python(tree, "-c", (
         "import json, sys\nfrom guardrepro.run.runners import registry\n"

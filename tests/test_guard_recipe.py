@@ -4,13 +4,13 @@ code, and then every verb knows it by name in a fresh interpreter."""
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from recipe_tree import changed_files, copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("guardrepro", "guards", "docs", "tests", "locks", "runners", "cohorts", "checks",
@@ -57,27 +57,8 @@ ROW = ("| `verdict-guard` | row-field messages -> chat template | `json_field` |
        "SAFE 0 / REVIEW 0.5 / UNSAFE 1 | its model card |\n")
 
 
-def _copy_tree(dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(src, dest / name)
-    return dest
 
 
-def _changed(a: Path, b: Path) -> set[str]:
-    out: set[str] = set()
-
-    def walk(cmp: filecmp.dircmp[str], prefix: str) -> None:
-        out.update(prefix + n for n in cmp.left_only + cmp.right_only + cmp.diff_files)
-        for name, sub in cmp.subdirs.items():
-            walk(sub, f"{prefix}{name}/")
-
-    walk(filecmp.dircmp(a, b, ignore=["__pycache__", ".pytest_cache"]), "")
-    return out
 
 
 def _python(tree: Path, *args: str, stdin: str = "") -> str:
@@ -89,8 +70,8 @@ def _python(tree: Path, *args: str, stdin: str = "") -> str:
 
 
 def test_a_guard_is_three_files_and_no_code(tmp_path: Path) -> None:
-    pristine = _copy_tree(tmp_path / "pristine")
-    tree = _copy_tree(tmp_path / "tree")
+    pristine = copy_tree(tmp_path / "pristine", COPIED)
+    tree = copy_tree(tmp_path / "tree", COPIED)
     # 1. the spec
     (tree / "guards/verdict-guard.toml").write_text(SPEC, encoding="utf-8")
     # 2. its test
@@ -103,7 +84,7 @@ def test_a_guard_is_three_files_and_no_code(tmp_path: Path) -> None:
     end = text.index("\n", at) + 1
     guards_md.write_text(text[:end] + ROW + text[end:], encoding="utf-8")
 
-    assert _changed(pristine, tree) == {"guards/verdict-guard.toml",
+    assert changed_files(pristine, tree) == {"guards/verdict-guard.toml",
                                         "tests/test_verdict_guard.py", "docs/GUARDS.md"}
     _python(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "tests/test_verdict_guard.py")

@@ -11,42 +11,21 @@ run in a subprocess.
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from recipe_tree import changed_files, copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("guardrepro", "docs", "tests", "runners", "locks", "cohorts", "checks", "pyproject.toml")
 
 
-def _copy_tree(dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(source, dest / name)
-    return dest
 
 
-def _changed(before: Path, after: Path) -> set[str]:
-    """Relative paths of files added or changed in ``after`` against ``before``."""
-    out: set[str] = set()
-    for path in after.rglob("*"):
-        if not path.is_file() or "__pycache__" in path.parts or ".pytest_cache" in path.parts:
-            continue
-        rel = path.relative_to(after)
-        old = before / rel
-        if not old.is_file() or not filecmp.cmp(old, path, shallow=False):
-            out.add(rel.as_posix())
-    return out
 
 
 def _python(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -58,7 +37,7 @@ def _python(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _copy_tree(tmp_path_factory.mktemp("pristine"))
+    return copy_tree(tmp_path_factory.mktemp("pristine"), COPIED)
 
 
 # ------------------------------------------------------------------ a statistic
@@ -119,7 +98,7 @@ def test_a_statistic_is_three_files(pristine: Path, tmp_path: Path) -> None:
     """CONTRIBUTING.md, "Adding a statistic": its declaration, its docs line and
     its test; the JSON, the read-back, the report, the cache fingerprint (a
     stats.json written before is recomputed) and the docs check follow."""
-    tree = _copy_tree(tmp_path / "tree")
+    tree = copy_tree(tmp_path / "tree", COPIED)
     older = tmp_path / "older-run"
     made = _python(tree, "-c", OLDER_STATS, str(older))
     assert made.returncode == 0, made.stderr
@@ -141,7 +120,7 @@ def test_a_statistic_is_three_files(pristine: Path, tmp_path: Path) -> None:
     docs.write_text(page.replace(last + "\n", last + "\n" + rows[-1] + "\n"), encoding="utf-8")
     (tree / "tests/test_delta_flagged.py").write_text(STATISTIC_TEST, encoding="utf-8")
 
-    assert _changed(pristine, tree) == {"guardrepro/checks/stats/definitions.py",
+    assert changed_files(pristine, tree) == {"guardrepro/checks/stats/definitions.py",
                                         "docs/STATISTICS.md", "tests/test_delta_flagged.py"}
     checks = _python(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                      "tests/test_delta_flagged.py",
