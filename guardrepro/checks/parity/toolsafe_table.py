@@ -47,9 +47,9 @@ from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, run_key
 from guardrepro.checks.stats.scores import (
     DEFAULT_THRESHOLD,
-    ScoredRows,
     ScoreView,
     score_view,
+    scored_view,
 )
 from guardrepro.checks.stats.toolsafe_metrics import (
     FIGURES,
@@ -60,7 +60,7 @@ from guardrepro.checks.stats.toolsafe_metrics import (
     view_metrics,
 )
 from guardrepro.errors import InputError
-from guardrepro.schema import canonical_json, sha256_text, strict_decision
+from guardrepro.schema import canonical_json, sha256_text
 from guardrepro.spec import Table, expect_kind, load_toml
 
 if TYPE_CHECKING:
@@ -282,23 +282,12 @@ def split_scores(source: Source, preds: Sequence[SplitPrediction], view: str, *,
     ``fail_closed`` (``checks.stats.scores``, the same rules)."""
     if not source.p_unsafe:
         return None
-    rows = ScoredRows([], [], [], [], 0)
-    dropped = 0
-    for p in preds:
-        score = source.p_unsafe.get(p.row_id)
-        if score is None:
-            dropped += 1
-            if view == "upstream":
-                continue
-            score = 1.0
-        rows.scores.append(score)
-        rows.labels.append(int(p.gold != 0))
-        rows.clusters.append(p.interaction_id)
-        rows.decisions.append(strict_decision(p.pred))
+    rows = scored_view(((source.p_unsafe.get(p.row_id), p.gold, p.interaction_id, p.pred)
+                        for p in preds), view)
     if not rows.scores:
         return None
     settings = {"replicates": replicates, "seed": seed, "confidence": 0.95}
-    return score_view(replace(rows, dropped=dropped), DEFAULT_THRESHOLD, settings)
+    return score_view(rows, DEFAULT_THRESHOLD, settings)
 
 
 def table_rows(source: Source, rows: Sequence[BenchRow], benchmark: str, mode: str,

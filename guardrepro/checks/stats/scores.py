@@ -27,7 +27,7 @@ Definitions (docs/STATISTICS.md, "The operating point"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,22 +94,30 @@ class ScoredRows:
     dropped: int
 
 
-def scored_rows(rows: Sequence[RowResult], view: str) -> ScoredRows:
-    """The rows of ``view`` (module docstring)."""
+def scored_view(items: Iterable[tuple[float | None, float, str, float | None]],
+                view: str) -> ScoredRows:
+    """The observations of ``view`` from (p_unsafe or None, gold score, cluster,
+    the guard's own score or None) per row: a row without a score is dropped
+    in ``upstream`` and scored 1.0 in ``fail_closed`` (module docstring)."""
     out = ScoredRows([], [], [], [], 0)
     dropped = 0
-    for r in rows:
-        score = r.p_unsafe if r.valid else None
+    for score, gold, cluster, decided in items:
         if score is None:
             dropped += 1
             if view == "upstream":
                 continue
             score = 1.0
         out.scores.append(float(score))
-        out.labels.append(int(r.gold_label != 0))
-        out.clusters.append(r.base_sample_id)
-        out.decisions.append(strict_decision(r.score))
+        out.labels.append(int(gold != 0))
+        out.clusters.append(cluster)
+        out.decisions.append(strict_decision(decided))
     return ScoredRows(out.scores, out.labels, out.clusters, out.decisions, dropped)
+
+
+def scored_rows(rows: Sequence[RowResult], view: str) -> ScoredRows:
+    """The rows of ``view`` (module docstring)."""
+    return scored_view(((r.p_unsafe if r.valid else None, r.gold_label, r.base_sample_id,
+                         r.score) for r in rows), view)
 
 
 def _ratio(num: Sequence[float], den: Sequence[float], clusters: Sequence[str],
