@@ -26,7 +26,7 @@ from guardrepro.rundir import cohort_stream
 from guardrepro.rundir.cohort import read_cohort
 from guardrepro.rundir.cohort_stream import scan_cohort
 from guardrepro.rundir.records import RecordWriter, read_records, record_line
-from guardrepro.rundir.shard import select_rows
+from guardrepro.rundir.shard import parse_shard, select_shard
 from guardrepro.schema import CohortRow
 
 PROFILE = Path(__file__).resolve().parents[1] / "runners" / "rule-nuisance.toml"
@@ -52,7 +52,8 @@ def test_scan_gives_the_rows_and_hash_read_cohort_gives(
     path = _cohort(tmp_path / "c.jsonl", 50)
     if not final_newline:
         path.write_bytes(path.read_bytes()[:-1])
-    expected, _ = select_rows(read_cohort(path), shard)
+    whole = read_cohort(path)
+    expected = whole if shard is None else select_shard(whole, *parse_shard(shard))
     with scan_cohort(path, shard) as scan:
         assert scan.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert (scan.rows_in_cohort, scan.rows_selected) == (50, len(expected))

@@ -78,11 +78,3 @@ def select_shard(rows: Sequence[R], k: int, n: int) -> list[R]:
         raise InputError(f"shard {k}/{n} is out of range (k is 1-based)", field="shard")
     return [row for row in rows if shard_of(row.row_id, n) == k]
 
-
-def select_rows(rows: Sequence[R], shard: str | None) -> tuple[list[R], str | None]:
-    """(the rows of ``shard`` ("k/n", or None for all) in cohort order, the
-    shard's canonical "k/n" or None)."""
-    if shard is None:
-        return list(rows), None
-    k, n = parse_shard(shard)
-    return select_shard(rows, k, n), format_shard(k, n)
