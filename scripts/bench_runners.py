@@ -255,7 +255,7 @@ def run_fresh(name: str, profile: Path, cohort: Path, run_dir: Path, home: Path,
 def measure(name: str, profile: RunProfile, cohort: Path, run_dir: Path, home: Path,
             repeat: int) -> Sample:
     """``--in-process``: ``run_with_workers`` in this process (see the module docstring)."""
-    runner_class(profile.backend)  # import the backend outside the timed part
+    runner_class(profile.descriptor)  # import the backend outside the timed part
     method = CONFIGS[name].start if name in CONFIGS else None
     chosen = workers.start_method
     if method is not None:

@@ -87,7 +87,7 @@ def run_config(name: str, out: Path, work: Path, max_new_tokens: int, allow_cpu:
     from guardrepro.decoding import DecodingParams
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.base import GenerationRequest
-    from guardrepro.run.runners.registry import create_runner
+    from guardrepro.run.runners.registry import backend_of, create_runner
 
     backend, options = CONFIGS[name]
     options = dict(options)
@@ -101,7 +101,7 @@ def run_config(name: str, out: Path, work: Path, max_new_tokens: int, allow_cpu:
     items = prompts()
     requests = [GenerationRequest(row_id, tok.encode_chat(text)) for row_id, text in items]
     started = time.perf_counter()
-    runner = create_runner(backend, ckpt, options, eos_token_ids=tok.eos_token_ids,
+    runner = create_runner(backend_of(backend), ckpt, options, eos_token_ids=tok.eos_token_ids,
                            pad_token_id=tok.pad_token_id, decode=tok.decode)
     load_s = time.perf_counter() - started
     params = DecodingParams(max_new_tokens=max_new_tokens)

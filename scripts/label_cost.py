@@ -28,7 +28,7 @@ from guardrepro.guards.registry import get_guard
 from guardrepro.run.attempts import generate_chunk
 from guardrepro.run.pipeline import prepare_rows
 from guardrepro.run.prompts import PromptTokenizer
-from guardrepro.run.runners.registry import create_runner
+from guardrepro.run.runners.registry import backend_of, create_runner
 from guardrepro.rundir.cohort import read_cohort
 
 TOY = Path(__file__).resolve().parents[1] / "guardrepro" / "data" / "toy_guard"
@@ -61,7 +61,7 @@ def label_cost(cohort: Path, rows: int, repeats: int, *,
         if directory is None:
             continue
         n = len(scored) if backend == "hf" else min(len(scored), 4)
-        runner = create_runner(backend, directory, dict(options),
+        runner = create_runner(backend_of(backend), directory, dict(options),
                                eos_token_ids=tok.eos_token_ids, pad_token_id=tok.pad_token_id,
                                decode=tok.decode)
         _timed(runner, guard, plain[:1], tok)  # warm-up

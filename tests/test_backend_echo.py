@@ -157,7 +157,7 @@ def test_the_echo_options_are_enforced_naming_the_profile(
 
 
 def test_doctor_reports_a_descriptor_only_backend(echo: Backend, tmp_path: Path) -> None:
-    facts = gather_facts("echo", {"tokens": 3})
+    facts = gather_facts(echo, {"tokens": 3})
     # nothing declared but one request at a time: no device library, no packages
     assert (facts.backend, facts.device, facts.dtype, facts.concurrency) == ("echo", "cpu",
                                                                             None, 1)
@@ -170,18 +170,18 @@ def test_doctor_reports_a_descriptor_only_backend(echo: Backend, tmp_path: Path)
 
 def test_doctor_names_an_unknown_backend_without_assuming_its_options() -> None:
     with pytest.raises(InputError) as info:
-        gather_facts("echo", {"max_num_seqs": 4})
+        registry.backend_of("echo")  # the one lookup by name
     assert info.value.field == "backend" and "unknown backend 'echo'" in str(info.value)
+    # a descriptor is passed, so it need not be registered
     unknown = Backend(name="plain", label="plain", runner="nowhere:Nothing",
                       options=OptionTable("plain", ()))
-    registry.register(unknown)
-    try:
-        facts = gather_facts("plain", {})
-        assert facts.concurrency is None and facts.max_num_seqs is None
-        # concurrency not declared: the table cannot claim invariance
-        assert evaluate(facts).verdict == "unknown"
-    finally:
-        registry.unregister("plain")
+    facts = gather_facts(unknown, {})
+    assert facts.concurrency is None and facts.max_num_seqs is None
+    # concurrency not declared: the table cannot claim invariance
+    assert evaluate(facts).verdict == "unknown"
+    with pytest.raises(InputError) as info:
+        gather_facts(unknown, {"max_num_seqs": 4})  # its options are its table's alone
+    assert info.value.field == "backend_options.max_num_seqs"
 
 
 def test_registration_is_checked(echo: Backend) -> None:

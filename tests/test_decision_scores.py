@@ -191,6 +191,7 @@ def test_toy_hf_run_matches_a_forward_pass() -> None:
     from guardrepro.run.attempts import generate_chunk
     from guardrepro.run.pipeline import prepare_rows
     from guardrepro.run.prompts import PromptTokenizer
+    from guardrepro.run.runners.backends import HF
     from guardrepro.run.runners.registry import create_runner
     from guardrepro.schema import CohortRow
 
@@ -198,7 +199,7 @@ def test_toy_hf_run_matches_a_forward_pass() -> None:
     tok = PromptTokenizer(TOY)
     rows = [CohortRow.from_dict(line) for line in _cohort_lines(3)]
     prepared = prepare_rows(guard, tok, rows, 96)
-    runner = create_runner("hf", TOY, {"batch_size": 3, "decode_loop": "lean", "threads": 1},
+    runner = create_runner(HF, TOY, {"batch_size": 3, "decode_loop": "lean", "threads": 1},
                            eos_token_ids=tok.eos_token_ids, pad_token_id=tok.pad_token_id,
                            decode=tok.decode)
     history = generate_chunk(runner, guard, prepared, DecodingParams(max_new_tokens=96),

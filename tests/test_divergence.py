@@ -21,6 +21,7 @@ from guardrepro.experiments.divergence import (
     token_kl,
 )
 from guardrepro.run.prompts import PromptTokenizer
+from guardrepro.run.runners.backends import HF, MLX
 from guardrepro.run.runners.registry import create_runner
 from scripts.toy.tiny import build_tiny_qwen2
 
@@ -37,7 +38,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _hf_runner(directory: Path) -> Any:
     tok = PromptTokenizer(directory)
-    return create_runner("hf", directory, {"dtype": "float32", "device": "cpu", "threads": 1},
+    return create_runner(HF, directory, {"dtype": "float32", "device": "cpu", "threads": 1},
                          eos_token_ids=tok.eos_token_ids, pad_token_id=tok.pad_token_id,
                          decode=tok.decode)
 
@@ -124,7 +125,7 @@ def test_mlx_forced_logits_match_transformers(models: tuple[Path, Path]) -> None
     pytest.importorskip("mlx_lm")
     hf = _hf_runner(models[0])
     tok = PromptTokenizer(models[0])
-    mlx = create_runner("mlx", models[0], {}, eos_token_ids=tok.eos_token_ids,
+    mlx = create_runner(MLX, models[0], {}, eos_token_ids=tok.eos_token_ids,
                         pad_token_id=tok.pad_token_id, decode=tok.decode)
     np.testing.assert_allclose(forced_logits(mlx, ROW), forced_logits(hf, ROW), atol=1e-3)
     hf.close()

@@ -21,7 +21,7 @@ from guardrepro.run.doctor import (
     preflight,
 )
 from guardrepro.run.profile import RunProfile
-from guardrepro.run.runners.backends import VLLM
+from guardrepro.run.runners.backends import HF, MLX, VLLM
 
 BASE = Facts(
     backend="vllm", versions={"vllm": "0.32.0"}, device="cuda", device_name="GPU",
@@ -74,13 +74,13 @@ def test_last_rule_matches_everything() -> None:
 
 
 def test_gather_facts_fills_each_backends_defaults() -> None:
-    facts = gather_facts("vllm", {"dtype": "float32", "device": "cpu", "max_num_seqs": 8,
+    facts = gather_facts(VLLM, {"dtype": "float32", "device": "cpu", "max_num_seqs": 8,
                                   "batch_size": 16})
     assert (facts.device, facts.concurrency, facts.max_num_seqs) == ("cpu", 8, 8)
     assert facts.batch_invariant_mode is False and facts.multiprocessing is False
-    hf = gather_facts("hf", {"dtype": "float32", "device": "cpu", "batch_size": 4, "threads": 1})
+    hf = gather_facts(HF, {"dtype": "float32", "device": "cpu", "batch_size": 4, "threads": 1})
     assert (hf.concurrency, hf.threads, hf.batch_invariant_mode) == (4, 1, None)
-    assert gather_facts("mlx", {}).concurrency == 1
+    assert gather_facts(MLX, {}).concurrency == 1
 
 
 def _profile(tmp_path: Path, **options: object) -> Path:

@@ -26,8 +26,9 @@ from guardrepro.errors import (  # noqa: E402
     InputError,
     MissingArtifactError,
 )
+from guardrepro.run.runners.backends import HF, MLX  # noqa: E402
 from guardrepro.run.runners.base import GenerationRequest, Runner  # noqa: E402
-from guardrepro.run.runners.registry import create_runner  # noqa: E402
+from guardrepro.run.runners.registry import backend_of, create_runner  # noqa: E402
 
 EOS = (2, 0)
 PROMPTS = [
@@ -53,7 +54,7 @@ def _decode(tok: Tokenizer):  # type: ignore[no-untyped-def]
 
 def _runner(tiny: Path, tok: Tokenizer, eos=EOS, **options):  # type: ignore[no-untyped-def]
     opts = {"dtype": "float32", "threads": 1, **options}
-    return create_runner("hf", tiny, opts, eos_token_ids=eos, pad_token_id=0, decode=_decode(tok))
+    return create_runner(HF, tiny, opts, eos_token_ids=eos, pad_token_id=0, decode=_decode(tok))
 
 
 def _requests(tok: Tokenizer) -> list[GenerationRequest]:
@@ -223,9 +224,9 @@ def test_bad_options_and_checkpoints(tiny: Path, tok: Tokenizer, tmp_path: Path)
         _runner(bare, tok)
 
 
-def test_registry_suggests_closest_backend(tiny: Path, tok: Tokenizer) -> None:
+def test_registry_suggests_closest_backend() -> None:
     with pytest.raises(InputError, match="did you mean 'mlx'"):
-        create_runner("mlxx", tiny, {}, eos_token_ids=EOS, pad_token_id=0, decode=_decode(tok))
+        backend_of("mlxx")
 
 
 def test_registry_names_the_extra_when_a_dependency_is_missing(
@@ -236,4 +237,4 @@ def test_registry_names_the_extra_when_a_dependency_is_missing(
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "guardrepro.run.runners.mlx_runner")
     with pytest.raises(DependencyMissingError, match=r"pip install 'guardrepro\[mlx\]'"):
-        create_runner("mlx", tiny, {}, eos_token_ids=EOS, pad_token_id=0, decode=_decode(tok))
+        create_runner(MLX, tiny, {}, eos_token_ids=EOS, pad_token_id=0, decode=_decode(tok))

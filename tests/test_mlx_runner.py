@@ -188,10 +188,11 @@ def test_prompt_mismatch_and_option_errors(fp32_model: Path) -> None:
 
 
 def test_registry_creates_it_and_describe_is_deterministic(fp32_model: Path) -> None:
+    from guardrepro.run.runners.backends import MLX
     from guardrepro.run.runners.registry import create_runner
 
     tok = PromptTokenizer(fp32_model)
-    made = [create_runner("mlx", fp32_model, {"batch_size": 1}, eos_token_ids=tok.eos_token_ids,
+    made = [create_runner(MLX, fp32_model, {"batch_size": 1}, eos_token_ids=tok.eos_token_ids,
                           pad_token_id=tok.pad_token_id, decode=tok.decode) for _ in range(2)]
     assert isinstance(made[0], Runner) and made[0].backend == "mlx"
     assert made[0].describe() == made[1].describe()
@@ -256,7 +257,7 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
     import tomllib
 
     from guardrepro.run.profile import RunProfile
-    from guardrepro.run.runners.registry import option_table
+    from guardrepro.run.runners.backends import MLX
 
     text = (REPO / "runners" / f"{name}.toml").read_text()
     data = tomllib.loads(text)
@@ -269,7 +270,7 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
     profile = RunProfile.from_text(text, tmp_path / "runners" / f"{name}.toml")
     assert profile.backend == "mlx" and profile.name == name
     assert profile.decoding.mode == "greedy"
-    assert set(profile.backend_options) <= set(option_table("mlx").names)
+    assert set(profile.backend_options) <= set(MLX.options.names)
     assert profile.checkpoint.lock is not None and profile.checkpoint.lock.is_file()
 
 

@@ -30,6 +30,7 @@ from guardrepro.guards.ts_guard.parser import parse_ts_guard
 from guardrepro.run.attempts import decision_margin, generate_chunk, token_index_at
 from guardrepro.run.pipeline import prepare_rows, run_cohort
 from guardrepro.run.prompts import PromptTokenizer
+from guardrepro.run.runners.backends import HF
 from guardrepro.run.runners.base import Generation, GenerationRequest, Timings
 from guardrepro.run.runners.registry import create_runner
 from guardrepro.rundir.cohort import read_cohort
@@ -255,7 +256,7 @@ def test_inference_error_is_isolated_to_its_row(tiny: Path) -> None:
     rows = [CohortRow.from_dict(cohort_row(i)) for i in range(3)]
     prepared = prepare_rows(guard, tokenizer, rows, 4)
     inner = create_runner(
-        "hf", tiny, {"batch_size": 3}, eos_token_ids=[2, 0], pad_token_id=0, decode=tokenizer.decode
+        HF, tiny, {"batch_size": 3}, eos_token_ids=[2, 0], pad_token_id=0, decode=tokenizer.decode
     )
     runner = FailingRow(inner, "row001")
     history = generate_chunk(

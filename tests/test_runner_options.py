@@ -13,14 +13,14 @@ import pytest
 from guardrepro.errors import InputError
 from guardrepro.run.doctor import gather_facts
 from guardrepro.run.runners.options import OptionTable
-from guardrepro.run.runners.registry import option_table, runner_class
+from guardrepro.run.runners.registry import backend_of, runner_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_table_is_read_without_importing_the_runner() -> None:
-    code = ("import sys\nfrom guardrepro.run.runners.registry import option_table\n"
-            "t = option_table('hf')\nassert t.default('dtype') == 'float32', t\n"
+    code = ("import sys\nfrom guardrepro.run.runners.registry import backend_of\n"
+            "t = backend_of('hf').options\nassert t.default('dtype') == 'float32', t\n"
             "heavy = [m for m in ('torch', 'transformers', 'vllm', 'mlx') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "assert 'guardrepro.run.runners.hf_runner' not in sys.modules\n")
@@ -31,7 +31,7 @@ def test_the_table_is_read_without_importing_the_runner() -> None:
 def test_the_option_table_lives_in_the_descriptor_alone(backend: str) -> None:
     if backend == "hf":
         pytest.importorskip("torch")
-    cls = runner_class(backend)
+    cls = runner_class(backend_of(backend))
     assert cls.backend == backend
     assert not any(isinstance(v, OptionTable) for v in vars(cls).values())
 
@@ -40,7 +40,7 @@ def test_vllm_options_absent_take_the_declared_defaults() -> None:
     from guardrepro.run.runners.vllm_runner import VLLMOptions
 
     used = dataclasses.asdict(VLLMOptions.from_mapping({"dtype": "float32"}))
-    declared = option_table("vllm").defaults()
+    declared = backend_of("vllm").options.defaults()
     assert declared["dtype"] is None  # required: no default, refused when absent
     assert used == {**declared, "dtype": "float32"}
     with pytest.raises(InputError) as info:
@@ -52,7 +52,7 @@ def test_mlx_options_absent_take_the_declared_defaults() -> None:
     pytest.importorskip("mlx_lm")
     from guardrepro.run.runners.mlx_runner import _validate
 
-    assert _validate({}) == option_table("mlx").defaults()
+    assert _validate({}) == backend_of("mlx").options.defaults()
     assert _validate({"batch_size": 4})["batch_size"] == 4
 
 
@@ -66,7 +66,7 @@ def test_rule_options_absent_take_the_declared_defaults(tmp_path: Path) -> None:
     from guardrepro.run.runners.rule_runner import RuleRunner
 
     runner = RuleRunner(Path("."), {}, eos_token_ids=(), pad_token_id=None, decode=str)
-    assert option_table("rule").default("lookup_table") is None
+    assert backend_of("rule").options.default("lookup_table") is None
     assert runner.lookup is None and runner.describe()["lookup_table_sha256"] is None
     sizes: list[int] = []
     real = RuleRunner.generate
@@ -81,7 +81,7 @@ def test_rule_options_absent_take_the_declared_defaults(tmp_path: Path) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RuleRunner, "generate", counting)
         run_cohort(profile, cohort, tmp_path / "run", progress=False)
-    batch = option_table("rule").default("batch_size")
+    batch = backend_of("rule").options.default("batch_size")
     assert sizes == [batch] * (5 // batch) + ([5 % batch] if 5 % batch else [])
 
 
@@ -89,18 +89,18 @@ def test_hf_runner_refuses_an_undeclared_option() -> None:
     pytest.importorskip("torch")
     from guardrepro.run.runners.hf_runner import _validate
 
-    assert _validate({}) == {**option_table("hf").defaults()}
+    assert _validate({}) == {**backend_of("hf").options.defaults()}
     with pytest.raises(InputError) as info:
         _validate({"surprise": 1})
     assert info.value.field == "backend_options.surprise"
 
 
 def test_doctor_fills_the_declared_defaults() -> None:
-    facts = gather_facts("vllm", {"dtype": "bfloat16"})
+    facts = gather_facts(backend_of("vllm"), {"dtype": "bfloat16"})
     # declared: max_num_seqs 256, batch_size 1, batch invariance and multiprocessing off
     assert (facts.concurrency, facts.max_num_seqs, facts.batch_invariant_mode,
             facts.multiprocessing) == (1, 256, False, False)
-    assert gather_facts("hf", {"batch_size": 4}).dtype == "float32"
+    assert gather_facts(backend_of("hf"), {"batch_size": 4}).dtype == "float32"
 
 
 def _profile_text(backend: str, options: str) -> str:

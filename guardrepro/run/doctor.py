@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 from guardrepro.errors import InputError
 from guardrepro.run.runners.backends import Backend
-from guardrepro.run.runners.registry import PACKAGES, descriptor_of
+from guardrepro.run.runners.registry import PACKAGES
 from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.versions import package_versions
 
@@ -324,17 +324,18 @@ def _concurrency(declared: int | tuple[str, ...] | None, opts: Mapping[str, Any]
 
 
 def gather_facts(
-    backend: Backend | str | None = None, options: Mapping[str, Any] | None = None
+    backend: Backend | None = None, options: Mapping[str, Any] | None = None
 ) -> Facts:
-    """Facts for ``backend`` with the profile's ``[backend_options]`` (checked
-    and filled from the backend's declared options), read where its
-    descriptor's ``DoctorFacts`` says; with no backend, a machine-wide summary."""
+    """Facts for the descriptor ``backend`` with ``[backend_options]`` (checked
+    and filled from the backend's declared options; a profile's, checked when
+    it was read, pass through), read where its descriptor's ``DoctorFacts``
+    says; with no backend, a machine-wide summary."""
     if backend is None:
         names = sorted({n for group in PACKAGES.values() for n in group})
         device, name, cc, threads = _torch_device("auto")
         return Facts(None, _versions(["guardrepro", *names]), device, name, cc,
                      None, None, None, None, None, threads, _env())
-    return _facts(descriptor_of(backend), options or {})
+    return _facts(backend, backend.options.check(options or {}))
 
 
 def _env() -> dict[str, str | None]:

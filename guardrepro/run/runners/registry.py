@@ -1,15 +1,16 @@
 """Backend name -> descriptor -> runner class: the one place backends are
 registered, and the tables derived from their descriptors.
 
-Input: a backend name from a run profile (or a ``backends.Backend`` to
-register), the local checkpoint directory, the profile's
-``[backend_options]`` table and what the prompt tokenizer knows (EOS ids,
-pad id, a decode function). Output: the backend's descriptor (``backend_of``),
-its option table, and a loaded ``Runner`` (``create_runner``).
+Input: a backend name from a run profile (looked up once, ``backend_of``),
+a ``backends.Backend`` (to register, or as looked up), the local checkpoint
+directory, the profile's ``[backend_options]`` table and what the prompt
+tokenizer knows (EOS ids, pad id, a decode function). Output: the backend's
+descriptor (``backend_of``; its option table is ``descriptor.options``) and a
+loaded ``Runner`` (``create_runner``).
 
-A name is looked up once, when the profile is read (``RunProfile.descriptor``);
-from there the descriptor itself is passed down: every function here takes a
-descriptor, or a name for callers that hold only that (scripts, tests).
+A name is looked up once, with ``backend_of`` (for a run, when the profile is
+read: ``RunProfile.descriptor``); from there the descriptor itself is passed
+down: every other function here takes a descriptor, never a name.
 
 Registration: the built-in descriptors (``backends.BUILTIN``) are registered
 at import, then the ``DESCRIPTOR`` of every module ``runners/<name>_backend.py``
@@ -76,7 +77,6 @@ from typing import Any, Generic, TypeVar
 from guardrepro.errors import DependencyMissingError, InputError, missing_extra
 from guardrepro.run.runners.backends import BUILTIN, Backend
 from guardrepro.run.runners.base import Runner
-from guardrepro.run.runners.options import OptionTable
 
 T = TypeVar("T")
 _REGISTERED: dict[str, Backend] = {}
@@ -166,24 +166,12 @@ def registered() -> tuple[Backend, ...]:
     return tuple(_REGISTERED.values())
 
 
-def descriptor_of(backend: Backend | str) -> Backend:
-    """``backend`` itself when it is a descriptor (the one a profile carries:
-    ``RunProfile.descriptor``), else the registered one of that name."""
-    return backend if isinstance(backend, Backend) else backend_of(backend)
-
-
 def _missing(descriptor: Backend, exc: ImportError) -> DependencyMissingError | None:
     """A DependencyMissingError when ``exc`` is one of the backend's optional deps."""
     name = (getattr(exc, "name", None) or "").split(".")[0]
     if name not in descriptor.modules:
         return None
     return missing_extra(f"backend {descriptor.name!r}", name, descriptor.extra)
-
-
-def option_table(backend: Backend | str) -> OptionTable:
-    """The options runner ``backend`` declares, read from its descriptor: the
-    runner and its dependencies are not imported."""
-    return descriptor_of(backend).options
 
 
 def chunk_size(descriptor: Backend, options: Mapping[str, Any]) -> int:
@@ -195,9 +183,8 @@ def chunk_size(descriptor: Backend, options: Mapping[str, Any]) -> int:
     return int(table.value(options, "batch_size"))
 
 
-def runner_class(backend: Backend | str) -> type[Any]:
-    """Import and return the runner class for ``backend``."""
-    descriptor = descriptor_of(backend)
+def runner_class(descriptor: Backend) -> type[Any]:
+    """Import and return the runner class of ``descriptor``."""
     module_name, attr = descriptor.runner.split(":", 1)
     try:
         module = importlib.import_module(module_name)
@@ -211,11 +198,10 @@ def runner_class(backend: Backend | str) -> type[Any]:
     return cls
 
 
-def preload(backend: Backend | str, checkpoint_dir: str | Path) -> None:
-    """Import the runner of ``backend`` and what loading ``checkpoint_dir`` will
-    import (the runner module's optional ``preload(checkpoint_dir)``; hf: the
-    model's modelling modules), so that processes forked afterwards inherit it."""
-    descriptor = descriptor_of(backend)
+def preload(descriptor: Backend, checkpoint_dir: str | Path) -> None:
+    """Import the runner of ``descriptor`` and what loading ``checkpoint_dir``
+    will import (the runner module's optional ``preload(checkpoint_dir)``; hf:
+    the model's modelling modules), so that processes forked afterwards inherit it."""
     runner_class(descriptor)
     module_name = descriptor.runner.split(":", 1)[0]
     hook = getattr(importlib.import_module(module_name), "preload", None)
@@ -224,7 +210,7 @@ def preload(backend: Backend | str, checkpoint_dir: str | Path) -> None:
 
 
 def create_runner(
-    backend: Backend | str,
+    descriptor: Backend,
     checkpoint_dir: str | Path,
     options: Mapping[str, Any],
     *,
@@ -232,11 +218,11 @@ def create_runner(
     pad_token_id: int | None,
     decode: Callable[[Sequence[int]], str],
 ) -> Runner:
-    """Load the ``backend`` runner on ``checkpoint_dir`` (see the module
-    docstring). The options are checked here, once, against the descriptor's
-    table; the runner receives them filled (``CheckedOptions``, which its own
-    ``check`` passes through)."""
-    descriptor = descriptor_of(backend)
+    """Load the runner of ``descriptor`` on ``checkpoint_dir`` (see the module
+    docstring). Options already checked against the descriptor's table (a
+    ``CheckedOptions``: a profile's, checked when it was read) pass through;
+    others are checked here. The runner receives them filled (``CheckedOptions``,
+    which its own ``check`` passes through)."""
     checked = descriptor.options.check(options)
     cls = runner_class(descriptor)
     try:
