@@ -114,8 +114,9 @@ def test_env_contradicting_profile_is_warned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     profile = RunProfile.load(_profile(tmp_path, dtype="float32", batch_size=2))
-    profile = replace(profile, descriptor=VLLM, backend_options={"dtype": "float32",
-                                                                  "device": "cpu"})
+    options = {"dtype": "float32", "device": "cpu"}
+    profile = replace(profile, descriptor=VLLM, backend_options=options,
+                      checked_options=VLLM.options.check(options))
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
     report = diagnose(profile)
     assert any("VLLM_BATCH_INVARIANT=1" in w for w in report.warnings)

@@ -158,3 +158,38 @@ def test_valid_options_load_unchanged(tmp_path: Path, backend: str, options: str
 
     profile = RunProfile.from_text(_profile_text(backend, options), tmp_path / "p.toml")
     assert profile.backend_options == tomllib.loads(options)  # as written: nothing filled
+
+
+def test_a_profiles_options_are_checked_once_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a profile checks each option it gives; doctor, the resolved
+    options and ``create_runner`` then take them as checked and check nothing."""
+    from guardrepro.run.doctor import diagnose
+    from guardrepro.run.profile import RunProfile
+    from guardrepro.run.resolve import runner_options
+    from guardrepro.run.runners.options import Option
+    from guardrepro.run.runners.registry import create_runner
+
+    checked: list[str] = []
+    real = Option.problem
+
+    def counting(self: Option, value: Any) -> str | None:
+        checked.append(self.name)
+        return real(self, value)
+
+    monkeypatch.setattr(Option, "problem", counting)
+    path = ROOT / "runners/rule-tool-lookup-toy.toml"
+    profile = RunProfile.load(path)
+    assert checked == list(profile.backend_options) == ["lookup_table"]
+    checked.clear()
+    assert diagnose(profile).facts.concurrency == backend_of("rule").options.default("batch_size")
+    options = runner_options(profile)
+    runner = create_runner(profile.descriptor, Path("."), options, eos_token_ids=(),
+                           pad_token_id=None, decode=str)
+    assert checked == []
+    assert options["lookup_table"] == str(ROOT / "runners/toy-tool-lookup.json")
+    assert runner.describe()["lookup_table_sha256"] is not None
+    # a replaced option is new input: checked when it is replaced
+    with pytest.raises(InputError) as info:
+        profile.with_backend_options(batch_size=0)
+    assert (info.value.file, info.value.field) == (str(path), "backend_options.batch_size")
+    assert profile.with_backend_options(batch_size=3).checked_options["batch_size"] == 3

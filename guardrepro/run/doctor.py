@@ -13,8 +13,10 @@ true``) and the verdict cannot give it.
 Facts are read where the backend's descriptor says
 (``runners.backends.DoctorFacts``: the device probe, the options holding
 concurrency, threads, batch-invariance mode, multiprocessing and maximum
-sequences); a fact a backend does not declare is ``None``, never another
-backend's option. A backend that declares no concurrency gets ``unknown``.
+sequences) in the profile's options as checked when it was read
+(``RunProfile.checked_options``: not checked again here); a fact a backend
+does not declare is ``None``, never another backend's option. A backend that
+declares no concurrency gets ``unknown``.
 
 Invariants: gathering facts loads no model and reads no checkpoint; the rule
 table is data (``RULES``), evaluated top to bottom, first match wins, and the
@@ -53,6 +55,7 @@ from typing import Any, ClassVar
 
 from guardrepro.errors import InputError
 from guardrepro.run.runners.backends import Backend
+from guardrepro.run.runners.options import CheckedOptions
 from guardrepro.run.runners.registry import PACKAGES
 from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.versions import package_versions
@@ -342,10 +345,10 @@ def _env() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in ENV_VARS}
 
 
-def _facts(descriptor: Backend, options: Mapping[str, Any]) -> Facts:
-    """``gather_facts`` for the descriptor a profile carries."""
+def _facts(descriptor: Backend, opts: CheckedOptions) -> Facts:
+    """``gather_facts`` for a descriptor and its options, already checked and
+    filled with the declared defaults."""
     env = _env()
-    opts = descriptor.options.check(options)  # the runner's declared defaults
     facts = descriptor.doctor
 
     def option(name: str | None) -> Any:
@@ -365,14 +368,13 @@ def _facts(descriptor: Backend, options: Mapping[str, Any]) -> Facts:
     )
 
 
-def _env_warnings(facts: Facts, descriptor: Backend, options: Mapping[str, Any]) -> list[str]:
+def _env_warnings(facts: Facts, descriptor: Backend, opts: CheckedOptions) -> list[str]:
     """A CUDA device asked for but not visible, and environment settings the
     runner would refuse (its descriptor's ``DoctorFacts.env``: it never
     overrides them)."""
     out = []
     if facts.device == "cuda" and facts.compute_capability is None:
         out.append("the profile runs on CUDA but torch sees no CUDA device on this machine")
-    opts = descriptor.options.filled(options)
     for name, option in descriptor.doctor.env:
         wanted = bool(opts[option])
         value = facts.env.get(name)
@@ -395,12 +397,12 @@ def diagnose(profile: Any | None = None, *, require: bool | None = None) -> Doct
     if profile is None:
         facts = gather_facts()
         return DoctorReport(facts, None, bool(require), None)
-    facts = _facts(profile.descriptor, profile.backend_options)
+    facts = _facts(profile.descriptor, profile.checked_options)  # checked when read
     required = (
         bool(getattr(profile, "require_batch_invariance", False)) if require is None else require
     )
     return DoctorReport(facts, evaluate(facts), required, str(profile.path),
-                        _env_warnings(facts, profile.descriptor, profile.backend_options))
+                        _env_warnings(facts, profile.descriptor, profile.checked_options))
 
 
 def preflight(profile: Any, *, require: bool | None = None) -> DoctorReport:

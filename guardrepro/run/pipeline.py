@@ -166,7 +166,7 @@ def _create_runner(profile: RunProfile, resolved: ResolvedProfile) -> Runner:
         return create_runner(
             profile.descriptor,
             resolved.checkpoint_dir,
-            dict(resolved.runner_options),
+            resolved.runner_options,
             eos_token_ids=resolved.tokenizer.eos_token_ids,
             pad_token_id=resolved.tokenizer.pad_token_id,
             decode=resolved.tokenizer.decode,

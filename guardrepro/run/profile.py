@@ -74,6 +74,7 @@ from guardrepro.errors import InputError, MissingArtifactError
 from guardrepro.guards.spec import looks_like_path
 from guardrepro.limits import parse_toml_text
 from guardrepro.run.runners.backends import Backend
+from guardrepro.run.runners.options import CheckedOptions
 from guardrepro.run.runners.registry import RUNNERS, backend_of
 from guardrepro.schema import sha256_text
 from guardrepro.spec import check_keys, expect_kind
@@ -136,7 +137,11 @@ class RunProfile:
     descriptor: Backend = field(repr=False)
     guard: GuardSpec
     checkpoint: CheckpointSpec
-    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    # [backend_options] checked against the descriptor's table once, when the
+    # profile is read (or an option replaced), and filled with its defaults:
+    # doctor, resolve and create_runner take these and check nothing again
+    checked_options: CheckedOptions = field(repr=False)
+    backend_options: Mapping[str, Any] = field(default_factory=dict)  # as written
     decoding: DecodingParams = field(default_factory=DecodingParams)
     description: str = ""
     require_batch_invariance: bool = False
@@ -181,7 +186,7 @@ class RunProfile:
         options = data.get("backend_options", {})
         if not isinstance(options, dict):
             raise InputError("expected a table", file=file, field="backend_options")
-        descriptor.options.check(options, file=file)
+        checked = descriptor.options.check(options, file=file)
         guard = _guard(data["guard"], base, file=file)
         return cls(
             path=path,
@@ -191,6 +196,7 @@ class RunProfile:
             guard=guard,
             checkpoint=_checkpoint(data.get("checkpoint"), base, file=file,
                                    needs_model=descriptor.needs_model, backend=backend),
+            checked_options=checked,
             backend_options=dict(options),
             decoding=_decoding(data.get("decoding", {}), file=file, guard=guard.name),
             description=description,
@@ -223,8 +229,11 @@ class RunProfile:
             )
 
     def with_backend_options(self, **updates: Any) -> RunProfile:
-        """A copy with some backend options replaced (e.g. ``batch_size=1``)."""
-        return dataclasses.replace(self, backend_options={**self.backend_options, **updates})
+        """A copy with some backend options replaced (e.g. ``batch_size=1``),
+        checked against the descriptor's table."""
+        options = {**self.backend_options, **updates}
+        checked = self.descriptor.options.check(options, file=str(self.path))
+        return dataclasses.replace(self, backend_options=options, checked_options=checked)
 
     def with_workers(self, workers: int) -> RunProfile:
         return dataclasses.replace(self, workers=workers)

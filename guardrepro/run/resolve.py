@@ -48,6 +48,7 @@ from typing import Any
 from guardrepro.errors import InputError, PromptError
 from guardrepro.guards.base import GuardAdapter, GuardTemplate
 from guardrepro.run.profile import RunProfile
+from guardrepro.run.runners.options import CheckedOptions
 from guardrepro.run.runners.registry import registered
 from guardrepro.schema import sha256_text
 
@@ -149,7 +150,7 @@ class Handoff:
                                    revision=self.model_revision)
         return ResolvedProfile(self.profile, self.checkpoint_dir, self.model_revision,
                                guard.template, guard, tokenizer, None,
-                               dict(self.runner_options), self.home, self.template,
+                               self.runner_options, self.home, self.template,
                                known_tree_sha256=self.tree_sha256)
 
 
@@ -181,7 +182,7 @@ class ResolvedProfile:
         """This resolution as paths, hashes and options (the tree hash computed
         now), for ``Handoff.resolve`` in another process."""
         return Handoff(self.profile, self.checkpoint_dir, self.model_revision,
-                       self.template_source, self.tree_sha256, dict(self.runner_options),
+                       self.template_source, self.tree_sha256, self.runner_options,
                        self.home)
 
 
@@ -278,14 +279,16 @@ def _guard(profile: RunProfile,
     return guard, guard.template, source
 
 
-def runner_options(profile: RunProfile) -> dict[str, Any]:
-    """The profile's ``[backend_options]`` with file paths (the descriptor's
-    ``path_options``) resolved against the profile."""
-    options = dict(profile.backend_options)
+def runner_options(profile: RunProfile) -> CheckedOptions:
+    """The profile's ``[backend_options]``, as checked when it was read, with
+    file paths (the descriptor's ``path_options``) resolved against the
+    profile: a path stays a string, so the options stay checked."""
+    checked = profile.checked_options
+    options = dict(checked)
     for name in profile.descriptor.path_options:
         if isinstance(options.get(name), str):
             options[name] = str(profile.path.parent / options[name])
-    return options
+    return CheckedOptions(checked.backend, options)
 
 
 def _tree_sha256(profile: RunProfile, checkpoint_dir: Path, *, pinned: bool,
