@@ -60,6 +60,21 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def toy_mlx_f32(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped toy guard as a float32 MLX artifact (its bfloat16 weights cast
+    exactly), written once per session for the MLX test modules."""
+    from guardrepro.artifacts.quantize.convert import quantize
+
+    base = tmp_path_factory.mktemp("toy-mlx-f32")
+    recipe = base / "f32.toml"
+    recipe.write_text('[recipe]\nname = "f32"\nquantize = false\ndtype = "float32"\n'
+                      'source_dtype = "bfloat16"\n', encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    quantize(recipe, root / "guardrepro" / "data" / "toy_guard", base / "f32", unpinned=True)
+    return base / "f32"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     for tier in TIERS:
         parser.addoption(f"--run-{tier}", action="store_true", help=f"run the {tier} tier")

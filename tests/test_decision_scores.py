@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from label_probs import index_by_scan, renorm
 
 from guardrepro.guards.decision import DecisionScores, decision_scores, label_union
 from guardrepro.guards.registry import get_guard
@@ -80,27 +81,18 @@ def _row() -> Any:
                    "prompt_injection": None}})
 
 
-def _index_by_scan(tok: Any, ids: tuple[int, ...], offset: int) -> int:
-    return next(i for i in range(len(ids)) if len(tok.decode(ids[: i + 1])) > offset)
-
-
-def _renorm(probs: Any, step: int, ids: list[int]) -> list[float]:
-    values = [float(probs[step, i]) for i in ids]
-    return [v / sum(values) for v in values]
-
-
 @pytest.mark.parametrize("rating", ["0.5", "1.0"])
 def test_ts_parser_kind_on_the_toy_guard(rating: str) -> None:
     guard = _guard("toy-guard")
     tok, prepared, gen, probs = _forced(TOY, guard, TS_OUTPUT.format(rating))
-    index = _index_by_scan(tok, gen.token_ids, guard.decision_char_offset(gen.text))
+    index = index_by_scan(tok.decode, gen.token_ids, guard.decision_char_offset(gen.text))
     assert decision_index(guard, gen, tok.decode) == index
     got = attempt_decision(guard, prepared, gen, index, tok.decode)
     assert got is not None and got.reason is None
     zero, one, five = (tok.plain_ids(d)[0] for d in ("0", "1", "5"))
-    p0, p1 = _renorm(probs, index, [zero, one])
+    p0, p1 = renorm(probs, index, [zero, one])
     if rating == "0.5":  # the output went through "0.": the split is read two tokens on
-        q0, q5 = _renorm(probs, index + 2, [zero, five])
+        q0, q5 = renorm(probs, index + 2, [zero, five])
         want = {"0.0": p0 * q0, "0.5": p0 * q5, "1.0": p1}
     else:  # never written: the "0" mass goes to the lower-scoring 0.0
         want = {"0.0": p0, "0.5": 0.0, "1.0": p1}
@@ -132,18 +124,18 @@ def test_first_line_parser_kinds(tiny: dict[str, Path], name: str) -> None:
     output, labels, unsafe = CONVERSATION[name]
     guard = _guard(name)
     tok, prepared, gen, probs = _forced(tiny[name], guard, output)
-    lead = gen.text[len(tok.decode(gen.token_ids[:_index_by_scan(
-        tok, gen.token_ids, guard.decision_char_offset(gen.text))])):
+    lead = gen.text[len(tok.decode(gen.token_ids[:index_by_scan(
+        tok.decode, gen.token_ids, guard.decision_char_offset(gen.text))])):
         guard.decision_char_offset(gen.text)]
     alone = tok.plain_ids(lead) if lead else ()
     encoded = [tok.plain_ids(lead + label) for label in labels]
     firsts = [ids[len(alone)] if alone and ids[: len(alone)] == alone else ids[0]
               for ids in encoded]
     assert len(set(firsts)) == len(labels), "this check assumes distinct first tokens"
-    index = _index_by_scan(tok, gen.token_ids, guard.decision_char_offset(gen.text))
+    index = index_by_scan(tok.decode, gen.token_ids, guard.decision_char_offset(gen.text))
     got = attempt_decision(guard, prepared, gen, index, tok.decode)
     assert got is not None and got.reason is None and got.label_probs is not None
-    want = dict(zip(labels, _renorm(probs, index, firsts), strict=True))
+    want = dict(zip(labels, renorm(probs, index, firsts), strict=True))
     for label in labels:
         assert got.label_probs[label] == pytest.approx(want[label], abs=1e-12)
     assert got.p_unsafe == pytest.approx(sum(want[x] for x in unsafe), abs=1e-12)
@@ -159,7 +151,7 @@ def test_logit_parser_kind(tiny: dict[str, Path]) -> None:
     tok, prepared, gen, probs = _forced(tiny["shieldgemma"], guard, "Yes")
     got = attempt_decision(guard, prepared, gen, 0, tok.decode)
     yes, no = tok.single_token_id("Yes"), tok.single_token_id("No")
-    p_yes = _renorm(probs, 0, [yes, no])[0]
+    p_yes = renorm(probs, 0, [yes, no])[0]
     assert got is not None and got.p_unsafe == pytest.approx(p_yes, abs=1e-12)
     assert got.label_probs == pytest.approx({"Yes": p_yes, "No": 1 - p_yes}, abs=1e-12)
     assert got.p_unsafe == pytest.approx(

@@ -275,12 +275,6 @@ def test_shipped_profiles_parse(name: str, tmp_path: Path) -> None:
 
 
 TOY = REPO / "guardrepro" / "data" / "toy_guard"
-F32_RECIPE = """[recipe]
-name = "f32"
-quantize = false
-dtype = "float32"
-source_dtype = "bfloat16"
-"""
 
 
 def _toy_prompts(n_per_domain: int) -> list[str]:
@@ -298,16 +292,16 @@ def _toy_prompts(n_per_domain: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def toy_artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def toy_artifacts(tmp_path_factory: pytest.TempPathFactory,
+                  toy_mlx_f32: Path) -> dict[str, Path]:
     from guardrepro.artifacts.quantize.convert import quantize
 
     base = tmp_path_factory.mktemp("toy")
-    (base / "f32.toml").write_text(F32_RECIPE)
-    recipes = {"f32": base / "f32.toml", "bf16": REPO / "quantize" / "bf16.toml",
+    recipes = {"bf16": REPO / "quantize" / "bf16.toml",
                "q8-g64": REPO / "quantize" / "q8-g64.toml"}
     for name, recipe in recipes.items():
         quantize(recipe, TOY, base / name, unpinned=True)
-    return {name: base / name for name in recipes}
+    return {"f32": toy_mlx_f32, **{name: base / name for name in recipes}}
 
 
 def test_toy_guard_fp32_logits_match_transformers(toy_artifacts: dict[str, Path]) -> None:
