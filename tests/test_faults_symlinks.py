@@ -32,8 +32,10 @@ PRECIOUS = b"a user's file outside the output directory\n"
 
 
 def _outside(tmp_path: Path) -> Path:
+    """A user's folder outside the output: a file, a folder holding one, an empty folder."""
     outside = tmp_path / "outside"
     (outside / "folder").mkdir(parents=True)
+    (outside / "empty").mkdir()
     (outside / "victim").write_bytes(PRECIOUS)
     (outside / "folder" / "kept").write_bytes(PRECIOUS)
     return outside
@@ -49,8 +51,10 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def _plant(link: Path, outside: Path, kind: str) -> None:
+    """A link at ``link`` to the outside file (``file``), folder (``dir``) or
+    empty folder (``empty``)."""
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(outside / ("folder" if kind == "dir" else "victim"))
+    link.symlink_to(outside / {"file": "victim", "dir": "folder", "empty": "empty"}[kind])
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +154,8 @@ def test_open_file_refuses_a_link_at_the_file_and_at_every_directory_below_trust
         refuse_links(trusted / "a" / "b" / "new", trusted=trusted)
     with pytest.raises(OutputError, match="not inside"):
         open_file(tmp_path / "elsewhere", os.O_WRONLY | os.O_CREAT, trusted=trusted)
-    assert _snapshot(outside) == {"folder": "dir", "folder/kept": _sha(PRECIOUS),
-                                  "victim": _sha(PRECIOUS)}
+    assert _snapshot(outside) == {"empty": "dir", "folder": "dir",
+                                  "folder/kept": _sha(PRECIOUS), "victim": _sha(PRECIOUS)}
 
 
 def test_a_symlink_above_trusted_is_the_users_choice_and_is_followed(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardrepro.artifacts.nofollow import refuse_links
 from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError
 
@@ -152,6 +153,7 @@ def write_scaffold(name: str, checkpoint: Path, out: Path, *, force: bool = Fals
     spec_path = out / "guards" / f"{name}.toml"
     profile_path = out / "runners" / f"{name}-hf.toml"
     for path in (spec_path, profile_path):
+        refuse_links(path.parent.absolute(), trusted=out.absolute())  # before any work
         if path.exists() and not force:
             raise InputError("file exists (use --force to overwrite)", file=str(path))
     tok = PromptTokenizer(checkpoint)
@@ -159,8 +161,8 @@ def write_scaffold(name: str, checkpoint: Path, out: Path, *, force: bool = Fals
     decide = [line.replace("<name>", name) for line in decide]
     for path, text in ((spec_path, _spec_text(name, facts)),
                        (profile_path, _profile_text(name, checkpoint))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, text.encode("utf-8"))
+        # made beneath --out without following a link planted on the way
+        atomic_write_bytes(path.absolute(), text.encode("utf-8"), trusted=out.absolute())
     from guardrepro.guards.spec import load_spec
 
     load_spec(spec_path)  # what was written reads back

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import guardrepro
+from guardrepro.artifacts.nofollow import refuse_links
 from guardrepro.artifacts.store import fsync_dir, read_hashed, remove_stale_dirs
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
@@ -241,6 +242,15 @@ def _order_records(
     return ordered, missing, cohort_rows
 
 
+def _output_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` absolute: its parent resolved (the trusted directory, into which
+    the merged run is renamed) and its own name kept, so that a symlink planted at
+    it is refused (``artifacts.nofollow``) instead of being merged into."""
+    given = Path(os.path.abspath(out_dir))
+    out = given.parent.resolve() / given.name
+    return refuse_links(out, trusted=out.parent)
+
+
 def merge_runs(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -251,7 +261,7 @@ def merge_runs(
     """Check and merge ``run_dirs`` into ``out_dir`` (see the module docstring)."""
     if not run_dirs:
         raise InputError("nothing to merge: give at least one run directory")
-    out = Path(out_dir).resolve()
+    out = _output_dir(out_dir)
     resolved = [Path(d).resolve() for d in run_dirs]
     if len(set(resolved)) != len(resolved):
         twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})

@@ -97,8 +97,10 @@ def matches(cached: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
 
 
 def cached(path: Path, key: Mapping[str, Any]) -> StatsResult | None:
-    """stats.json at ``path`` when it exists and its ``cache_key`` matches ``key``."""
-    if not path.is_file():
+    """stats.json at ``path`` when it exists and its ``cache_key`` matches ``key``.
+    A symlink there is never the cache (nor read): the caller computes, and its
+    atomic write replaces the link (``artifacts.nofollow``)."""
+    if path.is_symlink() or not path.is_file():
         return None
     data = read_json_file(path)
     stored = data.get("cache_key") if isinstance(data, Mapping) else None
