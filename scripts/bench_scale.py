@@ -22,7 +22,10 @@ resident memory (``wait4``'s ``ru_maxrss``) is its own:
 5. with ``--verify-files N`` (N > 0), ``lock`` of a directory of N small files
    (1,000 a sub-directory) and ``verify`` of that lock twice (the second finds
    every verification stamp in place), in a cache of its own under the
-   benchmark directory.
+   benchmark directory; with ``--baseline-tree DIR`` (a checkout of another
+   version, e.g. ``git archive main | tar -x -C DIR``) that version's
+   ``verify`` runs before each of these, in its own cache, and the ratios
+   (wall and CPU seconds, this / baseline) are printed.
 
 Output: a table on stdout (seconds, rows, rows/s, peak MB per step) and the
 ratios: per-record / batched fsync seconds on the baseline rows; the resume's
@@ -50,19 +53,26 @@ from scripts.bench_split_scale import RULE, write_split  # noqa: E402
 BASE_ROWS = 10_000
 
 
-def _proc(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of each verify step
+
+
+def _proc(args: list[str], env: dict[str, str], tree: Path = ROOT) -> subprocess.Popen[bytes]:
     # SIGINT at its default: a shell's background job inherits it ignored, and a
-    # Python started so never raises KeyboardInterrupt
-    return subprocess.Popen([sys.executable, "-m", "guardrepro", *args], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    # Python started so never raises KeyboardInterrupt; ``tree``: the checkout
+    # whose guardrepro runs (``-m`` puts the working directory first on sys.path)
+    return subprocess.Popen([sys.executable, "-m", "guardrepro", *args], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": str(tree), **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _wait(proc: subprocess.Popen[bytes], start: float, ok: tuple[int, ...] = (0,)
-          ) -> tuple[float, float]:
-    """Seconds since ``start`` and peak RSS (MB) of ``proc``, once it exits."""
+def _wait(proc: subprocess.Popen[bytes], start: float, ok: tuple[int, ...] = (0,),
+          cpu: str = "") -> tuple[float, float]:
+    """Seconds since ``start`` and peak RSS (MB) of ``proc``, once it exits
+    (its CPU seconds into ``CPU[cpu]`` when ``cpu`` is given)."""
     _, status, usage = os.wait4(proc.pid, 0)
+    if cpu:
+        CPU[cpu] = usage.ru_utime + usage.ru_stime
     seconds = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
@@ -72,9 +82,10 @@ def _wait(proc: subprocess.Popen[bytes], start: float, ok: tuple[int, ...] = (0,
     return seconds, usage.ru_maxrss / 1024
 
 
-def step(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def step(args: list[str], env: dict[str, str] | None = None, tree: Path = ROOT,
+         cpu: str = "") -> tuple[float, float]:
     start = time.perf_counter()
-    return _wait(_proc(args, env or {}), start)
+    return _wait(_proc(args, env or {}, tree), start, cpu=cpu)
 
 
 def _count(path: Path) -> int:
@@ -136,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verify-files", type=int, default=0)
     parser.add_argument("--only-verify", action="store_true",
                         help="skip the run steps: only the --verify-files steps")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="a checkout (e.g. `git archive main`) whose verify runs"
+                             " interleaved with this one's, each with a cache of its own")
     args = parser.parse_args(argv)
     after = args.interrupt_after or args.rows // 3
     if not 0 < after < args.rows or not 0 < args.baseline_rows <= args.rows:
@@ -145,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     results: dict[str, tuple[float, float, int]] = {}
     if args.only_verify:
-        verify_steps(base, args.verify_files, results)
+        verify_steps(base, args.verify_files, results, args.baseline_tree)
         report(results, args, base, load_before)
         return
     start = time.perf_counter()
@@ -169,12 +183,15 @@ def main(argv: list[str] | None = None) -> None:
     results["run again (resume to the end)"] = (seconds, peak, _count(records) - kept)
     seconds, peak = step(["stats", str(run), "--no-progress"])
     results["stats"] = (seconds, peak, _count(records))
-    verify_steps(base, args.verify_files, results)
+    verify_steps(base, args.verify_files, results, args.baseline_tree)
     report(results, args, base, load_before)
 
 
-def verify_steps(base: Path, files: int, results: dict[str, tuple[float, float, int]]) -> None:
-    """``lock`` of ``files`` small files, then ``verify`` twice (rows: files)."""
+def verify_steps(base: Path, files: int, results: dict[str, tuple[float, float, int]],
+                 baseline: Path | None = None) -> None:
+    """``lock`` of ``files`` small files, then ``verify`` twice (rows: files); with
+    ``baseline``, that checkout's ``verify`` before each of this one's, in a cache
+    of its own (interleaved: baseline, this, baseline, this)."""
     if files <= 0:
         return
     model = base / f"files-{files}"
@@ -183,13 +200,18 @@ def verify_steps(base: Path, files: int, results: dict[str, tuple[float, float, 
         if i % 1000 == 0:
             sub.mkdir(parents=True, exist_ok=True)
         (sub / f"f{i:07d}.bin").write_bytes(b"%d\n" % i)
-    lock, home = base / f"files-{files}.toml", str(base / "home")
+    lock = base / f"files-{files}.toml"
     results[f"lock of {files} files"] = (*step(["lock", str(model), "--out", str(lock),
                                                 "--no-progress", "--force"],
-                                               {"GUARDREPRO_HOME": home}), files)
+                                               {"GUARDREPRO_HOME": str(base / "home")}), files)
+    trees = [("baseline ", baseline.resolve())] if baseline is not None else []
+    trees.append(("", ROOT))
     for label in ("verify", "verify again (stamps in place)"):
-        results[label] = (*step(["verify", str(lock), "--no-progress"],
-                                {"GUARDREPRO_HOME": home}), files)
+        for name, tree in trees:
+            home = str(base / ("home-baseline" if name else "home"))
+            results[name + label] = (*step(["verify", str(lock), "--no-progress"],
+                                           {"GUARDREPRO_HOME": home}, tree,
+                                           cpu=name + label), files)
 
 
 def report(results: dict[str, tuple[float, float, int]], args: argparse.Namespace,
@@ -202,6 +224,12 @@ def report(results: dict[str, tuple[float, float, int]], args: argparse.Namespac
     for name, (seconds, peak, rows) in results.items():
         rate = rows / seconds if seconds else 0.0
         print(f"{name:<46} {seconds:>9.1f} {rows:>9} {rate:>8.0f} {peak:>8.0f}")
+    for name, cpu in CPU.items():
+        print(f"CPU seconds, {name}: {cpu:.1f}")
+        old = "baseline " + name
+        if old in CPU:
+            print(f"  {name} / baseline: wall {results[name][0] / results[old][0]:.2f},"
+                  f" CPU {cpu / CPU[old]:.2f}")
     if args.only_verify:
         return
     n = args.baseline_rows

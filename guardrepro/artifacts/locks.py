@@ -49,10 +49,11 @@ from typing import Any, Literal
 
 import tomli_w
 
+from guardrepro.artifacts.lock_text import read_lock_toml
 from guardrepro.artifacts.store import atomic_write_bytes, check_relpath, sha256_file
 from guardrepro.errors import LockError, UnsafePathError
 from guardrepro.limits import lone_surrogate_field
-from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind, read_toml
+from guardrepro.spec import HEX40, HEX64, REQUIRED, Table, expect_kind
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -249,6 +250,9 @@ def _checked_path(rel: str, fields: _Fields, name: str) -> None:
 
 
 def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
+    plain = _plain_file(raw, source)
+    if plain is not None:
+        return plain
     fields = _Fields(raw, file, row, "file.")
     fields.only(*(f.name for f in dataclasses.fields(LockedFile)))
     path = fields.get("path", str, required=True)
@@ -282,6 +286,23 @@ def _parse_file(raw: Any, file: str, row: int, source: Source) -> LockedFile:
         raise fields.fail("pinned_at", f'needs pinned_by = "{FIRST_DOWNLOAD}"')
     fields.done()
     return LockedFile(path, sha, size, lfs, extract, extract_sha, pinned_by, pinned_at)
+
+
+def _plain_file(raw: Any, source: Source) -> LockedFile | None:
+    """The entry of a table holding exactly a valid path, sha256 and size (what
+    ``lock`` writes), without the general checks' per-key work; None otherwise
+    (``_parse_file`` then checks it, and names what is wrong)."""
+    if type(raw) is not dict or len(raw) != 3 or isinstance(source, GithubSource):
+        return None
+    path, sha, size = raw.get("path"), raw.get("sha256"), raw.get("size")
+    if (type(path) is not str or type(sha) is not str or type(size) is not int
+            or size < 0 or not HEX64.fullmatch(sha)):
+        return None
+    try:
+        check_relpath(path)
+    except UnsafePathError:
+        return None
+    return LockedFile(path, sha, size)
 
 
 def parse_lock(data: Any, file: str, header: str = "", path: Path | None = None) -> Lock:
@@ -332,7 +353,7 @@ def _header(text: str) -> str:
 def load_lock(path: str | os.PathLike[str]) -> Lock:
     """Read and validate a lock file; LockError (an InputError) names file and field."""
     lock_path = Path(path)
-    data, text = read_toml(lock_path, "lock file", error=LockError)
+    data, text = read_lock_toml(lock_path)
     expect_kind(data, "lock", file=str(lock_path), error=LockError)
     return parse_lock(data, str(lock_path), _header(text), lock_path.resolve())
 

@@ -153,7 +153,7 @@ def fsync_dir(path: Path) -> None:
 _SWEPT: set[Path] = set()  # directories this process has cleared of dead writers' temp files
 
 
-def _sweep_once(parent: Path) -> None:
+def sweep_once(parent: Path) -> None:
     """Remove the temp files that dead writers left in ``parent``, the first time
     this process writes there: listing the directory on every write made N
     writes into one directory (``verify``'s N stamps) cost N squared."""
@@ -185,16 +185,16 @@ def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None,
         raise output_error(path, exc) from None
     parent = open_dir(path.parent, trusted=trusted, create=True)
     try:
-        _write_replace(parent, path, data, durable)
+        write_replace_at(parent, path, data, durable)
     finally:
         os.close(parent)
     if durable:
         fsync_dir(path.parent)
 
 
-def _write_replace(parent: int, path: Path, data: bytes, durable: bool = True) -> None:
+def write_replace_at(parent: int, path: Path, data: bytes, durable: bool = True) -> None:
     """``atomic_write_bytes`` in the directory ``parent`` (a descriptor of ``path.parent``)."""
-    _sweep_once(path.parent)
+    sweep_once(path.parent)
     tmp = path.parent / f".{path.name}{TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         # a new name (O_EXCL), never a link (O_NOFOLLOW)
@@ -262,25 +262,33 @@ def walk_files(root: Path) -> Iterator[tuple[str, Path]]:
     Raises UnsafePathError on a symlink or anything that is neither a file nor a
     directory; the order is the sort order of the relative path strings.
     """
+    for rel in walk_relpaths(root):
+        yield rel, root / rel
+
+
+def walk_relpaths(root: Path) -> list[str]:
+    """The relative POSIX paths ``walk_files`` yields, sorted, without a ``Path``
+    object per file (one ``scandir`` per directory; a 200,000-file tree in a
+    fraction of the time)."""
     if root.is_symlink():
         raise UnsafePathError(f"{root} is a symlink")
-    found: list[tuple[str, Path]] = []
-    stack = [root]
+    found: list[str] = []
+    stack = [(os.fspath(root), "")]
     while stack:
-        current = stack.pop()
+        current, prefix = stack.pop()
         with os.scandir(current) as entries:
             for entry in entries:
-                path = Path(entry.path)
                 if entry.is_symlink():
-                    raise UnsafePathError(f"{path} is a symlink (refused inside {root})")
+                    raise UnsafePathError(
+                        f"{Path(entry.path)} is a symlink (refused inside {root})")
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(path)
+                    stack.append((entry.path, f"{prefix}{entry.name}/"))
                 elif entry.is_file(follow_symlinks=False):
-                    found.append((path.relative_to(root).as_posix(), path))
+                    found.append(prefix + entry.name)
                 else:
-                    raise UnsafePathError(f"{path} is not a regular file or directory")
-    found.sort(key=lambda item: item[0])
-    yield from found
+                    raise UnsafePathError(f"{Path(entry.path)} is not a regular file or directory")
+    found.sort()
+    return found
 
 
 # --- content-addressed blobs ----------------------------------------------------------
@@ -349,7 +357,7 @@ def verify_full_requested() -> bool:
     return os.environ.get(FULL_ENV, "") not in ("", "0")
 
 
-def _sample_offsets(size: int) -> list[int]:
+def sample_offsets(size: int) -> list[int]:
     """Offsets of the sampled blocks: evenly spread, first and last block included."""
     if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
         return list(range(0, size, SAMPLE_BLOCK))
@@ -363,7 +371,7 @@ def sampled_digest(path: Path) -> str:
     digest = hashlib.sha256()
     try:
         size = os.fstat(fd).st_size
-        for offset in _sample_offsets(size):
+        for offset in sample_offsets(size):
             digest.update(os.pread(fd, SAMPLE_BLOCK, offset))
     finally:
         os.close(fd)

@@ -28,10 +28,11 @@ from guardrepro.artifacts.store import (
     safe_join,
     sha256_file,
     stamp_matches,
-    walk_files,
+    walk_relpaths,
     write_stamp,
 )
 from guardrepro.artifacts.treehash import TreeHash, cached_tree
+from guardrepro.artifacts.verify_fast import FastChecker
 from guardrepro.errors import IntegrityError, MissingArtifactError, UnsafePathError
 from guardrepro.progress import progress_bar
 
@@ -203,8 +204,9 @@ def _extras(directory: Path, lock: Lock) -> list[FileStatus]:
     listed = {entry.path for entry in lock.files}
     try:
         return [
-            FileStatus(rel, UNEXPECTED, location=path, detail="file not listed in the lock")
-            for rel, path in walk_files(directory)
+            FileStatus(rel, UNEXPECTED, location=directory / rel,
+                       detail="file not listed in the lock")
+            for rel in walk_relpaths(directory)
             if rel not in listed
         ]
     except UnsafePathError as exc:
@@ -228,12 +230,41 @@ def check_tree(home: Path, lock: Lock, *, full: bool) -> TreeStatus | None:
 
 def _entries(lock: Lock, progress: bool) -> Iterator[LockedFile]:
     """The lock's files; with ``progress`` a bar on stderr counting their pinned bytes."""
-    total = sum(int(entry.size or 0) for entry in lock.files)
-    with progress_bar(total, f"verify {lock.name}", "B", enabled=progress,
-                      leave=False) as bar:
+    with _bar(lock, progress) as bar:
         for entry in lock.files:
             yield entry
             bar.update(int(entry.size or 0))
+
+
+def _bar(lock: Lock, progress: bool) -> Any:
+    total = sum(int(entry.size or 0) for entry in lock.files)
+    return progress_bar(total, f"verify {lock.name}", "B", enabled=progress, leave=False)
+
+
+def _check_all_at(home: Path, directory: Path, lock: Lock, *, full: bool,
+                  progress: bool) -> list[FileStatus]:
+    """``_check_at`` of every entry; with ``full``, through ``verify_fast`` (the
+    general path for the entries it leaves)."""
+    if not full:
+        return [_check_at(home, directory, entry, full=False)
+                for entry in _entries(lock, progress)]
+    statuses = []
+    checker = FastChecker(home, directory)
+    try:
+        with _bar(lock, progress) as bar:
+            for entry, result in checker.check(lock.files,
+                                               lambda e: bar.update(int(e.size or 0))):
+                if result is None:
+                    statuses.append(_check_at(home, directory, entry, full=True))
+                    continue
+                status, sha, size = result
+                location = directory / entry.path
+                detail = f"{location} is not a regular file" if status == UNSAFE else ""
+                statuses.append(FileStatus(entry.path, status, entry.sha256, sha, entry.size,
+                                           size, location, detail))
+    finally:
+        checker.close()
+    return statuses
 
 
 def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) -> VerifyReport:
@@ -245,8 +276,7 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
     if isinstance(lock.source, LocalSource):
         directory: Path | None = lock.local_dir()
         assert directory is not None
-        for entry in _entries(lock, progress):
-            statuses.append(_check_at(home, directory, entry, full=full))
+        statuses = _check_all_at(home, directory, lock, full=full, progress=progress)
         if directory.is_dir():
             statuses.extend(_extras(directory, lock))
         tree = check_tree(home, lock, full=full)
@@ -267,8 +297,8 @@ def check_lock(lock: Lock, home: Path, *, full: bool, progress: bool = False) ->
                 statuses.append(_check_blob(home, entry, full=full))
     else:
         directory = artifact_dir(home, lock)
-        for entry in _entries(lock, progress):
-            status = _check_at(home, directory, entry, full=full)
+        for status, entry in zip(_check_all_at(home, directory, lock, full=full,
+                                               progress=progress), lock.files, strict=True):
             if status.ok:
                 blob = _check_blob(home, entry, full=False)
                 if blob.status == UNSAFE:
