@@ -15,11 +15,13 @@ rename (exit as usual, a regular file now stands at the name) or refused
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from loopback import serve_bytes, sha
 from test_faults_env import self_gate
 from test_faults_symlinks import (  # noqa: F401  (finished_run: a shared fixture)
     _outside,
@@ -28,6 +30,7 @@ from test_faults_symlinks import (  # noqa: F401  (finished_run: a shared fixtur
     finished_run,
 )
 from test_faults_weights import cli
+from test_fetch_http import DATA_A, entry, env, media, write_lock  # noqa: F401  (env: a fixture)
 
 from guardrepro.errors import OutputError
 
@@ -198,3 +201,37 @@ def test_a_sweeps_reference_or_artifacts_folder_planted_as_a_link_is_refused(
         else:
             sweep._artifact(spec.recipes[0].chosen(True), spec, out, tmp_path / "home", result)
     assert _snapshot(outside) == before
+
+
+# a github lock's file downloads into <home>/downloads/<lock>/<name>.part, with
+# its resume metadata in <name>.part.json, <name> being the first 16 hex digits
+# of the sha256 of the file's path in the lock, a dash and its base name
+PART = hashlib.sha256(b"data/a.json").hexdigest()[:16] + "-a.json.part"
+
+
+@pytest.mark.parametrize(("planted", "kind", "outcome"), [
+    ("downloads", "dir", "is a symlink"),
+    (f"downloads/t/{PART}", "file", LINKED),
+    (f"downloads/t/{PART}.json", "file", REPLACED),
+], ids=["downloads", "part", "part.json"])
+def test_a_link_planted_in_fetchs_downloads_folder_is_never_written_through(
+        planted, kind, outcome, server, env, tmp_path, capsys):  # noqa: F811
+    """``fetch`` of a github lock from a loopback server: a link at the
+    partial download is refused (its bytes were appended to the link's target),
+    one at its metadata is replaced (it was overwritten through the link)."""
+    server.route(media("data/a.json"), serve_bytes(DATA_A))
+    lock = write_lock(tmp_path / "t.toml", [entry("data/a.json", DATA_A)])
+    outside = _outside(tmp_path)
+    before = _snapshot(outside)
+    link = env / planted
+    _plant(link, outside, kind)
+    code, _, err = cli(capsys, "fetch", str(lock), "--home", str(env), "--no-progress")
+    assert _snapshot(outside) == before, err
+    assert "Traceback" not in err
+    if outcome == REPLACED:  # written whole, then removed once the download is placed
+        assert code == 0, err
+        assert not link.is_symlink() and not link.exists()
+        assert (env / "blobs/sha256" / sha(DATA_A)).read_bytes() == DATA_A
+    else:
+        assert code == 2 and str(link) in err and outcome in err, err
+        assert link.is_symlink()

@@ -24,7 +24,9 @@ other than identity is refused. Failures that survive every retry (or the
 deadline) raise TransientFetchError (exit 4) naming what the server did; a
 complete body of the wrong size or hash raises IntegrityError naming the file, URL,
 expected and observed sha256/size. The destination name only ever holds bytes
-whose size and sha256 matched (``os.replace`` after fsync).
+whose size and sha256 matched (``os.replace`` after fsync). A symlink planted at
+``.part`` is refused, naming it; one at ``.part.json`` is never read and is
+replaced (``artifacts.nofollow``): no byte goes through a link.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from typing import Any
 
 from guardrepro import __version__
 from guardrepro.artifacts.fetch_policy import RetryPolicy
-from guardrepro.artifacts.nofollow import output_error
-from guardrepro.artifacts.store import fsync_dir, sha256_file
+from guardrepro.artifacts.nofollow import open_file, output_error
+from guardrepro.artifacts.store import atomic_write_bytes, fsync_dir, open_regular, sha256_file
 from guardrepro.artifacts.watchdog import Watchdog, opener
 from guardrepro.errors import (
     FetchError,
@@ -72,7 +74,8 @@ def _describe(label: str, url: str) -> str:
 
 @dataclass
 class _Meta:
-    """What ``<dest>.part.json`` keeps about the bytes in ``.part``."""
+    """What ``<dest>.part.json`` keeps about the bytes in ``.part``. A symlink
+    there is never read (it reads as no metadata) and is replaced on save."""
 
     validator: str | None = None
     total: int | None = None  # the length the server attested
@@ -80,7 +83,8 @@ class _Meta:
     @classmethod
     def load(cls, path: Path) -> _Meta:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            with os.fdopen(open_regular(path), "rb") as fh:  # never through a link
+                raw = json.loads(fh.read().decode("utf-8"))
             validator, total = raw.get("validator"), raw.get("total")
         except (OSError, ValueError, AttributeError):
             return cls()
@@ -90,7 +94,9 @@ class _Meta:
         )
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"validator": self.validator, "total": self.total}))
+        """Written whole (a link at ``path`` replaced); OutputError naming ``path``."""
+        data = json.dumps({"validator": self.validator, "total": self.total})
+        atomic_write_bytes(path, data.encode("utf-8"), durable=False)
 
 
 def _validator(response: http.client.HTTPResponse) -> str | None:
@@ -346,16 +352,11 @@ def _receive(
             f"{what}: not pinned: the server sent no Content-Length, so a body cut short"
             " cannot be told apart; nothing was downloaded"
         )
-    try:
-        meta.save(meta_path)
-    except OSError as exc:
-        raise output_error(meta_path, exc) from None
+    meta.save(meta_path)
     length = response.headers.get("Content-Length")
     body_size = int(length) if length is not None and length.isdigit() else None
-    try:
-        out = open(part, "r+b" if start and part.exists() else "wb")  # noqa: SIM115
-    except OSError as exc:
-        raise output_error(part, exc) from None
+    # never through a link planted at .part (refused, naming it); cut to ``start`` below
+    out = os.fdopen(open_file(part, os.O_RDWR | os.O_CREAT), "r+b")
     try:  # a full disk also fails the flush on the way out: name the .part either way
         with (
             out,
