@@ -25,7 +25,11 @@ resident memory (``wait4``'s ``ru_maxrss``) is its own:
    benchmark directory; with ``--baseline-tree DIR`` (a checkout of another
    version, e.g. ``git archive main | tar -x -C DIR``) that version's
    ``verify`` runs before each of these, in its own cache, and the ratios
-   (wall and CPU seconds, this / baseline) are printed.
+   (wall and CPU seconds, this / baseline) are printed;
+6. with ``--only-merge`` instead of all the above: the cohort, ``run --shard
+   1/2`` and ``2/2`` of it, then ``merge`` of the two runs (the merge of
+   ``run --workers 2``), with ``--baseline-tree`` that checkout's merge first,
+   the two merged files compared byte for byte.
 
 Output: a table on stdout (seconds, rows, rows/s, peak MB per step) and the
 ratios: per-record / batched fsync seconds on the baseline rows; the resume's
@@ -147,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verify-files", type=int, default=0)
     parser.add_argument("--only-verify", action="store_true",
                         help="skip the run steps: only the --verify-files steps")
+    parser.add_argument("--only-merge", action="store_true",
+                        help="only: --rows rows run as shards 1/2 and 2/2, then `merge` of"
+                             " the two (with --baseline-tree: that checkout's merge first)")
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="a checkout (e.g. `git archive main`) whose verify runs"
                              " interleaved with this one's, each with a cache of its own")
@@ -158,8 +165,11 @@ def main(argv: list[str] | None = None) -> None:
     base.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     results: dict[str, tuple[float, float, int]] = {}
-    if args.only_verify:
-        verify_steps(base, args.verify_files, results, args.baseline_tree)
+    if args.only_verify or args.only_merge:
+        if args.only_merge:
+            merge_steps(base, args.rows, results, args.baseline_tree)
+        else:
+            verify_steps(base, args.verify_files, results, args.baseline_tree)
         report(results, args, base, load_before)
         return
     start = time.perf_counter()
@@ -214,6 +224,35 @@ def verify_steps(base: Path, files: int, results: dict[str, tuple[float, float, 
                                            cpu=name + label), files)
 
 
+def merge_steps(base: Path, rows: int, results: dict[str, tuple[float, float, int]],
+                baseline: Path | None) -> None:
+    """``rows`` rule rows run as ``--shard 1/2`` and ``--shard 2/2`` (what
+    ``run --workers 2`` runs in its workers), then ``merge`` of the two runs
+    into a fresh directory: the baseline checkout's first when given, then
+    this one's; the merged files must be byte for byte the same."""
+    cohort = make_cohort(base, rows)
+    common = ["--profile", str(RULE), "--cohort", str(cohort), "--no-progress"]
+    shards = []
+    for k in (1, 2):
+        out = base / f"shard-{k}-of-2"
+        seconds, peak = step(["run", *common, "--out", str(out), "--shard", f"{k}/2"])
+        results[f"run --shard {k}/2"] = (seconds, peak, _count(out / "records.jsonl"))
+        shards.append(str(out))
+    trees = [("baseline ", baseline.resolve())] if baseline is not None else []
+    trees.append(("", ROOT))
+    merged = []
+    for name, tree in trees:
+        out = base / f"merged{'-baseline' if name else ''}"
+        seconds, peak = step(["merge", *shards, "--out", str(out), "--cohort", str(cohort)],
+                             tree=tree, cpu=name + "merge")
+        results[name + "merge"] = (seconds, peak, _count(out / "records.jsonl"))
+        merged.append((out / "records.jsonl").read_bytes())
+    if len(merged) == 2 and merged[0] != merged[1]:
+        raise SystemExit("the merged records differ from the baseline's")
+    if len(merged) == 2:
+        print("merged records.jsonl: byte for byte the baseline's")
+
+
 def report(results: dict[str, tuple[float, float, int]], args: argparse.Namespace,
            base: Path, load_before: tuple[float, float, float]) -> None:
     what = f"{args.verify_files} files" if args.only_verify else f"{args.rows} rows"
@@ -230,7 +269,7 @@ def report(results: dict[str, tuple[float, float, int]], args: argparse.Namespac
         if old in CPU:
             print(f"  {name} / baseline: wall {results[name][0] / results[old][0]:.2f},"
                   f" CPU {cpu / CPU[old]:.2f}")
-    if args.only_verify:
+    if args.only_verify or args.only_merge:
         return
     n = args.baseline_rows
     batched = [v[0] for k, v in results.items() if k.startswith(f"run --limit {n}, batched")]

@@ -54,7 +54,7 @@ def merge(
     for source in report.sources:
         shard = source.manifest.shard or "unsharded"
         echo(f"  {source.path}: run {source.manifest.run_id}, {shard}, "
-             f"{len(source.records)} records")
+             f"{source.record_count} records")
     missing = report.cohort_rows - report.merged_rows
     note = f", {missing} missing" if missing else ""
     echo(

@@ -33,34 +33,36 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import guardrepro
 from guardrepro.artifacts.nofollow import refuse_links
-from guardrepro.artifacts.store import fsync_dir, read_hashed, remove_stale_dirs
+from guardrepro.artifacts.store import fsync_dir, remove_stale_dirs
 from guardrepro.errors import InputError, ProvenanceError
 from guardrepro.guards.registry import record_parser
-from guardrepro.rundir.cohort import read_cohort
+from guardrepro.run.merge_index import (
+    RecordIndex,
+    cohort_ids,
+    cohort_sha256,
+    index_records,
+    write_merged,
+)
 from guardrepro.rundir.manifest import (
     MANIFEST_FILE,
     RunManifest,
-    check_one_provenance,
     provenance_differences,
     read_manifest,
     write_manifest,
 )
 from guardrepro.rundir.records import (
     RECORDS_FILE,
-    parse_records,
-    record_line,
     utc_now,
     write_atomic,
 )
 from guardrepro.rundir.shard import parse_shard, shard_of
-from guardrepro.schema import Record
 from guardrepro.serde.fields import JsonValue, opt
 from guardrepro.versions import git_commit
 
@@ -79,7 +81,7 @@ class SourceRun(JsonValue):
 
     path: Path
     manifest: RunManifest = opt(skip=True)
-    records: list[Record] = opt(skip=True)
+    index: RecordIndex = opt(skip=True)  # where each row's line lies; no record is kept
     records_sha256: str = opt()
 
     @property
@@ -92,7 +94,7 @@ class SourceRun(JsonValue):
 
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return len(self.index.rows)
 
     @property
     def profile(self) -> Mapping[str, Any]:
@@ -135,10 +137,8 @@ def load_source(run_dir: str | Path) -> SourceRun:
     records_path = path / RECORDS_FILE
     if not records_path.is_file():
         raise InputError(f"no {RECORDS_FILE}", file=str(path))
-    data, digest = read_hashed(records_path)
-    records = parse_records(data, file=str(records_path), parsers=record_parser)
-    check_one_provenance(records, manifest, records_path, refusing="merge")
-    return SourceRun(path, manifest, records, digest)
+    index = index_records(records_path, manifest, record_parser)
+    return SourceRun(path, manifest, index, index.sha256)
 
 
 def _check_provenance(sources: Sequence[SourceRun]) -> None:
@@ -169,7 +169,7 @@ def _check_shards(sources: Sequence[SourceRun]) -> None:
         if source.manifest.shard is None:
             continue
         k, n = parse_shard(source.manifest.shard)
-        outside = [r.row_id for r in source.records if shard_of(r.row_id, n) != k]
+        outside = [row_id for row_id in source.index.rows if shard_of(row_id, n) != k]
         if outside:
             raise InputError(
                 f"records outside the run's shard {source.manifest.shard}: {_ids(outside)}",
@@ -188,58 +188,71 @@ def _cohort_ids(
         if given:
             raise InputError("cohort file not found", file=str(path))
         return None, path
-    data, actual = read_hashed(path)
+    actual = cohort_sha256(path)
     if actual != expected:
         if given:
             raise ProvenanceError(
                 f"{path}: sha256 {actual[:12]}... is not the runs' cohort {expected[:12]}..."
             )
         return None, path  # the recorded path now holds another file: fall back to counts
-    return [row.row_id for row in read_cohort(path, data)], path.resolve()
+    return cohort_ids(path)[0], path.resolve()
 
 
 def _check_no_duplicates(sources: Sequence[SourceRun]) -> None:
-    owner: dict[str, Path] = {}
     duplicates: list[str] = []
-    for source in sources:
-        for record in source.records:
-            if record.row_id in owner:
-                duplicates.append(f"{record.row_id!r} ({owner[record.row_id]} and {source.path})")
-            else:
-                owner[record.row_id] = source.path
+    for number, source in enumerate(sources):
+        for row_id in source.index.rows:
+            first = next((s for s in sources[:number] if row_id in s.index.rows), None)
+            if first is not None:
+                duplicates.append(f"{row_id!r} ({first.path} and {source.path})")
     if duplicates:
         shown = "; ".join(duplicates[:SHOW])
         more = f"; ... ({len(duplicates)} in all)" if len(duplicates) > SHOW else ""
         raise InputError(f"rows recorded by more than one run: {shown}{more}")
 
 
+Order = Callable[[], Iterator[tuple[RecordIndex, str]]]
+
+
 def _order_records(
     sources: Sequence[SourceRun], ids: list[str] | None, cohort_file: Path
-) -> tuple[list[Record], list[str], int]:
-    """(the records in cohort order, the cohort rows without one, the cohort's size).
+) -> tuple[Order, int, list[str], int]:
+    """(the records in cohort order, as a function giving (source, row id) pairs,
+    their count, the cohort rows without one, the cohort's size).
 
     Without the cohort's ids the records keep the runs' order and the size is
     the manifest's count."""
     cohort_rows = int(sources[0].manifest.cohort["rows"])
-    by_id = {r.row_id: r for s in sources for r in s.records}
+    indexes = [s.index for s in sources]
+    recorded = sum(len(index.rows) for index in indexes)
     missing: list[str] = []
-    if ids is not None:
-        cohort_rows = len(ids)
-        known = set(ids)
-        stray = [row_id for row_id in by_id if row_id not in known]
-        if stray:
-            raise InputError(f"records of rows not in the cohort: {_ids(stray)}",
-                             file=str(cohort_file))
-        missing = [row_id for row_id in ids if row_id not in by_id]
-        ordered = [by_id[row_id] for row_id in ids if row_id in by_id]
-    else:
-        ordered = [r for s in sources for r in s.records]
-        if len(ordered) > cohort_rows:
+    if ids is None:
+        if recorded > cohort_rows:
             raise InputError(
-                f"{len(ordered)} records for a cohort of {cohort_rows} rows (its file "
+                f"{recorded} records for a cohort of {cohort_rows} rows (its file "
                 f"{cohort_file} is not available to name the strays; pass --cohort)"
             )
-    return ordered, missing, cohort_rows
+        return (lambda: ((index, row_id) for index in indexes for row_id in index.rows),
+                recorded, missing, cohort_rows)
+    known = set(ids)
+    stray = [row_id for index in indexes for row_id in index.rows if row_id not in known]
+    del known
+    if stray:
+        raise InputError(f"records of rows not in the cohort: {_ids(stray)}",
+                         file=str(cohort_file))
+
+    def owner(row_id: str) -> RecordIndex | None:
+        return next((index for index in indexes if row_id in index.rows), None)
+
+    missing = [row_id for row_id in ids if owner(row_id) is None]
+
+    def order() -> Iterator[tuple[RecordIndex, str]]:
+        for row_id in ids:
+            index = owner(row_id)
+            if index is not None:
+                yield index, row_id
+
+    return order, recorded, missing, len(ids)
 
 
 def _output_dir(out_dir: str | Path) -> Path:
@@ -271,14 +284,25 @@ def merge_runs(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("output directory exists and is not empty", file=str(out))
 
-    sources = [load_source(d) for d in resolved]
+    sources: list[SourceRun] = []
+    try:
+        for directory in resolved:
+            sources.append(load_source(directory))
+        return _merge(sources, out, cohort_path, allow_partial)
+    finally:
+        for source in sources:
+            source.index.close()
+
+
+def _merge(sources: list[SourceRun], out: Path, cohort_path: str | Path | None,
+           allow_partial: bool) -> MergeReport:
     _check_provenance(sources)
     _check_shards(sources)
     _check_no_duplicates(sources)
 
     ids, cohort_file = _cohort_ids(sources, Path(cohort_path) if cohort_path else None)
-    ordered, missing, cohort_rows = _order_records(sources, ids, cohort_file)
-    absent = cohort_rows - len(ordered)
+    ordered, merged, missing, cohort_rows = _order_records(sources, ids, cohort_file)
+    absent = cohort_rows - merged
     if absent and not allow_partial:
         which = f": {_ids(missing)}" if missing else " (pass --cohort to list them)"
         raise InputError(
@@ -300,20 +324,18 @@ def merge_runs(
         git_commit=git_commit(),
         guard_spec=first.guard_spec,
     )
-    report = MergeReport(out, out.name, sources, cohort_rows, len(ordered), missing,
+    report = MergeReport(out, out.name, sources, cohort_rows, merged, missing,
                          ids is not None)
     _write(out, ordered, manifest, report)
     return report
 
 
-def _write(
-    out: Path, records: Sequence[Record], manifest: RunManifest, report: MergeReport
-) -> None:
+def _write(out: Path, records: Order, manifest: RunManifest, report: MergeReport) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_dirs(out.parent, MERGE_TAG)  # left by a killed merge
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{MERGE_TAG}{os.getpid()}-", dir=out.parent))
     try:
-        write_atomic(tmp / RECORDS_FILE, "".join(record_line(r) for r in records))
+        write_merged(tmp / RECORDS_FILE, records(), record_parser)
         summary = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
         write_atomic(tmp / MERGE_FILE, summary)
         write_manifest(tmp, manifest)
