@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from guardrepro.artifacts.nofollow import refuse_links
+from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.checks.core.bootstrap import DEFAULT_SEED, QUICK_REPLICATES
 from guardrepro.checks.core.formatting import frac_equals, yes_no_unpinned
 from guardrepro.errors import GateFailed, InputError, missing_extra
@@ -253,7 +253,8 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     plan = mlx_plan()
     result.mlx_plan = plan
     steps.start(f"quantize the toy guard to MLX Q8 g64 ({plan.recipe})")
-    artifact = out / "artifacts" / "toy-guard-mlx-q8"
+    # artifacts/ made beneath --out, a link planted there refused (as a sweep's)
+    artifact = make_dirs(out / "artifacts", trusted=out) / "toy-guard-mlx-q8"
     lock = artifact.parent / f"{artifact.name}.lock.toml"
     if not lock.exists():
         q = quantize(root / plan.recipe, root / "locks/toy-guard.toml",

@@ -175,6 +175,23 @@ def test_the_demo_replaces_a_linked_manifest_and_refuses_a_linked_run_folder(
     assert (demo / "cohort.jsonl").is_file()
 
 
+def test_the_demos_artifacts_folder_planted_as_a_link_is_refused_before_quantizing(tmp_path):
+    """``demo --out D`` quantizes the toy guard into ``D/artifacts/``: a link
+    planted there is refused before the conversion (it was converted into the
+    link's target), as a sweep's ``artifacts/`` below."""
+    from guardrepro import demo
+
+    outside = _outside(tmp_path)
+    before = _snapshot(outside)
+    out = tmp_path / "demo"
+    _plant(out / "artifacts", outside, "empty")
+    result = demo.DemoResult(out_dir=out, cohort=out / "cohort.jsonl")
+    with pytest.raises(OutputError, match=f"{out / 'artifacts'}: {LINKED}"):
+        demo._run_mlx(ROOT, result, demo._Steps(result, 1, lambda _: None), False,
+                      tmp_path / "home")
+    assert _snapshot(outside) == before
+
+
 @pytest.mark.parametrize("planted", ["reference", "artifacts"])
 def test_a_sweeps_reference_or_artifacts_folder_planted_as_a_link_is_refused(
         planted, tmp_path):
