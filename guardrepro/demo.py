@@ -247,7 +247,7 @@ def _run_mlx(root: Path, result: DemoResult, steps: _Steps, progress: bool,
     from guardrepro.experiments.artifact_side import write_artifact_side
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     out = result.out_dir
     plan = mlx_plan()
@@ -295,7 +295,8 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     )
     from guardrepro.checks.stats.cache import keyed
     from guardrepro.checks.stats.compute import compute_stats
-    from guardrepro.rundir.read import load_run_data, write_json_atomic
+    from guardrepro.rundir.outputs import GATE_JSON, write_json_atomic, write_stats
+    from guardrepro.rundir.read import load_run_data
 
     steps.start("parity gate against the shipped reference (checks/toy-guard.toml)")
     run = load_run_data(hf_dir)
@@ -303,13 +304,13 @@ def _gate_and_stats(root: Path, result: DemoResult, steps: _Steps, hf_dir: Path,
     key_field, reference, ref_info = reference_rows(spec, home)
     result.gate = evaluate(spec, run.rows, key_field=key_field,
                            reference=reference).with_extra(reference=ref_info)
-    write_json_atomic(hf_dir / "gate.json", result.gate.to_dict())
+    write_json_atomic(hf_dir / GATE_JSON, result.gate.to_dict())
     steps.mark("gate")
 
     steps.start("statistics and report")
     result.stats = keyed(compute_stats(run.rows, replicates=replicates, seed=DEFAULT_SEED,
                                        expected_source=run.expected_source), run)
-    write_json_atomic(hf_dir / "stats.json", result.stats.to_dict())
+    write_stats(hf_dir, None, result.stats.to_dict())
     inputs = ReportInputs(run, result.stats, result.gate)
     result.report = build_report(hf_dir, inputs=inputs)
     if not figures_available():
@@ -328,7 +329,7 @@ def attribute_step(root: Path, out: Path, result: DemoResult, k: int, *, replica
     from guardrepro.checks.parity.loaders import load_reference, load_run_input
     from guardrepro.run.pipeline import run_cohort
     from guardrepro.run.profile import RunProfile
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     originals = out / "cohort-originals.jsonl"
     if not originals.exists():
@@ -361,7 +362,7 @@ def _split_table(root: Path, result: DemoResult, steps: _Steps, replicates: int,
     from guardrepro.bench.tsbench import load_benchmark
     from guardrepro.checks.parity.toolsafe_table import load_published_tables, toolsafe_table
     from guardrepro.run.pipeline import run_cohort
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     steps.start("whole split: the rule guard on every row of the toy ASB split, "
                 "ToolSafe's table (cohorts/toy-asb-all.toml)")

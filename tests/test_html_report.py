@@ -25,7 +25,7 @@ from recordsets import cohort_line, make_record, rewrite_manifest, write_run
 from guardrepro.checks.parity.attribute import Attribution, RowCause, RunAttribution
 from guardrepro.checks.report.html import build_html, highlight_edits, mark_divergence
 from guardrepro.cli import main
-from guardrepro.rundir.read import write_json_atomic
+from guardrepro.rundir.outputs import write_json_atomic
 
 BASES = [("b1", "banking", 1.0), ("b2", "slack", 0.0)]
 VARIANTS = ("original", "marker_paraphrase")

@@ -55,21 +55,6 @@ from guardrepro.cli.options import (
 from guardrepro.errors import GateFailed
 
 
-def stats_file(path: Path, out: Path | None) -> Path:
-    """``stats.json`` of a run directory; ``<stem>.stats.json`` of a predictions file
-    (in ``--out`` when given, else beside the file)."""
-    name = "stats.json" if path.is_dir() else f"{path.stem}.stats.json"
-    return out_dir(path, out) / name
-
-
-def out_dir(path: Path, out: Path | None) -> Path:
-    """Where a check writes its JSON: --out, else the run directory, else the
-    directory of the predictions file."""
-    if out is not None:
-        return out
-    return path if path.is_dir() else path.parent
-
-
 @click.command(short_help="Gate a run against a spec's reference predictions.")
 @click.argument("path", type=RUN_OR_FILE)
 @click.option("--spec", required=True, type=SpecFile("checks"),
@@ -86,7 +71,7 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     reference predictions."""
     from guardrepro.checks.parity.gate import format_table
     from guardrepro.checks.parity.rows import format_agreement, gate_run
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import GATE_JSON, output_dir, write_json_atomic
 
     result = gate_run(path, spec, cohort=cohort, home=home, conservative=conservative)
     data = result.to_dict()
@@ -94,7 +79,7 @@ def gate(path: Path, spec: Path, conservative: bool, cohort: Path | None,
     # output directory (exit 2) still shows it
     agreement = "" if result.agreement is None else format_agreement(result.agreement) + "\n"
     emit(as_json, data, format_table(result) + "\n" + agreement + result.verdict)
-    written = write_json_atomic(out_dir(path, out) / "gate.json", data)
+    written = write_json_atomic(output_dir(path, out) / GATE_JSON, data)
     say(as_json)(f"wrote {written}")
     if not result.passed:
         raise GateFailed(result.verdict)
@@ -122,14 +107,13 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     in) a predictions file PRED.jsonl, so two files' stats never share a name."""
     from guardrepro.checks.audits.association import format_rung
     from guardrepro.checks.audits.ladder import interpretation
-    from guardrepro.checks.io.predictions import expected_rows
+    from guardrepro.checks.io.predictions import stream_rows
     from guardrepro.checks.stats.cache import keyed
     from guardrepro.checks.stats.compute import compute_stats, format_table
-    from guardrepro.rundir.read import write_json_atomic
-    from guardrepro.rundir.stream import RunRowsRead, stream_run_rows
+    from guardrepro.rundir.outputs import write_stats
+    from guardrepro.rundir.stream import RunRowsRead
 
-    # a run directory is read a line at a time for its rows (memory: the rows, not the records)
-    run = stream_run_rows(path, cohort) if path.is_dir() else expected_rows(path, cohort)
+    run = stream_rows(path, cohort)
     rung = interpretation(3)
     result = compute_stats(run.rows, replicates=replicates, seed=seed, confidence=confidence,
                            progress=progress, expected_source=run.expected_source).with_extra(
@@ -137,8 +121,9 @@ def stats(path: Path, seed: int, replicates: int, confidence: float, cohort: Pat
     if isinstance(run, RunRowsRead):  # the key that lets report / gr.stats reuse stats.json
         result = keyed(result, run)
     data = result.to_dict()
-    written = write_json_atomic(stats_file(path, out), data)
-    emit(as_json, data, format_table(result) + "\n" + format_rung(rung))
+    table = format_table(result) + "\n" + format_rung(rung)
+    written = write_stats(path, out, data)
+    emit(as_json, data, table)
     say(as_json)(f"wrote {written}")
     for target in exports:
         say(as_json)(f"wrote {result.export(target)}")
@@ -199,7 +184,7 @@ def _data_dir(data_dir: Path | None, lock: Path, home: Path | None) -> Path:
 
 
 def _emit(result: dict[str, Any], table: str, out: Path | None, as_json: bool) -> None:
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     emit(as_json, result, table)
     if out is not None:

@@ -65,7 +65,7 @@ def _against_reference(run: Path, spec: Path, json_out: Path | None, as_json: bo
                        exports: tuple[Path, ...], cohort: Path | None,
                        home: Path | None) -> None:
     from guardrepro.checks.parity.rows import compare_with_reference, format_agreement
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     if exports:
         raise InputError("--export applies to two runs; use --json or --out with a spec",

@@ -54,7 +54,7 @@ def frontier(runs: tuple[str, ...], costs: str | None, reference: str | None, ax
         parse_costs,
     )
     from guardrepro.experiments.outputs import frontier_figure
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     configs = []
     for item in runs:

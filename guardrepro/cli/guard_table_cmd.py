@@ -83,7 +83,7 @@ def guard_table(runs: tuple[str, ...], labels: tuple[str, ...], splits: bool,
     from guardrepro.checks.report.guard_table import (
         guard_table as build,
     )
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     table = build([Path(r) for r in runs], list(labels) or None, replicates=replicates, seed=seed,
                   progress=progress)
@@ -128,7 +128,7 @@ def _split_table(sources: tuple[str, ...], labels: tuple[str, ...], modes: tuple
                  home: Path | None, replicates: int, seed: int, json_path: Path | None,
                  as_json: bool, figure_path: Path | None, progress: bool) -> None:
     from guardrepro.checks.report.guard_splits import format_markdown, guard_split_figure
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     doc = split_document(list(sources), labels, modes, paper_guards, data_dir, lock, home,
                          replicates, seed, progress)

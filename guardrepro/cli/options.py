@@ -126,9 +126,7 @@ def say(as_json: bool) -> Callable[[str], None]:
 def emit(as_json: bool, result: Any, human: str | None) -> None:
     """Write a verb's result: the JSON document on stdout and ``human`` on
     stderr with ``--json``; ``human`` alone on stdout without it."""
+    if human is not None:
+        echo(human, err=as_json)
     if as_json:
-        if human is not None:
-            echo(human, err=True)
         click.echo(json.dumps(to_jsonable(result), indent=2, sort_keys=True, ensure_ascii=False))
-    elif human is not None:
-        echo(human)

@@ -59,14 +59,15 @@ def vs_published(path: Path, spec: Path | None, gate_file: Path | None, cohort: 
     from guardrepro.checks.parity.published import compare, format_comparison, load_published
     from guardrepro.checks.parity.sides import side_from, side_of_run
     from guardrepro.checks.stats.compute import compute_stats
-    from guardrepro.rundir.read import RunData, write_json_atomic
+    from guardrepro.rundir.outputs import GATE_JSON, write_json_atomic
+    from guardrepro.rundir.read import RunData
 
     published = load_published(spec if spec is not None else _default_spec())
     run = load_rows(path, cohort)
     stats = compute_stats(run.rows, expected_source=run.expected_source,
                           progress=progress).to_dict()
-    if gate_file is None and path.is_dir() and (path / "gate.json").is_file():
-        gate_file = path / "gate.json"
+    if gate_file is None and path.is_dir() and (path / GATE_JSON).is_file():
+        gate_file = path / GATE_JSON
     gate = _load_json(gate_file) if gate_file is not None else None
     sources = {"stats": f"computed from {path}",
                "gate": str(gate_file) if gate_file is not None else "not computed",

@@ -94,7 +94,7 @@ def table(sources: tuple[str, ...], benchmark: str, mode: str, data_dir: Path | 
         load_published_tables,
         toolsafe_table,
     )
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     if data_dir is None:
         from guardrepro.artifacts.fetch import materialize

@@ -36,7 +36,7 @@ def write_artifact_side(run_dir: Path, lock: Path, **extra: Any) -> None:
     lock (``RunProfile.with_checkpoint_lock``): the manifest names only the
     profile, whose own lock is not the artifact that ran, so the frontier's
     bytes axis reads the size from here."""
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     write_json_atomic(run_dir / ARTIFACT_SIDE,
                       {"artifact_bytes": artifact_bytes(lock), "lock": str(lock), **extra})

@@ -41,7 +41,8 @@ from guardrepro.experiments.frontier import (
 )
 from guardrepro.experiments.spec import SweepSpec
 from guardrepro.limits import read_json_file
-from guardrepro.rundir.read import read_records_file, write_json_atomic
+from guardrepro.rundir.outputs import write_json_atomic
+from guardrepro.rundir.read import read_records_file
 from guardrepro.rundir.records import write_atomic
 
 

@@ -56,7 +56,7 @@ from guardrepro.experiments.frontier import FrontierReport
 from guardrepro.experiments.spec import RecipeEntry, RuleEntry, SweepSpec, load_sweep
 from guardrepro.progress import progress_bar
 from guardrepro.rundir.leftovers import refused_leaves_no_output
-from guardrepro.rundir.read import write_json_atomic
+from guardrepro.rundir.outputs import write_json_atomic
 from guardrepro.rundir.records import write_atomic
 
 if TYPE_CHECKING:

@@ -108,7 +108,7 @@ def run_configurations(spec: SweepSpec, out: Path, cohort: Path, home: str | Pat
     """Build and pin the artifacts, then make every run in one pool (see the
     module docstring); returns the ``run_cohort`` stand-in."""
     from guardrepro.run.engine_ray import run_many
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     requests, pins = _requests(spec, out, cohort, home, result)
     write_json_atomic(out / PINS_FILE, pins)  # pinned before any run reads an artifact

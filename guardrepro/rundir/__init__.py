@@ -15,7 +15,9 @@ Modules:
   manifest's reference (path and sha256).
 - ``shard``: which cohort rows a shard ``k/n`` holds.
 - ``read``: a run directory read once for a verb (``RunData``: manifest, records, cohort,
-  expected rows), and JSON written atomically.
+  expected rows).
+- ``outputs``: what the checks write into a run directory (``stats.json``, ``gate.json``),
+  where it goes, and the one atomic JSON writer.
 - ``stream``: a run directory read a line at a time for its rows only (``stats`` at any
   size).
 """

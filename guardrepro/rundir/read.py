@@ -1,4 +1,4 @@
-"""Reading a run directory for the checks, and writing their JSON atomically.
+"""Reading a run directory for the checks (what they write back: ``rundir.outputs``).
 
 Input: ``runs/<id>/records.jsonl`` (one ``guardrepro.schema.Record`` per
 line), ``manifest.json``, and optionally the cohort file the run was made
@@ -33,13 +33,11 @@ way; both re-check each record against its guard's parser
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from guardrepro.artifacts.store import atomic_write_bytes, read_hashed
+from guardrepro.artifacts.store import read_hashed
 from guardrepro.errors import InputError
 from guardrepro.guards.registry import record_parser
 from guardrepro.rundir.cohort import CohortFile, read_cohort, run_cohort
@@ -79,14 +77,6 @@ def variant_order(variants: Sequence[str]) -> list[str]:
     """Distinct variants in first-seen (cohort) order, ``original`` first."""
     seen = list(dict.fromkeys(variants))
     return ([ORIGINAL] if ORIGINAL in seen else []) + [v for v in seen if v != ORIGINAL]
-
-
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write pretty JSON atomically (``artifacts.store.atomic_write_bytes``); return the path."""
-    path = Path(path)
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
-    return path
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ keys ``base_sample_id`` (non-empty string), ``variant`` (non-empty string),
 Output: ``rundir.read.RowResult`` values (row id
 ``"<base_sample_id>:<variant>"``; status ``ok`` for a score, ``invalid`` for
 null, so a null fails closed downstream) as the ``RunRows`` of
-``expected_rows``, and, via ``load_rows``, the ``RunRows`` of either a run
-directory or a predictions file.
+``expected_rows``, and, via ``load_rows`` (or ``stream_rows``, a line at a
+time), the ``RunRows`` of either a run directory or a predictions file.
 
 Expected rows of a predictions file (``expected_rows``), as for a run
 directory: with a cohort (``--cohort``), every cohort row, in cohort order,
@@ -38,6 +38,7 @@ from guardrepro.checks.core.metrics import check_gold, check_score
 from guardrepro.errors import InputError
 from guardrepro.rundir.cohort import read_cohort
 from guardrepro.rundir.read import MISSING, RowResult, RunData, RunRows, load_run_data
+from guardrepro.rundir.stream import RunRowsRead, stream_run_rows
 from guardrepro.spec import check_keys, expect_kind
 from guardrepro.textsafe import check_id
 
@@ -160,4 +161,14 @@ def load_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows | R
     path = Path(path)
     if path.is_dir():
         return load_run_data(path, cohort)
+    return expected_rows(path, cohort)
+
+
+def stream_rows(path: str | Path, cohort: str | Path | None = None) -> RunRows | RunRowsRead:
+    """``load_rows`` for a verb that needs the rows alone (``stats``): a run
+    directory read a line at a time (``rundir.stream.stream_run_rows``: memory
+    for the rows, not the records), or a predictions file (``expected_rows``)."""
+    path = Path(path)
+    if path.is_dir():
+        return stream_run_rows(path, cohort)
     return expected_rows(path, cohort)

@@ -419,6 +419,6 @@ def format_table(att: Attribution) -> str:
 
 
 def write_json(att: Attribution, out: str | Path) -> Path:
-    from guardrepro.rundir.read import write_json_atomic
+    from guardrepro.rundir.outputs import write_json_atomic
 
     return write_json_atomic(out, att.to_dict())

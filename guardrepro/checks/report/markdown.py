@@ -61,12 +61,12 @@ from guardrepro.checks.stats.compute import (
     fmt_num,
 )
 from guardrepro.limits import read_json_file
+from guardrepro.rundir.outputs import GATE_JSON, stats_path, write_json_atomic, write_stats
 from guardrepro.rundir.read import (
     RunData,
     load_run_data,
     read_records_file,
     variant_order,
-    write_json_atomic,
 )
 from guardrepro.rundir.records import write_atomic
 
@@ -91,7 +91,7 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     always computes. ``run``: the run (``RunData``) when the caller has already
     read it (its hashes are the cache's); ``progress``: the interval engine's
     bar on stderr."""
-    path = Path(run_dir) / "stats.json"
+    path = stats_path(Path(run_dir))
     if run is None:
         run = load_run_data(run_dir, cohort)
     asked = cache_key(run, replicates=replicates, seed=seed, confidence=None)
@@ -103,7 +103,7 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
                            expected_source=run.expected_source)
     result = keyed(result.with_extra(run_dir=str(run_dir)), run)
-    write_json_atomic(path, result.to_dict())
+    write_stats(Path(run_dir), None, result.to_dict())
     return result
 
 
@@ -155,7 +155,7 @@ def md_text(value: object) -> str:
 
 def load_gate(run_dir: str | Path) -> GateResult | None:
     """The run directory's gate.json as a ``GateResult``, or None without one."""
-    path = Path(run_dir) / "gate.json"
+    path = Path(run_dir) / GATE_JSON
     if not path.is_file():
         return None
     return GateResult.from_dict(read_json_file(path), file=str(path))
