@@ -19,7 +19,7 @@ GOLDEN = FIXTURES / "golden.json"
 
 
 def text(value: Any) -> str:
-    """The JSON text every writer of the project uses (``runio.write_json_atomic``)."""
+    """The JSON text every writer of the project uses (``rundir.outputs.write_json_atomic``)."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
