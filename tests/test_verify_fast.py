@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
+import guardrepro.artifacts.stamp_pack as stamp_pack
 import guardrepro.artifacts.verify_fast as fast
 from guardrepro.artifacts.lock_text import fast_table
 from guardrepro.artifacts.locks import (
@@ -28,6 +31,7 @@ from guardrepro.artifacts.locks import (
     load_lock,
     parse_lock,
 )
+from guardrepro.artifacts.stamp_pack import VERSION, pack_name, packed_stamp
 from guardrepro.artifacts.store import (
     sampled_digest,
     stamp_matches,
@@ -36,12 +40,18 @@ from guardrepro.artifacts.store import (
     write_stamp,
 )
 from guardrepro.artifacts.verify import check_lock
-from guardrepro.errors import UnsafePathError
+from guardrepro.errors import LockError, UnsafePathError
 
 
 def _stamp(home: Path, path: Path) -> Path:
+    """Where ``store.write_stamp`` puts the stamp of ``path``."""
     st = os.stat(path)
     return home / "state" / "verified" / f"{st.st_dev}-{st.st_ino}.json"
+
+
+def _packed(home: Path, path: Path) -> dict[str, object] | None:
+    """The stamp ``verify`` left for ``path`` in its packs."""
+    return packed_stamp(home / "state" / "verified", os.stat(path))
 
 
 def _model(root: Path) -> Path:
@@ -64,13 +74,15 @@ def test_stamps_are_those_of_write_stamp_byte_for_byte(tmp_path: Path) -> None:
         path = model / entry.path
         assert entry.sha256 is not None
         write_stamp(tmp_path / "general", path, entry.sha256)
-        got = _stamp(tmp_path / "fast", path).read_bytes()
-        assert got == _stamp(tmp_path / "general", path).read_bytes(), entry.path
+        got = _packed(tmp_path / "fast", path)
+        assert got == json.loads(_stamp(tmp_path / "general", path).read_bytes()), entry.path
+        assert not _stamp(tmp_path / "fast", path).exists()  # packed, not one file each
         assert stamp_matches(tmp_path / "fast", path, entry.sha256, entry.size)
     big = model / "sub" / "big.bin"
-    assert f'"sampled": "{sampled_digest(big)}"' in _stamp(tmp_path / "fast", big).read_text()
+    assert (_packed(tmp_path / "fast", big) or {})["sampled"] == sampled_digest(big)
     small = model / "a.txt"
-    assert hashlib.sha256(b"alpha\n").hexdigest() in _stamp(tmp_path / "fast", small).read_text()
+    assert (_packed(tmp_path / "fast", small) or {})["sampled"] == hashlib.sha256(
+        b"alpha\n").hexdigest()
 
 
 def test_an_edit_of_the_same_size_with_the_mtime_put_back_is_caught(tmp_path: Path) -> None:
@@ -87,12 +99,13 @@ def test_an_edit_of_the_same_size_with_the_mtime_put_back_is_caught(tmp_path: Pa
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(path).st_size == before.st_size
     assert not stamp_matches(home, path, entry.sha256 or "", entry.size)  # ctime moved
-    stamp_before = _stamp(home, path).read_bytes()
+    stamp_before = _packed(home, path)
+    assert stamp_before is not None
     report = check_lock(lock, home, full=True)
     bad = [f for f in report.files if not f.ok]
     assert [(f.path, f.status) for f in bad] == [("sub/b.bin", "mismatch")]
     assert bad[0].observed_sha256 == hashlib.sha256(bytes(data)).hexdigest()
-    assert _stamp(home, path).read_bytes() == stamp_before  # no stamp for the new bytes
+    assert _packed(home, path) == stamp_before  # no stamp for the new bytes
 
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,8 +169,8 @@ def test_a_file_that_changes_while_it_is_read_gets_no_stamp(
     monkeypatch.setattr(fast, "_hash_fd", touching)
     report = check_lock(lock, tmp_path / "home", full=True)
     assert report.ok
-    assert not _stamp(tmp_path / "home", target).exists()
-    assert _stamp(tmp_path / "home", model / "empty").exists()
+    assert _packed(tmp_path / "home", target) is None
+    assert _packed(tmp_path / "home", model / "empty") is not None
 
 
 def test_walk_relpaths_is_walk_files_order_and_refuses_symlinks(tmp_path: Path) -> None:
@@ -223,3 +236,70 @@ def test_the_fast_lock_table_is_tomllibs_or_none(tmp_path: Path, case: str) -> N
     loaded = load_lock(path)
     general = parse_lock(tomllib.loads(text), str(path), loaded.header, path.resolve())
     assert loaded == general
+
+
+@pytest.mark.parametrize(("old", "new", "field", "says"), [
+    ('sha256 = "' + "c" * 64 + '"', 'sha256 = "' + "C" * 64 + '"', "file.sha256",
+     "64 lowercase hex"),  # outside the fast form: tomllib, then the general checks
+    ('path = "c"', 'path = "../c"', "file.path", ".."),  # the fast form, an escaping path
+    ("size = 7\n", "size = -7\n", "file.size", ">= 0"),
+])
+def test_a_bad_entry_is_named_by_file_row_and_field(tmp_path: Path, old: str, new: str,
+                                                    field: str, says: str) -> None:
+    text = _dumped(tmp_path, PLAIN)
+    assert text.count(old) == 1
+    path = tmp_path / "lock.toml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(LockError, match=re.escape(says)) as caught:
+        load_lock(path)
+    assert (caught.value.file, caught.value.row, caught.value.field) == (str(path), 2, field)
+
+
+def _packs(home: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in (home / "state" / "verified").glob("pack-*")}
+
+
+def test_packs_merge_runs_and_are_not_rewritten_when_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stamp_pack, "PACKS", 8)  # both runs' stamps share the packs
+    one, two = tmp_path / "one", tmp_path / "two"
+    for root in (one, two):
+        root.mkdir()
+        for i in range(40):
+            (root / f"f{i}").write_bytes(b"%d %s\n" % (i, root.name.encode()))
+    locks = [directory_lock(root, root.name, tmp_path / f"{root.name}.toml")
+             for root in (one, two)]
+    home = tmp_path / "home"
+    assert check_lock(locks[0], home, full=True).ok
+    assert check_lock(locks[1], home, full=True).ok
+    for lock, root in zip(locks, (one, two), strict=True):  # the second run kept the first's
+        for entry in lock.files:
+            assert stamp_matches(home, root / entry.path, entry.sha256 or "", entry.size)
+    assert 0 < len(_packs(home)) <= 8  # 80 stamps, not one file each
+    before = _packs(home)
+    assert check_lock(locks[0], home, full=True).ok
+    assert _packs(home) == before  # the same stamps: every pack left as it was
+
+
+def test_a_malformed_or_foreign_pack_line_is_never_trusted(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    root.mkdir()
+    target = root / "a"
+    target.write_bytes(b"alpha\n")
+    lock = directory_lock(root, "m", tmp_path / "m.toml")
+    home = tmp_path / "home"
+    assert check_lock(lock, home, full=True).ok
+    st = os.stat(target)
+    sha = hashlib.sha256(b"alpha\n").hexdigest()
+    assert stamp_matches(home, target, sha, 6)
+    pack = home / "state" / "verified" / pack_name(st.st_dev, st.st_ino)
+    good = pack.read_text()
+    for bad in (good.replace(f"{st.st_ino} 6 ", f"{st.st_ino} 6x "),  # malformed
+                good.replace(VERSION, "guardrepro-stamps 0\n"),  # another version
+                good.replace(f" {st.st_ctime_ns} ", f" {st.st_ctime_ns + 1} ")):  # other facts
+        assert bad != good
+        pack.write_text(bad)
+        assert not stamp_matches(home, target, sha, 6)
+    pack.write_text(good)
+    assert stamp_matches(home, target, sha, 6)

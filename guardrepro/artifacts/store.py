@@ -37,6 +37,7 @@ from pathlib import Path
 import platformdirs
 
 from guardrepro.artifacts.nofollow import NOFOLLOW, open_dir, output_error
+from guardrepro.artifacts.stamp_pack import packed_stamp
 from guardrepro.errors import OutputError, UnsafePathError
 
 CHUNK = 1 << 20
@@ -411,8 +412,10 @@ def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool
     ``touch``, ``chmod``, link or unlink moves the ctime, so a flipped byte whose
     mtime was put back still fails here), and the sampled blocks (first, last and
     evenly spaced ones, 512 KiB in all) hash as they did. False sends the caller to
-    a full hash. ``$GUARDREPRO_VERIFY_FULL`` (``--verify-full``) and ``guardrepro
-    verify`` ignore stamps and re-hash everything.
+    a full hash. The stamp is the inode's stamp file (``write_stamp``) or, when
+    that is missing or does not fit, its entry in a pack (``stamp_pack``, what
+    ``guardrepro verify`` writes). ``$GUARDREPRO_VERIFY_FULL`` (``--verify-full``)
+    and ``guardrepro verify`` ignore stamps and re-hash everything.
     """
     if verify_full_requested():
         return False
@@ -420,10 +423,28 @@ def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool
         st = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
             return False
+        stamp_dir = safe_join(home, "state/verified")
+    except (OSError, UnsafePathError):
+        return False
+    try:
         raw = json.loads(_stamp_file(home, st).read_text())
     except (OSError, ValueError):
+        raw = None
+    if not _stamp_fits(raw, st, sha256, size):
+        # verify writes its stamps many to a file (stamp_pack): the same facts
+        raw = packed_stamp(stamp_dir, st)
+        if not _stamp_fits(raw, st, sha256, size):
+            return False
+    assert isinstance(raw, dict)
+    try:
+        return raw.get("sampled") == sampled_digest(path)
+    except (OSError, UnsafePathError):
         return False
-    if not (
+
+
+def _stamp_fits(raw: object, st: os.stat_result, sha256: str, size: int | None) -> bool:
+    """A stamp (parsed) names this sha256 and the inode, size, mtime and ctime of ``st``."""
+    return (
         isinstance(raw, dict)
         and raw.get("sha256") == sha256
         and raw.get("size") == st.st_size
@@ -431,9 +452,4 @@ def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool
         and raw.get("mtime_ns") == st.st_mtime_ns
         and raw.get("ctime_ns") == st.st_ctime_ns
         and (size is None or st.st_size == size)
-    ):
-        return False
-    try:
-        return raw.get("sampled") == sampled_digest(path)
-    except (OSError, UnsafePathError):
-        return False
+    )

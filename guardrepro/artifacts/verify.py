@@ -262,6 +262,7 @@ def _check_all_at(home: Path, directory: Path, lock: Lock, *, full: bool,
                 detail = f"{location} is not a regular file" if status == UNSAFE else ""
                 statuses.append(FileStatus(entry.path, status, entry.sha256, sha, entry.size,
                                            size, location, detail))
+        checker.flush()
     finally:
         checker.close()
     return statuses

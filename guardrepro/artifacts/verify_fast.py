@@ -18,19 +18,18 @@ Large files are hashed in a pool of threads (``hashlib`` releases the
 GIL), small ones in the calling thread (see ``FastChecker.check``).
 
 Invariants: every byte of every file is read and hashed (no stamp is
-trusted here); a stamp (``store.write_stamp``'s format, byte for byte) is
-written only for a file whose sha256 and size match the lock and whose
-size, inode, mtime and ctime were the same before and after it was read
-(the facts recorded are those the hashed bytes had); the sampled digest of
-a file of at most ``SAMPLE_BLOCKS * SAMPLE_BLOCK`` bytes is its sha256 (the
-sampled blocks are then the whole file, in order), a larger file's is read
-from the same descriptor.
+trusted here); a stamp (the facts ``store.write_stamp`` records, kept in the
+packs of ``stamp_pack``, written once at the end of the run) is recorded only
+for a file whose sha256 and size match the lock and whose size, inode, mtime
+and ctime were the same before and after it was read (the facts recorded are
+those the hashed bytes had); the sampled digest of a file of at most
+``SAMPLE_BLOCKS * SAMPLE_BLOCK`` bytes is its sha256 (the sampled blocks are
+then the whole file, in order), a larger file's is read from the same
+descriptor.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import os
 import stat
@@ -41,7 +40,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from guardrepro.artifacts.locks import LockedFile
-from guardrepro.artifacts.nofollow import NOFOLLOW, output_error
+from guardrepro.artifacts.nofollow import NOFOLLOW
+from guardrepro.artifacts.stamp_pack import pack_name, pack_text, parse_pack, stamp_line
 from guardrepro.artifacts.store import (
     CHUNK,
     SAMPLE_BLOCK,
@@ -110,75 +110,61 @@ class _Dirs:
 
 
 class _Stamps:
-    """Writes verification stamps into ``state/verified`` through one descriptor,
-    opened (and the directory created) at the first stamp."""
+    """Collects the stamps of one run and writes them, at ``flush``, into the
+    packs of ``state/verified`` (``stamp_pack``): each pack touched is read,
+    merged and replaced once, and left as it is when nothing in it changed."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.directory = home / "state" / "verified"
-        self.fd: int | None = None
+        self._packs: dict[str, dict[int, str]] = {}
         self._lock = threading.Lock()
 
-    def _dir_fd(self) -> int:
-        with self._lock:
-            if self.fd is None:
-                self.directory = ensure_dir(self.home, "state/verified")
-                sweep_once(self.directory)  # once, before any thread writes there
-                self.fd = os.open(self.directory, _DIR)
-            return self.fd
-
     def write(self, st: os.stat_result, sha256: str, sampled: str) -> None:
-        """``store.write_stamp``'s stamp for the file whose fstat was ``st``."""
-        # json.dumps of the same dict (hex strings and integers need no escaping)
-        data = (f'{{"sha256": "{sha256}", "size": {st.st_size}, "ino": {st.st_ino}, '
-                f'"mtime_ns": {st.st_mtime_ns}, "ctime_ns": {st.st_ctime_ns}, '
-                f'"sampled": "{sampled}"}}').encode()
-        name = f"{st.st_dev}-{st.st_ino}.json"
-        directory = self.fd if self.fd is not None else self._dir_fd()
-        try:
-            fd = os.open(name, os.O_RDONLY | NOFOLLOW | _CLOEXEC, dir_fd=directory)
-        except FileNotFoundError:
-            if self._create(directory, name, data):
-                return
-        except OSError:
-            pass
-        else:
-            try:
-                if os.read(fd, len(data) + 1) == data:
-                    return  # the same stamp: no rewrite (see store.write_stamp)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        write_replace_at(directory, self.directory / name, data, durable=False)
+        """Record the stamp of the file whose fstat was ``st``."""
+        line = stamp_line(st, sha256, sampled)
+        name = pack_name(st.st_dev, st.st_ino)
+        with self._lock:
+            self._packs.setdefault(name, {})[st.st_ino] = line
 
-    def _create(self, directory: int, name: str, data: bytes) -> bool:
-        """Write a stamp that does not exist yet under its final name (no temp
-        file and rename: half the directory operations); False when it
-        appeared meanwhile or cannot be created (the atomic writer then
-        replaces it, or names the error). A stamp cut short (a crash, a full
-        disk) is a prefix of a JSON object, which never parses: a full re-hash."""
+    def flush(self) -> None:
+        """Write the collected stamps (OutputError naming a pack it cannot write)."""
+        with self._lock:
+            packs, self._packs = self._packs, {}
+        if not packs:
+            return
+        directory = ensure_dir(self.home, "state/verified")
+        sweep_once(directory)
+        fd = os.open(directory, _DIR)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | _CLOEXEC,
-                         0o644, dir_fd=directory)
-        except OSError:
-            return False
-        try:
-            os.fchmod(fd, 0o644)  # whatever the umask, as the atomic writer
-            if os.write(fd, data) != len(data):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=directory)
-            raise output_error(self.directory / name, exc) from None
+            for name in sorted(packs):
+                old = _read_at(fd, name)
+                lines = parse_pack(old)
+                lines.update(packs[name])
+                text = pack_text(lines)
+                if text != old:
+                    write_replace_at(fd, directory / name, text.encode("ascii"),
+                                     durable=False)
         finally:
             os.close(fd)
-        return True
 
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+
+def _read_at(directory: int, name: str) -> str:
+    """The text of the pack ``name`` ("" when missing, not a file or not ASCII)."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=directory)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        chunks = []
+        while chunk := os.read(fd, CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
@@ -217,7 +203,10 @@ class FastChecker:
 
     def close(self) -> None:
         self._dirs.close()
-        self._stamps.close()
+
+    def flush(self) -> None:
+        """Write the stamps of the files found intact (``_Stamps.flush``)."""
+        self._stamps.flush()
 
     def one(self, entry: LockedFile) -> Result | None:
         """("ok" | "mismatch" | "unsafe", sha256, size) of one entry, or None
