@@ -44,6 +44,25 @@ def cluster(faults: Path) -> Iterator[Any]:
         yield ray_module
 
 
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``guardrepro demo --replicates 500`` run once for the session: its
+    directory and stdout. tests/test_demo.py checks it; the README example of
+    tests/test_docs.py resumes its transformers run instead of generating the
+    same 256 rows again (slow tier)."""
+    from click.testing import CliRunner
+
+    from guardrepro.cli import cli
+
+    root = tmp_path_factory.mktemp("demo")
+    env = {"GUARDREPRO_HOME": str(root / "home")}
+    result = CliRunner().invoke(
+        cli, ["demo", "--out", str(root / "out"), "--no-progress", "--replicates", "500"], env=env
+    )
+    assert result.exit_code == 0, result.output
+    return root / "out", result.stdout
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """torch on one intra-op thread for one test module, restored after it. For

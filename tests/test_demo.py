@@ -2,7 +2,8 @@
 figures recomputed here from the raw record lines (not from the stats code).
 
 Slow (about a minute on two cores): real transformers and MLX inference over
-the toy cohort, quantization, gate, statistics, report and notebooks.
+the toy cohort, quantization, gate, statistics, report and notebooks. The demo
+runs once per session (the ``demo`` fixture, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -25,17 +26,6 @@ NOTEBOOKS = sorted(p for p in (Path(__file__).resolve().parent.parent / "noteboo
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    root = tmp_path_factory.mktemp("demo")
-    env = {"GUARDREPRO_HOME": str(root / "home")}
-    result = CliRunner().invoke(
-        cli, ["demo", "--out", str(root / "out"), "--no-progress", "--replicates", "500"], env=env
-    )
-    assert result.exit_code == 0, result.output
-    return root / "out", result.stdout
 
 
 @needs_matplotlib

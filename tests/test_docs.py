@@ -169,9 +169,13 @@ def test_records_example_prints_what_explain_says() -> None:
 
 
 @pytest.mark.slow
-def test_readme_python_example_prints_what_it_says(tmp_path: Path) -> None:
+def test_readme_python_example_prints_what_it_says(tmp_path: Path,
+                                                   demo: tuple[Path, str]) -> None:
     """The README's snippet on a real toy-hf run of the toy cohort (the run of
-    docs/CLI.md's ``run`` example), executed as written."""
+    docs/CLI.md's ``run`` example), executed as written. The run's 256 rows are
+    the session demo's transformers run (same profile, same cohort): its run
+    files are copied in and ``guardrepro run`` resumes them, which it does only
+    when their provenance is the one it would write, and generates nothing."""
     from guardrepro.cli import main
 
     home = str(tmp_path / "home")
@@ -181,9 +185,16 @@ def test_readme_python_example_prints_what_it_says(tmp_path: Path) -> None:
     cohort = tmp_path / "toy.jsonl"
     assert main(["cohort", "build", str(ROOT / "cohorts" / "toy-64.toml"), "--out", str(cohort),
                  "--home", home, "--no-progress"]) == 0
+    demo_out, _ = demo
+    assert cohort.read_bytes() == (demo_out / "cohort.jsonl").read_bytes()
+    run_dir = tmp_path / "runs" / "toy-hf"
+    run_dir.mkdir(parents=True)
+    for name in ("manifest.json", "records.jsonl", "merge.json", "run.log"):  # what run writes
+        (run_dir / name).write_bytes((demo_out / "hf-fp32" / name).read_bytes())
+    records = (run_dir / "records.jsonl").read_bytes()
     assert main(["run", "--profile", str(ROOT / "runners" / "toy-hf.toml"), "--cohort",
-                 str(cohort), "--out", str(tmp_path / "runs" / "toy-hf"), "--home", home,
-                 "--no-progress"]) == 0
+                 str(cohort), "--out", str(run_dir), "--home", home, "--no-progress"]) == 0
+    assert (run_dir / "records.jsonl").read_bytes() == records
     (tmp_path / "checks").mkdir()
     (tmp_path / "checks" / "toy-guard.toml").write_bytes(
         (ROOT / "checks" / "toy-guard.toml").read_bytes())
