@@ -25,14 +25,18 @@ def text(value: Any) -> str:
 
 def _merge() -> Any:
     from guardrepro.run.merge import MergeReport, SourceRun
+    from guardrepro.run.merge_index import RecordIndex
     from guardrepro.rundir.manifest import RunManifest
     from guardrepro.schema import Record
 
     manifest = RunManifest.from_dict(json.loads((FIXTURES / "manifest.json").read_text()))
     records = [Record.from_dict(json.loads(line))
                for line in (FIXTURES / "records.jsonl").read_text().splitlines()]
-    src = [SourceRun(Path("/runs/a/hf-fp32"), manifest, records[:2], "ab" * 32),
-           SourceRun(Path("/runs/b/hf-fp32"), manifest, records[2:], "cd" * 32)]
+    def index(part: list[Record], path: str) -> RecordIndex:  # only the row count is written
+        return RecordIndex(Path(path), -1, rows={r.row_id: 0 for r in part})
+
+    src = [SourceRun(Path("/runs/a/hf-fp32"), manifest, index(records[:2], "/runs/a"), "ab" * 32),
+           SourceRun(Path("/runs/b/hf-fp32"), manifest, index(records[2:], "/runs/b"), "cd" * 32)]
     return MergeReport(Path("/runs/hf-fp32"), "hf-fp32", src, 5, len(records), ["r9"], True)
 
 
