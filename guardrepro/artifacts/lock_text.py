@@ -38,7 +38,7 @@ from typing import Any
 
 from guardrepro.errors import LockError
 from guardrepro.limits import parse_toml_text
-from guardrepro.spec import read_toml
+from guardrepro.spec import parse_toml, read_toml
 
 _HEADER = "\n[[file]]\n"
 _BLOCK = re.compile(
@@ -52,12 +52,16 @@ _BLOCK = re.compile(
 def read_lock_toml(path: Path) -> tuple[dict[str, Any], str]:
     """``read_toml(path, "lock file", error=LockError)``, faster on many entries."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        raw = path.read_bytes()
+    except OSError:
         return read_toml(path, "lock file", error=LockError)  # its error, naming the file
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return parse_toml(raw, str(path), error=LockError)  # its error, naming the file
     data = fast_table(text)
-    if data is None:
-        return read_toml(path, "lock file", error=LockError)
+    if data is None:  # the bytes already read, parsed whole (no second read)
+        return parse_toml_text(text, file=str(path), error=LockError), text
     return data, text
 
 
