@@ -379,8 +379,12 @@ def sampled_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stamp_name(st: os.stat_result) -> str:
+    return f"{st.st_dev}-{st.st_ino}.json"
+
+
 def _stamp_file(home: Path, st: os.stat_result) -> Path:
-    return safe_join(home, f"state/verified/{st.st_dev}-{st.st_ino}.json")
+    return safe_join(home, f"state/verified/{_stamp_name(st)}")
 
 
 def write_stamp(home: Path, path: Path, sha256: str) -> None:
@@ -426,8 +430,9 @@ def stamp_matches(home: Path, path: Path, sha256: str, size: int | None) -> bool
         stamp_dir = safe_join(home, "state/verified")
     except (OSError, UnsafePathError):
         return False
-    try:
-        raw = json.loads(_stamp_file(home, st).read_text())
+    try:  # the stamp file in the directory just checked (never through a link)
+        with os.fdopen(open_regular(stamp_dir / _stamp_name(st)), "rb") as fh:
+            raw = json.loads(fh.read())
     except (OSError, ValueError):
         raw = None
     if not _stamp_fits(raw, st, sha256, size):
