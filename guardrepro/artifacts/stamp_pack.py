@@ -37,7 +37,8 @@ VERSION = "guardrepro-stamps 1\n"
 _LINE = re.compile(r"(\d+) (\d+) (-?\d+) (-?\d+) ([0-9a-f]{64}) ([0-9a-f]{64})")
 _CACHE_LIMIT = 2 * PACKS
 # never through a link; a FIFO planted at a pack is not waited on
-_OPEN = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_OPEN = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+         | getattr(os, "O_CLOEXEC", 0))
 _cache: dict[str, tuple[tuple[int, int, int, int], dict[int, str]]] = {}
 _cache_lock = threading.Lock()
 
@@ -71,6 +72,32 @@ def pack_text(lines: dict[int, str]) -> str:
     return VERSION + "".join(lines[ino] for ino in sorted(lines))
 
 
+def _read_ascii(fd: int) -> str:
+    """The rest of ``fd`` as text ("" when it is not ASCII; OSError as raised)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    try:
+        return b"".join(chunks).decode("ascii")
+    except UnicodeDecodeError:
+        return ""
+
+
+def read_pack(name: str | Path, dir_fd: int | None = None) -> str:
+    """The text of the pack ``name`` (relative to ``dir_fd`` when given), never
+    through a link: "" when it is missing, not a file, unreadable or not ASCII."""
+    try:
+        fd = os.open(name, _OPEN, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return _read_ascii(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def _pack_lines(path: Path) -> dict[int, str]:
     """``parse_pack`` of the pack at ``path``, reused while its inode, size,
     mtime and ctime are unchanged ({} when it is missing or not a file)."""
@@ -86,17 +113,11 @@ def _pack_lines(path: Path) -> dict[int, str]:
         found = _cache.get(str(path))
         if found is not None and found[0] == key:
             return found[1]
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
+        lines = parse_pack(_read_ascii(fd))
     except OSError:
         return {}
     finally:
         os.close(fd)
-    try:
-        lines = parse_pack(b"".join(chunks).decode("ascii"))
-    except UnicodeDecodeError:
-        lines = {}
     with _cache_lock:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()

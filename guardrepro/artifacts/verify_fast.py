@@ -41,7 +41,13 @@ from pathlib import Path
 
 from guardrepro.artifacts.locks import LockedFile
 from guardrepro.artifacts.nofollow import NOFOLLOW
-from guardrepro.artifacts.stamp_pack import pack_name, pack_text, parse_pack, stamp_line
+from guardrepro.artifacts.stamp_pack import (
+    pack_name,
+    pack_text,
+    parse_pack,
+    read_pack,
+    stamp_line,
+)
 from guardrepro.artifacts.store import (
     CHUNK,
     SAMPLE_BLOCK,
@@ -137,7 +143,7 @@ class _Stamps:
         fd = os.open(directory, _DIR)
         try:
             for name in sorted(packs):
-                old = _read_at(fd, name)
+                old = read_pack(name, dir_fd=fd)
                 lines = parse_pack(old)
                 lines.update(packs[name])
                 text = pack_text(lines)
@@ -146,25 +152,6 @@ class _Stamps:
                                      durable=False)
         finally:
             os.close(fd)
-
-
-def _read_at(directory: int, name: str) -> str:
-    """The text of the pack ``name`` ("" when missing, not a file or not ASCII)."""
-    try:
-        fd = os.open(name, _FILE, dir_fd=directory)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        chunks = []
-        while chunk := os.read(fd, CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks).decode("ascii")
-    except (OSError, UnicodeDecodeError):
-        return ""
-    finally:
-        os.close(fd)
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
