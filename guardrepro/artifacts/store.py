@@ -154,7 +154,7 @@ def fsync_dir(path: Path) -> None:
 _SWEPT: set[Path] = set()  # directories this process has cleared of dead writers' temp files
 
 
-def sweep_once(parent: Path) -> None:
+def _sweep_once(parent: Path) -> None:
     """Remove the temp files that dead writers left in ``parent``, the first time
     this process writes there: listing the directory on every write made N
     writes into one directory (``verify``'s N stamps) cost N squared."""
@@ -195,7 +195,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, trusted: Path | None = None,
 
 def write_replace_at(parent: int, path: Path, data: bytes, durable: bool = True) -> None:
     """``atomic_write_bytes`` in the directory ``parent`` (a descriptor of ``path.parent``)."""
-    sweep_once(path.parent)
+    _sweep_once(path.parent)
     tmp = path.parent / f".{path.name}{TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         # a new name (O_EXCL), never a link (O_NOFOLLOW)

@@ -55,7 +55,6 @@ from guardrepro.artifacts.store import (
     check_relpath,
     ensure_dir,
     sample_offsets,
-    sweep_once,
     write_replace_at,
 )
 from guardrepro.errors import UnsafePathError
@@ -139,7 +138,6 @@ class _Stamps:
         if not packs:
             return
         directory = ensure_dir(self.home, "state/verified")
-        sweep_once(directory)
         fd = os.open(directory, _DIR)
         try:
             for name in sorted(packs):
