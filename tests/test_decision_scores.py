@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from label_probs import index_by_scan, renorm
+from label_probs import index_by_scan, renorm, ts_expected
 
 from guardrepro.guards.decision import DecisionScores, decision_scores, label_union
 from guardrepro.guards.registry import get_guard
@@ -89,18 +89,16 @@ def test_ts_parser_kind_on_the_toy_guard(rating: str) -> None:
     assert decision_index(guard, gen, tok.decode) == index
     got = attempt_decision(guard, prepared, gen, index, tok.decode)
     assert got is not None and got.reason is None
-    zero, one, five = (tok.plain_ids(d)[0] for d in ("0", "1", "5"))
-    p0, p1 = renorm(probs, index, [zero, one])
-    if rating == "0.5":  # the output went through "0.": the split is read two tokens on
-        q0, q5 = renorm(probs, index + 2, [zero, five])
-        want = {"0.0": p0 * q0, "0.5": p0 * q5, "1.0": p1}
-    else:  # never written: the "0" mass goes to the lower-scoring 0.0
-        want = {"0.0": p0, "0.5": 0.0, "1.0": p1}
+    # by hand (label_probs.ts_expected): "0.5" went through "0." and its split is
+    # read two tokens on; "1.0" never wrote "0." and the "0" mass goes to 0.0
+    want, p_unsafe = ts_expected(gen.text, gen.token_ids, probs, tok.decode, tok.plain_ids)
+    assert (want["0.5"] > 0.0) == (rating == "0.5")
     assert got.label_probs is not None
     for label, p in want.items():
         assert got.label_probs[label] == pytest.approx(p, abs=1e-12)
     # Being_Attacked yes: 0.0 -> 0, 0.5 -> 0.5, 1.0 -> 1 (the composite score)
     assert got.p_unsafe == pytest.approx(want["0.5"] + want["1.0"], abs=1e-12)
+    assert got.p_unsafe == pytest.approx(p_unsafe, abs=1e-12)  # from the flags as written
     assert got.expected_score == pytest.approx(0.5 * want["0.5"] + want["1.0"], abs=1e-12)
     assert got.p_unsafe is not None and 0.0 <= got.p_unsafe <= 1.0
 
