@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from label_probs import index_by_scan, renorm, ts_expected
+from runner_helpers import toy_guard
 
 from guardrepro.guards.decision import DecisionScores, decision_scores, label_union
 from guardrepro.guards.registry import get_guard
@@ -37,11 +38,7 @@ TS_OUTPUT = ("<Think>x<\\Think>\n<Malicious_User_Request>no<\\Malicious_User_Req
 
 
 def _guard(name: str) -> Any:
-    if name == "toy-guard":
-        from guardrepro.guards.base import GuardTemplate
-        text = (TOY / "template.txt").read_text(encoding="utf-8")
-        return get_guard(name, GuardTemplate(text, "0" * 64))
-    return get_guard(name)
+    return toy_guard() if name == "toy-guard" else get_guard(name)
 
 
 def _forced(directory: Path, guard: Any, output: str) -> tuple[Any, PreparedRow, Generation,

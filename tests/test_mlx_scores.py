@@ -14,7 +14,6 @@ read two tokens after the decision position, ``1.0``) and both flags.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,9 @@ pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'guard
 pytest.importorskip("mlx_lm", reason="mlx-lm is not installed (pip install 'guardrepro[mlx]')")
 
 from label_probs import ts_expected
+from runner_helpers import toy_cohort, toy_guard
 
 pytestmark = pytest.mark.mlx
-REPO = Path(__file__).resolve().parents[1]
-TOY = REPO / "guardrepro" / "data" / "toy_guard"
 # toy-64 cohort rows: attacked / rating 0.0, no flag, attacked / 1.0, attacked / 0.5
 ROWS = (0, 1, 8, 64)
 
@@ -36,24 +34,17 @@ ROWS = (0, 1, 8, 64)
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory: pytest.TempPathFactory, toy_mlx_f32: Path) -> dict[str, Any]:
     """The runner's attempts on ``ROWS`` and what produced them."""
-    from guardrepro.bench.cohort.build import build_cohort_file
     from guardrepro.decoding import DecodingParams
-    from guardrepro.guards.base import GuardTemplate
-    from guardrepro.guards.registry import get_guard
     from guardrepro.run.attempts import generate_chunk
     from guardrepro.run.prepare import prepare_rows
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.run.runners.backends import MLX
     from guardrepro.run.runners.registry import create_runner
-    from guardrepro.schema import CohortRow
+    from guardrepro.rundir.cohort import read_cohort
 
     base = tmp_path_factory.mktemp("mlx-scores")
-    build_cohort_file(REPO / "cohorts/toy-64.toml", REPO / "guardrepro/data/toy_bench",
-                      base / "cohort.jsonl")
-    lines = (base / "cohort.jsonl").read_text(encoding="utf-8").splitlines()
-    rows = [CohortRow.from_dict(json.loads(lines[i])) for i in ROWS]
-    guard = get_guard("toy-guard", GuardTemplate(
-        (TOY / "template.txt").read_text(encoding="utf-8"), "0" * 64))
+    rows = read_cohort(toy_cohort(base / "cohort.jsonl", ROWS))
+    guard = toy_guard()
     tok = PromptTokenizer(toy_mlx_f32)
     prepared = prepare_rows(guard, tok, rows, 96)
     runner: Any = create_runner(MLX, toy_mlx_f32, {"batch_size": 2, "prefix_reuse": False},

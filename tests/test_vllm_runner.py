@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import build_diverse_tiny, chatml, write_profile
+from runner_helpers import build_diverse_tiny, chatml, toy_cohort, toy_guard, write_profile
 
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.vllm_runner import (
@@ -174,7 +174,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     gen_config["eos_token_id"] = [2, 0, tokens[stop_at]]
     (checkpoint / "generation_config.json").write_text(json.dumps(gen_config))
 
-    cohort = toy_cohort(base / "toy-cohort.jsonl")
+    cohort = toy_cohort(base / "toy-cohort.jsonl", TOY_ROWS)
     run_options = {**VLLM_OPTIONS, "batch_size": len(TOY_ROWS)}
     vllm_profile = write_profile(base / "vllm.toml", TOY, TOY / "template.txt",
                                  backend="vllm", options=run_options, decoding=TOY_DECODING)
@@ -197,17 +197,6 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     hf, hf_ids = _hf_generate(checkpoint, TEXTS)
     return {"out": out, "hf": hf, "hf_ids": hf_ids, "stop_at": stop_at, "base": base,
             "checkpoint": checkpoint, "cohort": cohort}
-
-
-def toy_cohort(path: Path) -> Path:
-    """``TOY_ROWS`` of the toy-64 cohort, in its order."""
-    from guardrepro.bench.cohort.build import build_cohort_file
-
-    full = path.with_name("toy-64.jsonl")
-    build_cohort_file(ROOT / "cohorts/toy-64.toml", ROOT / "guardrepro/data/toy_bench", full)
-    lines = full.read_text(encoding="utf-8").splitlines()
-    path.write_text("".join(lines[i] + "\n" for i in TOY_ROWS), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -378,15 +367,11 @@ def test_vllm_p_unsafe_is_the_transformers_models(probe: dict[str, Any], hf_toy_
 
 def _toy_prompts(cohort: Path) -> dict[str, tuple[int, ...]]:
     """The toy guard's prompt ids per row id, as a run renders them."""
-    from guardrepro.guards.base import GuardTemplate
-    from guardrepro.guards.registry import get_guard
     from guardrepro.run.prepare import prepare_rows
     from guardrepro.run.prompts import PromptTokenizer
     from guardrepro.rundir.cohort import read_cohort
 
-    guard = get_guard("toy-guard", GuardTemplate(
-        (TOY / "template.txt").read_text(encoding="utf-8"), "0" * 64))
-    prepared = prepare_rows(guard, PromptTokenizer(TOY), read_cohort(cohort), 96)
+    prepared = prepare_rows(toy_guard(), PromptTokenizer(TOY), read_cohort(cohort), 96)
     return {p.row.row_id: p.token_ids for p in prepared}
 
 
