@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -187,7 +188,8 @@ def test_a_profiles_options_are_checked_once_when_read(monkeypatch: pytest.Monke
                            pad_token_id=None, decode=str)
     assert checked == []
     assert options["lookup_table"] == str(ROOT / "runners/toy-tool-lookup.json")
-    assert runner.describe()["lookup_table_sha256"] is not None
+    table = (ROOT / "runners/toy-tool-lookup.json").read_bytes()
+    assert runner.describe()["lookup_table_sha256"] == hashlib.sha256(table).hexdigest()
     # a replaced option is new input: checked when it is replaced
     with pytest.raises(InputError) as info:
         profile.with_backend_options(batch_size=0)
