@@ -195,7 +195,7 @@ def _cohort_ids(
                 f"{path}: sha256 {actual[:12]}... is not the runs' cohort {expected[:12]}..."
             )
         return None, path  # the recorded path now holds another file: fall back to counts
-    return cohort_ids(path)[0], path.resolve()
+    return cohort_ids(path), path.resolve()
 
 
 def _check_no_duplicates(sources: Sequence[SourceRun]) -> None:

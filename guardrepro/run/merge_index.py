@@ -33,10 +33,10 @@ from pathlib import Path
 
 from guardrepro.artifacts.nofollow import NOFOLLOW, output_error
 from guardrepro.errors import InputError, IntegrityError, ProvenanceError
-from guardrepro.rundir.cohort import parse_cohort_line
 from guardrepro.rundir.manifest import RunManifest
 from guardrepro.rundir.record_checks import ParserLookup, once_per_guard
 from guardrepro.rundir.records import parse_record_line, record_line
+from guardrepro.rundir.stream import cohort_rows
 
 _READ = 1 << 20
 _CANONICAL = 1  # the packed place's low bit: the line is record_line of its record
@@ -141,32 +141,26 @@ def _scan(index: RecordIndex, manifest: RunManifest, parsers: ParserLookup | Non
     index.sha256 = digest.hexdigest()
 
 
-def cohort_ids(path: Path) -> tuple[list[str], str]:
-    """The cohort's row ids in order and its sha256, each line checked as
-    ``rundir.cohort.read_cohort`` checks it (the same errors)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise InputError("cohort file not found", file=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read cohort file: {exc}", file=str(path)) from None
-    digest = hashlib.sha256()
+def cohort_ids(path: Path) -> list[str]:
+    """The cohort's row ids in order, each line checked as
+    ``rundir.cohort.read_cohort`` checks it (the same errors), read a line at a
+    time (``rundir.stream.cohort_rows``)."""
     ids: list[str] = []
     seen: set[str] = set()
     try:
-        for index, (_, raw) in enumerate(_lines(fd, digest)):
-            row_id = parse_cohort_line(raw, file=str(path), index=index).row_id
+        for index, row in cohort_rows(path):
+            row_id = row.row_id
             if row_id in seen:
                 raise InputError(
                     f"duplicate sample_id {row_id!r} (first at line {ids.index(row_id) + 1})",
                     file=str(path), row=index, line=index + 1, field="sample.sample_id")
             seen.add(row_id)
             ids.append(row_id)
-    finally:
-        os.close(fd)
-    if not ids:
-        raise InputError("cohort file is empty", file=str(path))
-    return ids, digest.hexdigest()
+    except FileNotFoundError:
+        raise InputError("cohort file not found", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read cohort file: {exc}", file=str(path)) from None
+    return ids
 
 
 def cohort_sha256(path: Path) -> str:

@@ -75,12 +75,13 @@ class RunRowsRead(ExpectedRows):
     expected: RunRows
 
 
-def _lines(path: Path, digest: hashlib._Hash) -> Iterator[bytes]:
+def _lines(path: Path, digest: hashlib._Hash | None) -> Iterator[bytes]:
     """The lines of ``path`` (each with its ``\\n``, the last maybe without),
-    every byte fed to ``digest`` as it is read."""
+    every byte fed to ``digest`` (when given) as it is read."""
     with open(path, "rb") as fh:
         for line in fh:
-            digest.update(line)
+            if digest is not None:
+                digest.update(line)
             yield line
 
 
@@ -127,8 +128,11 @@ def _records(path: Path, manifest: RunManifest | None, shared: _Shared
     return rows, seen, digest.hexdigest(), foreign
 
 
-def _cohort_rows(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, CohortRow]]:
-    """Each cohort row with its 0-based line, checked as ``rundir.cohort.read_cohort`` does."""
+def cohort_rows(path: Path, digest: hashlib._Hash | None = None
+                ) -> Iterator[tuple[int, CohortRow]]:
+    """Each cohort row with its 0-based line, checked as ``rundir.cohort.read_cohort``
+    checks a line (duplicate ids are the caller's), a line at a time; every byte
+    read is fed to ``digest`` when given."""
     file = str(path)
     index = -1
     for index, raw in enumerate(_lines(path, digest)):
@@ -157,7 +161,7 @@ class _Join:
         first_mismatch: InputError | None = None
         out: list[RowResult] = []
         seen: dict[str, int] = {}  # keys: the records' own strings where there is one
-        for index, row in _cohort_rows(cohort, digest):
+        for index, row in cohort_rows(cohort, digest):
             at = self.by_id.get(row.row_id)
             key = row.row_id if at is None else self.records[at].row_id
             if key in seen:
