@@ -33,8 +33,13 @@ from pathlib import Path
 
 from guardrepro.artifacts.nofollow import NOFOLLOW, output_error
 from guardrepro.errors import InputError, IntegrityError, ProvenanceError
-from guardrepro.rundir.manifest import RunManifest
-from guardrepro.rundir.record_checks import ParserLookup, once_per_guard
+from guardrepro.rundir.manifest import RunManifest, mixed_provenance
+from guardrepro.rundir.record_checks import (
+    ParserLookup,
+    duplicate_row,
+    once_per_guard,
+    torn_last_line,
+)
 from guardrepro.rundir.records import parse_record_line, record_line
 from guardrepro.rundir.stream import cohort_rows
 
@@ -116,9 +121,7 @@ def _scan(index: RecordIndex, manifest: RunManifest, parsers: ParserLookup | Non
     fd, file = index.fd, str(index.path)
     size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
-        row = sum(1 for _ in _lines(fd)) - 1
-        raise InputError("final line is incomplete (the writing process was interrupted); "
-                         "resuming the run truncates it", file=file, row=row, line=row + 1)
+        raise torn_last_line(file=file, row=sum(1 for _ in _lines(fd)) - 1)
     digest = hashlib.sha256()
     foreign: ProvenanceError | None = None
     rows = index.rows
@@ -127,13 +130,10 @@ def _scan(index: RecordIndex, manifest: RunManifest, parsers: ParserLookup | Non
         row_id = record.row_id
         if row_id in rows:
             first = next(i for i, key in enumerate(rows) if key == row_id)
-            raise InputError(f"duplicate row_id {row_id!r} (first at line {first + 1})",
-                             file=file, row=number, line=number + 1, field="row_id")
+            raise duplicate_row(row_id, first, file=file, row=number)
         if foreign is None and record.provenance_sha256 != manifest.provenance_sha256:
-            foreign = ProvenanceError(
-                f"{index.path}: line {number + 1} ({row_id!r}) has provenance "
-                f"{record.provenance_sha256[:12]}..., its run's manifest "
-                f"{manifest.provenance_sha256[:12]}...; refusing to merge mixed provenance")
+            foreign = mixed_provenance(index.path, number, row_id, record.provenance_sha256,
+                                       manifest, refusing="merge")
         canonical = record_line(record).encode("utf-8") == line + b"\n"
         rows[row_id] = offset << 33 | len(line) << 1 | canonical
     if foreign is not None:

@@ -203,11 +203,18 @@ def check_one_provenance(records: Sequence[Record], manifest: RunManifest, recor
     its run manifest's; ``refusing`` says what is refused ("merge", ...)."""
     for index, record in enumerate(records):
         if record.provenance_sha256 != manifest.provenance_sha256:
-            raise ProvenanceError(
-                f"{records_path}: line {index + 1} ({record.row_id!r}) has provenance "
-                f"{record.provenance_sha256[:12]}..., its run's manifest "
-                f"{manifest.provenance_sha256[:12]}...; refusing to {refusing} mixed provenance"
-            )
+            raise mixed_provenance(records_path, index, record.row_id, record.provenance_sha256,
+                                   manifest, refusing=refusing)
+
+
+def mixed_provenance(records_path: Path, index: int, row_id: str, provenance_sha256: str,
+                     manifest: RunManifest, *, refusing: str) -> ProvenanceError:
+    """The error for the record ``row_id`` (0-based line ``index``) whose provenance
+    hash is not its run manifest's; ``refusing`` says what is refused."""
+    return ProvenanceError(
+        f"{records_path}: line {index + 1} ({row_id!r}) has provenance "
+        f"{provenance_sha256[:12]}..., its run's manifest "
+        f"{manifest.provenance_sha256[:12]}...; refusing to {refusing} mixed provenance")
 
 
 def read_manifest(run_dir: str | Path) -> RunManifest | None:

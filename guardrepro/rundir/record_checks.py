@@ -207,3 +207,16 @@ def check_record(record: Record, *, file: str | None, row: int | None,
     for i, attempt in enumerate(record.attempts):
         _consistent(attempt.text, attempt.finish_reason, attempt.status, attempt.score, guard,
                     parse, where, f"attempts[{i}].score")
+
+
+def duplicate_row(row_id: str, first: int, *, file: str, row: int) -> InputError:
+    """The error for a records file's second line of ``row_id`` (0-based line
+    ``row``; ``first``: the 0-based line of its first)."""
+    return InputError(f"duplicate row_id {row_id!r} (first at line {first + 1})",
+                      file=file, row=row, line=row + 1, field="row_id")
+
+
+def torn_last_line(*, file: str, row: int) -> InputError:
+    """The error for a records file whose last line (0-based ``row``) has no line break."""
+    return InputError("final line is incomplete (the writing process was interrupted); "
+                      "resuming the run truncates it", file=file, row=row, line=row + 1)

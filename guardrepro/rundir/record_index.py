@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from guardrepro.artifacts.store import fsync_dir
-from guardrepro.errors import InputError
+from guardrepro.rundir.record_checks import duplicate_row
 from guardrepro.schema import RECORD_STATUSES, Record
 
 _ENTRY = struct.Struct("<QIB")  # offset, length, status index; then the input hash's bytes
@@ -124,9 +124,7 @@ def index_lines(fd: int, parse: LineParser, *, file: str, end: int) -> RecordInd
             record = parse(line[:-1], line_no)
             if record.row_id in index:
                 first = count_lines(fd, index.location(record.row_id)[0])
-                raise InputError(
-                    f"duplicate row_id {record.row_id!r} (first at line {first + 1})",
-                    file=file, row=line_no, line=line_no + 1, field="row_id")
+                raise duplicate_row(record.row_id, first, file=file, row=line_no)
             index.add(record, offset, len(line))
             offset += len(line)
     return index

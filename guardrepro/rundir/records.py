@@ -42,7 +42,13 @@ from guardrepro.artifacts.store import atomic_write_bytes
 from guardrepro.errors import InputError, OutputError
 from guardrepro.limits import at_line, load_json
 from guardrepro.rundir.leftovers import missing_dirs
-from guardrepro.rundir.record_checks import ParserLookup, check_record, once_per_guard
+from guardrepro.rundir.record_checks import (
+    ParserLookup,
+    check_record,
+    duplicate_row,
+    once_per_guard,
+    torn_last_line,
+)
 from guardrepro.rundir.record_index import (  # noqa: F401 (TornRecordWarning re-exported)
     RecordIndex,
     TornRecordWarning,
@@ -93,14 +99,7 @@ def parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = None
     """``read_records`` of a records file's bytes ``data`` (read by a caller who
     hashes the same bytes); ``file`` is named in errors."""
     if data and not data.endswith(b"\n"):
-        row = data.count(b"\n")
-        raise InputError(
-            "final line is incomplete (the writing process was interrupted); "
-            "resuming the run truncates it",
-            file=file,
-            row=row,
-            line=row + 1,
-        )
+        raise torn_last_line(file=file, row=data.count(b"\n"))
     return _parse_records(data, file=file, parsers=parsers)
 
 
@@ -116,13 +115,7 @@ def _parse_records(data: bytes, *, file: str, parsers: ParserLookup | None = Non
     for index, line in enumerate(lines):
         record = parse_record_line(line, file=file, row=index, parsers=parsers)
         if record.row_id in seen:
-            raise InputError(
-                f"duplicate row_id {record.row_id!r} (first at line {seen[record.row_id] + 1})",
-                file=file,
-                row=index,
-                line=index + 1,
-                field="row_id",
-            )
+            raise duplicate_row(record.row_id, seen[record.row_id], file=file, row=index)
         seen[record.row_id] = index
         if record.provenance == shared:  # one object for a run's equal provenances
             object.__setattr__(record, "provenance", shared)  # (a frozen field, same value)

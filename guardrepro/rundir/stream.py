@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardrepro.errors import GuardreproError, InputError, ProvenanceError
+from guardrepro.errors import GuardreproError, InputError
 from guardrepro.guards.registry import record_parser
 from guardrepro.rundir.cohort import (
     check_found_cohort,
@@ -45,9 +45,9 @@ from guardrepro.rundir.cohort import (
     manifest_cohort_candidates,
     parse_cohort_line,
 )
-from guardrepro.rundir.manifest import RunManifest, load_manifest_hashed
+from guardrepro.rundir.manifest import RunManifest, load_manifest_hashed, mixed_provenance
 from guardrepro.rundir.read import MISSING, ExpectedRows, RowResult, RunRows, rows_from_records
-from guardrepro.rundir.record_checks import once_per_guard
+from guardrepro.rundir.record_checks import duplicate_row, once_per_guard, torn_last_line
 from guardrepro.rundir.records import parse_record_line, records_path
 from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import CohortRow
@@ -110,14 +110,10 @@ def _records(path: Path, manifest: RunManifest | None, shared: _Shared
     parsers = once_per_guard(record_parser)
     for index, line in enumerate(_lines(path, digest)):
         if not line.endswith(b"\n"):
-            raise InputError("final line is incomplete (the writing process was interrupted);"
-                             " resuming the run truncates it", file=file, row=index,
-                             line=index + 1)
+            raise torn_last_line(file=file, row=index)
         rec = parse_record_line(line[:-1], file=file, row=index, parsers=parsers)
         if rec.row_id in seen:
-            raise InputError(f"duplicate row_id {rec.row_id!r} (first at line "
-                             f"{seen[rec.row_id] + 1})", file=file, row=index, line=index + 1,
-                             field="row_id")
+            raise duplicate_row(rec.row_id, seen[rec.row_id], file=file, row=index)
         seen[rec.row_id] = index
         if (foreign is None and manifest is not None
                 and rec.provenance_sha256 != manifest.provenance_sha256):
@@ -235,10 +231,7 @@ def stream_run_rows(run_dir: str | Path, cohort_path: str | Path | None = None) 
                          " `guardrepro run` into it first)", file=str(path))
     if foreign is not None:
         index, row_id, digest = foreign
-        raise ProvenanceError(
-            f"{path}: line {index + 1} ({row_id!r}) has provenance {digest[:12]}..., its run's"
-            f" manifest {manifest.provenance_sha256[:12]}...; refusing to analyse mixed"
-            " provenance")
+        raise mixed_provenance(path, index, row_id, digest, manifest, refusing="analyse")
     join = _Join(records, by_id, path, shared)
     if cohort_path is not None:
         given = Path(cohort_path)
