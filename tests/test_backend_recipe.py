@@ -164,10 +164,6 @@ def test_kvloop_matches_hf_at_batch_1() -> None:
 '''
 
 
-
-
-
-
 def _python(tree: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True,
@@ -193,7 +189,7 @@ def test_a_backend_is_three_files(tmp_path: Path) -> None:
     backends_md.write_text(text[:end] + row + text[end:], encoding="utf-8")
 
     assert changed_files(pristine, tree) == {"guardrepro/run/runners/kvloop_backend.py",
-                                        "tests/test_kvloop_backend.py", "docs/BACKENDS.md"}
+                                             "tests/test_kvloop_backend.py", "docs/BACKENDS.md"}
     listed = json.loads(_python(tree, "-c", (
         "import json, sys\nfrom guardrepro.run.runners import registry\n"
         "print(json.dumps({'names': list(registry.RUNNERS), "

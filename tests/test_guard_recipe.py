@@ -57,10 +57,6 @@ ROW = ("| `verdict-guard` | row-field messages -> chat template | `json_field` |
        "SAFE 0 / REVIEW 0.5 / UNSAFE 1 | its model card |\n")
 
 
-
-
-
-
 def _python(tree: Path, *args: str, stdin: str = "") -> str:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
@@ -85,7 +81,7 @@ def test_a_guard_is_three_files_and_no_code(tmp_path: Path) -> None:
     guards_md.write_text(text[:end] + ROW + text[end:], encoding="utf-8")
 
     assert changed_files(pristine, tree) == {"guards/verdict-guard.toml",
-                                        "tests/test_verdict_guard.py", "docs/GUARDS.md"}
+                                             "tests/test_verdict_guard.py", "docs/GUARDS.md"}
     _python(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "tests/test_verdict_guard.py")
     listed = json.loads(_python(tree, "-m", "guardrepro", "guards", "--json"))

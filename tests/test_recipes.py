@@ -24,10 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("guardrepro", "docs", "tests", "runners", "locks", "cohorts", "checks", "pyproject.toml")
 
 
-
-
-
-
 def _python(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'tests'}"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -121,7 +117,7 @@ def test_a_statistic_is_three_files(pristine: Path, tmp_path: Path) -> None:
     (tree / "tests/test_delta_flagged.py").write_text(STATISTIC_TEST, encoding="utf-8")
 
     assert changed_files(pristine, tree) == {"guardrepro/checks/stats/definitions.py",
-                                        "docs/STATISTICS.md", "tests/test_delta_flagged.py"}
+                                             "docs/STATISTICS.md", "tests/test_delta_flagged.py"}
     checks = _python(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                      "tests/test_delta_flagged.py",
                      "tests/test_docs.py::test_statistics_table_is_the_declared_one",
