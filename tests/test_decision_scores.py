@@ -193,12 +193,12 @@ def test_toy_hf_run_matches_a_forward_pass() -> None:
                              tok.decode)
     runner.close()
     checked = 0
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(TOY)).eval()
     for p in prepared:
         attempt, gen, scores = history[p.row.row_id][-1]
         assert gen is not None and scores.decision is not None
         if attempt.status != "ok":
             continue
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(TOY)).eval()
         with torch.inference_mode():
             full = model(torch.tensor([list(p.token_ids) + list(gen.token_ids)])).logits[0]
         rows_ = full[len(p.token_ids) - 1:].double()
