@@ -61,7 +61,7 @@ from guardrepro.checks.stats.compute import (
     fmt_num,
 )
 from guardrepro.limits import read_json_file
-from guardrepro.rundir.outputs import GATE_JSON, stats_path, write_json_atomic, write_stats
+from guardrepro.rundir.outputs import GATE_JSON, stats_path, write_json_atomic
 from guardrepro.rundir.read import (
     RunData,
     load_run_data,
@@ -103,7 +103,7 @@ def load_or_compute_stats(run_dir: str | Path, *, recompute: bool = False,
     result = compute_stats(run.rows, replicates=reps, seed=seed, progress=progress,
                            expected_source=run.expected_source)
     result = keyed(result.with_extra(run_dir=str(run_dir)), run)
-    write_stats(Path(run_dir), None, result.to_dict())
+    write_json_atomic(path, result.to_dict())
     return result
 
 
