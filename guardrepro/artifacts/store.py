@@ -358,7 +358,7 @@ def verify_full_requested() -> bool:
     return os.environ.get(FULL_ENV, "") not in ("", "0")
 
 
-def sample_offsets(size: int) -> list[int]:
+def _sample_offsets(size: int) -> list[int]:
     """Offsets of the sampled blocks: evenly spread, first and last block included."""
     if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
         return list(range(0, size, SAMPLE_BLOCK))
@@ -369,13 +369,17 @@ def sample_offsets(size: int) -> list[int]:
 def sampled_digest(path: Path) -> str:
     """sha256 over the sampled blocks of a regular file (the whole file when small)."""
     fd = open_regular(path)
-    digest = hashlib.sha256()
     try:
-        size = os.fstat(fd).st_size
-        for offset in sample_offsets(size):
-            digest.update(os.pread(fd, SAMPLE_BLOCK, offset))
+        return sampled_digest_at(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+def sampled_digest_at(fd: int, size: int) -> str:
+    """``sampled_digest`` of the open file ``fd`` of ``size`` bytes."""
+    digest = hashlib.sha256()
+    for offset in _sample_offsets(size):
+        digest.update(os.pread(fd, SAMPLE_BLOCK, offset))
     return digest.hexdigest()
 
 

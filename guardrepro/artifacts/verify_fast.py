@@ -54,7 +54,7 @@ from guardrepro.artifacts.store import (
     SAMPLE_BLOCKS,
     check_relpath,
     ensure_dir,
-    sample_offsets,
+    sampled_digest_at,
     write_replace_at,
 )
 from guardrepro.errors import UnsafePathError
@@ -168,11 +168,8 @@ def _hash_fd(fd: int) -> tuple[str, int]:
 
 def _sampled(fd: int, size: int, sha256: str) -> str:
     if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
-        return sha256
-    digest = hashlib.sha256()
-    for offset in sample_offsets(size):
-        digest.update(os.pread(fd, SAMPLE_BLOCK, offset))
-    return digest.hexdigest()
+        return sha256  # the sampled blocks are the whole file, in order
+    return sampled_digest_at(fd, size)
 
 
 Result = tuple[str, str | None, int | None]  # (status, observed sha256, observed size)
