@@ -158,7 +158,7 @@ def test_a_file_that_changes_while_it_is_read_gets_no_stamp(
     model = _model(tmp_path / "model")
     lock = directory_lock(model, "model", tmp_path / "model.toml")
     target = model / "a.txt"
-    real = fast._hash_fd
+    real = fast.sha256_fd
 
     def touching(fd: int) -> tuple[str, int]:
         result = real(fd)
@@ -166,7 +166,7 @@ def test_a_file_that_changes_while_it_is_read_gets_no_stamp(
             os.utime(target, ns=(1, 1))  # moves mtime and ctime after the read
         return result
 
-    monkeypatch.setattr(fast, "_hash_fd", touching)
+    monkeypatch.setattr(fast, "sha256_fd", touching)
     report = check_lock(lock, tmp_path / "home", full=True)
     assert report.ok
     assert _packed(tmp_path / "home", target) is None

@@ -117,14 +117,22 @@ def sha256_file(path: Path, on_chunk: Callable[[int], object] | None = None
     """(sha256 hex, size in bytes) of a regular file; refuses symlinks.
     ``on_chunk`` is called with each chunk's size (a progress bar's ``update``)."""
     fd = open_regular(path)
+    try:
+        return sha256_fd(fd, on_chunk)
+    finally:
+        os.close(fd)
+
+
+def sha256_fd(fd: int, on_chunk: Callable[[int], object] | None = None
+              ) -> tuple[str, int]:
+    """``sha256_file`` of the rest of the open file ``fd``."""
     digest = hashlib.sha256()
     size = 0
-    with os.fdopen(fd, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if on_chunk is not None:
-                on_chunk(len(chunk))
+    while chunk := os.read(fd, CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        if on_chunk is not None:
+            on_chunk(len(chunk))
     return digest.hexdigest(), size
 
 

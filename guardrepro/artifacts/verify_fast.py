@@ -30,7 +30,6 @@ descriptor.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import threading
@@ -49,12 +48,12 @@ from guardrepro.artifacts.stamp_pack import (
     stamp_line,
 )
 from guardrepro.artifacts.store import (
-    CHUNK,
     SAMPLE_BLOCK,
     SAMPLE_BLOCKS,
     check_relpath,
     ensure_dir,
     sampled_digest_at,
+    sha256_fd,
     write_replace_at,
 )
 from guardrepro.errors import UnsafePathError
@@ -157,15 +156,6 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
         b.st_ino, b.st_size, b.st_mtime_ns, b.st_ctime_ns)
 
 
-def _hash_fd(fd: int) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    while chunk := os.read(fd, CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def _sampled(fd: int, size: int, sha256: str) -> str:
     if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
         return sha256  # the sampled blocks are the whole file, in order
@@ -211,7 +201,7 @@ class FastChecker:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
                 return ("unsafe", None, None)
-            sha, size = _hash_fd(fd)
+            sha, size = sha256_fd(fd)
             if sha != entry.sha256 or size != entry.size:
                 return ("mismatch", sha, size)
             sampled = _sampled(fd, size, sha)
