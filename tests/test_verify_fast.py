@@ -2,10 +2,10 @@
 reader (``artifacts/lock_text.py``) against the general code they replace.
 
 Expectations come from the general path (``check_file`` through ``safe_join``,
-``store.write_stamp``, ``tomllib``), run on the same files: the fast code must
-give the same statuses, stamps and tables, and still catch what the stamp is
-there to catch. Timings are in docs/SCALE.md (``scripts/bench_scale.py``), not
-here."""
+``store.write_stamp``, ``tomllib``, ``locks._parse_file``'s per-key checks), run
+on the same files: the fast code must give the same statuses, stamps, tables and
+entries, and still catch what the stamp is there to catch. Timings are in
+docs/SCALE.md (``scripts/bench_scale.py``), not here."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import guardrepro.artifacts.locks as locks
 import guardrepro.artifacts.stamp_pack as stamp_pack
 import guardrepro.artifacts.verify_fast as fast
 from guardrepro.artifacts.lock_text import fast_table
@@ -200,7 +201,8 @@ PLAIN = (LockedFile("a/b.bin", "a" * 64, 0), LockedFile("ç é/日本.txt", "b" 
 
 @pytest.mark.parametrize("case", ["plain", "quote", "pending", "comment", "crlf",
                                   "inside-string", "trailing-blank", "file-key-above"])
-def test_the_fast_lock_table_is_tomllibs_or_none(tmp_path: Path, case: str) -> None:
+def test_the_fast_lock_table_is_tomllibs_or_none(tmp_path: Path, case: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     text = _dumped(tmp_path, PLAIN)
     if case == "quote":
         text = _dumped(tmp_path, (*PLAIN, LockedFile('q"uote\tx', "d" * 64, 1)))
@@ -234,7 +236,9 @@ def test_the_fast_lock_table_is_tomllibs_or_none(tmp_path: Path, case: str) -> N
             load_lock(path)
         return
     loaded = load_lock(path)
-    general = parse_lock(tomllib.loads(text), str(path), loaded.header, path.resolve())
+    with monkeypatch.context() as patch:  # every entry through the general checks
+        patch.setattr(locks, "_plain_file", lambda raw, source: None)
+        general = parse_lock(tomllib.loads(text), str(path), loaded.header, path.resolve())
     assert loaded == general
 
 
