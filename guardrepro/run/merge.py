@@ -244,7 +244,10 @@ def _order_records(
     def owner(row_id: str) -> RecordIndex | None:
         return next((index for index in indexes if row_id in index.rows), None)
 
-    missing = [row_id for row_id in ids if owner(row_id) is None]
+    # every record is a distinct cohort row (no stray, no duplicate): as many
+    # records as ids leave none missing, and the ids need no pass of their own
+    if recorded < len(ids):
+        missing = [row_id for row_id in ids if owner(row_id) is None]
 
     def order() -> Iterator[tuple[RecordIndex, str]]:
         for row_id in ids:
