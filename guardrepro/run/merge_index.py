@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guardrepro.artifacts.nofollow import NOFOLLOW, output_error
+from guardrepro.artifacts.store import sha256_fd
 from guardrepro.errors import InputError, IntegrityError, ProvenanceError
 from guardrepro.rundir.manifest import RunManifest, mixed_provenance
 from guardrepro.rundir.record_checks import (
@@ -67,11 +68,9 @@ def _lines(fd: int, digest: hashlib._Hash | None = None) -> Iterator[tuple[int, 
 
 
 def _hash(fd: int) -> str:
-    digest = hashlib.sha256()
+    """The sha256 of the whole open file ``fd`` (``artifacts.store.sha256_fd`` from its start)."""
     os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, _READ):
-        digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_fd(fd)[0]
 
 
 @dataclass
