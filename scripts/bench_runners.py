@@ -259,7 +259,7 @@ def measure(name: str, profile: RunProfile, cohort: Path, run_dir: Path, home: P
     method = CONFIGS[name].start if name in CONFIGS else None
     chosen = workers.start_method
     if method is not None:
-        workers.start_method = lambda backend, checkpoint_dir=None: method  # type: ignore
+        workers.start_method = lambda backend, checkpoint_dir=None, options=None: method  # type: ignore
     load = os.getloadavg()[0]
     try:
         start = time.perf_counter()

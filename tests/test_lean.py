@@ -21,11 +21,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from guardrepro.run.runners.greedy import PrefixStore  # noqa: E402
-from guardrepro.run.runners.lean import (  # noqa: E402
-    LeanDecoder,
-    _slice,
-    unsupported_reason,
-)
+from guardrepro.run.runners.lean import LeanDecoder, _slice  # noqa: E402
+from guardrepro.run.runners.lean_weights import unsupported_reason  # noqa: E402
 
 # tiny models: one torch thread (tests/conftest.py, one_torch_thread)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -162,11 +159,12 @@ def test_unsupported_models_are_named() -> None:
                 "layer_types": ["full_attention"], "_attn_implementation": "sdpa"}
         return SimpleNamespace(config=SimpleNamespace(**{**base, **config}))
 
-    assert unsupported_reason(fake()) is None
-    assert "gpt2" in str(unsupported_reason(fake(model_type="gpt2")))
-    assert "yarn" in str(unsupported_reason(fake(rope_parameters={"rope_type": "yarn"})))
-    assert "sliding" in str(unsupported_reason(fake(layer_types=["sliding_attention"])))
-    assert "eager" in str(unsupported_reason(fake(_attn_implementation="eager")))
+    assert unsupported_reason(fake().config) is None
+    assert "gpt2" in str(unsupported_reason(fake(model_type="gpt2").config))
+    assert "yarn" in str(unsupported_reason(fake(rope_parameters={"rope_type": "yarn"}).config))
+    assert "sliding" in str(unsupported_reason(fake(layer_types=["sliding_attention"]).config))
+    assert "eager" in str(unsupported_reason(fake(_attn_implementation="eager").config))
+    assert "eager" in str(unsupported_reason(fake().config, "eager"))  # the option wins
     with pytest.raises(ValueError, match="gpt2"):
         LeanDecoder(fake(model_type="gpt2"))
     with pytest.raises(ValueError, match="at least one token"):

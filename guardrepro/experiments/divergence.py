@@ -87,9 +87,6 @@ def forced_logits(runner: Any, row: ForcedRow) -> np.ndarray:
         with torch.no_grad():
             tensor = torch.tensor([ids], device=runner.device)
             out = runner.model(input_ids=tensor, logits_to_keep=keep).logits[0]
-        margins = getattr(runner, "_step_margins", None)
-        if isinstance(margins, list):  # the HF runner's per-step hook: not a decoding step
-            margins.clear()
         return np.asarray(out.float().cpu().numpy())[-keep:]
     raise InputError(f"teacher-forced logits are not available for backend {backend!r}",
                      field="backend")

@@ -71,7 +71,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -180,18 +180,20 @@ def _signals_held() -> Iterator[None]:
             os.kill(os.getpid(), caught[0])
 
 
-def start_method(backend: Backend, checkpoint_dir: Path | None = None) -> str:
+def start_method(backend: Backend, checkpoint_dir: Path | None = None,
+                 options: Mapping[str, Any] | None = None) -> str:
     """``fork`` after importing the runner's module in this process (a backend
     whose descriptor is ``fork_safe``, hf, on Linux), and with
-    ``checkpoint_dir`` what loading it imports (``registry.preload``: the model
-    class's modules), else ``spawn`` (see the module docstring)."""
+    ``checkpoint_dir`` what loading it with ``options`` imports
+    (``registry.preload``: the model class's modules, unless the lean decoder
+    reads the weights itself), else ``spawn`` (see the module docstring)."""
     if backend.fork_safe and sys.platform.startswith("linux") \
             and "fork" in multiprocessing.get_all_start_methods():
         with _sigint_deferred():  # the imports every worker would otherwise repeat
             if checkpoint_dir is None:
                 runner_class(backend)
             else:
-                preload(backend, checkpoint_dir)
+                preload(backend, checkpoint_dir, options or {})
         return "fork"
     return "spawn"
 
@@ -427,7 +429,8 @@ def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progr
     dirs = _shard_dirs(out, workers)
     shards = [format_shard(k, workers) for k in range(1, workers + 1)]
     results = _run_pool(handoff, cohort, out, dirs, shards, progress,
-                        start_method(shared.descriptor, handoff.checkpoint_dir))
+                        start_method(shared.descriptor, handoff.checkpoint_dir,
+                                     shared.backend_options))
     failed = [(s, r) for s, r in zip(shards, results, strict=True) if isinstance(r, tuple)]
     failed.sort(key=lambda item: item[1][2] == BROKEN)  # the cause before its echoes
     for shard, result in failed:

@@ -47,7 +47,13 @@ Invariants and choices:
   own weights, finished sequences dropped at once. Same tokens as
   ``generate`` at batch 1 (tests; ``guardrepro check-invariance``); margins
   equal up to float32 rounding of batched kernels (as with ``generate``'s own
-  left-padded batches). Verified in float32; in bf16/fp16 batched rows can
+  left-padded batches). The decoder reads the checkpoint's safetensors itself
+  (``runners.lean_weights``), so no transformers model is built and its
+  modelling code is never imported (about 2 s of start-up on the development
+  machine); a checkpoint whose tensors are not laid out as the decoder
+  expects is loaded with transformers and its tensors used, as before. The
+  model is loaded on first use of ``HFRunner.model`` (sampled mode,
+  teacher-forced passes). Verified in float32; in bf16/fp16 batched rows can
   differ from batch 1 as they do with ``generate``. Llama-family models only
   (qwen2, llama); others are refused at load time with the reason.
 
@@ -62,6 +68,7 @@ lean), ``decode_slots`` (lean: rows decoded at once, continuous batching).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -75,8 +82,11 @@ from guardrepro.decoding import DecodingParams
 from guardrepro.errors import InferenceError, InputError
 from guardrepro.run.runners.backends import HF
 from guardrepro.run.runners.base import Generation, GenerationRequest, shared_timings
-from guardrepro.run.runners.lean import LeanDecoder, unsupported_reason
-from guardrepro.run.runners.torch_load import load_causal_lm
+from guardrepro.run.runners.lean import LeanDecoder
+from guardrepro.run.runners.lean_weights import LeanWeights, from_checkpoint, unsupported_reason
+from guardrepro.run.runners.torch_load import open_checkpoint
+
+log = logging.getLogger(__name__)
 
 
 def _option_error(key: str, message: str) -> InputError:
@@ -104,21 +114,29 @@ def _shared(chunk: Sequence[GenerationRequest], key: str) -> tuple[int, ...]:
     return cast(tuple[int, ...], sets.pop())
 
 
-def preload(checkpoint_dir: Path) -> None:
+def preload(checkpoint_dir: Path, options: Mapping[str, Any]) -> None:
     """Import, in this process, what loading ``checkpoint_dir`` and its tokenizer
-    will import: the model class named by its ``config.json`` (transformers
-    imports a model's modelling modules only when ``from_pretrained`` resolves
-    its class) and the tokenizer classes. Run by the parent before worker
-    processes fork (``run.workers.start_method``), so that each worker inherits
-    the modules instead of importing them itself, side by side with the others.
-    Reads the config only: no weights, no tokenizer, no tensor op (no torch
-    thread pool starts before the fork)."""
+    will import: the tokenizer classes, and the model class named by its
+    ``config.json`` (transformers imports a model's modelling modules only when
+    ``from_pretrained`` resolves its class) unless the lean decoder will read
+    the weights itself (``decode_loop = "lean"`` on a model type it runs:
+    ``lean_weights``). Run by the parent before worker processes fork
+    (``run.workers.start_method``), so that each worker inherits the modules
+    instead of importing them itself, side by side with the others. Reads the
+    config only: no weights, no tokenizer, no tensor op (no torch thread pool
+    starts before the fork)."""
     from transformers import AutoConfig, AutoTokenizer  # noqa: F401  (tokenizer classes)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     try:
         config = AutoConfig.from_pretrained(str(checkpoint_dir), local_files_only=True,
                                             trust_remote_code=False)
+        if options.get("decode_loop") == "lean" and unsupported_reason(
+                config, options.get("attn_implementation")) is None:
+            import safetensors.torch  # noqa: F401  (what the lean weights are read with)
+
+            return
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
         MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the modelling module
     except (OSError, ValueError, KeyError):
         return  # the worker's own load reports it, with its context
@@ -158,27 +176,47 @@ class HFRunner:
         self.decode = decode
         self.checkpoint_dir = Path(checkpoint_dir)
         # safetensors only, threads, dtype, device, no checkpoint generation defaults
-        self._loaded = load_causal_lm(self.checkpoint_dir, self.options, backend=HF.name)
+        self._loaded = open_checkpoint(self.checkpoint_dir, self.options, backend=HF.name)
         self.device, self.dtype = self._loaded.device, self._loaded.dtype
-        self.model: Any = self._loaded.model
         self._step_margins: list[torch.Tensor] = []
         self._score_ids: list[int] = []
         self._score_logits: torch.Tensor | None = None
         self._label_ids: list[int] = []
         self._label_steps: list[torch.Tensor] = []
-        head = self.model.get_output_embeddings()
-        if head is None:
-            raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
-        self._hook = head.register_forward_hook(self._capture)
         self._lean: LeanDecoder | None = None
-        if self.options["decode_loop"] == "lean":
-            reason = unsupported_reason(self.model)
-            if reason is not None:
-                raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
-            self._lean = LeanDecoder(self.model)
-            self._hook.remove()  # the lean decoder computes margins itself
-            self._lean.warm_up(self.pad_token_id)
-            self._hook = head.register_forward_hook(self._capture)
+        try:
+            if self.options["decode_loop"] == "lean":
+                self._lean = LeanDecoder(self._lean_weights())
+                self._lean.warm_up(self.pad_token_id)
+            else:
+                self.model  # noqa: B018  (loaded now: a load error is raised here)
+        except BaseException:
+            self._loaded.close()
+            raise
+
+    def _lean_weights(self) -> LeanWeights:
+        """The lean decoder's tensors: read from the checkpoint's safetensors
+        (no transformers model built: ``lean_weights``), or, where the files are
+        not laid out as the decoder expects, taken from the loaded model."""
+        weights, why = from_checkpoint(self.checkpoint_dir, self._loaded.files, self.dtype,
+                                       self.device, self.options["attn_implementation"])
+        if weights is not None:
+            return weights
+        log.info("hf runner: lean decoder weights from the transformers model (%s)", why)
+        reason = unsupported_reason(self.model.config)
+        if reason is not None:
+            raise _option_error("decode_loop", f"lean decoding cannot run this model: {reason}")
+        return LeanWeights.of_model(self.model)
+
+    @property
+    def model(self) -> Any:
+        """The transformers model, loaded on first use (a lean run that reads its
+        weights from the files never needs it; ``generate`` and teacher-forced
+        passes do)."""
+        model = self._loaded.load_model()
+        if model.get_output_embeddings() is None:
+            raise InputError("the model has no output embedding (lm_head)", field="checkpoint")
+        return model
 
     def _capture(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         # The last position's logits of this forward pass are one decoding
@@ -269,7 +307,6 @@ class HFRunner:
         for request in chunk:
             if not request.prompt_token_ids:
                 raise InferenceError(f"request {request.row_id!r} has an empty prompt")
-        self._hook.remove()  # the lean decoder computes margins itself
         start = time.perf_counter()
         try:
             decoded, prefill_s = self._lean.decode(
@@ -281,9 +318,6 @@ class HFRunner:
             )
         except (RuntimeError, IndexError, ValueError) as exc:
             raise InferenceError(f"lean greedy decoding failed for {ids}: {exc}") from exc
-        finally:
-            head = self.model.get_output_embeddings()
-            self._hook = head.register_forward_hook(self._capture)
         self._sync()
         timings = shared_timings(prefill_s, time.perf_counter() - start, len(chunk))
         peak = self._peak_memory()
@@ -318,10 +352,13 @@ class HFRunner:
             torch.cuda.reset_peak_memory_stats(self.device)
         if seed is not None:
             torch.manual_seed(seed)
+        model = self.model
+        # the margins (and a logit guard's scores) of each step, from the head's output
+        hook = model.get_output_embeddings().register_forward_hook(self._capture)
         start = time.perf_counter()
         try:
             with torch.inference_mode():
-                result = self.model.generate(
+                result = model.generate(
                     input_ids=input_ids.to(self.device),
                     attention_mask=mask.to(self.device),
                     generation_config=config,
@@ -330,6 +367,7 @@ class HFRunner:
         except (RuntimeError, IndexError, ValueError) as exc:
             raise InferenceError(f"transformers generate failed for {ids}: {exc}") from exc
         finally:
+            hook.remove()
             steps, self._step_margins = self._step_margins, []
             label_steps, self._label_steps = self._label_steps, []
         self._sync()
@@ -363,6 +401,5 @@ class HFRunner:
 
     def close(self) -> None:
         """Release the model and restore torch's thread count (a process-wide setting)."""
-        self._hook.remove()
-        del self.model
+        self._lean = None
         self._loaded.close()

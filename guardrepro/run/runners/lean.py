@@ -1,18 +1,24 @@
 """A lean greedy decoder for Llama-family transformers models (the hf runner's
 ``decode_loop = "lean"``).
 
-Input: a loaded transformers ``Qwen2ForCausalLM`` or ``LlamaForCausalLM``
-(eval mode, default RoPE, full attention), a batch of token-id prompts, the
-EOS id set, the pad id and ``max_new_tokens``. Output: per prompt, in input
+Input: the tensors of a ``Qwen2ForCausalLM`` or ``LlamaForCausalLM``
+checkpoint (``lean_weights.LeanWeights``: read from its safetensors, or taken
+from a loaded model; default RoPE, full attention, SDPA), a batch of token-id
+prompts, the EOS id set and ``max_new_tokens``. Output: per prompt, in input
 order, a ``Decoded``: the generated ids (ending with the EOS id when one was
 produced), the top-1 minus top-2 logit gap at every generated position, and
 the finish reason (``"stop"`` or ``"length"``).
 
 How it stays ``generate(do_sample=False)``:
 
-- Prefill runs each prompt alone through the model's own ``forward``, called
-  as ``generate`` calls it at batch 1 (no attention mask, positions from 0,
-  ``logits_to_keep=1``, a ``DynamicCache``), so no prompt pays for another's
+- Prefill runs each prompt alone through a hand-written forward that does
+  what the model's own ``forward`` does when ``generate`` calls it at batch 1
+  (no attention mask, positions from 0, the last position's logits only),
+  operation for operation: the same SDPA call transformers' ``sdpa``
+  attention makes (causal, grouped-query attention left to SDPA; with a
+  reused prefix, the offset causal mask and the kv heads repeated), so its KV
+  cache and logits are bit for bit the model's (tests/test_lean_weights.py),
+  and no transformers model need be built. No prompt pays for another's
   padding. Prompts of one batch share token prefixes: the guard template's
   head, and far more between the edited variants of one base sample, which
   differ only from the first edited token on. Each prompt therefore looks
@@ -33,7 +39,7 @@ How it stays ``generate(do_sample=False)``:
 - Decoding then runs all unfinished sequences as one batch through a
   hand-written forward that applies the model's own weights with the same
   operations in the same order as the transformers modules (RMSNorm in
-  float32, biases, RoPE from the model's ``rotary_emb``, SDPA with the same
+  float32, biases, RoPE by transformers' default rule, SDPA with the same
   GQA layout transformers picks: ``enable_gqa`` without a mask, the
   single-query "packed" layout with one), over preallocated KV buffers in
   which shorter prompts are left-padded and masked. Rows of very different
@@ -61,12 +67,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from guardrepro.run.runners.greedy import (
     MIN_PREFIX,
@@ -77,30 +81,12 @@ from guardrepro.run.runners.greedy import (
     record_step,
 )
 from guardrepro.run.runners.lean_kv import KV, KVGroup, drop, partition, place
+from guardrepro.run.runners.lean_weights import LayerWeights, LeanWeights
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 REUSE_PAIR_COST = 2.0  # a masked (query, key) pair against a causal one (see worth_reusing)
 # (tokens each live row has generated so far, prompt index of each live row, that
 # step's logits) -> the logits to choose from
 Adjust = Callable[[Sequence[int], Sequence[int], torch.Tensor], torch.Tensor]
-
-
-def unsupported_reason(model: Any) -> str | None:
-    """Why ``model`` cannot use the lean decoder, or None when it can."""
-    config = model.config
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return f"model_type {model_type!r} (the lean decoder supports {SUPPORTED_MODEL_TYPES})"
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default":
-        return f"rope_type {rope.get('rope_type')!r} (only the default RoPE)"
-    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
-        return "sliding-window layers"
-    if getattr(config, "_attn_implementation", "sdpa") != "sdpa":
-        return f"attn_implementation {config._attn_implementation!r} (only sdpa)"
-    if getattr(config, "mlp_bias", False):
-        return "MLP biases"
-    return None
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -122,58 +108,34 @@ def _slice(prefix: Prefix[KV] | None) -> KV | None:
     return [(keys[:, :, :n], values[:, :, :n]) for keys, values in prefix.cache]
 
 
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(1, kv heads, n, d) -> (1, kv heads * groups, n, d), each kv head repeated
+    ``groups`` times in place (transformers' ``repeat_kv``)."""
+    batch, kv_heads, n, dim = x.shape
+    return x[:, :, None, :, :].expand(batch, kv_heads, groups, n, dim).reshape(
+        batch, kv_heads * groups, n, dim)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-@dataclass(frozen=True)
-class _LayerWeights:
-    """One decoder layer's tensors (the model's own, not copies)."""
-
-    norm_in: torch.Tensor
-    q: torch.Tensor
-    q_bias: torch.Tensor | None
-    k: torch.Tensor
-    k_bias: torch.Tensor | None
-    v: torch.Tensor
-    v_bias: torch.Tensor | None
-    o: torch.Tensor
-    norm_post: torch.Tensor
-    gate: torch.Tensor
-    up: torch.Tensor
-    down: torch.Tensor
-    act: Callable[[torch.Tensor], torch.Tensor]
-
-    @classmethod
-    def of(cls, layer: Any) -> _LayerWeights:
-        attn, mlp = layer.self_attn, layer.mlp
-        return cls(layer.input_layernorm.weight, attn.q_proj.weight, attn.q_proj.bias,
-                   attn.k_proj.weight, attn.k_proj.bias, attn.v_proj.weight, attn.v_proj.bias,
-                   attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                   mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, mlp.act_fn)
-
-
 class LeanDecoder:
-    """Greedy decoding with the weights of one loaded transformers model."""
+    """Greedy decoding with one model's weights (``lean_weights.LeanWeights``: a
+    loaded transformers model's tensors, or read from its checkpoint)."""
 
     def __init__(self, model: Any, *, min_prefix: int = MIN_PREFIX) -> None:
-        reason = unsupported_reason(model)
-        if reason is not None:
-            raise ValueError(f"the lean decoder cannot run this model: {reason}")
-        self.model = model
-        config = model.config
-        self.inner = model.model
+        self.w = model if isinstance(model, LeanWeights) else LeanWeights.of_model(model)
+        config = self.w.config
         self.eps = float(config.rms_norm_eps)
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.scale = self.head_dim**-0.5
-        self.layers = list(self.inner.layers)[: config.num_hidden_layers]
-        # each layer's tensors, looked up once (module attribute access costs per step)
-        self.weights = [_LayerWeights.of(layer) for layer in self.layers]
+        self.weights = self.w.layers
         self._cos = self._sin = torch.empty(0)  # RoPE by position (``_rope``)
-        self.device = next(model.parameters()).device
+        self.device = self.w.device
         self.min_prefix = min_prefix
         kv = self.kv_heads * self.head_dim
         q = self.heads * self.head_dim
@@ -200,24 +162,67 @@ class LeanDecoder:
     def _prefill(self, prompt: Sequence[int], prefix: KV | None = None) -> tuple[KV, torch.Tensor]:
         """The prompt's KV cache and last-position logits; with ``prefix`` (the KV
         of the prompt's first ``prefix[0][0].shape[2]`` tokens), only the rest of
-        the prompt runs through the model, attending to the prefix's keys."""
+        the prompt runs, attending to the prefix's keys (the tensors are shared,
+        never written: the cache holds new concatenations)."""
         start = 0 if prefix is None else int(prefix[0][0].shape[2])
         ids = torch.tensor([list(prompt[start:])], dtype=torch.long, device=self.device)
-        cache = DynamicCache(config=self.model.config)
-        for i, (keys, values) in enumerate(prefix or []):
-            cache.update(keys, values, i)  # the shared tensors are never written in place
-        out = self.model(
-            input_ids=ids,
-            attention_mask=None,
-            position_ids=torch.arange(start, len(prompt), device=self.device)[None, :],
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        layers: Any = cache.layers
-        return [(layer.keys, layer.values) for layer in layers], out.logits[:, -1, :]
+        n = ids.shape[1]
+        h = F.embedding(ids, self.w.embed)
+        positions = torch.arange(start, len(prompt), device=self.device)[None, :]
+        cos, sin = self._rope_at(positions, h.dtype)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        mask = None
+        if prefix is not None and n > 1:  # the causal pattern, offset by the prefix
+            mask = (torch.arange(len(prompt), device=self.device)[None, :]
+                    <= positions[0][:, None]).view(1, 1, n, len(prompt))
+        cache: KV = []
+        for i, w in enumerate(self.weights):
+            residual = h
+            x = _rms(h, w.norm_in, self.eps)
+            q = F.linear(x, w.q, w.q_bias).view(1, n, -1, self.head_dim).transpose(1, 2)
+            k = F.linear(x, w.k, w.k_bias).view(1, n, -1, self.head_dim).transpose(1, 2)
+            v = F.linear(x, w.v, w.v_bias).view(1, n, -1, self.head_dim).transpose(1, 2)
+            q = (q * cos) + (_rotate_half(q) * sin)
+            k = (k * cos) + (_rotate_half(k) * sin)
+            if prefix is not None:
+                k = torch.cat([prefix[i][0], k], dim=-2)
+                v = torch.cat([prefix[i][1], v], dim=-2)
+            cache.append((k, v))
+            out = self._prompt_attention(q, k, v, mask).reshape(1, n, -1).contiguous()
+            h = residual + F.linear(out, w.o, w.o_bias)
+            residual = h
+            x = _rms(h, w.norm_post, self.eps)
+            h = residual + F.linear(w.act(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
+        h = _rms(h, self.w.norm, self.eps)
+        return cache, F.linear(h[:, -1:, :], self.w.head)[:, -1, :]
 
-    def _attend(self, w: _LayerWeights, h: torch.Tensor, cos: Any, sin: Any) -> Any:
+    def _prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          mask: torch.Tensor | None) -> torch.Tensor:
+        """SDPA over a prompt's queries as transformers' ``sdpa`` attention calls it
+        at batch 1: with no mask, causal (more than one query) and grouped-query
+        attention left to SDPA (``enable_gqa``); with the prefix's mask, the kv
+        heads repeated first. Output (1, queries, heads, head_dim), contiguous."""
+        groups = self.heads // self.kv_heads
+        extra: dict[str, Any] = {}
+        if groups > 1 and mask is None:
+            extra["enable_gqa"] = True
+        elif groups > 1:
+            k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.scale,
+            is_causal=q.shape[2] > 1 and mask is None, **extra)
+        return out.transpose(1, 2).contiguous()
+
+    def _rope_at(self, positions: torch.Tensor, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at ``positions`` (1, n), as transformers' default rotary
+        embedding computes them: ``position * inv_freq`` in float32, repeated
+        over both halves, then cast to the model's dtype."""
+        freqs = positions[..., None].float() * self.w.inv_freq.to(dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def _attend(self, w: LayerWeights, h: torch.Tensor, cos: Any, sin: Any) -> Any:
         rows = h.shape[0]
         q = F.linear(h, w.q, w.q_bias).view(rows, 1, -1, self.head_dim)
         k = F.linear(h, w.k, w.k_bias).view(rows, 1, -1, self.head_dim)
@@ -228,15 +233,15 @@ class LeanDecoder:
         return q, k, v
 
     def _rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """cos and sin at ``positions`` (rows, 1) from a table of the model's own
-        ``rotary_emb`` over positions 0..n (extended as needed). Bit for bit the
+        """cos and sin at ``positions`` (rows, 1) from a table of ``_rope_at`` over
+        positions 0..n (extended as needed). Bit for bit the
         per-step call: each entry is one product ``inv_freq * position`` (a
         matmul of inner size 1) and its cos / sin, whatever the other positions."""
         top = int(positions.max()) + 1
         if top > self._cos.shape[0]:
             size = max(top, 2 * self._cos.shape[0], 4096)
             ids = torch.arange(size, device=self.device)[None, :]
-            cos, sin = self.inner.rotary_emb(like, ids)
+            cos, sin = self._rope_at(ids, like.dtype)
             self._cos, self._sin = cos[0], sin[0]
         return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
 
@@ -262,7 +267,7 @@ class LeanDecoder:
         attention per group."""
         for group in groups:
             group.reserve()
-        h = self.inner.embed_tokens(tokens)  # (rows, 1, hidden)
+        h = F.embedding(tokens, self.w.embed)  # (rows, 1, hidden)
         positions = (groups[0].positions if len(groups) == 1
                      else torch.cat([g.positions for g in groups], dim=0))
         cos, sin = self._rope(positions, h)
@@ -281,14 +286,14 @@ class LeanDecoder:
                 out = torch.cat([self._attention(i, g, q[a:b], k[a:b], v[a:b], bias)
                                  for g, (a, b), bias in zip(groups, spans, biases, strict=True)],
                                 dim=0)
-            h = residual + F.linear(out, w.o)
+            h = residual + F.linear(out, w.o, w.o_bias)
             residual = h
             x = _rms(h, w.norm_post, self.eps)
             h = residual + F.linear(w.act(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
-        h = _rms(h, self.inner.norm.weight, self.eps)
+        h = _rms(h, self.w.norm, self.eps)
         for group in groups:
             group.advance()
-        return self.model.lm_head(h[:, -1, :])
+        return F.linear(h[:, -1, :], self.w.head)
 
     def warm_up(self, token_id: int) -> None:
         """Run two tiny prompts through both paths (prefill, padded batch step)
@@ -315,7 +320,7 @@ class LeanDecoder:
             logits.append(last)
         lengths = [len(prompts[i]) for i in indices]
         groups = [KVGroup([caches[j] for j in part], [lengths[j] for j in part],
-                          len(self.layers), [indices[j] for j in part])
+                          len(self.weights), [indices[j] for j in part])
                   for part in partition(lengths)]
         return groups, torch.cat(logits, dim=0)
 

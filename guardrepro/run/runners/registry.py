@@ -198,15 +198,17 @@ def runner_class(descriptor: Backend) -> type[Any]:
     return cls
 
 
-def preload(descriptor: Backend, checkpoint_dir: str | Path) -> None:
+def preload(descriptor: Backend, checkpoint_dir: str | Path,
+            options: Mapping[str, Any]) -> None:
     """Import the runner of ``descriptor`` and what loading ``checkpoint_dir``
-    will import (the runner module's optional ``preload(checkpoint_dir)``; hf:
-    the model's modelling modules), so that processes forked afterwards inherit it."""
+    with ``options`` will import (the runner module's optional
+    ``preload(checkpoint_dir, options)``; hf: the model's modelling modules), so
+    that processes forked afterwards inherit it."""
     runner_class(descriptor)
     module_name = descriptor.runner.split(":", 1)[0]
     hook = getattr(importlib.import_module(module_name), "preload", None)
     if callable(hook):
-        hook(Path(checkpoint_dir))
+        hook(Path(checkpoint_dir), options)
 
 
 def create_runner(

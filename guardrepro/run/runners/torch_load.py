@@ -8,7 +8,10 @@ options; the keys read are ``dtype`` (float32 | bfloat16 | float16),
 or None: torch's own) and ``attn_implementation`` (default ``"sdpa"``); a
 backend that declares fewer keys gets these defaults. Output: a
 ``LoadedModel``: the model in eval mode on its device, the device, the dtype,
-and the torch thread count to restore on ``close``.
+and the torch thread count to restore on ``close``. ``open_checkpoint`` does
+every step but the model's load, which ``LoadedModel.load_model`` does when
+it is needed (the lean decoder reads the weights itself:
+``runners.lean_weights``).
 
 Invariants: safetensors only (``weights.require_safetensors``, before
 transformers reads a byte), ``use_safetensors=True``, ``local_files_only``,
@@ -50,12 +53,41 @@ DTYPES: Mapping[str, torch.dtype] = {
 
 @dataclass
 class LoadedModel:
-    """A causal LM loaded by ``load_causal_lm`` (see the module docstring)."""
+    """A checkpoint opened by ``open_checkpoint`` (see the module docstring)."""
 
     model: Any
     device: torch.device
     dtype: torch.dtype
     threads_before: int
+    checkpoint_dir: Path
+    files: list[Path]  # the verified safetensors
+    attn_implementation: str
+
+    def load_model(self) -> Any:
+        """The transformers model, loaded on first call (see the module docstring)."""
+        if self.model is not None:
+            return self.model
+        bars_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(self.checkpoint_dir),
+                dtype=self.dtype,
+                use_safetensors=True,
+                trust_remote_code=False,
+                local_files_only=True,
+                attn_implementation=self.attn_implementation,
+            )
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load the checkpoint with transformers: {exc}",
+                             file=str(self.checkpoint_dir)) from exc
+        finally:
+            if bars_on:
+                hf_logging.enable_progress_bar()
+        loaded = cast(Any, model).to(self.device).eval()
+        loaded.generation_config = GenerationConfig()
+        self.model = loaded
+        return loaded
 
     def sync(self) -> None:
         """Wait for the device's queued work (CUDA), so that a clock read after
@@ -87,37 +119,30 @@ def _threads(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def load_causal_lm(checkpoint_dir: Path, options: Mapping[str, Any], *,
-                   backend: str) -> LoadedModel:
-    """Load ``checkpoint_dir`` for runner ``backend`` (see the module docstring)."""
+def open_checkpoint(checkpoint_dir: Path, options: Mapping[str, Any], *,
+                    backend: str) -> LoadedModel:
+    """Verify ``checkpoint_dir``'s safetensors and set the threads for runner
+    ``backend``; the model is not loaded yet (see the module docstring)."""
     checkpoint_dir = Path(checkpoint_dir)
-    require_safetensors(checkpoint_dir, backend)
+    files = require_safetensors(checkpoint_dir, backend)
     threads_before = torch.get_num_threads()
     threads = _threads(options.get("threads"))
     if threads is not None:
         torch.set_num_threads(threads)
     log.info("%s runner (pid %d): %d torch thread(s)", backend, os.getpid(),
              torch.get_num_threads())
-    device = torch.device(options.get("device", "cpu"))
-    dtype = DTYPES[options.get("dtype", "float32")]
-    bars_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    return LoadedModel(None, torch.device(options.get("device", "cpu")),
+                       DTYPES[options.get("dtype", "float32")], threads_before,
+                       checkpoint_dir, files, options.get("attn_implementation", "sdpa"))
+
+
+def load_causal_lm(checkpoint_dir: Path, options: Mapping[str, Any], *,
+                   backend: str) -> LoadedModel:
+    """Load ``checkpoint_dir`` for runner ``backend`` (see the module docstring)."""
+    loaded = open_checkpoint(checkpoint_dir, options, backend=backend)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(checkpoint_dir),
-            dtype=dtype,
-            use_safetensors=True,
-            trust_remote_code=False,
-            local_files_only=True,
-            attn_implementation=options.get("attn_implementation", "sdpa"),
-        )
-    except (OSError, ValueError) as exc:
-        torch.set_num_threads(threads_before)
-        raise InputError(f"cannot load the checkpoint with transformers: {exc}",
-                         file=str(checkpoint_dir)) from exc
-    finally:
-        if bars_on:
-            hf_logging.enable_progress_bar()
-    loaded = cast(Any, model).to(device).eval()
-    loaded.generation_config = GenerationConfig()
-    return LoadedModel(loaded, device, dtype, threads_before)
+        loaded.load_model()
+    except InputError:
+        torch.set_num_threads(loaded.threads_before)
+        raise
+    return loaded
