@@ -145,9 +145,10 @@ def test_files_not_laid_out_as_expected_fall_back_with_the_reason(tmp_path: Path
     gelu = variant("gelu", config={"hidden_act": "gelu"})
     wide = variant("wide", tensors={"model.norm.weight": torch.ones(65)})
     gemma = variant("gemma", config={"model_type": "gemma"})
+    quantized = variant("quantized", config={"quantization_config": {"quant_method": "gguf"}})
     for checkpoint, reason in ((extra, "rotary_emb.inv_freq"), (tied, "lm_head.weight"),
                                (gelu, "gelu"), (wide, "model.norm.weight"),
-                               (gemma, "gemma")):
+                               (gemma, "gemma"), (quantized, "quantization_config")):
         weights, why = from_checkpoint(checkpoint, _files(checkpoint), F32, CPU, "sdpa")
         assert weights is None and reason in why, (checkpoint.name, why)
     weights, why = from_checkpoint(base, _files(base), F32, CPU, "eager")

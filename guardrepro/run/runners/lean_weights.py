@@ -24,8 +24,9 @@ Invariants:
   (arange(0, dim, 2) / dim)`` in float32).
 - Nothing is guessed: a checkpoint whose tensor names or shapes are not
   exactly the ones this architecture has (``expected_names``), a tied model
-  whose file also holds an output head, an activation other than SiLU, or a
-  config the lean decoder refuses (``unsupported_reason``) gives ``None`` with
+  whose file also holds an output head, an activation other than SiLU, a
+  ``quantization_config`` (of any method, even one that leaves plain
+  tensors), or a config the lean decoder refuses (``unsupported_reason``) gives ``None`` with
   the reason, and the caller loads the transformers model as before.
 """
 
@@ -177,6 +178,8 @@ def from_checkpoint(checkpoint_dir: Path, files: list[Path], dtype: torch.dtype,
     raw = json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8"))
     if raw.get("model_type") not in SUPPORTED_MODEL_TYPES:  # before transformers parses it
         return None, f"model_type {raw.get('model_type')!r}"
+    if raw.get("quantization_config") is not None:  # transformers decides what it means
+        return None, "a quantization_config"
     config = AutoConfig.from_pretrained(str(checkpoint_dir), local_files_only=True,
                                         trust_remote_code=False)
     reason = unsupported_reason(config, attn_implementation)
