@@ -231,9 +231,9 @@ def check_invariance_sizes(
             raise InputError(f"batch sizes must be >= 1, got {list(batch_sizes)}",
                              field="batch_size")
         profile = profile.with_backend_options(batch_size=max(batch_sizes))
-    sizes = list(batch_sizes) if batch_sizes else [
-        chunk_size(profile.descriptor, profile.backend_options)]
-    if chunk_size(profile.descriptor, profile.backend_options) < max(sizes):
+    chunk = chunk_size(profile.descriptor, profile.backend_options)
+    sizes = list(batch_sizes) if batch_sizes else [chunk]
+    if chunk < max(sizes):
         sizes = [1 for _ in sizes]  # a backend without batching: one request per call
     cohort_path = Path(cohort_path).resolve()
     cohort_rows, cohort_sha256 = read_cohort_hashed(cohort_path)  # one read: rows and hash

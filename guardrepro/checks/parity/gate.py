@@ -72,7 +72,6 @@ from typing import Any
 from guardrepro.checks.core.bootstrap import ratio_interval
 from guardrepro.checks.core.figure import CI, Figure
 from guardrepro.checks.core.formatting import frac
-from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.checks.parity.gate_spec import GateSpec, load_spec
 from guardrepro.checks.parity.gate_types import (
     ELIGIBLE,
@@ -91,7 +90,7 @@ from guardrepro.checks.parity.gate_types import (
 )
 from guardrepro.errors import InputError
 from guardrepro.rundir.read import MISSING, RowResult, read_records_file
-from guardrepro.schema import Record
+from guardrepro.schema import Record, strict_decision
 
 __all__ = ["SCHEMA", "Figure", "GateCheck", "GateFigures", "GateResult", "GateSpec",
            "RefRow", "evaluate", "format_table", "load_spec", "reference_rows", "verdict"]

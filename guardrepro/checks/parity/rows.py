@@ -34,7 +34,6 @@ from typing import Any
 from guardrepro.checks.core.bootstrap import ratio_interval
 from guardrepro.checks.core.figure import STRATIFIED_BOOTSTRAP, Figure, TableCI
 from guardrepro.checks.core.formatting import frac_value
-from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.parity.gate import RefRow, evaluate, reference_rows
 from guardrepro.checks.parity.gate_spec import GateSpec, load_spec, with_expected_rows
@@ -47,6 +46,7 @@ from guardrepro.checks.parity.gate_types import (
     ReferenceDisagreement,
 )
 from guardrepro.rundir.read import RunData, RunRows
+from guardrepro.schema import strict_decision
 from guardrepro.textsafe import shown
 
 SHOWN_ROWS = 20  # disagreeing rows printed in the table (all of them are in the JSON)

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from guardrepro.checks.core.bootstrap import ratio_interval
 from guardrepro.checks.core.figure import Figure, Number
-from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.checks.parity.gate_types import GateResult
 from guardrepro.checks.report.figures import pyplot, save_png
 from guardrepro.checks.stats.compute import VIEWS, StatsResult
 from guardrepro.checks.stats.pairs import ORIGINAL, make_pairs
 from guardrepro.rundir.read import RowResult
+from guardrepro.schema import strict_decision
 
 FLIP_PNG = "flip_rates.png"
 CONFUSION_PNG = "score_confusion.png"

@@ -47,7 +47,7 @@ from guardrepro.checks.core.figure import (
     TableCI,
 )
 from guardrepro.checks.core.formatting import frac, plain
-from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion, strict_decision
+from guardrepro.checks.core.metrics import ZERO_DIVISION, confusion
 from guardrepro.checks.core.serde import JsonValue, opt
 from guardrepro.checks.io.keys import MISSING_MARK, ComparisonKey, key_note, manifest_key
 from guardrepro.checks.report.figures import pyplot, save_png
@@ -58,6 +58,7 @@ from guardrepro.errors import InputError
 from guardrepro.progress import progress_iter
 from guardrepro.rundir.manifest import RunManifest
 from guardrepro.rundir.read import ORIGINAL, RowResult, RunData, load_run_data
+from guardrepro.schema import strict_decision
 
 METRICS = ("accuracy", "precision", "recall", "f1")
 Cells = tuple[int, int, int, int]  # tp, fp, tn, fn of one row

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from guardrepro.checks.core.metrics import strict_decision
 from guardrepro.errors import InputError
 from guardrepro.rundir.read import ORIGINAL, RowResult
+from guardrepro.schema import strict_decision
 
 PLACEBO = "placebo"
 REPEAT = "repeat"
