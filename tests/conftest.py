@@ -94,6 +94,25 @@ def toy_mlx_f32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "f32"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def guardrepro_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test runs with a guardrepro home of the session's own, never the
+    user's cache (``~/.cache/guardrepro``): ``GUARDREPRO_HOME`` is set for the
+    session (subprocesses inherit it), with the two locks that ship in the
+    package, the toy guard and the toy benchmark, fetched into it, so that no
+    test depends on what another test, or the user, fetched before. A test that
+    needs another home sets its own."""
+    from guardrepro.artifacts.fetch import fetch_lock
+
+    home = tmp_path_factory.mktemp("guardrepro-home")
+    root = Path(__file__).resolve().parents[1]
+    for lock in ("locks/toy-guard.toml", "locks/toy-bench.toml"):
+        fetch_lock(root / lock, home, progress=False)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GUARDREPRO_HOME", str(home))
+        yield home
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     for tier in TIERS:
         parser.addoption(f"--run-{tier}", action="store_true", help=f"run the {tier} tier")
