@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +14,8 @@ from typing import Any
 
 import pytest
 from loopback import LoopbackServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -26,41 +32,120 @@ def server() -> Iterator[LoopbackServer]:
 TIERS = ("slow", "faults")
 
 
-@pytest.fixture(scope="module")
+# ------------------------------------------------------------ shared Ray
+# One local Ray serves every module that asks for ``cluster``: collection puts
+# those modules one after another (``_order``), and the Ray started for the
+# first is shut down after the last (``_SharedRay``), not once per module.
+@pytest.fixture(scope="session")
 def faults() -> Iterator[Path]:
-    """A folder of Ray fault markers for one test module (tests/ray_faults.py)."""
+    """The folder of Ray fault markers (tests/ray_faults.py) of the session's
+    Ray; a test removes the markers it writes before it ends."""
     folder = Path(tempfile.mkdtemp(prefix="gr-faults-"))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def cluster(faults: Path) -> Iterator[Any]:
-    """A local Ray of 2 CPUs for one test module, its faults installed in the
-    workers (``ray_faults.local_ray``), shut down at the module's end."""
-    from ray_faults import local_ray
+class _SharedRay:
+    """The local Ray of 2 CPUs (``ray_faults.local_ray``), kept from the first
+    module that uses it to the last of those that run one after another."""
 
-    with local_ray(faults, Path(__file__).resolve().parents[1]) as ray_module:
-        yield ray_module
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+        self._ray: Any = None
+        self.next_item_uses_it = False
+
+    def start(self, faults: Path) -> Any:
+        if self._stack is None:
+            from ray_faults import local_ray
+
+            stack = contextlib.ExitStack()
+            self._ray = stack.enter_context(local_ray(faults, ROOT))
+            self._stack = stack
+        return self._ray
+
+    def stop(self) -> None:
+        stack, self._stack, self._ray = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+SHARED_RAY = pytest.StashKey[_SharedRay]()
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, faults: Path) -> Iterator[Any]:
+    """A local Ray of 2 CPUs, its faults installed in the workers; shut down at
+    the module's end unless the next test (of the next module) uses it too."""
+    shared = request.config.stash.get(SHARED_RAY, None)
+    if shared is None:
+        shared = request.config.stash[SHARED_RAY] = _SharedRay()
+    yield shared.start(faults)
+    if not shared.next_item_uses_it:
+        shared.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Before the fixtures' teardown: tell ``cluster`` whether the next test needs it."""
+    shared = item.config.stash.get(SHARED_RAY, None)
+    if shared is not None:
+        shared.next_item_uses_it = nextitem is not None and _uses(nextitem, "cluster")
+
+
+# ------------------------------------------------------------ the demo
+# ``guardrepro demo`` takes about a minute, most of it MLX on one core. When a
+# selected test uses the ``demo`` fixture, the demo starts in a process of its
+# own as soon as collection ends and runs beside the tests before it; those
+# tests run last (``_order``), and the fixture waits for the demo to finish.
+DEMO_ARGS = ("--no-progress", "--replicates", "500")
+DEMO_TIMEOUT_S = 1800
+
+
+class _DemoJob:
+    """``guardrepro demo`` into ``<root>/out``, its cache home ``<root>/home``,
+    in a child process; stdout and stderr kept in files beside them."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="gr-demo-"))
+        env = {**os.environ, "GUARDREPRO_HOME": str(self.root / "home"),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                            os.environ.get("PYTHONPATH")]))}
+        with open(self.root / "stdout", "wb") as out, open(self.root / "stderr", "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "guardrepro", "demo", "--out", str(self.root / "out"),
+                 *DEMO_ARGS], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+
+    def result(self) -> tuple[Path, str]:
+        try:
+            code = self.proc.wait(timeout=DEMO_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            pytest.fail(f"guardrepro demo still running after {DEMO_TIMEOUT_S} s")
+        stdout = (self.root / "stdout").read_text(encoding="utf-8")
+        stderr = (self.root / "stderr").read_text(encoding="utf-8", errors="replace")
+        assert code == 0, (code, stdout[-3000:], stderr[-3000:])
+        return self.root / "out", stdout
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+DEMO_JOB = pytest.StashKey[_DemoJob]()
 
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def demo(request: pytest.FixtureRequest) -> tuple[Path, str]:
     """``guardrepro demo --replicates 500`` run once for the session: its
     directory and stdout. tests/test_demo.py checks it; the README example of
     tests/test_docs.py resumes its transformers run instead of generating the
     same 256 rows again (slow tier)."""
-    from click.testing import CliRunner
-
-    from guardrepro.cli import cli
-
-    root = tmp_path_factory.mktemp("demo")
-    env = {"GUARDREPRO_HOME": str(root / "home")}
-    result = CliRunner().invoke(
-        cli, ["demo", "--out", str(root / "out"), "--no-progress", "--replicates", "500"], env=env
-    )
-    assert result.exit_code == 0, result.output
-    return root / "out", result.stdout
+    job = request.config.stash.get(DEMO_JOB, None)  # started when collection ended
+    if job is None:
+        job = request.config.stash[DEMO_JOB] = _DemoJob()
+    return job.result()
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +174,7 @@ def toy_mlx_f32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recipe = base / "f32.toml"
     recipe.write_text('[recipe]\nname = "f32"\nquantize = false\ndtype = "float32"\n'
                       'source_dtype = "bfloat16"\n', encoding="utf-8")
-    root = Path(__file__).resolve().parents[1]
-    quantize(recipe, root / "guardrepro" / "data" / "toy_guard", base / "f32", unpinned=True)
+    quantize(recipe, ROOT / "guardrepro" / "data" / "toy_guard", base / "f32", unpinned=True)
     return base / "f32"
 
 
@@ -130,3 +214,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker(tier) is not None:
                 item.add_marker(skip)
+    items[:] = _order(items)
+
+
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
+def _order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` in their order, but for two moves (each keeping the order of what
+    it moves): the modules with a test using ``cluster`` run one after another,
+    from the first of them, so one Ray serves them all; the tests using ``demo``
+    run last, so the demo started at collection runs beside every other test."""
+    ray_modules = {item.nodeid.split("::")[0] for item in items if _uses(item, "cluster")}
+    ray = [item for item in items if item.nodeid.split("::")[0] in ray_modules]
+    demo = [item for item in items if _uses(item, "demo") and item not in ray]
+    moved = {id(item) for item in ray + demo}
+    out: list[pytest.Item] = []
+    for item in items:
+        if ray and item is ray[0]:
+            out += ray
+        elif id(item) not in moved:
+            out.append(item)
+    return out + demo
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the demo if a test that will run uses it (the ``demo`` fixture)."""
+    if session.config.option.collectonly:
+        return
+    if any(_uses(item, "demo") and item.get_closest_marker("skip") is None
+           for item in session.items):
+        session.config.stash[DEMO_JOB] = _DemoJob()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    job = session.config.stash.get(DEMO_JOB, None)
+    if job is not None:
+        job.close()
+    shared = session.config.stash.get(SHARED_RAY, None)
+    if shared is not None:
+        shared.stop()

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -140,34 +141,54 @@ def _wait_for(stage: int, proc: subprocess.Popen[str], out: Path) -> None:
     pytest.fail(f"the run did not reach stage {stage} (rc {proc.poll()})")
 
 
+ATTEMPTS = 20
+LANES = 2  # runs interrupted at once, each lane in its own run directory
+
+
+def _interrupt(setup: dict[str, Path], out: Path, attempt: int) -> tuple[int, float]:
+    """One Ctrl-C at stage ``attempt % 4`` of a fresh run into ``out``: the exit
+    code (130) and the seconds from the signal to the exit."""
+    proc = _start(setup["slow"], setup["big"], out)
+    _wait_for(attempt % 4, proc, out)  # while starting, spawning, loading, generating
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=EXIT_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"attempt {attempt + 1}: still running {EXIT_WITHIN_S}s after Ctrl-C")
+    took = time.monotonic() - sent
+    deadline = time.monotonic() + 2.0
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(proc.pid), f"attempt {attempt + 1}: a worker outlived the run"
+    # 130, or death by SIGINT itself (what a shell also reports as 130) when the
+    # signal lands before Python ran any of guardrepro
+    code = 130 if proc.returncode == -signal.SIGINT else proc.returncode
+    assert code == 130, (attempt + 1, err[-2000:])
+    assert "Traceback" not in err or proc.returncode == -signal.SIGINT, err[-2000:]
+    return code, round(took, 2)
+
+
 @pytest.mark.slow
 def test_ctrl_c_ends_every_worker_and_exits_130_every_time(setup: dict[str, Path],
                                                           tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    outcomes = []
-    for attempt in range(20):
-        proc = _start(setup["slow"], setup["big"], out)
-        _wait_for(attempt % 4, proc, out)  # while starting, spawning, loading, generating
-        os.killpg(proc.pid, signal.SIGINT)
-        sent = time.monotonic()
-        try:
-            _, err = proc.communicate(timeout=EXIT_WITHIN_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            pytest.fail(f"attempt {attempt + 1}: still running {EXIT_WITHIN_S}s after Ctrl-C")
-        took = time.monotonic() - sent
-        deadline = time.monotonic() + 2.0
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _group_alive(proc.pid), f"attempt {attempt + 1}: a worker outlived the run"
-        # 130, or death by SIGINT itself (what a shell also reports as 130) when the
-        # signal lands before Python ran any of guardrepro
-        code = 130 if proc.returncode == -signal.SIGINT else proc.returncode
-        outcomes.append((code, round(took, 2)))
-        assert code == 130, (attempt + 1, err[-2000:])
-        assert "Traceback" not in err or proc.returncode == -signal.SIGINT, err[-2000:]
-    assert [code for code, _ in outcomes] == [130] * 20, outcomes
-    for shard in (out.parent / f".{out.name}.workers").glob("*/*"):
-        read_records(shard)  # what the interrupted workers appended still reads back
+    """ATTEMPTS interrupts, each of a fresh run, five at each stage; LANES of them
+    at a time, each lane rerunning (resuming) its own run directory. Every lane's
+    process group is its own, so one lane's Ctrl-C never reaches the other's."""
+    per_lane = ATTEMPTS // LANES
+    outs = [tmp_path / f"run{lane}" for lane in range(LANES)]
+
+    def lane(index: int) -> list[tuple[int, float]]:
+        return [_interrupt(setup, outs[index], attempt)
+                for attempt in range(index * per_lane, (index + 1) * per_lane)]
+
+    with ThreadPoolExecutor(LANES) as pool:
+        lanes = [pool.submit(lane, index) for index in range(LANES)]
+        outcomes = [outcome for done in lanes for outcome in done.result()]
+    assert [code for code, _ in outcomes] == [130] * ATTEMPTS, outcomes
+    for out in outs:
+        for shard in (out.parent / f".{out.name}.workers").glob("*/*"):
+            read_records(shard)  # what the interrupted workers appended still reads back
     print("exit after Ctrl-C (s):", [took for _, took in outcomes])
