@@ -1,4 +1,10 @@
-"""Fixtures shared by the test modules: a loopback HTTP server per test."""
+"""Fixtures shared by the test modules, the test tiers and the order of the tests.
+
+A loopback HTTP server per test; the opt-in ``slow`` and ``faults`` tiers; one
+local Ray for the modules that use ``cluster`` (run one after another); the
+session's ``guardrepro demo``, started in a process of its own when collection
+ends, its tests run last (``_order``).
+"""
 
 from __future__ import annotations
 
@@ -95,8 +101,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # ------------------------------------------------------------ the demo
 # ``guardrepro demo`` takes about a minute, most of it MLX on one core. When a
 # selected test uses the ``demo`` fixture, the demo starts in a process of its
-# own as soon as collection ends and runs beside the tests before it; those
-# tests run last (``_order``), and the fixture waits for the demo to finish.
+# own as soon as collection ends and runs beside the other tests; the tests that
+# use it run last (``_order``), and the fixture waits for the demo to finish.
 DEMO_ARGS = ("--no-progress", "--replicates", "500")
 DEMO_TIMEOUT_S = 1800
 
@@ -222,21 +228,16 @@ def _uses(item: pytest.Item, fixture: str) -> bool:
 
 
 def _order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` in their order, but for two moves (each keeping the order of what
-    it moves): the modules with a test using ``cluster`` run one after another,
-    from the first of them, so one Ray serves them all; the tests using ``demo``
-    run last, so the demo started at collection runs beside every other test."""
+    """``items`` in their order but for two moves, each keeping the order of what
+    it moves: the modules with a test using ``cluster`` run after the others, one
+    after another, so one Ray serves them all; then the tests using ``demo``. The
+    demo, started when collection ends, uses one core: it runs beside the tests
+    that use one too (most of the rest), not beside Ray's two actors at a time."""
     ray_modules = {item.nodeid.split("::")[0] for item in items if _uses(item, "cluster")}
     ray = [item for item in items if item.nodeid.split("::")[0] in ray_modules]
     demo = [item for item in items if _uses(item, "demo") and item not in ray]
     moved = {id(item) for item in ray + demo}
-    out: list[pytest.Item] = []
-    for item in items:
-        if ray and item is ray[0]:
-            out += ray
-        elif id(item) not in moved:
-            out.append(item)
-    return out + demo
+    return [item for item in items if id(item) not in moved] + ray + demo
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

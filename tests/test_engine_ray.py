@@ -1,4 +1,4 @@
-"""``run --engine ray`` on a local two-CPU Ray started by this module.
+"""``run --engine ray`` on the local two-CPU Ray of the ``cluster`` fixture (tests/conftest.py).
 
 Expectations come from the local engine: ``run_with_workers`` (``--workers
 2``, the processes path) on the same rows, compared on every field but the
@@ -222,8 +222,8 @@ def test_failing_unit_names_the_row_and_local_engine_resumes_it(
 def test_unit_raises_while_another_is_busy_then_a_rerun_in_this_process_completes(
     cluster: Any, rule_cohort: Path, rule_local: Path, faults: Path, tmp_path: Path
 ) -> None:
-    """The Ray here is the module's, started by this process and kept across
-    runs: the actor still busy with unit 1 when unit 2 raises must not keep
+    """The Ray here is the ``cluster`` fixture's, started by this process and kept
+    across runs: the actor still busy with unit 1 when unit 2 raises must not keep
     its CPU, or the rerun below would wait for resources for ever."""
     busy_row = _row_in_unit(rule_cohort, 1, 2, nth=0)
     bad_row = _row_in_unit(rule_cohort, 2, 2, nth=-1)

@@ -1,4 +1,4 @@
-"""``sweep --engine ray`` on a local two-CPU Ray started by this module.
+"""``sweep --engine ray`` on the local two-CPU Ray of the ``cluster`` fixture (tests/conftest.py).
 
 Expectations come from the local sweep (``run_sweep`` without Ray: every
 configuration through ``pipeline.run_cohort`` in this process) on the same
