@@ -195,9 +195,8 @@ def guardrepro_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     from guardrepro.artifacts.fetch import fetch_lock
 
     home = tmp_path_factory.mktemp("guardrepro-home")
-    root = Path(__file__).resolve().parents[1]
     for lock in ("locks/toy-guard.toml", "locks/toy-bench.toml"):
-        fetch_lock(root / lock, home, progress=False)
+        fetch_lock(ROOT / lock, home, progress=False)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("GUARDREPRO_HOME", str(home))
         yield home
