@@ -335,14 +335,16 @@ def test_killed_driver_leaves_a_run_the_same_command_resumes(
                 break
             time.sleep(0.05)
         assert driver.poll() is None, "the run ended before it could be killed"
+        # the driver's local Ray, taken while it runs (its processes, the GCS server
+        # and the raylet among them, name the run's Ray temp dir): there is one to check
+        marker = str(run_dir / ".ray")
+        orphans = _ray_processes(marker)
+        assert len(orphans) >= 2, "no Ray process of the run was found"
         driver.kill()
         driver.wait()
         partial = read_records(run_dir)
         assert 1 <= len(partial) < TOY_ROWS
-        # the killed driver's local Ray (its processes name the run's Ray temp dir)
         deadline = time.monotonic() + 60
-        marker = str(run_dir / ".ray")
-        orphans = _ray_processes(marker)
         # the same command at once, while Ray's agents may still be noticing the
         # kill (docs/SCALE.md: up to about a minute, spent waiting, not computing):
         # the rerun overlaps that wait instead of following it
