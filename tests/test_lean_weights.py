@@ -189,12 +189,12 @@ def test_runner_falls_back_to_the_model_and_still_refuses_what_it_cannot_run(
     assert direct.model is not None and direct._loaded.model is not None  # type: ignore
     direct.close()
     fallback.close()
-    gemma = tmp_path / "llama"
-    raw = json.loads((gemma / "config.json").read_text())
+    linear_rope = tmp_path / "llama"
+    raw = json.loads((linear_rope / "config.json").read_text())
     raw["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
-    (gemma / "config.json").write_text(json.dumps(raw))
+    (linear_rope / "config.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match="lean decoding cannot run this model: rope_type"):
-        create_runner(HF, gemma, options, eos_token_ids=[0], pad_token_id=0, decode=_decode)
+        create_runner(HF, linear_rope, options, eos_token_ids=[0], pad_token_id=0, decode=_decode)
 
 
 def test_a_lean_run_imports_no_transformers_modelling_code(tmp_path: Path) -> None:

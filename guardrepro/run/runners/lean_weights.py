@@ -32,9 +32,9 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,19 @@ def unsupported_reason(config: Any, attn_implementation: str | None = None) -> s
     return None
 
 
+# Each tensor field of ``LayerWeights``: its path below a decoder layer, as a
+# module attribute and, after ``model.layers.<i>.``, as a checkpoint tensor name.
+LAYER_TENSORS: Mapping[str, str] = {
+    "norm_in": "input_layernorm.weight",
+    "q": "self_attn.q_proj.weight", "q_bias": "self_attn.q_proj.bias",
+    "k": "self_attn.k_proj.weight", "k_bias": "self_attn.k_proj.bias",
+    "v": "self_attn.v_proj.weight", "v_bias": "self_attn.v_proj.bias",
+    "o": "self_attn.o_proj.weight", "o_bias": "self_attn.o_proj.bias",
+    "norm_post": "post_attention_layernorm.weight",
+    "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
+}
+
+
 @dataclass(frozen=True)
 class LayerWeights:
     """One decoder layer's tensors (a loaded model's own, not copies)."""
@@ -84,11 +97,9 @@ class LayerWeights:
 
     @classmethod
     def of(cls, layer: Any) -> LayerWeights:
-        attn, mlp = layer.self_attn, layer.mlp
-        return cls(layer.input_layernorm.weight, attn.q_proj.weight, attn.q_proj.bias,
-                   attn.k_proj.weight, attn.k_proj.bias, attn.v_proj.weight, attn.v_proj.bias,
-                   attn.o_proj.weight, attn.o_proj.bias, layer.post_attention_layernorm.weight,
-                   mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, mlp.act_fn)
+        """A loaded decoder layer's own tensors (an absent bias is None)."""
+        return cls(**{field: attrgetter(path)(layer) for field, path in LAYER_TENSORS.items()},
+                   act=layer.mlp.act_fn)
 
 
 @dataclass(frozen=True)
@@ -123,35 +134,38 @@ def default_inv_freq(config: Any) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
 
 
-def expected_names(config: Any) -> dict[str, tuple[int, ...]]:
-    """Every tensor name of a Qwen2 / Llama checkpoint of ``config`` and its shape
-    (the output head only when it is not tied to the embedding)."""
+def _layer_shapes(config: Any) -> dict[str, tuple[int, ...] | None]:
+    """Each ``LAYER_TENSORS`` field's shape in a layer of ``config`` (None: absent)."""
     hidden, inner = int(config.hidden_size), int(config.intermediate_size)
     heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    q, kv = heads * head_dim, kv_heads * head_dim
     qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
     o_bias = config.model_type == "llama" and bool(getattr(config, "attention_bias", False))
+    return {
+        "norm_in": (hidden,), "norm_post": (hidden,),
+        "q": (q, hidden), "q_bias": (q,) if qkv_bias else None,
+        "k": (kv, hidden), "k_bias": (kv,) if qkv_bias else None,
+        "v": (kv, hidden), "v_bias": (kv,) if qkv_bias else None,
+        "o": (hidden, q), "o_bias": (hidden,) if o_bias else None,
+        "gate": (inner, hidden), "up": (inner, hidden), "down": (hidden, inner),
+    }
+
+
+def expected_names(config: Any) -> dict[str, tuple[int, ...]]:
+    """Every tensor name of a Qwen2 / Llama checkpoint of ``config`` and its shape
+    (the output head only when it is not tied to the embedding)."""
+    hidden, vocab = int(config.hidden_size), int(config.vocab_size)
     names: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (int(config.vocab_size), hidden),
+        "model.embed_tokens.weight": (vocab, hidden),
         "model.norm.weight": (hidden,),
     }
     if not config.tie_word_embeddings:
-        names["lm_head.weight"] = (int(config.vocab_size), hidden)
+        names["lm_head.weight"] = (vocab, hidden)
+    shapes = _layer_shapes(config)
     for i in range(int(config.num_hidden_layers)):
-        p = f"model.layers.{i}."
-        names[p + "input_layernorm.weight"] = (hidden,)
-        names[p + "post_attention_layernorm.weight"] = (hidden,)
-        for proj, rows in (("q", heads * head_dim), ("k", kv_heads * head_dim),
-                           ("v", kv_heads * head_dim)):
-            names[f"{p}self_attn.{proj}_proj.weight"] = (rows, hidden)
-            if qkv_bias:
-                names[f"{p}self_attn.{proj}_proj.bias"] = (rows,)
-        names[p + "self_attn.o_proj.weight"] = (hidden, heads * head_dim)
-        if o_bias:
-            names[p + "self_attn.o_proj.bias"] = (hidden,)
-        names[p + "mlp.gate_proj.weight"] = (inner, hidden)
-        names[p + "mlp.up_proj.weight"] = (inner, hidden)
-        names[p + "mlp.down_proj.weight"] = (hidden, inner)
+        names.update({f"model.layers.{i}.{LAYER_TENSORS[field]}": shape
+                      for field, shape in shapes.items() if shape is not None})
     return names
 
 
@@ -175,13 +189,10 @@ def from_checkpoint(checkpoint_dir: Path, files: list[Path], dtype: torch.dtype,
     safetensors), or ``None`` and why not (see the module docstring)."""
     from transformers import AutoConfig
 
-    raw = json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8"))
-    if raw.get("model_type") not in SUPPORTED_MODEL_TYPES:  # before transformers parses it
-        return None, f"model_type {raw.get('model_type')!r}"
-    if raw.get("quantization_config") is not None:  # transformers decides what it means
-        return None, "a quantization_config"
     config = AutoConfig.from_pretrained(str(checkpoint_dir), local_files_only=True,
                                         trust_remote_code=False)
+    if getattr(config, "quantization_config", None) is not None:  # transformers' to read
+        return None, "a quantization_config"
     reason = unsupported_reason(config, attn_implementation)
     if reason is not None:
         return None, reason
@@ -196,20 +207,12 @@ def from_checkpoint(checkpoint_dir: Path, files: list[Path], dtype: torch.dtype,
             n for n in expected if shapes[n] != expected[n])
         return None, f"tensor names or shapes not those of {config.model_type} ({odd[:3]})"
 
-    def get(name: str) -> torch.Tensor | None:
-        return tensors.get(name)
+    def layer(i: int) -> LayerWeights:  # the names are checked above; an absent bias is None
+        found: dict[str, Any] = {field: tensors.get(f"model.layers.{i}.{path}")
+                                 for field, path in LAYER_TENSORS.items()}
+        return LayerWeights(**found, act=act)
 
-    layers = []
-    for i in range(int(config.num_hidden_layers)):
-        p = f"model.layers.{i}."
-        layers.append(LayerWeights(
-            tensors[p + "input_layernorm.weight"], tensors[p + "self_attn.q_proj.weight"],
-            get(p + "self_attn.q_proj.bias"), tensors[p + "self_attn.k_proj.weight"],
-            get(p + "self_attn.k_proj.bias"), tensors[p + "self_attn.v_proj.weight"],
-            get(p + "self_attn.v_proj.bias"), tensors[p + "self_attn.o_proj.weight"],
-            get(p + "self_attn.o_proj.bias"), tensors[p + "post_attention_layernorm.weight"],
-            tensors[p + "mlp.gate_proj.weight"], tensors[p + "mlp.up_proj.weight"],
-            tensors[p + "mlp.down_proj.weight"], act))
+    layers = [layer(i) for i in range(int(config.num_hidden_layers))]
     embed = tensors["model.embed_tokens.weight"]
     head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
     return LeanWeights(config, embed, layers, tensors["model.norm.weight"], head,
