@@ -7,7 +7,6 @@ like any invalid row. With the toy's own budget no row is truncated."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +39,16 @@ def _invoke(args: list[str]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The capped run, in a guardrepro home of this module's own (the toy guard
-    fetched into it), which every test of the module runs with."""
-    from guardrepro.artifacts.fetch import fetch_lock
+def capped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from guardrepro.bench.cohort.build import build_cohort_file
 
     tmp = tmp_path_factory.mktemp("truncated")
-    fetch_lock(ROOT / "locks/toy-guard.toml", tmp / "home", progress=False)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("GUARDREPRO_HOME", str(tmp / "home"))
-        cohort = tmp / "cohort.jsonl"
-        build_cohort_file(ROOT / "cohorts" / "toy-64.toml", TOY_BENCH, cohort)
-        run = tmp / "capped"
-        result = _invoke(["run", "--profile", str(_profile(tmp / "capped.toml", CAP)),
-                          "--cohort", str(cohort), "--out", str(run), "--limit", str(ROWS),
-                          "--no-progress"])
-        yield {"tmp": tmp, "cohort": cohort, "run": run, "result": result}
+    cohort = tmp / "cohort.jsonl"
+    build_cohort_file(ROOT / "cohorts" / "toy-64.toml", TOY_BENCH, cohort)
+    run = tmp / "capped"
+    result = _invoke(["run", "--profile", str(_profile(tmp / "capped.toml", CAP)), "--cohort",
+                      str(cohort), "--out", str(run), "--limit", str(ROWS), "--no-progress"])
+    return {"tmp": tmp, "cohort": cohort, "run": run, "result": result}
 
 
 def test_a_row_capped_by_max_new_tokens_is_truncated(capped: dict[str, Any]) -> None:
