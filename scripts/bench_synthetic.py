@@ -12,11 +12,23 @@ at batch 1 and batched: MLX's CPU kernels are slow; default 8);
 ``--batch`` (default 16: MLX's batch, and the lean decoder's slots);
 ``--workers`` (default 2: the lean decoder runs as ``runners/toy-hf.toml``
 does, in that many forked processes of one thread over the run's shards,
-continuous batching); ``--concurrency 16,44,64`` (with ``hf-generate``: the
+continuous batching); ``--repeats R`` (default 3: rounds of the hf
+configurations, interleaved); ``--concurrency 16,44,64`` (with ``hf-generate``: the
 lean decoder again at each concurrency, every row's tokens compared with the
 naive loop's: ``check-invariance`` on this cohort); ``--vllm-options`` (a run profile whose
 ``[backend_options]`` vLLM gets, e.g. ``runners/vllm-bf16.toml``);
 ``--json OUT``.
+
+The hf configurations time what a user waits for: the shape's seeded random
+model is saved once as a checkpoint (safetensors), and each round runs
+``hf-generate`` then ``hf-lean``, each a fresh process
+(``scripts/synthetic/hf_process.py``) that loads it as a run of it would:
+the naive loop through the hf runner's ``from_pretrained``, the lean workers
+reading the tensors themselves after the fork (no transformers model built).
+``load_s`` is that process's start-up (interpreter, imports, load, fork: process
+start to generation start), ``wall_s`` its start to exit. The ratios are paired
+per round (naive / lean in the same round) and summarised by their median and
+worst round; every round's tokens are compared with the first naive round's.
 
 Output: the achieved length profile beside the published target
 (``scripts/synthetic/cohort.py``), then one line per backend: wall split
@@ -26,7 +38,9 @@ prompt tokens reused, rows with exactly their forced length, and rows
 token-identical to that backend's batch-1 reference (hf: ``generate`` per
 row on every row; MLX and vLLM: their own batch 1 on ``--sample`` rows; MLX's ratio is
 batched with reuse against batch 1 on those rows).
-``--json`` writes one document: shape, profile, every backend's report.
+``--json`` writes one document: shape, profile, every backend's report (the hf
+ones of the first round), ``hf_rounds`` (every round's hf reports) and
+``hf_summary`` (the paired ratios).
 
 Random weights make the identity counts a real test of batching and prefix
 reuse: nothing in the weights favours one token. Output lengths are forced
@@ -38,9 +52,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=_sizes, default=[])
     parser.add_argument("--vllm-python", type=Path)
     parser.add_argument("--vllm-options", type=Path)
@@ -105,8 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rows < 4 or args.rows % 4 or args.rows > cohort.MAX_ROWS:
         parser.error(f"--rows must be a multiple of 4 from 4 to {cohort.MAX_ROWS}")
-    if args.sample < 0 or args.batch < 1 or args.workers < 1:
-        parser.error("--sample must be >= 0, --batch and --workers >= 1")
+    if args.sample < 0 or args.batch < 1 or args.workers < 1 or args.repeats < 1:
+        parser.error("--sample must be >= 0, --batch, --workers and --repeats >= 1")
     args.vllm_py = args.vllm_python or vllm_python()
     if args.backends is None and args.plan:
         args.backends = ["vllm"] if args.vllm_options else list(BACKENDS)
@@ -167,6 +184,69 @@ def run_vllm(args: argparse.Namespace, shape: Shape, rows: list[cohort.Row],
     return result
 
 
+def save_checkpoint(shape: Shape, directory: Path) -> Path:
+    """The shape's randomly initialised model (seeded: ``shapes.build_hf``) saved as a
+    checkpoint directory (``config.json`` and safetensors), read by every hf process."""
+    from scripts.synthetic.shapes import build_hf
+
+    build_hf(shape).save_pretrained(str(directory), safe_serialization=True)
+    return directory
+
+
+def run_fresh(backend: str, checkpoint: Path, shape: Shape, rows: list[cohort.Row],
+              args: argparse.Namespace, work: Path) -> Result:
+    """``backend`` (hf-generate or hf-lean) in a fresh process
+    (``scripts.synthetic.hf_process``): wall = process start to exit, timed here."""
+    spec = {"backend": backend, "checkpoint": str(checkpoint), "slots": args.batch,
+            "workers": args.workers,
+            "shape": {"name": shape.name, "config": shape.config, "eos_ids": shape.eos_ids},
+            "rows": [{"row_id": r.row_id, "base": r.base, "variant": r.variant,
+                      "prompt": list(r.prompt), "output_tokens": r.output_tokens}
+                     for r in rows]}
+    spec_path, out_path = work / f"{backend}-spec.json", work / f"{backend}-out.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.time()
+    done = subprocess.run([sys.executable, "-m", "scripts.synthetic.hf_process", str(spec_path),
+                           str(out_path)], cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.time() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{backend} run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    got = json.loads(out_path.read_text())
+    first = float(got["generation_epochs"][0])
+    return Result(backend, got["what"] + "; fresh process", rows,
+                  {k: list(v) for k, v in got["tokens"].items()}, first - started,
+                  got["prefill_s"], got["decode_s"], got["reused"], got["peak_memory_bytes"],
+                  got["memory_kind"], shape.eos_ids[0], {"wall_s": round(wall, 3)})
+
+
+def paired_summary(rounds: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """hf-lean against hf-generate, round by round: the median (and worst) of the
+    per-round ratios of generation and of wall time, and whether every round's
+    tokens were identical to the naive loop's."""
+    pairs = []
+    for reports in rounds:
+        by = {r["backend"]: r for r in reports}
+        if "hf-generate" in by and "hf-lean" in by:
+            naive, lean = by["hf-generate"], by["hf-lean"]
+            pairs.append((naive["generation_s"] / lean["generation_s"],
+                          naive["wall_s"] / lean["wall_s"],
+                          lean["identical"]["rows"] == lean["identical"]["of"]))
+    if not pairs:
+        return None
+    gen = [p[0] for p in pairs]
+    wall = [p[1] for p in pairs]
+    identical = all(p[2] for p in pairs)
+    line = (f"hf-lean vs hf-generate over {len(pairs)} round(s): generation "
+            f"{statistics.median(gen):.2f}x median (worst {min(gen):.2f}x), wall "
+            f"{statistics.median(wall):.2f}x median (worst {min(wall):.2f}x); rounds: "
+            + ", ".join(f"{g:.2f}x / {w:.2f}x" for g, w, _ in pairs)
+            + f"; tokens identical in every round: {'yes' if identical else 'NO'}")
+    return {"generation_ratios": gen, "wall_ratios": wall,
+            "generation_median": statistics.median(gen), "wall_median": statistics.median(wall),
+            "identical_every_round": identical, "line": line}
+
+
 def plan(args: argparse.Namespace, shape: Shape, rows: list[cohort.Row]) -> int:
     """``--plan``: what a run would do, with its inputs built and checked."""
     kv = shape.kv_bytes_per_token(2)
@@ -210,24 +290,34 @@ def main(argv: list[str] | None = None) -> int:
     failure: str | None = None
     naive_s = None
     reference: dict[str, list[int]] | None = None
-    hf = [b for b in args.backends if b.startswith("hf-")]
+    hf = [b for b in BACKENDS if b.startswith("hf-") and b in args.backends]  # naive first
+    rounds: list[list[dict[str, Any]]] = []
     if hf:
         from scripts.synthetic import run_hf
 
-        model, load_s = run_hf.load(shape, args.threads)
-        if "hf-generate" in hf:
-            print("[bench] hf-generate ...", file=sys.stderr, flush=True)
-            naive = run_hf.naive(model, load_s, rows, shape)
-            reference, naive_s = naive.tokens, (naive.prefill_s or 0.0) + naive.decode_s
-            reports.append(naive.report())
-        if "hf-lean" in hf:
-            print("[bench] hf-lean ...", file=sys.stderr, flush=True)
-            lean = run_hf.lean_workers(model, load_s, rows, shape, args.batch, args.workers)
-            reports.append(lean.report(reference, "hf-generate" if reference else None))
-        if args.concurrency and reference is not None:
-            print("[bench] concurrency ...", file=sys.stderr, flush=True)
-            checks = run_hf.concurrency_check(model, rows, shape, args.concurrency, reference)
-        del model
+        with tempfile.TemporaryDirectory(prefix="bench-synthetic-hf-") as tmp:
+            checkpoint = save_checkpoint(shape, Path(tmp) / "checkpoint")
+            for k in range(args.repeats):
+                this_round = []
+                for backend in hf:
+                    print(f"[bench] round {k + 1}/{args.repeats} {backend} ...", file=sys.stderr,
+                          flush=True)
+                    result = run_fresh(backend, checkpoint, shape, rows, args, Path(tmp))
+                    if backend == "hf-generate" and reference is None:
+                        reference = result.tokens
+                        this_round.append(result.report())
+                    else:
+                        this_round.append(result.report(reference, "hf-generate (round 1)"))
+                rounds.append(this_round)
+            if args.concurrency and reference is not None:
+                print("[bench] concurrency ...", file=sys.stderr, flush=True)
+                model = run_hf.load_saved(checkpoint, args.threads)
+                checks = run_hf.concurrency_check(model, rows, shape, args.concurrency,
+                                                  reference)
+                del model
+        reports.extend(rounds[0])
+        naive_s = next((r["generation_s"] for r in rounds[0] if r["backend"] == "hf-generate"),
+                       None)
     if "mlx" in args.backends:
         from scripts.synthetic import run_mlx
 
@@ -250,18 +340,27 @@ def main(argv: list[str] | None = None) -> int:
                 batch1 = result.extra.pop("batch1")
                 reports.append(result.report(batch1, "vllm batch 1"))
     print(format_table(reports, naive_s, len(rows)))
+    for k, later in enumerate(rounds[1:], start=2):
+        later_naive = next((r["generation_s"] for r in later if r["backend"] == "hf-generate"),
+                           None)
+        print(f"round {k}:\n{format_table(later, later_naive, len(rows))}")
+    summary = paired_summary(rounds)
+    if summary:
+        print(summary["line"])
     for check in checks:
         print(f"concurrency {check['concurrency']} ({check['decoded_together']} rows decoded "
               f"together, lean decoder): {check['identical']}/{check['of']} rows identical "
               f"to generate at batch 1 ({check['seconds']:.1f} s)")
-    print("gen_s = prefill + decode (several workers: first start to last done); wall_s = "
-          "load + generation (workers: load + fork to exit); vs naive = hf-generate's / "
-          "the backend's, both in this run")
+    print("hf-*: each a fresh process loading the saved checkpoint as a run does; load_s = "
+          "process start to generation start (interpreter, imports, load, fork), gen_s = "
+          "prefill + decode (workers: common start to last done), wall_s = process start to "
+          "exit; vs naive = hf-generate's / the backend's in the same round")
     if args.json is not None:
         document = {"shape": {"name": shape.name, "parameters": shape.parameters(),
                               "config": shape.config}, "profile": profile,
                     "cpus": os.cpu_count(), "backends": reports,
                     "naive_generation_s": naive_s, "failure": failure,
+                    "hf_rounds": rounds, "hf_summary": summary,
                     "concurrency": checks}
         atomic_write_bytes(args.json, (json.dumps(document, indent=2) + "\n").encode())
     if failure is not None:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scripts.synthetic import cohort, run_hf  # noqa: E402
-from scripts.synthetic.shapes import load_shape  # noqa: E402
+from scripts.synthetic.shapes import build_hf, load_shape  # noqa: E402
 
 SHAPE = load_shape("tiny", None)
 VOCAB = SHAPE.config["vocab_size"]
@@ -77,13 +77,21 @@ def test_variants_edit_as_the_real_ones_do() -> None:
         assert diff(combined, alias) == m
 
 
+def _model() -> Any:
+    """The tiny shape's seeded random model, run on one torch thread as the benchmark runs it."""
+    import torch
+
+    torch.set_num_threads(1)
+    return build_hf(SHAPE)
+
+
 def _rows(lengths: list[int], prompt_tokens: int) -> list[cohort.Row]:
     built = cohort.build(4, VOCAB, SHAPE.eos_ids, prompt_tokens=prompt_tokens)
     return [dataclasses.replace(r, output_tokens=n) for r, n in zip(built, lengths, strict=True)]
 
 
 def _check(rows: list[cohort.Row], batch: int) -> None:
-    model, load_s = run_hf.load(SHAPE, 1)
+    model, load_s = _model(), 0.0
     naive = run_hf.naive(model, load_s, rows, SHAPE)
     lean = run_hf.lean(model, load_s, rows, SHAPE, batch)
     for result in (naive, lean):
@@ -110,7 +118,7 @@ def test_the_toy_profiles_two_workers_and_each_concurrency_keep_generate_tokens(
     2 slots each: continuous batching) and --concurrency 1,3 give generate's tokens
     on every row; the report's wall is load + the workers' fork to exit."""
     rows = _rows([3, 17, 1, 9], 760)
-    model, load_s = run_hf.load(SHAPE, 1)
+    model, load_s = _model(), 0.0
     naive = run_hf.naive(model, load_s, rows, SHAPE)
     lean = run_hf.lean_workers(model, load_s, rows, SHAPE, 2, 2)
     assert lean.identical(naive.tokens) == (4, 4) and lean.forced_ok() == 4
@@ -119,6 +127,59 @@ def test_the_toy_profiles_two_workers_and_each_concurrency_keep_generate_tokens(
     checks = run_hf.concurrency_check(model, rows, SHAPE, [1, 3], naive.tokens)
     assert [(c["concurrency"], c["decoded_together"], c["identical"], c["of"])
             for c in checks] == [(1, 1, 4, 4), (3, 3, 4, 4)]
+
+
+def test_fresh_processes_read_the_saved_checkpoint_and_keep_generate_tokens(
+        tmp_path: Path) -> None:
+    """Each hf configuration in a process of its own, reading the checkpoint saved
+    once (the naive loop through the hf runner's loader, the lean workers through
+    ``lean_weights``): the saved weights are the seeded model's, both processes
+    give the tokens of ``generate`` run here on those weights, and start-up plus
+    generation fit within the wall timed from outside."""
+    import argparse
+
+    import torch
+
+    from scripts import bench_synthetic as bench
+
+    rows = _rows([3, 17, 1, 9], 760)
+    checkpoint = bench.save_checkpoint(SHAPE, tmp_path / "checkpoint")
+    here = run_hf.load_saved(checkpoint, 1)
+    built = build_hf(SHAPE).state_dict()
+    saved = here.state_dict()
+    assert built.keys() == saved.keys()
+    assert all(torch.equal(built[k], saved[k]) for k in built)
+    reference = run_hf.naive(here, 0.0, rows, SHAPE).tokens
+    args = argparse.Namespace(batch=2, workers=2)
+    for backend in ("hf-generate", "hf-lean"):
+        result = bench.run_fresh(backend, checkpoint, SHAPE, rows, args, tmp_path)
+        assert result.identical(reference) == (4, 4) and result.forced_ok() == 4
+        report = result.report(reference, "generate here")
+        assert 0 < report["load_s"] < report["wall_s"]
+        assert report["load_s"] + report["generation_s"] <= report["wall_s"]
+    assert "2 worker(s)" in result.what and result.what.endswith("fresh process")
+
+
+def test_the_paired_summary_is_the_per_round_ratios() -> None:
+    from scripts import bench_synthetic as bench
+
+    def round_(naive: tuple[float, float], lean: tuple[float, float],
+               same: int) -> list[dict[str, Any]]:
+        return [{"backend": "hf-generate", "generation_s": naive[0], "wall_s": naive[1]},
+                {"backend": "hf-lean", "generation_s": lean[0], "wall_s": lean[1],
+                 "identical": {"vs": "hf-generate", "rows": same, "of": 4}}]
+
+    rounds = [round_((20, 24), (8, 10), 4), round_((18, 21), (6, 7), 4),
+              round_((21, 25), (7, 10), 3)]
+    summary = bench.paired_summary(rounds)
+    assert summary is not None
+    # by hand: 20/8, 18/6, 21/7 and 24/10, 21/7, 25/10
+    assert summary["generation_ratios"] == [2.5, 3.0, 3.0]
+    assert summary["wall_ratios"] == [2.4, 3.0, 2.5]
+    assert (summary["generation_median"], summary["wall_median"]) == (3.0, 2.5)
+    assert summary["identical_every_round"] is False
+    assert "worst 2.50x" in summary["line"] and "worst 2.40x" in summary["line"]
+    assert bench.paired_summary([rounds[0][:1]]) is None  # no lean run: nothing to pair
 
 
 @pytest.mark.slow
@@ -132,7 +193,7 @@ def test_forced_lengths_and_batch_identity_at_13k_prompts() -> None:
 def test_reuse_rule_keeps_cheap_prefixes_only() -> None:
     from guardrepro.run.runners.lean import LeanDecoder
 
-    model, _ = run_hf.load(SHAPE, 1)
+    model = _model()
     decoder = LeanDecoder(model)
     assert decoder.worth_reusing(700, 760)  # short prompt: projections dominate
     assert decoder.worth_reusing(12500, 13087)  # most of a long prompt is shared

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from scripts.synthetic.cohort import Row
 from scripts.synthetic.measure import Result, peak_rss_bytes
-from scripts.synthetic.shapes import Shape, build_hf
+from scripts.synthetic.shapes import Shape
 
 
 def forcing(targets: Sequence[int], eos_ids: Sequence[int]) -> Any:
@@ -61,11 +62,13 @@ class _Processor:
         return self.adjust(input_ids.shape[1] - self.prompt_len, [0], scores)
 
 
-def load(shape: Shape, threads: int) -> tuple[Any, float]:
-    torch.set_num_threads(threads)
-    started = time.perf_counter()
-    model = build_hf(shape)
-    return model, time.perf_counter() - started
+def load_saved(checkpoint: Path, threads: int) -> Any:
+    """The saved checkpoint loaded as the hf runner loads it for ``generate``
+    (``torch_load.load_causal_lm``, float32 on CPU, ``threads`` torch threads)."""
+    from guardrepro.run.runners.torch_load import load_causal_lm
+
+    options = {"dtype": "float32", "device": "cpu", "threads": threads}
+    return load_causal_lm(checkpoint, options, backend="hf").model
 
 
 @torch.inference_mode()
@@ -137,21 +140,39 @@ def lean(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, batch: in
                   shape.eos_ids[0])
 
 
-def _worker(model: Any, rows: Sequence[Row], shape: Shape, slots: int, out: Any) -> None:
+def lean_weights(checkpoint: Path) -> Any:
+    """The lean decoder's tensors read from a saved checkpoint, as a ``run`` worker
+    reads them (``lean_weights.from_checkpoint``: no transformers model built)."""
+    from guardrepro.run.runners.lean_weights import from_checkpoint
+
+    files = sorted(checkpoint.glob("*.safetensors"))
+    weights, why = from_checkpoint(checkpoint, files, torch.float32, torch.device("cpu"), "sdpa")
+    if weights is None:
+        raise SystemExit(f"{checkpoint}: the lean decoder cannot read it: {why}")
+    return weights
+
+
+def _worker(source: Any, rows: Sequence[Row], shape: Shape, slots: int, barrier: Any,
+            out: Any) -> None:
     torch.set_num_threads(1)
+    model = lean_weights(source) if isinstance(source, Path) else source
+    barrier.wait()  # the workers start generating together, as a run's do
     started = time.time()
     tokens, prefill, _, reused = _lean_rows(model, rows, shape, slots, None, slots)
     out.send((tokens, prefill, started, time.time(), reused, peak_rss_bytes()))
     out.close()
 
 
-def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, slots: int,
+def lean_workers(source: Any, load_s: float, rows: Sequence[Row], shape: Shape, slots: int,
                  workers: int) -> Result:
     """The toy profile's setup (``runners/toy-hf.toml``): ``workers`` processes of
-    one thread each, forked after the model is built, over the run's
-    deterministic shards (``rundir.shard.shard_of``), each decoding its rows sorted
-    by length with ``slots`` rows at once (continuous batching). Generation =
-    first worker start to last worker done; ``prefill_s`` sums the workers'."""
+    one thread each, forked from this one, over the run's deterministic shards
+    (``rundir.shard.shard_of``), each decoding its rows sorted by length with
+    ``slots`` rows at once (continuous batching). ``source``: a model built in
+    this process, or a checkpoint directory that each worker reads after the
+    fork, as a ``run`` worker does. Generation = the workers' common start
+    (after loading) to the last one done; ``prefill_s`` sums the workers';
+    ``extra`` holds the span's epoch times."""
     import multiprocessing
 
     from guardrepro.rundir.shard import shard_of
@@ -159,11 +180,13 @@ def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, s
     context = multiprocessing.get_context("fork")
     shards = [[r for r in rows if shard_of(r.row_id, workers) == k]
               for k in range(1, workers + 1)]
+    barrier = context.Barrier(workers)
     pipes, processes = [], []
     forked = time.perf_counter()
     for share in shards:
         receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(model, share, shape, slots, send))
+        process = context.Process(target=_worker,
+                                  args=(source, share, shape, slots, barrier, send))
         process.start()
         pipes.append(receive)
         processes.append(process)
@@ -175,13 +198,15 @@ def lean_workers(model: Any, load_s: float, rows: Sequence[Row], shape: Shape, s
     for got in results:
         tokens.update(got[0])
     prefill = sum(got[1] for got in results)
-    span = max(got[3] for got in results) - min(got[2] for got in results)
+    first, last = min(got[2] for got in results), max(got[3] for got in results)
+    span = last - first
     return Result("hf-lean", f"lean decoder, {workers} worker(s) x 1 thread, {slots} slots, "
                   "continuous batching (the toy-hf setup)",
                   rows, tokens, load_s, prefill / workers, span - prefill / workers,
                   sum(got[4] for got in results), max(got[5] for got in results),
                   "largest worker peak RSS", shape.eos_ids[0],
-                  {"wall_s": round(load_s + wall, 3), "workers": workers, "slots": slots})
+                  {"wall_s": round(load_s + wall, 3), "workers": workers, "slots": slots,
+                   "generation_epochs": [first, last]})
 
 
 def concurrency_check(model: Any, rows: Sequence[Row], shape: Shape, sizes: Sequence[int],
