@@ -11,7 +11,7 @@ default ``.venv-vllm/bin/python`` of the main checkout or ``$VLLM_PYTHON``);
 at batch 1 and batched: MLX's CPU kernels are slow; default 8);
 ``--batch`` (default 16: MLX's batch, and the lean decoder's slots);
 ``--workers`` (default 2: the lean decoder runs as ``runners/toy-hf.toml``
-does, in that many forked processes of one thread over the run's shards,
+does, in that many forked processes of one thread, each making the rows a run would give it,
 continuous batching); ``--repeats R`` (default 3: rounds of the hf
 configurations, interleaved); ``--concurrency 16,44,64`` (with ``hf-generate``: the
 lean decoder again at each concurrency, every row's tokens compared with the

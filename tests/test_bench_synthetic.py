@@ -114,9 +114,10 @@ def test_forced_lengths_and_batch_identity_short_prompts() -> None:
 
 
 def test_the_toy_profiles_two_workers_and_each_concurrency_keep_generate_tokens() -> None:
-    """The benchmark's hf-lean (2 forked workers of one thread over the run's shards,
-    2 slots each: continuous batching) and --concurrency 1,3 give generate's tokens
-    on every row; the report's wall is load + the workers' fork to exit."""
+    """The benchmark's hf-lean (2 forked workers of one thread, the rows split as a
+    run splits them, 2 slots each: continuous batching) and --concurrency 1,3 give
+    generate's tokens on every row; the report's wall is load + the workers' fork
+    to exit."""
     rows = _rows([3, 17, 1, 9], 760)
     model, load_s = _model(), 0.0
     naive = run_hf.naive(model, load_s, rows, SHAPE)

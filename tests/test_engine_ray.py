@@ -26,6 +26,7 @@ ray = pytest.importorskip("ray", reason="needs Ray: pip install 'guardrepro[ray]
 
 
 from guardrepro.errors import InferenceError, ProvenanceError  # noqa: E402
+from guardrepro.run.balance import balanced_split, row_size  # noqa: E402
 from guardrepro.run.engine_ray import RayOptions, run_on_ray  # noqa: E402
 from guardrepro.run.profile import RunProfile  # noqa: E402
 from guardrepro.run.ray_pool import TIMING_FIELDS  # noqa: E402
@@ -33,7 +34,6 @@ from guardrepro.run.workers import run_with_workers  # noqa: E402
 from guardrepro.rundir.cohort import read_cohort  # noqa: E402
 from guardrepro.rundir.manifest import read_manifest  # noqa: E402
 from guardrepro.rundir.records import read_records  # noqa: E402
-from guardrepro.rundir.shard import shard_of  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,8 +140,8 @@ def test_ray_records_equal_two_local_workers_toy_guard(
     assert sorted(u for _, u, _, _ in units) == ["1", "2"], log
     assert all(int(pid) != os.getpid() and where == str(got) for pid, _, where, _ in units)
     by_unit = {u: int(n) for _, u, _, n in units}
-    ids = [r.row_id for r in read_cohort(toy["cohort"])]
-    assert by_unit == {str(k): sum(shard_of(i, 2) == k for i in ids) for k in (1, 2)}
+    parts = balanced_split(read_cohort(toy["cohort"]), 2, row_size)  # as --workers 2 splits
+    assert by_unit == {str(k): len(part) for k, part in enumerate(parts, start=1)}
 
 
 def test_ray_records_equal_two_local_workers_rule_guard_2000_rows(
@@ -155,8 +155,8 @@ def test_ray_records_equal_two_local_workers_rule_guard_2000_rows(
 
 
 def _row_in_unit(cohort: Path, unit: int, units: int, nth: int = 3) -> str:
-    ids = [r.row_id for r in read_cohort(cohort) if shard_of(r.row_id, units) == unit]
-    return ids[nth]
+    """The ``nth`` row (cohort order) of unit ``unit`` (from 1) of ``units``."""
+    return balanced_split(read_cohort(cohort), units, row_size)[unit - 1][nth].row_id
 
 
 def test_killed_actor_is_retried_and_every_row_is_recorded_once(

@@ -7,7 +7,9 @@ order read from the cohort file.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
+from runner_helpers import (
+    TEMPLATE,
+    build_diverse_tiny,
+    cohort_row,
+    write_cohort,
+    write_profile,
+)
 
 from guardrepro.errors import InputError
 from guardrepro.run.pipeline import run_cohort
@@ -173,3 +181,45 @@ def test_another_worker_count_reuses_an_interrupted_runs_records(setup: dict[str
     assert not shards.exists()
     again = run_with_workers(first, setup["cohort"], out, workers=2, progress=False)
     assert again.generated == 0 and again.already_done == 7
+
+
+def _worker_lines(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Each worker's (rows generated, rows already recorded), from the run's log."""
+    found = re.findall(r"worker (\d/\d) \(pid \d+\): (\d+) row\(s\) generated, (\d+) already",
+                       (run_dir / "run.log").read_text(encoding="utf-8"))
+    return {shard: (int(made), int(kept)) for shard, made, kept in found}
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_workers_split_the_rows_by_size_and_resume_without_making_one_twice(
+        setup: dict[str, Path], tmp_path: Path) -> None:
+    """A row larger than the six others together is made alone by the first
+    worker (largest first, to the least loaded). An interrupted run whose first
+    worker recorded three small rows resumes with the four others split anew:
+    the large one to that worker, three to the second; nothing is made twice and
+    the three records are kept as they were."""
+    lines = [cohort_row(i) for i in range(7)]
+    lines[2]["sample"]["instruction"] += " please check the calendar" * 200
+    sizes = [len(json.dumps(line["sample"], ensure_ascii=False, sort_keys=True))
+             for line in lines]
+    assert sizes[2] > sum(sizes) - sizes[2]
+    cohort = tmp_path / "cohort.jsonl"
+    cohort.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    profile = RunProfile.load(setup["fast"])
+    run_cohort(profile, cohort, tmp_path / "one", progress=False)
+    want = _content(tmp_path / "one")
+
+    run_with_workers(profile, cohort, tmp_path / "split", workers=2, progress=False)
+    assert _worker_lines(tmp_path / "split") == {"1/2": (1, 0), "2/2": (6, 0)}
+    assert _content(tmp_path / "split") == want
+
+    first = tmp_path / ".resumed.workers" / "1-of-2" / "resumed"
+    run_cohort(worker_profile(profile, 2), cohort, first, only={"row000", "row001", "row003"},
+               progress=False)
+    kept = {r.row_id: r for r in read_records(first)}
+    summary = run_with_workers(profile, cohort, tmp_path / "resumed", workers=2,
+                               progress=False)
+    assert (summary.already_done, summary.generated, summary.remaining) == (3, 4, 0)
+    assert _worker_lines(tmp_path / "resumed") == {"1/2": (1, 3), "2/2": (3, 0)}
+    assert _content(tmp_path / "resumed") == want
+    assert {r.row_id: r for r in read_records(tmp_path / "resumed") if r.row_id in kept} == kept

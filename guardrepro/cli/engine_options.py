@@ -31,9 +31,9 @@ def engine_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="--engine ray: the cluster to join (ray.init(address=...)); "
                      "default: a local Ray started and stopped by the run."),
         click.option("--units", type=POSITIVE, default=None,
-                     help="--engine ray: units the rows are split into by shard_of(row_id, "
-                     "K) (default: the worker count, which reproduces --workers N bit "
-                     "for bit)."),
+                     help="--engine ray: units the rows are split into, balanced on their "
+                     "sizes as --workers splits them (default: the worker count, which "
+                     "reproduces --workers N bit for bit)."),
         click.option("--cpus-per-worker", type=click.FloatRange(min=0, min_open=True),
                      default=None, help="--engine ray: CPUs per actor (hf threads "
                      "\"auto\" becomes this); default: physical cores / workers."),

@@ -8,7 +8,8 @@ shard folder removed, so that a run with another worker count, or in one
 process, resumes from them instead of starting again.
 
 Invariants: only when the worker count changes (or the run goes to one
-process); the same ``--workers M`` resumes each shard where it stopped. A
+process); the same ``--workers M`` resumes each worker's run where it
+stopped (``run.workers``). A
 shard folder that holds no record is dropped; one whose records cannot be
 merged (another provenance, another cohort) is an error naming it, and
 nothing is moved. Settings that never change a token (workers, threads) are

@@ -16,13 +16,14 @@ Invariants:
   writes or checks the manifest exactly as ``pipeline.run_cohort`` does
   (shard ``None``), and computes the rows still to do: selected minus
   recorded. Actors never write to the run directory.
-- The rows to do are split into ``units`` units by the project's shard rule
-  (unit ``k`` = the rows with ``shard.shard_of(row_id, units) == k``, cohort
-  order) and each unit is one Ray block, handed whole to one actor
-  (``map_batches(batch_size=None)`` over an ``ActorPoolStrategy`` of
-  ``workers`` actors, at most one unit in flight per actor). Batch
-  composition therefore depends only on the row set and the unit count:
-  with ``units == workers`` the records are those of ``run --workers N``.
+- The rows to do are split into ``units`` units by the rule that splits
+  ``run --workers``' rows (``run.balance``: balanced on the rows' sizes,
+  deterministic; each unit in cohort order) and each unit is one Ray block,
+  handed whole to one actor (``map_batches(batch_size=None)`` over an
+  ``ActorPoolStrategy`` of ``workers`` actors, at most one unit in flight per
+  actor). Batch composition therefore depends only on the row set and the
+  unit count: with ``units == workers`` the records are those of ``run
+  --workers N``.
 - hf threads ``"auto"`` become ``cpus_per_worker`` (as ``--workers`` makes
   them cores / N); each actor sets them from its own CPU allotment and
   refuses (``ProvenanceError`` in its constructor) when its provenance is

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,7 @@ from guardrepro.rundir.manifest import (
 from guardrepro.rundir.records import RecordWriter, utc_now
 from guardrepro.rundir.shard import parse_shard, shard_of
 from guardrepro.schema import (
+    CohortRow,
     Provenance,
 )
 from guardrepro.serde.fields import JsonValue
@@ -237,6 +238,7 @@ def run_cohort(
     on_ready: Callable[[], None] | None = None,
     on_rows: Callable[[int], None] | None = None,
     trusted: Path | None = None,
+    only: Collection[str] | None = None,
 ) -> RunSummary:
     """Run (or resume) ``cohort_path`` with the profile into ``run_dir``.
 
@@ -244,7 +246,8 @@ def run_cohort(
     checked, right before the first row is generated (``run --workers``
     lines its workers up there). ``on_rows(n)`` is told of every ``n`` rows
     done: first those already recorded, then each generated chunk (``run
-    --workers`` sums them into one bar in the parent).
+    --workers`` sums them into one bar in the parent). ``only``: the rows to
+    make (a worker of ``run --workers``); rows recorded before stay, checked.
 
     ``shard`` is ``"k/n"`` (1-based); ``limit`` keeps only the first N selected rows
     for this invocation (a later run without it resumes the rest). ``home`` is the
@@ -268,7 +271,7 @@ def run_cohort(
             trusted=trusted) as writer:
         existing_manifest = _existing_manifest(writer, run_dir)
         resolved = given if given is not None else resolve_profile(profile, home=home)
-        stream = _RowStream(resolved, cohort, limit, writer, cohort_path)
+        stream = _RowStream(resolved, cohort, limit, writer, cohort_path, only)
         scope, todo_rows, mismatched = stream.check()  # every row prepared: bad ones refused
         runner = _create_runner(profile, resolved)
         try:
@@ -306,25 +309,32 @@ def run_cohort(
 
 
 class _RowStream:
-    """The run's rows (the first ``limit`` of the shard), read from the cohort
-    scan in two passes: ``check`` prepares each and keeps nothing, ``todo``
-    prepares again, a chunk at a time, those without a record."""
+    """The run's rows (the first ``limit`` of the shard; with ``only``, those
+    rows and the ones already recorded), read from the cohort scan in two
+    passes: ``check`` prepares each and keeps nothing, ``todo`` prepares again,
+    a chunk at a time, those without a record."""
 
     def __init__(self, resolved: ResolvedProfile, cohort: CohortScan, limit: int | None,
-                 writer: RecordWriter, cohort_path: Path) -> None:
+                 writer: RecordWriter, cohort_path: Path,
+                 only: Collection[str] | None = None) -> None:
         self.resolved, self.cohort, self.limit = resolved, cohort, limit
         self.done, self.cohort_path = writer.records, cohort_path
         self.max_new_tokens = resolved.profile.decoding.max_new_tokens
+        self.only = only
+
+    def _rows(self) -> Iterable[CohortRow]:
+        rows = self.cohort.rows(self.limit)
+        if self.only is None:
+            return rows
+        return (r for r in rows if r.row_id in self.only or r.row_id in self.done)
 
     def check(self) -> tuple[int, int, dict[str, str]]:
-        return check_rows(self.resolved.guard, self.resolved.tokenizer,
-                          self.cohort.rows(self.limit), self.max_new_tokens,
-                          cohort_path=self.cohort_path, done=self.done)
+        return check_rows(self.resolved.guard, self.resolved.tokenizer, self._rows(),
+                          self.max_new_tokens, cohort_path=self.cohort_path, done=self.done)
 
     def todo(self, *, sorted_by_length: bool) -> Iterable[PreparedRow]:
-        rows = rows_to_do(self.resolved.guard, self.resolved.tokenizer,
-                          self.cohort.rows(self.limit), self.max_new_tokens,
-                          cohort_path=self.cohort_path, done=self.done)
+        rows = rows_to_do(self.resolved.guard, self.resolved.tokenizer, self._rows(),
+                          self.max_new_tokens, cohort_path=self.cohort_path, done=self.done)
         if not sorted_by_length:
             return rows
         # the one case that holds every prepared row to do (stable sort by length)

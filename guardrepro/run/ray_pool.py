@@ -8,13 +8,13 @@ its own run's writer.
 
 Invariants:
 
-- Each run's rows to do are split into ``units`` units by the project's shard
-  rule (``split_units``); every unit is one Ray block tagged with its run's
-  index (column ``job``) and unit number, handed whole to one actor
-  (``map_batches(batch_size=None)`` over an ``ActorPoolStrategy``, at most one
-  unit in flight per actor). Blocks are ordered run by run, so an actor
-  switches runner rarely. All runs share one pool in one Ray job: a sweep's
-  recipe x shard units run side by side.
+- Each run's rows to do are split into ``units`` units by the rule that splits
+  ``run --workers``' rows (``split_units``: ``run.balance``); every unit is
+  one Ray block tagged with its run's index (column ``job``) and unit number,
+  handed whole to one actor (``map_batches(batch_size=None)`` over an
+  ``ActorPoolStrategy``, at most one unit in flight per actor). Blocks are
+  ordered run by run, so an actor switches runner rarely. All runs share one
+  pool in one Ray job: a sweep's recipe x shard units run side by side.
 - A returned record is checked against its own run (provenance hash, a row to
   do of that run, the driver's ``input_sha256``) and appended with that run's
   writer; a duplicate (a retried unit) is compared on its deterministic
@@ -41,8 +41,8 @@ from typing import Any
 
 from guardrepro import errors
 from guardrepro.errors import GuardreproError, InferenceError, ProvenanceError
+from guardrepro.run.balance import balanced_split, row_size
 from guardrepro.rundir.records import RecordWriter
-from guardrepro.rundir.shard import shard_of
 from guardrepro.schema import Record
 
 # Fields that may differ between two generations of the same row.
@@ -86,11 +86,10 @@ def accept(writer: RecordWriter, record: Record, *, provenance_sha256: str,
 
 
 def split_units(rows: Sequence[Any], units: int) -> list[list[Any]]:
-    """Unit ``k`` (index ``k - 1``): the rows with ``shard_of(row_id, units) == k``."""
-    out: list[list[Any]] = [[] for _ in range(units)]
-    for item in rows:
-        out[shard_of(item.row.row_id, units) - 1].append(item)
-    return out
+    """Unit ``k`` (index ``k - 1``): the rows (prepared, in cohort order) that
+    ``balance.balanced_split`` gives part ``k - 1``, as ``run --workers`` splits
+    them between its workers."""
+    return balanced_split(rows, units, lambda item: row_size(item.row))
 
 
 def _unit_tables(units: Sequence[Sequence[Any]]) -> list[Any]:

@@ -6,14 +6,17 @@ Output: the run directory holding every selected row's record in cohort order
 
 Invariants:
 
-- Worker ``k`` runs shard ``k/N`` (``guardrepro.rundir.shard``: deterministic,
-  by row id) with ``pipeline.run_cohort`` into
-  ``.<name>.workers/<k>-of-<N>/<name>`` beside the run directory, so its
-  records carry the run directory's name as run id. The shard runs are
-  merged into the run directory with ``merge.merge_runs`` (same provenance,
-  cohort order, nothing missing) and removed only after the merge is in
-  place; an interrupted run keeps them, and rerunning the same command
-  resumes every shard where it stopped.
+- The parent splits the rows that no worker's directory has recorded yet
+  between the workers (``split_rows``: ``run.balance``, balanced on the
+  rows' sizes, deterministic). Worker ``k`` makes its rows with
+  ``pipeline.run_cohort`` (``only``: a run of the whole cohort that makes
+  these rows) into ``.<name>.workers/<k>-of-<N>/<name>`` beside the run
+  directory, so its records carry the run directory's name as run id. The
+  worker runs are merged into the run directory with ``merge.merge_runs``
+  (same provenance, cohort order, nothing missing, no row twice) and removed
+  only after the merge is in place; an interrupted run keeps them, and
+  rerunning the same command resumes: each worker keeps what it recorded,
+  and the rows left are split anew.
 - Every worker gets the same profile, so the same provenance: for the hf
   backend, threads ``"auto"`` (or unset) becomes ``auto_threads(N)`` =
   ``max(1, (physical cores - 1) // N)`` for each worker, fixed before the
@@ -63,6 +66,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
@@ -71,7 +75,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -81,6 +85,7 @@ from guardrepro.artifacts.nofollow import make_dirs, refuse_links
 from guardrepro.errors import GuardreproError, InferenceError, InputError
 from guardrepro.logs import run_log
 from guardrepro.run.adopt import adopt_shards
+from guardrepro.run.balance import balanced_split, row_size
 from guardrepro.run.profile import RunProfile
 from guardrepro.run.resolve import Handoff, resolve_handoff
 from guardrepro.run.runners.backends import Backend
@@ -203,6 +208,36 @@ def _shard_dirs(run_dir: Path, workers: int) -> list[Path]:
     return [base / f"{k}-of-{workers}" / run_dir.name for k in range(1, workers + 1)]
 
 
+def recorded_ids(path: Path, trusted: Path) -> frozenset[str]:
+    """The row ids of the whole lines of the records file ``path`` (none when it
+    is absent; a symlink on the way is refused). A torn last line is no record:
+    its worker's writer drops it and the row is made again. A line that is not
+    a record is left to the worker that owns the file, which refuses it,
+    naming the line, as it opens the file."""
+    refuse_links(path, trusted=trusted)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return frozenset()
+    ids = set()
+    for line in data.split(b"\n")[:-1]:  # what follows the last newline is no line
+        try:
+            ids.add(str(json.loads(line)["row_id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return frozenset(ids)
+
+
+def split_rows(rows: Sequence[Any], recorded: Sequence[frozenset[str]]) -> list[frozenset[str]]:
+    """The row ids each worker makes: the cohort ``rows`` that no worker's
+    directory has recorded (``recorded``, one set per worker), split by
+    ``balance.balanced_split`` on ``balance.row_size``."""
+    done = frozenset().union(*recorded)
+    todo = [row for row in rows if row.row_id not in done]
+    return [frozenset(row.row_id for row in part)
+            for part in balanced_split(todo, len(recorded), row_size)]
+
+
 _BARRIER: Any = None  # set in each worker process by _init
 _PROGRESS: Any = None  # the parent's progress queue, set by _init
 BARRIER_TIMEOUT_S = 3600.0
@@ -251,8 +286,10 @@ def _ready() -> None:
         _BARRIER.wait(BARRIER_TIMEOUT_S)
 
 
-def _work(handoff: Handoff, cohort: Path, out: Path, shard: str, trusted: Path) -> Any:
-    """One worker (runs in a worker process): its shard's summary, or the error."""
+def _work(handoff: Handoff, cohort: Path, out: Path, shard: str, trusted: Path,
+          only: frozenset[str]) -> Any:
+    """Worker ``shard`` ("k/N"; runs in a worker process) making the rows ``only``:
+    its summary, or the error."""
     from threading import BrokenBarrierError
 
     from guardrepro.run.pipeline import run_cohort
@@ -261,8 +298,8 @@ def _work(handoff: Handoff, cohort: Path, out: Path, shard: str, trusted: Path) 
         resolved = handoff.resolve()
         logs.adopt_libraries()  # transformers, when resolving imported it (spawn)
         log.info("worker %s (pid %d): started on %s", shard, os.getpid(), cohort.name)
-        summary = run_cohort(resolved, cohort, out, shard=shard, progress=False,
-                             on_ready=_ready, on_rows=_report, trusted=trusted)
+        summary = run_cohort(resolved, cohort, out, progress=False, on_ready=_ready,
+                             on_rows=_report, trusted=trusted, only=only)
         log.info("worker %s (pid %d): %d row(s) generated, %d already recorded; %.1f s",
                  shard, os.getpid(), summary.generated, summary.already_done,
                  summary.elapsed_s)
@@ -304,7 +341,9 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
 
     context = multiprocessing.get_context(method)
     queue = context.SimpleQueue()
-    bar = progress_bar(len(read_cohort(cohort)), f"run {out.name}", "row", enabled=progress)
+    rows = read_cohort(cohort)
+    bar = progress_bar(len(rows), f"run {out.name}", "row", enabled=progress)
+    assigned = split_rows(rows, [recorded_ids(d / RECORDS_FILE, out.parent) for d in dirs])
     pool = ProcessPoolExecutor(max_workers=len(shards), mp_context=context,
                                initializer=_init, initargs=(context.Barrier(len(shards)), queue,
                                          logging.getLogger().getEffectiveLevel(), os.getpid()))
@@ -313,8 +352,8 @@ def _run_pool(handoff: Handoff, cohort: Path, out: Path, dirs: list[Path], shard
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             with _signals_held():  # no worker is left half started
-                futures = [pool.submit(_work, handoff, cohort, d, s, out.parent)
-                           for d, s in zip(dirs, shards, strict=True)]
+                futures = [pool.submit(_work, handoff, cohort, d, s, out.parent, only)
+                           for d, s, only in zip(dirs, shards, assigned, strict=True)]
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         while wait(futures, timeout=0.2).not_done:
@@ -440,14 +479,14 @@ def _run_shards(shared: RunProfile, cohort: Path, out: Path, workers: int, progr
     for result in results:
         for status, count in result.counts.items():
             counts[status] = counts.get(status, 0) + count
-    return RunSummary(
+    return RunSummary(  # each worker's run is of the whole cohort, and holds a part of it
         run_dir=out,
         run_id=out.name,
         rows_in_cohort=results[0].rows_in_cohort,
-        rows_selected=sum(r.rows_selected for r in results),
+        rows_selected=results[0].rows_selected,
         already_done=sum(r.already_done for r in results),
         generated=sum(r.generated for r in results),
-        remaining=sum(r.remaining for r in results),
+        remaining=results[0].rows_selected - sum(counts.values()),
         counts=counts,
         elapsed_s=time.perf_counter() - started,
         generation_started=min(r.generation_started for r in results),

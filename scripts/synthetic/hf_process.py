@@ -13,7 +13,7 @@ is inherited from the benchmark's own process.
   ``hf_runner.preload`` imports for it (as a run's parent does), then
   ``workers`` processes forked, each reading the tensors itself
   (``lean_weights.from_checkpoint``: no transformers model is built) and
-  decoding its shard of the rows (``run_hf.lean_workers``), as the workers of
+  decoding the rows a run gives it (``run_hf.lean_workers``), as the workers of
   ``runners/toy-hf.toml`` do.
 
 Spec keys: ``backend``, ``checkpoint``, ``shape`` (name, config, eos_ids),

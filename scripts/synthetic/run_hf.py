@@ -166,20 +166,22 @@ def _worker(source: Any, rows: Sequence[Row], shape: Shape, slots: int, barrier:
 def lean_workers(source: Any, load_s: float, rows: Sequence[Row], shape: Shape, slots: int,
                  workers: int) -> Result:
     """The toy profile's setup (``runners/toy-hf.toml``): ``workers`` processes of
-    one thread each, forked from this one, over the run's deterministic shards
-    (``rundir.shard.shard_of``), each decoding its rows sorted by length with
-    ``slots`` rows at once (continuous batching). ``source``: a model built in
+    one thread each, forked from this one, each making the rows a run would
+    give it (``run.balance.balanced_parts``, here on prompt tokens: these rows
+    have no text), sorted by length, ``slots`` rows at once (continuous
+    batching). ``source``: a model built in
     this process, or a checkpoint directory that each worker reads after the
     fork, as a ``run`` worker does. Generation = the workers' common start
     (after loading) to the last one done; ``prefill_s`` sums the workers';
     ``extra`` holds the span's epoch times."""
     import multiprocessing
 
-    from guardrepro.rundir.shard import shard_of
+    from guardrepro.run.balance import balanced_parts
 
     context = multiprocessing.get_context("fork")
-    shards = [[r for r in rows if shard_of(r.row_id, workers) == k]
-              for k in range(1, workers + 1)]
+    parts = balanced_parts([len(r.prompt) for r in rows], workers)
+    shards = [[r for r, part in zip(rows, parts, strict=True) if part == k]
+              for k in range(workers)]
     barrier = context.Barrier(workers)
     pipes, processes = [], []
     forked = time.perf_counter()
