@@ -9,9 +9,10 @@ is inherited from the benchmark's own process.
 - ``hf-generate`` (the naive loop): ``torch_load.load_causal_lm`` (the hf
   runner's ``from_pretrained``, one torch thread), then ``generate`` once per
   row (``run_hf.naive``).
-- ``hf-lean``: the lean decoder's modules imported in this process, and what
-  ``hf_runner.preload`` imports for it (as a run's parent does), then
-  ``workers`` processes forked, each reading the tensors itself
+- ``hf-lean``: the hf runner's module (the lean decoder with it) and what
+  ``hf_runner.preload`` imports are imported in this process, as a run's
+  parent imports them; then ``workers`` processes are forked, each reading
+  the tensors itself
   (``lean_weights.from_checkpoint``: no transformers model is built) and
   decoding the rows a run gives it (``run_hf.lean_workers``), as the workers of
   ``runners/toy-hf.toml`` do.
@@ -47,8 +48,7 @@ def main(spec_path: str, out_path: str) -> int:
         result = run_hf.naive(model, 0.0, rows, shape)
         span = [started, time.time()]
     elif spec["backend"] == "hf-lean":
-        from guardrepro.run.runners import lean  # noqa: F401 (imported once, before the fork)
-        from guardrepro.run.runners.hf_runner import preload
+        from guardrepro.run.runners.hf_runner import preload  # and the lean decoder with it
 
         preload(checkpoint, {"decode_loop": "lean"})  # what a run imports before forking
         result = run_hf.lean_workers(checkpoint, 0.0, rows, shape, spec["slots"],

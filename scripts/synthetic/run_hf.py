@@ -144,8 +144,9 @@ def lean_weights(checkpoint: Path) -> Any:
     """The lean decoder's tensors read from a saved checkpoint, as a ``run`` worker
     reads them (``lean_weights.from_checkpoint``: no transformers model built)."""
     from guardrepro.run.runners.lean_weights import from_checkpoint
+    from guardrepro.run.runners.weights import require_safetensors
 
-    files = sorted(checkpoint.glob("*.safetensors"))
+    files = require_safetensors(checkpoint, "hf")
     weights, why = from_checkpoint(checkpoint, files, torch.float32, torch.device("cpu"), "sdpa")
     if weights is None:
         raise SystemExit(f"{checkpoint}: the lean decoder cannot read it: {why}")
@@ -167,7 +168,7 @@ def lean_workers(source: Any, load_s: float, rows: Sequence[Row], shape: Shape, 
                  workers: int) -> Result:
     """The toy profile's setup (``runners/toy-hf.toml``): ``workers`` processes of
     one thread each, forked from this one, each making the rows a run would
-    give it (``run.balance.balanced_parts``, here on prompt tokens: these rows
+    give it (``run.balance.balanced_split``, here on prompt tokens: these rows
     have no text), sorted by length, ``slots`` rows at once (continuous
     batching). ``source``: a model built in
     this process, or a checkpoint directory that each worker reads after the
@@ -176,12 +177,10 @@ def lean_workers(source: Any, load_s: float, rows: Sequence[Row], shape: Shape, 
     ``extra`` holds the span's epoch times."""
     import multiprocessing
 
-    from guardrepro.run.balance import balanced_parts
+    from guardrepro.run.balance import balanced_split
 
     context = multiprocessing.get_context("fork")
-    parts = balanced_parts([len(r.prompt) for r in rows], workers)
-    shards = [[r for r, part in zip(rows, parts, strict=True) if part == k]
-              for k in range(workers)]
+    shards = balanced_split(rows, workers, lambda r: len(r.prompt))
     barrier = context.Barrier(workers)
     pipes, processes = [], []
     forked = time.perf_counter()
