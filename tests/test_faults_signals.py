@@ -22,10 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from runner_helpers import write_cohort
+from signal_helpers import stop_and_reap
 
 from guardrepro.run.pipeline import run_cohort
 from guardrepro.rundir.records import read_records
@@ -122,19 +124,10 @@ def test_sigterm_and_sighup_end_every_worker_and_the_rerun_resumes(tmp_path: Pat
         proc = _start(cohort, out)
         _wait_for(attempt % 4, proc, out)  # while starting, spawning, generating
         assert proc.poll() is None, proc.communicate()
-        os.kill(proc.pid, sent)  # the parent alone
-        start = time.monotonic()
-        try:
-            _, err = proc.communicate(timeout=EXIT_WITHIN_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            pytest.fail(f"trial {attempt + 1}: still running {EXIT_WITHIN_S} s after {sent.name}")
-        took = time.monotonic() - start
-        deadline = time.monotonic() + 3.0
-        while _group(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _group(proc.pid), f"trial {attempt + 1}: a worker outlived the run"
+        took, err = stop_and_reap(proc, partial(os.kill, proc.pid, sent),  # the parent alone
+                                  within_s=EXIT_WITHIN_S, settle_s=3.0,
+                                  alive=partial(_group, proc.pid),
+                                  label=f"trial {attempt + 1} ({sent.name})")
         assert _locks_free(work), f"trial {attempt + 1}: a records lock is still held"
         # 128 + the signal; or, 0.2 s after the start, death by the signal itself when
         # it landed before Python ran any of guardrepro (the shell reports the same code)

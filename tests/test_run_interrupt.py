@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from runner_helpers import TEMPLATE, build_diverse_tiny, write_cohort, write_profile
+from signal_helpers import stop_and_reap
 
 from guardrepro.rundir.records import read_records
 
@@ -150,19 +151,10 @@ def _interrupt(setup: dict[str, Path], out: Path, attempt: int) -> tuple[int, fl
     code (130) and the seconds from the signal to the exit."""
     proc = _start(setup["slow"], setup["big"], out)
     _wait_for(attempt % 4, proc, out)  # while starting, spawning, loading, generating
-    os.killpg(proc.pid, signal.SIGINT)
-    sent = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=EXIT_WITHIN_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"attempt {attempt + 1}: still running {EXIT_WITHIN_S}s after Ctrl-C")
-    took = time.monotonic() - sent
-    deadline = time.monotonic() + 2.0
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _group_alive(proc.pid), f"attempt {attempt + 1}: a worker outlived the run"
+    took, err = stop_and_reap(proc, lambda: os.killpg(proc.pid, signal.SIGINT),
+                              within_s=EXIT_WITHIN_S, settle_s=2.0,
+                              alive=lambda: _group_alive(proc.pid),
+                              label=f"attempt {attempt + 1} (Ctrl-C)")
     # 130, or death by SIGINT itself (what a shell also reports as 130) when the
     # signal lands before Python ran any of guardrepro
     code = 130 if proc.returncode == -signal.SIGINT else proc.returncode
